@@ -1,0 +1,91 @@
+/**
+ * Domain errors. Each carries the gRPC status it maps to; one boundary
+ * (services/common/grpc-errors.ts) converts them, so handlers just throw.
+ */
+
+export type ErrorCode =
+  | 'INVALID_ARGUMENT'
+  | 'NOT_FOUND'
+  | 'FAILED_PRECONDITION'
+  | 'RESOURCE_EXHAUSTED'
+  | 'DEADLINE_EXCEEDED'
+  | 'UNAVAILABLE'
+  | 'PERMISSION_DENIED'
+  | 'UNAUTHENTICATED'
+  | 'ABORTED'
+  | 'CANCELLED';
+
+export class BerthError extends Error {
+  readonly code: ErrorCode;
+  constructor(code: ErrorCode, message: string, options?: { cause?: unknown }) {
+    super(message, options);
+    this.code = code;
+    this.name = new.target.name;
+  }
+}
+
+export class InvalidArgumentError extends BerthError {
+  constructor(message: string, options?: { cause?: unknown }) {
+    super('INVALID_ARGUMENT', message, options);
+  }
+}
+
+export class NotFoundError extends BerthError {
+  constructor(message: string, options?: { cause?: unknown }) {
+    super('NOT_FOUND', message, options);
+  }
+}
+
+export class FailedPreconditionError extends BerthError {
+  constructor(message: string, options?: { cause?: unknown }) {
+    super('FAILED_PRECONDITION', message, options);
+  }
+}
+
+export class ResourceExhaustedError extends BerthError {
+  constructor(message: string, options?: { cause?: unknown }) {
+    super('RESOURCE_EXHAUSTED', message, options);
+  }
+}
+
+export class UnavailableError extends BerthError {
+  constructor(message: string, options?: { cause?: unknown }) {
+    super('UNAVAILABLE', message, options);
+  }
+}
+
+export class PermissionDeniedError extends BerthError {
+  constructor(message: string, options?: { cause?: unknown }) {
+    super('PERMISSION_DENIED', message, options);
+  }
+}
+
+export class UnauthenticatedError extends BerthError {
+  constructor(message: string, options?: { cause?: unknown }) {
+    super('UNAUTHENTICATED', message, options);
+  }
+}
+
+/**
+ * Socket errno to domain error (the connect-es table): connection failures
+ * are UNAVAILABLE, resets are ABORTED. Used for docker socket and ssh errors.
+ */
+export function fromSocketError(err: unknown, what: string): BerthError | undefined {
+  const code = (err as { code?: unknown } | null)?.code;
+  if (typeof code !== 'string') return undefined;
+  const detail = err instanceof Error ? err.message : String(err);
+  switch (code) {
+    case 'ECONNREFUSED':
+    case 'ETIMEDOUT':
+    case 'ENOTFOUND':
+    case 'EAI_AGAIN':
+    case 'ENOENT':
+    case 'EHOSTUNREACH':
+      return new UnavailableError(`${what} is unavailable: ${detail}`, { cause: err });
+    case 'ECONNRESET':
+    case 'EPIPE':
+      return new BerthError('ABORTED', `${what} connection was reset: ${detail}`, { cause: err });
+    default:
+      return undefined;
+  }
+}

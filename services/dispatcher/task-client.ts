@@ -1,0 +1,84 @@
+/**
+ * What tools see of a task's environment. The dispatcher implements it over
+ * the executor's gRPC API; tests implement it directly. Paths may be relative
+ * (to the task's current cwd) or start with `~`; the executor resolves them.
+ */
+
+export interface TaskExecRequest {
+  /** The command exactly as the model sent it (after the terminal tool's own rewrites). */
+  readonly command: string;
+  readonly timeoutMs: number;
+  /** Absolute directory to run in for this call only; the task's saved cwd is used otherwise. */
+  readonly workdir?: string;
+  readonly stdin?: string;
+  readonly pty?: boolean;
+  /**
+   * Run with the task's cwd and environment but do not save state back.
+   * For commands tools run on their own behalf (search_files, patch helpers).
+   */
+  readonly stateless?: boolean;
+  /** Output cap in characters, applied with the spec's head/tail truncation. */
+  readonly maxOutputChars?: number;
+  readonly signal?: AbortSignal;
+  /** Live output (raw text as produced), for streaming to a Session client. */
+  readonly onOutput?: (text: string) => void;
+}
+
+export interface TaskExecResult {
+  /** stdout and stderr merged, ANSI stripped, cwd marker removed, truncated per the cap. */
+  readonly output: string;
+  /** 124 on timeout, 130 on interrupt. */
+  readonly exitCode: number;
+  readonly timedOut: boolean;
+  readonly interrupted: boolean;
+  /** Things the user should know, e.g. "environment was recreated". */
+  readonly notices: readonly string[];
+}
+
+export interface TaskFile {
+  readonly absPath: string;
+  readonly content: Buffer;
+}
+
+export interface TaskWriteResult {
+  readonly absPath: string;
+  readonly bytesWritten: number;
+  readonly dirsCreated: boolean;
+}
+
+export interface TaskStat {
+  readonly absPath: string;
+  readonly exists: boolean;
+  readonly isDirectory: boolean;
+  readonly sizeBytes: number;
+}
+
+export interface TaskBackgroundRequest {
+  readonly command: string;
+  readonly workdir?: string;
+  readonly pty?: boolean;
+  readonly notifyOnComplete?: boolean;
+  readonly watchPatterns?: readonly string[];
+}
+
+export interface TaskProcessRequest {
+  /** list, poll, log, wait, kill, write, submit, close (already validated). */
+  readonly action: string;
+  readonly sessionId?: string;
+  readonly data?: string;
+  readonly timeoutMs?: number;
+  readonly offset?: number;
+  readonly limit?: number;
+}
+
+export interface TaskClient {
+  exec(request: TaskExecRequest): Promise<TaskExecResult>;
+  /** Rejects with NotFoundError when the file does not exist. */
+  readFile(path: string): Promise<TaskFile>;
+  /** Creates parent directories. */
+  writeFile(path: string, content: string | Uint8Array): Promise<TaskWriteResult>;
+  stat(path: string): Promise<TaskStat>;
+  startBackground(request: TaskBackgroundRequest): Promise<{ sessionId: string; pid: number }>;
+  /** Runs a `process` tool action; returns the tool's result JSON string. */
+  process(request: TaskProcessRequest): Promise<string>;
+}

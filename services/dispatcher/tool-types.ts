@@ -1,0 +1,61 @@
+import type { Logger } from '../common/logging.js';
+import type { TaskClient } from './task-client.js';
+
+/** JSON Schema of a tool's parameters (OpenAI function-calling flavour). */
+export type JsonSchema = Record<string, unknown>;
+
+/** The `function` part of an OpenAI tool: name, description, parameters. */
+export interface ToolSchema {
+  readonly name: string;
+  readonly description: string;
+  readonly parameters: JsonSchema;
+}
+
+/** What a handler gets besides its arguments. */
+export interface ToolContext {
+  readonly tenant: string;
+  readonly taskId: string;
+  readonly sessionId: string;
+  /** The task's environment on its executor. */
+  readonly task: TaskClient;
+  /** Aborted on Interrupt, client disconnect or server shutdown. */
+  readonly signal: AbortSignal;
+  readonly logger: Logger;
+  /** Live output for a streaming client (Session); absent for unary calls. */
+  readonly onOutput?: (text: string) => void;
+}
+
+export type ToolArgs = Record<string, unknown>;
+
+/** Returns the result string the model sees (normally JSON). */
+export type ToolHandler = (args: ToolArgs, context: ToolContext) => Promise<string> | string;
+
+/** Availability check; false or a throw means "unavailable". */
+export type CheckFn = () => boolean | Promise<boolean>;
+
+/** Rewrites a schema at listing time (e.g. to list only the tools that survived filtering). */
+export type SchemaOverride = (schema: ToolSchema) => ToolSchema;
+
+export interface ToolRegistration {
+  readonly name: string;
+  readonly toolset: string;
+  readonly schema: ToolSchema;
+  readonly handler: ToolHandler;
+  readonly checkFn?: CheckFn;
+  readonly requiresEnv?: readonly string[];
+  readonly isAsync?: boolean;
+  /** Defaults to the schema's description. */
+  readonly description?: string;
+  readonly emoji?: string;
+  /** Result cap in characters; default 100,000. */
+  readonly maxResultSizeChars?: number;
+  readonly dynamicSchemaOverrides?: SchemaOverride;
+  /** Operator opt-in for a plugin to replace a built-in of another toolset. */
+  readonly override?: boolean;
+}
+
+/** An OpenAI tool object as emitted by listings. */
+export interface OpenAiTool {
+  readonly type: 'function';
+  readonly function: ToolSchema;
+}
