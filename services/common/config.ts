@@ -1,0 +1,209 @@
+/**
+ * Configuration: one YAML file, validated once at start by zod, with
+ * `TERMINAL_*` / `BERTH_*` environment overrides. Nothing else in Berth reads
+ * `process.env` for settings; mains parse this and pass it down.
+ */
+import { readFileSync } from 'node:fs';
+import { createHash } from 'node:crypto';
+import { parse as parseYaml } from 'yaml';
+import { z } from 'zod';
+
+const bool = z.union([z.boolean(), z.stringbool()]);
+const int = (min: number) => z.coerce.number().int().min(min);
+const stringList = z.preprocess(
+  (v) => (typeof v === 'string' ? v.split(',').map((s) => s.trim()).filter(Boolean) : v),
+  z.array(z.string()),
+);
+
+export const BACKEND_NAMES = ['local', 'docker', 'ssh', 'singularity', 'modal', 'daytona'] as const;
+export type BackendName = (typeof BACKEND_NAMES)[number];
+
+/** `terminal.*` keys, named as the tool-runtime spec names them. */
+const terminalSchema = z
+  .object({
+    backend: z.enum(BACKEND_NAMES).default('local'),
+    /** Starting directory of new tasks ('' = the executor's working directory). */
+    cwd: z.string().default(''),
+    timeout: int(1).default(180),
+    max_foreground_timeout: int(1).default(600),
+    lifetime_seconds: int(1).default(300),
+    max_output_chars: int(1000).default(50_000),
+    env_passthrough: stringList.default([]),
+    persistent_shell: bool.default(true),
+    docker_image: z.string().default('berth-sandbox:latest'),
+    singularity_image: z.string().default(''),
+    modal_image: z.string().default(''),
+    daytona_image: z.string().default(''),
+    docker_env: z.record(z.string(), z.string()).default({}),
+    docker_volumes: stringList.default([]),
+    docker_extra_args: stringList.default([]),
+    docker_forward_env: stringList.default([]),
+    ssh_host: z.string().default(''),
+    ssh_user: z.string().default(''),
+    ssh_port: int(1).max(65535).default(22),
+    ssh_key: z.string().default(''),
+    container_cpu: z.coerce.number().positive().default(1),
+    container_memory: int(64).default(5120),
+    container_disk: int(1).default(51200),
+    container_persistent: bool.default(true),
+  })
+  .strict();
+
+const executorEndpointSchema = z
+  .object({
+    address: z.string().min(1),
+    backend: z.enum(BACKEND_NAMES),
+  })
+  .strict();
+
+const tenantSchema = z
+  .object({
+    id: z.string().regex(/^[A-Za-z0-9_.-]{1,64}$/, 'tenant id: 1-64 of A-Z a-z 0-9 _ . -'),
+    /** SHA-256 (hex) of the tenant's API key; keys are never stored in clear. */
+    api_key_sha256: z.string().regex(/^[0-9a-f]{64}$/, 'api_key_sha256: 64 lowercase hex digits'),
+    allowed_backends: z.array(z.enum(BACKEND_NAMES)).optional(),
+    toolsets: z.array(z.string()).optional(),
+  })
+  .strict();
+
+export const configSchema = z
+  .object({
+    server: z
+      .object({
+        host: z.string().default('127.0.0.1'),
+        port: int(0).max(65535).default(7700),
+        /** Grace period for in-flight calls on shutdown before they are cancelled. */
+        shutdown_grace_ms: int(0).default(2000),
+      })
+      .strict()
+      .prefault({}),
+    log_level: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'),
+    terminal: terminalSchema.prefault({}),
+    executor: z
+      .object({
+        host: z.string().default('127.0.0.1'),
+        port: int(0).max(65535).default(7701),
+        /** Shared secret between dispatcher and executors ('' = none; loopback/dev only). */
+        shared_secret: z.string().default(''),
+        /** Root for per-task state dirs of the local backend ('' = OS temp dir). */
+        state_root: z.string().default(''),
+      })
+      .strict()
+      .prefault({}),
+    /** Executors for `berth dispatcher`; `berth serve` runs one in-process instead. */
+    executors: z.array(executorEndpointSchema).default([]),
+    /** With no tenants every caller is tenant `default`; with tenants a Bearer key is required. */
+    tenants: z.array(tenantSchema).default([]),
+    /** Allow the local backend (no isolation) when tenants are configured. */
+    allow_local_multi_tenant: bool.default(false),
+  })
+  .strict();
+
+export type BerthConfig = z.infer<typeof configSchema>;
+export type TerminalConfig = BerthConfig['terminal'];
+
+export class ConfigError extends Error {
+  constructor(message: string) {
+    super(message);
+    this.name = 'ConfigError';
+  }
+}
+
+/** Environment names that override file settings: `TERMINAL_<KEY>` for every terminal key. */
+const TERMINAL_ENV_ALIASES: Readonly<Record<string, string>> = { TERMINAL_ENV: 'backend' };
+
+function setPath(target: Record<string, unknown>, path: readonly string[], value: unknown): void {
+  let node = target;
+  for (const key of path.slice(0, -1)) {
+    const next = node[key];
+    if (typeof next !== 'object' || next === null || Array.isArray(next)) node[key] = {};
+    node = node[key] as Record<string, unknown>;
+  }
+  node[path[path.length - 1]!] = value;
+}
+
+/** Applies environment overrides to a raw (unvalidated) config object. */
+export function applyEnvOverrides(raw: Record<string, unknown>, env: NodeJS.ProcessEnv): Record<string, unknown> {
+  const out = structuredClone(raw);
+  const terminalKeys = Object.keys(terminalSchema.shape);
+  for (const [name, value] of Object.entries(env)) {
+    if (value === undefined) continue;
+    const alias = TERMINAL_ENV_ALIASES[name];
+    if (alias) {
+      setPath(out, ['terminal', alias], value);
+      continue;
+    }
+    if (name.startsWith('TERMINAL_')) {
+      const key = name.slice('TERMINAL_'.length).toLowerCase();
+      if (key === 'docker_env') {
+        // JSON object, since env values cannot nest.
+        try {
+          setPath(out, ['terminal', key], JSON.parse(value));
+        } catch {
+          setPath(out, ['terminal', key], value);
+        }
+      } else if (terminalKeys.includes(key)) {
+        setPath(out, ['terminal', key], value);
+      }
+    }
+  }
+  if (env.BERTH_HOST) setPath(out, ['server', 'host'], env.BERTH_HOST);
+  if (env.BERTH_PORT) setPath(out, ['server', 'port'], env.BERTH_PORT);
+  if (env.BERTH_LOG_LEVEL) setPath(out, ['log_level'], env.BERTH_LOG_LEVEL);
+  if (env.BERTH_EXECUTOR_SECRET) setPath(out, ['executor', 'shared_secret'], env.BERTH_EXECUTOR_SECRET);
+  return out;
+}
+
+/** Validates a raw object; throws ConfigError listing every problem. */
+export function parseConfig(raw: unknown, source = 'config'): BerthConfig {
+  const result = configSchema.safeParse(raw ?? {});
+  if (!result.success) {
+    throw new ConfigError(`invalid ${source}:\n${z.prettifyError(result.error)}`);
+  }
+  const config = result.data;
+  const problems: string[] = [];
+  const seen = new Set<string>();
+  for (const t of config.tenants) {
+    if (seen.has(t.id)) problems.push(`tenants: duplicate id '${t.id}'`);
+    seen.add(t.id);
+  }
+  if (config.tenants.length > 0 && config.terminal.backend === 'local' && !config.allow_local_multi_tenant) {
+    problems.push(
+      'terminal.backend: local runs commands on the host with no isolation; with tenants configured choose a ' +
+        'container backend, or set allow_local_multi_tenant: true to accept that',
+    );
+  }
+  if (problems.length > 0) throw new ConfigError(`invalid ${source}:\n${problems.map((p) => `✖ ${p}`).join('\n')}`);
+  return config;
+}
+
+/**
+ * Loads the YAML file (if any), applies env overrides and validates.
+ * `path` undefined and no BERTH_CONFIG: defaults only.
+ */
+export function loadConfig(path: string | undefined, env: NodeJS.ProcessEnv = process.env): BerthConfig {
+  const file = path ?? env.BERTH_CONFIG;
+  let raw: unknown = {};
+  if (file) {
+    let text: string;
+    try {
+      text = readFileSync(file, 'utf8');
+    } catch (err) {
+      throw new ConfigError(`cannot read config file ${file}: ${(err as Error).message}`);
+    }
+    try {
+      raw = parseYaml(text) ?? {};
+    } catch (err) {
+      throw new ConfigError(`config file ${file} is not valid YAML: ${(err as Error).message}`);
+    }
+    if (typeof raw !== 'object' || Array.isArray(raw)) {
+      throw new ConfigError(`config file ${file} must hold a YAML mapping at the top level`);
+    }
+  }
+  return parseConfig(applyEnvOverrides(raw as Record<string, unknown>, env), file ?? 'configuration');
+}
+
+/** SHA-256 hex of an API key, as stored in `tenants[].api_key_sha256`. */
+export function hashApiKey(key: string): string {
+  return createHash('sha256').update(key, 'utf8').digest('hex');
+}

@@ -1,0 +1,137 @@
+/**
+ * TaskClient over the executor's gRPC API: how the dispatcher's tools reach a
+ * task's environment. Errors from the executor come back as domain errors.
+ */
+import type { ExecutorClient, TaskRef } from '../gen/berth/v1/executor.js';
+import { fromClientError } from '../common/grpc-errors.js';
+import type {
+  TaskBackgroundRequest,
+  TaskClient,
+  TaskExecRequest,
+  TaskExecResult,
+  TaskFile,
+  TaskProcessRequest,
+  TaskStat,
+  TaskWriteResult,
+} from './task-client.js';
+
+async function mapErrors<T>(fn: () => Promise<T>): Promise<T> {
+  try {
+    return await fn();
+  } catch (err) {
+    throw fromClientError(err);
+  }
+}
+
+export class ExecutorTaskClient implements TaskClient {
+  readonly #client: ExecutorClient;
+  readonly #task: TaskRef;
+  readonly #signal: AbortSignal | undefined;
+
+  /** `signal` cancels every call made through this client (client gone, server shutdown). */
+  constructor(client: ExecutorClient, task: TaskRef, signal?: AbortSignal) {
+    this.#client = client;
+    this.#task = task;
+    this.#signal = signal;
+  }
+
+  #signalFor(extra?: AbortSignal): AbortSignal | undefined {
+    const signals = [this.#signal, extra].filter((s): s is AbortSignal => s !== undefined);
+    if (signals.length <= 1) return signals[0];
+    return AbortSignal.any(signals);
+  }
+
+  exec(request: TaskExecRequest): Promise<TaskExecResult> {
+    return mapErrors(async () => {
+      const stream = this.#client.exec(
+        {
+          task: this.#task,
+          command: request.command,
+          timeoutMs: request.timeoutMs,
+          workdir: request.workdir ?? '',
+          stdin: request.stdin === undefined ? Buffer.alloc(0) : Buffer.from(request.stdin, 'utf8'),
+          pty: request.pty ?? false,
+          stateless: request.stateless ?? false,
+          maxOutputChars: request.maxOutputChars ?? 0,
+          streamOutput: request.onOutput !== undefined,
+        },
+        { signal: this.#signalFor(request.signal) },
+      );
+      const decoder = new TextDecoder('utf-8');
+      for await (const event of stream) {
+        const e = event.event;
+        if (e?.$case === 'output') {
+          request.onOutput?.(decoder.decode(e.value.data, { stream: true }));
+        } else if (e?.$case === 'exit') {
+          return {
+            output: e.value.output,
+            exitCode: e.value.exitCode,
+            timedOut: e.value.timedOut,
+            interrupted: e.value.interrupted,
+            notices: e.value.notices,
+          };
+        }
+      }
+      throw new Error('executor closed the Exec stream without an exit event');
+    });
+  }
+
+  readFile(path: string): Promise<TaskFile> {
+    return mapErrors(async () => {
+      const r = await this.#client.readFile({ task: this.#task, path }, { signal: this.#signal });
+      return { absPath: r.absPath, content: Buffer.from(r.content) };
+    });
+  }
+
+  writeFile(path: string, content: string | Uint8Array): Promise<TaskWriteResult> {
+    return mapErrors(async () => {
+      const bytes = typeof content === 'string' ? Buffer.from(content, 'utf8') : Buffer.from(content);
+      const r = await this.#client.writeFile({ task: this.#task, path, content: bytes }, { signal: this.#signal });
+      return { absPath: r.absPath, bytesWritten: r.bytesWritten, dirsCreated: r.dirsCreated };
+    });
+  }
+
+  stat(path: string): Promise<TaskStat> {
+    return mapErrors(async () => {
+      const r = await this.#client.statFile({ task: this.#task, path }, { signal: this.#signal });
+      return { absPath: r.absPath, exists: r.exists, isDirectory: r.isDirectory, sizeBytes: r.sizeBytes };
+    });
+  }
+
+  startBackground(request: TaskBackgroundRequest): Promise<{ sessionId: string; pid: number }> {
+    return mapErrors(async () => {
+      const r = await this.#client.startBackground(
+        {
+          task: this.#task,
+          command: request.command,
+          workdir: request.workdir ?? '',
+          pty: request.pty ?? false,
+          notifyOnComplete: request.notifyOnComplete ?? false,
+          watchPatterns: [...(request.watchPatterns ?? [])],
+        },
+        { signal: this.#signal },
+      );
+      return { sessionId: r.sessionId, pid: r.pid };
+    });
+  }
+
+  process(request: TaskProcessRequest): Promise<string> {
+    return mapErrors(async () => {
+      const r = await this.#client.processAction(
+        {
+          task: this.#task,
+          action: request.action,
+          sessionId: request.sessionId ?? '',
+          data: request.data ?? '',
+          timeoutMs: request.timeoutMs ?? 0,
+          offset: request.offset ?? 0,
+          limit: request.limit ?? 0,
+          hasOffset: request.offset !== undefined,
+          hasLimit: request.limit !== undefined,
+        },
+        { signal: this.#signal },
+      );
+      return r.resultJson;
+    });
+  }
+}
