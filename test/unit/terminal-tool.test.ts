@@ -1,0 +1,423 @@
+import assert from 'node:assert/strict';
+import { describe, it } from 'node:test';
+
+import { silentLogger } from '../../services/common/logging.js';
+import type {
+  TaskBackgroundRequest,
+  TaskClient,
+  TaskExecRequest,
+  TaskExecResult,
+  TaskFile,
+  TaskProcessRequest,
+  TaskStat,
+  TaskWriteResult,
+} from '../../services/dispatcher/task-client.js';
+import type { ToolArgs, ToolContext, ToolRegistration } from '../../services/dispatcher/tool-types.js';
+import { processToolRegistration } from '../../services/dispatcher/tools/process-tool.js';
+import { terminalToolRegistration } from '../../services/dispatcher/tools/terminal-tool.js';
+
+/**
+ * A TaskClient that records every call and answers exec, startBackground and
+ * process with canned results. File operations are not part of these tools,
+ * so they fail loudly if reached.
+ */
+class RecordingTaskClientDouble implements TaskClient {
+  readonly execRequests: TaskExecRequest[] = [];
+  readonly backgroundRequests: TaskBackgroundRequest[] = [];
+  readonly processRequests: TaskProcessRequest[] = [];
+
+  constructor(
+    private readonly execResult: Partial<TaskExecResult> = {},
+    private readonly processResult = '{"processes":[]}',
+  ) {}
+
+  exec(request: TaskExecRequest): Promise<TaskExecResult> {
+    this.execRequests.push(request);
+    return Promise.resolve({
+      output: '',
+      exitCode: 0,
+      timedOut: false,
+      interrupted: false,
+      notices: [],
+      ...this.execResult,
+    });
+  }
+
+  startBackground(request: TaskBackgroundRequest): Promise<{ sessionId: string; pid: number }> {
+    this.backgroundRequests.push(request);
+    return Promise.resolve({ sessionId: 'proc_0123456789ab', pid: 4242 });
+  }
+
+  process(request: TaskProcessRequest): Promise<string> {
+    this.processRequests.push(request);
+    return Promise.resolve(this.processResult);
+  }
+
+  readFile(path: string): Promise<TaskFile> {
+    return Promise.reject(new Error(`unexpected readFile(${path})`));
+  }
+
+  writeFile(path: string): Promise<TaskWriteResult> {
+    return Promise.reject(new Error(`unexpected writeFile(${path})`));
+  }
+
+  stat(path: string): Promise<TaskStat> {
+    return Promise.reject(new Error(`unexpected stat(${path})`));
+  }
+
+  /** True when nothing reached the executor. */
+  get untouched(): boolean {
+    return this.execRequests.length === 0 && this.backgroundRequests.length === 0 && this.processRequests.length === 0;
+  }
+}
+
+function contextFor(task: TaskClient, extra: Partial<ToolContext> = {}): ToolContext {
+  return {
+    tenant: 'tenant-a',
+    taskId: 'task-1',
+    sessionId: 'session-1',
+    task,
+    signal: new AbortController().signal,
+    logger: silentLogger(),
+    ...extra,
+  };
+}
+
+async function call(
+  registration: ToolRegistration,
+  args: ToolArgs,
+  task: TaskClient,
+  extra: Partial<ToolContext> = {},
+): Promise<unknown> {
+  const result = await registration.handler(args, contextFor(task, extra));
+  return JSON.parse(result) as unknown;
+}
+
+const terminal = terminalToolRegistration({ defaultTimeoutSec: 180, maxForegroundTimeoutSec: 600, maxOutputChars: 50_000 });
+
+void describe('terminal registration', () => {
+  void it('is the terminal tool of the terminal toolset with the protocol parameters', () => {
+    assert.equal(terminal.name, 'terminal');
+    assert.equal(terminal.toolset, 'terminal');
+    assert.equal(terminal.schema.name, 'terminal');
+    const parameters = terminal.schema.parameters as { properties: Record<string, Record<string, unknown>>; required: string[] };
+    assert.deepEqual(Object.keys(parameters.properties).sort(), [
+      'background',
+      'command',
+      'notify_on_complete',
+      'pty',
+      'timeout',
+      'watch_patterns',
+      'workdir',
+    ]);
+    assert.deepEqual(parameters.required, ['command']);
+    assert.equal(parameters.properties.timeout?.type, 'integer');
+    assert.equal(parameters.properties.timeout?.minimum, 1);
+    assert.equal(parameters.properties.timeout?.default, 180);
+    assert.equal(parameters.properties.background?.default, false);
+    for (const [name, property] of Object.entries(parameters.properties)) {
+      assert.ok(typeof property.description === 'string' && property.description.length > 20, `${name} has a description`);
+    }
+  });
+
+  void it('rejects a default timeout above the foreground cap', () => {
+    assert.throws(() => terminalToolRegistration({ defaultTimeoutSec: 900, maxForegroundTimeoutSec: 600 }), RangeError);
+  });
+});
+
+void describe('terminal foreground', () => {
+  void it('returns output, exit code and a null error, passing limits, signal and onOutput to exec', async () => {
+    const task = new RecordingTaskClientDouble({ output: 'hello\n', exitCode: 0 });
+    const controller = new AbortController();
+    const onOutput = (_text: string) => undefined;
+    const result = await call(terminal, { command: 'echo hello', timeout: 30, workdir: '/srv/app', pty: true }, task, {
+      signal: controller.signal,
+      onOutput,
+    });
+    assert.deepEqual(result, { output: 'hello\n', exit_code: 0, error: null });
+    assert.equal(task.execRequests.length, 1);
+    const request = task.execRequests[0];
+    assert.equal(request?.command, 'echo hello');
+    assert.equal(request?.timeoutMs, 30_000);
+    assert.equal(request?.workdir, '/srv/app');
+    assert.equal(request?.pty, true);
+    assert.equal(request?.maxOutputChars, 50_000);
+    assert.equal(request?.signal, controller.signal);
+    assert.equal(request?.onOutput, onOutput);
+  });
+
+  void it('uses the default timeout when none is given', async () => {
+    const task = new RecordingTaskClientDouble();
+    await call(terminal, { command: 'true' }, task);
+    assert.equal(task.execRequests[0]?.timeoutMs, 180_000);
+    assert.equal(task.execRequests[0]?.workdir, undefined);
+  });
+
+  void it('keeps a non-zero exit code as a result', async () => {
+    const task = new RecordingTaskClientDouble({ output: 'ls: cannot access x\n', exitCode: 2 });
+    assert.deepEqual(await call(terminal, { command: 'ls x' }, task), {
+      output: 'ls: cannot access x\n',
+      exit_code: 2,
+      error: null,
+    });
+  });
+
+  void it('adds exit_code_meaning when the exit code has a known meaning', async () => {
+    const task = new RecordingTaskClientDouble({ output: '', exitCode: 1 });
+    assert.deepEqual(await call(terminal, { command: 'grep needle haystack.txt' }, task), {
+      output: '',
+      exit_code: 1,
+      error: null,
+      exit_code_meaning: 'No matches found (not an error)',
+    });
+  });
+
+  void it('appends the timeout notice and reports 124', async () => {
+    const task = new RecordingTaskClientDouble({ output: 'partial output', exitCode: 137, timedOut: true });
+    assert.deepEqual(await call(terminal, { command: 'sleep 100', timeout: 5 }, task), {
+      output: 'partial output\n[Command timed out after 5s]',
+      exit_code: 124,
+      error: null,
+    });
+  });
+
+  void it('appends the interrupt notice and reports 130', async () => {
+    const task = new RecordingTaskClientDouble({ output: 'step 1\n', exitCode: 143, interrupted: true });
+    assert.deepEqual(await call(terminal, { command: 'make' }, task), {
+      output: 'step 1\n\n[Command interrupted]',
+      exit_code: 130,
+      error: null,
+    });
+  });
+
+  void it('appends executor notices to the output', async () => {
+    const task = new RecordingTaskClientDouble({ output: 'ok', notices: ['environment was recreated'] });
+    assert.deepEqual(await call(terminal, { command: 'ls' }, task), {
+      output: 'ok\n[Note: environment was recreated]',
+      exit_code: 0,
+      error: null,
+    });
+  });
+});
+
+void describe('terminal refusals', () => {
+  const typeNames: [value: unknown, name: string][] = [
+    [42, 'int'],
+    [4.5, 'float'],
+    [true, 'bool'],
+    [['ls'], 'list'],
+    [{ cmd: 'ls' }, 'dict'],
+    [null, 'NoneType'],
+    [undefined, 'NoneType'],
+  ];
+  for (const [value, name] of typeNames) {
+    void it(`refuses a ${name} command`, async () => {
+      const task = new RecordingTaskClientDouble();
+      const args: ToolArgs = value === undefined ? {} : { command: value };
+      assert.deepEqual(await call(terminal, args, task), {
+        output: '',
+        exit_code: -1,
+        error: `Invalid command: expected string, got ${name}`,
+        status: 'error',
+      });
+      assert.ok(task.untouched);
+    });
+  }
+
+  void it('refuses an empty command', async () => {
+    const task = new RecordingTaskClientDouble();
+    assert.deepEqual(await call(terminal, { command: '   ' }, task), {
+      output: '',
+      exit_code: -1,
+      error: 'Invalid command: command is empty',
+      status: 'error',
+    });
+    assert.ok(task.untouched);
+  });
+
+  void it('refuses a foreground timeout over the cap', async () => {
+    const task = new RecordingTaskClientDouble();
+    assert.deepEqual(await call(terminal, { command: 'make', timeout: 601 }, task), {
+      output: '',
+      exit_code: -1,
+      error:
+        'Foreground timeout 601s exceeds the maximum of 600s. Use background=true with notify_on_complete=true for long-running commands.',
+      status: 'error',
+    });
+    assert.ok(task.untouched);
+  });
+
+  void it('refuses a timeout that is not a positive number', async () => {
+    const task = new RecordingTaskClientDouble();
+    const result = (await call(terminal, { command: 'make', timeout: 0 }, task)) as Record<string, unknown>;
+    assert.equal(result.status, 'error');
+    assert.equal(result.exit_code, -1);
+    assert.match(String(result.error), /^Invalid timeout/);
+    assert.ok(task.untouched);
+  });
+
+  void it('refuses a foreground hazard with guidance to use background=true', async () => {
+    const task = new RecordingTaskClientDouble();
+    const result = (await call(terminal, { command: 'npm run dev' }, task)) as Record<string, unknown>;
+    assert.equal(result.output, '');
+    assert.equal(result.exit_code, -1);
+    assert.equal(result.status, 'error');
+    assert.match(String(result.error), /background=true/);
+    assert.ok(task.untouched);
+  });
+
+  void it('blocks a workdir with shell metacharacters', async () => {
+    const task = new RecordingTaskClientDouble();
+    assert.deepEqual(await call(terminal, { command: 'ls', workdir: '/tmp; rm -rf /' }, task), {
+      output: '',
+      exit_code: -1,
+      error: "Blocked: workdir contains disallowed character ';'. Use a simple filesystem path without shell metacharacters.",
+      status: 'blocked',
+    });
+    assert.ok(task.untouched);
+  });
+
+  void it('blocks a bad workdir for background commands too', async () => {
+    const task = new RecordingTaskClientDouble();
+    const result = (await call(terminal, { command: 'serve', background: true, workdir: '/srv/$HOME' }, task)) as Record<
+      string,
+      unknown
+    >;
+    assert.equal(result.status, 'blocked');
+    assert.ok(task.untouched);
+  });
+
+  void it('refuses a relative workdir', async () => {
+    const task = new RecordingTaskClientDouble();
+    const result = (await call(terminal, { command: 'ls', workdir: 'src' }, task)) as Record<string, unknown>;
+    assert.equal(result.status, 'error');
+    assert.equal(result.error, 'Invalid workdir: expected an absolute path, got src');
+    assert.ok(task.untouched);
+  });
+});
+
+void describe('terminal background', () => {
+  void it('starts the process and reports its session id and pid', async () => {
+    const task = new RecordingTaskClientDouble();
+    const result = await call(
+      terminal,
+      {
+        command: 'npm run dev',
+        background: true,
+        workdir: '/srv/web',
+        notify_on_complete: true,
+        watch_patterns: ['ready on', 'ERROR'],
+      },
+      task,
+    );
+    assert.deepEqual(result, {
+      output: 'Background process started',
+      session_id: 'proc_0123456789ab',
+      pid: 4242,
+      exit_code: 0,
+      error: null,
+    });
+    assert.deepEqual(task.backgroundRequests, [
+      {
+        command: 'npm run dev',
+        workdir: '/srv/web',
+        notifyOnComplete: true,
+        watchPatterns: ['ready on', 'ERROR'],
+      },
+    ]);
+    assert.equal(task.execRequests.length, 0);
+  });
+
+  void it('is not subject to the foreground timeout cap', async () => {
+    const task = new RecordingTaskClientDouble();
+    const result = (await call(terminal, { command: 'make all', background: true, timeout: 3600 }, task)) as Record<
+      string,
+      unknown
+    >;
+    assert.equal(result.error, null);
+    assert.equal(task.backgroundRequests.length, 1);
+  });
+
+  void it('rewrites `A && B &` before starting it', async () => {
+    const task = new RecordingTaskClientDouble();
+    await call(terminal, { command: 'cd /srv && ./server &', background: true }, task);
+    assert.equal(task.backgroundRequests[0]?.command, 'cd /srv && { ./server & }');
+  });
+});
+
+void describe('terminal rewrite reaching exec', () => {
+  void it('hands exec the command after rewriteBackgroundChain', async () => {
+    // Backgrounding a --help command is the one `&` the guardrail lets through.
+    const task = new RecordingTaskClientDouble();
+    await call(terminal, { command: 'cd /srv && ./tool --help &' }, task);
+    assert.equal(task.execRequests[0]?.command, 'cd /srv && { ./tool --help & }');
+  });
+
+  void it('leaves a command without a trailing chain & unchanged', async () => {
+    const task = new RecordingTaskClientDouble();
+    await call(terminal, { command: 'echo "a && b &" && ls' }, task);
+    assert.equal(task.execRequests[0]?.command, 'echo "a && b &" && ls');
+  });
+});
+
+void describe('process tool', () => {
+  const processTool = processToolRegistration();
+
+  void it('is the process tool of the terminal toolset', () => {
+    assert.equal(processTool.name, 'process');
+    assert.equal(processTool.toolset, 'terminal');
+    const parameters = processTool.schema.parameters as { properties: Record<string, { enum?: string[] }> };
+    assert.deepEqual(parameters.properties.action?.enum, ['list', 'poll', 'log', 'wait', 'kill', 'write', 'submit', 'close']);
+  });
+
+  void it('refuses an unknown action', async () => {
+    const task = new RecordingTaskClientDouble();
+    assert.deepEqual(await call(processTool, { action: 'restart', session_id: 'proc_1' }, task), {
+      error: 'Unknown process action: restart. Use: list, poll, log, wait, kill, write, submit, close',
+    });
+    assert.ok(task.untouched);
+  });
+
+  for (const action of ['poll', 'log', 'wait', 'kill', 'write', 'submit', 'close']) {
+    void it(`requires session_id for ${action}`, async () => {
+      const task = new RecordingTaskClientDouble();
+      assert.deepEqual(await call(processTool, { action, data: 'x' }, task), {
+        error: `session_id is required for ${action}`,
+      });
+      assert.ok(task.untouched);
+    });
+  }
+
+  for (const action of ['write', 'submit']) {
+    void it(`requires data for ${action}`, async () => {
+      const task = new RecordingTaskClientDouble();
+      assert.deepEqual(await call(processTool, { action, session_id: 'proc_1' }, task), {
+        error: `data is required for ${action}`,
+      });
+      assert.ok(task.untouched);
+    });
+  }
+
+  void it('lists without a session id and returns the executor JSON as is', async () => {
+    const task = new RecordingTaskClientDouble({}, '{"processes":[{"session_id":"proc_1"}]}');
+    const result = await processTool.handler({ action: 'list' }, contextFor(task));
+    assert.equal(result, '{"processes":[{"session_id":"proc_1"}]}');
+    assert.deepEqual(task.processRequests, [{ action: 'list' }]);
+  });
+
+  void it('converts the wait timeout from seconds to milliseconds', async () => {
+    const task = new RecordingTaskClientDouble();
+    await call(processTool, { action: 'wait', session_id: 'proc_1', timeout: 30 }, task);
+    assert.deepEqual(task.processRequests, [{ action: 'wait', sessionId: 'proc_1', timeoutMs: 30_000 }]);
+  });
+
+  void it('passes data, offset and limit through', async () => {
+    const task = new RecordingTaskClientDouble();
+    await call(processTool, { action: 'submit', session_id: 'proc_1', data: 'yes' }, task);
+    await call(processTool, { action: 'log', session_id: 'proc_1', offset: 10, limit: 50 }, task);
+    assert.deepEqual(task.processRequests, [
+      { action: 'submit', sessionId: 'proc_1', data: 'yes' },
+      { action: 'log', sessionId: 'proc_1', offset: 10, limit: 50 },
+    ]);
+  });
+});
