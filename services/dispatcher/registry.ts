@@ -1,0 +1,510 @@
+/**
+ * The tool registry: which tools exist, whether each is available right now,
+ * the schemas the model is shown, and the one dispatch path every call takes
+ * (argument coercion, hooks, error shaping, result cap).
+ */
+import type { Logger } from '../common/logging.js';
+import { coerceArguments } from './coercion.js';
+import { HookRegistry } from './hooks.js';
+import { sanitizeErrorText } from './sanitize.js';
+import type {
+  CheckFn,
+  JsonSchema,
+  OpenAiTool,
+  ToolContext,
+  ToolRegistration,
+  ToolSchema,
+} from './tool-types.js';
+
+/** Default per-tool result cap in characters. */
+export const DEFAULT_MAX_RESULT_SIZE_CHARS = 100_000;
+
+/** How long a check result (true or false) is reused before the check runs again. */
+export const CHECK_CACHE_TTL_MS = 30_000;
+
+/**
+ * A failing check this soon after the last success is assumed to be a blip
+ * (a provider timing out once) rather than the tool going away, so tools do
+ * not flicker in and out of the model's tool list.
+ */
+export const CHECK_FLAKE_WINDOW_MS = 60_000;
+
+/**
+ * Tools whose state lives in the agent loop (its todo list, memory, session
+ * store, sub-agents). Their schemas are listed so the model can call them, but
+ * the caller must intercept the calls; reaching dispatch is a caller bug.
+ */
+export const AGENT_LOOP_TOOLS: ReadonlySet<string> = new Set(['todo', 'memory', 'session_search', 'delegate_task']);
+
+/** A registration as stored: `description` resolved from the schema when not given. */
+export interface RegisteredTool extends ToolRegistration {
+  readonly description: string;
+}
+
+export interface ToolRegistryOptions {
+  readonly logger: Logger;
+  /** Clock in milliseconds for check caching and call durations; tests inject a fake one. */
+  readonly now?: () => number;
+  /** Hooks to run around calls; the registry creates an empty set when omitted. */
+  readonly hooks?: HookRegistry;
+}
+
+interface CheckState {
+  /** The reusable answer and when it stops being reusable; absent after a flake. */
+  cached?: { readonly value: boolean; readonly expiresAtMs: number };
+  lastTrueAtMs?: number;
+}
+
+/**
+ * Registry of tools. One instance per dispatcher; tool modules register into
+ * it at startup, MCP and plugins at runtime.
+ */
+export class ToolRegistry {
+  /** Hooks run around every dispatched call. */
+  readonly hooks: HookRegistry;
+
+  readonly #logger: Logger;
+  readonly #nowMs: () => number;
+  readonly #tools = new Map<string, RegisteredTool>();
+  // Keyed by function object, weakly: an unloaded plugin's checks can be collected.
+  readonly #checkStates = new WeakMap<CheckFn, CheckState>();
+  /**
+   * A check that is running is shared, not started again. A listing starts
+   * all its checks at once, so this is also what makes a check shared by
+   * several tools run once per listing, even when its answer is not cached.
+   */
+  readonly #checksInFlight = new Map<CheckFn, Promise<boolean>>();
+
+  constructor(options: ToolRegistryOptions) {
+    this.#logger = options.logger;
+    this.#nowMs = options.now ?? Date.now;
+    this.hooks = options.hooks ?? new HookRegistry();
+  }
+
+  /**
+   * Adds or replaces a tool. Same name in the same toolset replaces silently
+   * (module reload). Same name in another toolset is allowed only between two
+   * `mcp-*` toolsets or with `override` (operator opt-in for a plugin to
+   * replace a built-in); otherwise the registration is rejected, an error is
+   * logged and the existing tool stays.
+   *
+   * @returns whether the registration was accepted.
+   */
+  register(reg: ToolRegistration): boolean {
+    if (reg.name === '' || reg.toolset === '') {
+      this.#logger.error({ tool: reg.name, toolset: reg.toolset }, 'tool registration rejected: empty name or toolset');
+      return false;
+    }
+    const existing = this.#tools.get(reg.name);
+    if (existing !== undefined && existing.toolset !== reg.toolset) {
+      const bothMcp = existing.toolset.startsWith('mcp-') && reg.toolset.startsWith('mcp-');
+      if (!bothMcp && reg.override !== true) {
+        this.#logger.error(
+          { tool: reg.name, toolset: reg.toolset, existingToolset: existing.toolset },
+          `tool registration rejected: ${reg.name} is already registered by toolset ${existing.toolset}; set override to replace it`,
+        );
+        return false;
+      }
+      this.#logger.warn(
+        { tool: reg.name, toolset: reg.toolset, existingToolset: existing.toolset },
+        `tool ${reg.name} from toolset ${existing.toolset} replaced by toolset ${reg.toolset}`,
+      );
+    }
+    this.#tools.set(reg.name, { ...reg, description: reg.description ?? reg.schema.description });
+    return true;
+  }
+
+  /** Removes a tool (an MCP server went away, a plugin unloaded); returns whether it existed. */
+  unregister(name: string): boolean {
+    return this.#tools.delete(name);
+  }
+
+  has(name: string): boolean {
+    return this.#tools.has(name);
+  }
+
+  get(name: string): RegisteredTool | undefined {
+    return this.#tools.get(name);
+  }
+
+  /** Registered tool names, sorted. */
+  names(): string[] {
+    return [...this.#tools.keys()].sort();
+  }
+
+  toolsetOf(name: string): string | undefined {
+    return this.#tools.get(name)?.toolset;
+  }
+
+  /** Whether a registered tool's check passes now (cached per the check rules); false for unknown tools. */
+  async isAvailable(name: string): Promise<boolean> {
+    const tool = this.#tools.get(name);
+    if (tool === undefined) return false;
+    return this.#checkAvailability(tool);
+  }
+
+  /**
+   * OpenAI function-calling definitions for the given names, sorted by name.
+   * Unknown names and tools whose check fails are skipped; dynamic schema
+   * overrides are applied (a throwing override keeps the static schema).
+   */
+  async getDefinitions(names: Iterable<string>): Promise<OpenAiTool[]> {
+    const tools = [...new Set(names)]
+      .sort()
+      .map((name) => this.#tools.get(name))
+      .filter((tool): tool is RegisteredTool => tool !== undefined);
+    // All checks start together (see #checksInFlight); a slow provider check does not serialise the rest.
+    const available = await Promise.all(tools.map((tool) => this.#checkAvailability(tool)));
+    return tools
+      .filter((_, i) => available[i] === true)
+      .map((tool) => ({ type: 'function' as const, function: this.#emitSchema(tool) }));
+  }
+
+  /**
+   * Runs a tool call and returns the string the model sees; never throws.
+   *
+   * Order: agent-loop and unknown-tool refusals; argument coercion;
+   * `pre_tool_call` hooks (may block); the handler; `post_tool_call` hooks;
+   * `transform_tool_result` hooks; the result cap. A handler throw becomes
+   * `Tool execution failed: ErrorType: message`; a failure anywhere else
+   * (coercion, hooks, a non-string result) becomes `Error executing NAME: message`.
+   * Both are sanitised, so they carry one `[TOOL_ERROR] ` prefix.
+   */
+  async dispatch(name: string, args: unknown, context: ToolContext): Promise<string> {
+    // Checked before the lookup so the reserved names give the useful message even when not registered.
+    if (AGENT_LOOP_TOOLS.has(name)) return errorResult(`${name} must be handled by the agent loop`);
+    const tool = this.#tools.get(name);
+    if (tool === undefined) return errorResult(`Unknown tool: ${name}`);
+
+    try {
+      const coerced = coerceArguments(args, tool.schema.parameters);
+      // Hooks get a frozen copy: a pre hook must not rewrite what the handler receives.
+      const event = {
+        toolName: name,
+        args: Object.freeze({ ...coerced }),
+        taskId: context.taskId,
+        sessionId: context.sessionId,
+      };
+      const blocked = await this.hooks.runPreToolCall(event);
+      if (blocked !== undefined) {
+        context.logger.info({ tool: name }, 'tool call blocked by pre_tool_call hook');
+        return errorResult(blocked);
+      }
+
+      const startedMs = this.#nowMs();
+      let result: unknown;
+      try {
+        result = await tool.handler(coerced, context);
+      } catch (err) {
+        context.logger.warn({ err, tool: name }, 'tool handler failed');
+        return errorResult(sanitizeErrorText(`Tool execution failed: ${errorTypeName(err)}: ${errorMessage(err)}`));
+      }
+      if (typeof result !== 'string') {
+        // Plugins in plain JavaScript can return anything; the model only ever gets strings.
+        throw new TypeError(`handler returned ${describeType(result)}, expected a string`);
+      }
+      const durationMs = this.#nowMs() - startedMs;
+
+      await this.hooks.runPostToolCall({ ...event, durationMs, result });
+      const transformed = await this.hooks.runTransformToolResult({ ...event, durationMs, result });
+      return capToolResult(transformed ?? result, tool.maxResultSizeChars ?? DEFAULT_MAX_RESULT_SIZE_CHARS);
+    } catch (err) {
+      context.logger.warn({ err, tool: name }, 'tool dispatch failed');
+      return errorResult(sanitizeErrorText(`Error executing ${name}: ${errorMessage(err)}`));
+    }
+  }
+
+  #emitSchema(tool: RegisteredTool): ToolSchema {
+    const base: ToolSchema = { name: tool.name, description: tool.description, parameters: tool.schema.parameters };
+    const override = tool.dynamicSchemaOverrides;
+    if (override === undefined) return base;
+    try {
+      const patched: unknown = override(base);
+      if (!isToolSchemaLike(patched)) throw new TypeError('override returned something that is not a tool schema');
+      // The registered name is the dispatch key; a schema that renamed the tool would make it uncallable.
+      return { name: tool.name, description: patched.description, parameters: patched.parameters };
+    } catch (err) {
+      this.#logger.warn({ err, tool: tool.name }, 'dynamic schema override failed; using the static schema');
+      return base;
+    }
+  }
+
+  #checkAvailability(tool: RegisteredTool): Promise<boolean> {
+    const check = tool.checkFn;
+    if (check === undefined) return Promise.resolve(true);
+    return this.#evaluateCheck(check, tool.name);
+  }
+
+  #evaluateCheck(check: CheckFn, toolName: string): Promise<boolean> {
+    const cached = this.#checkStates.get(check)?.cached;
+    if (cached !== undefined && this.#nowMs() < cached.expiresAtMs) return Promise.resolve(cached.value);
+    const inFlight = this.#checksInFlight.get(check);
+    if (inFlight !== undefined) return inFlight;
+    const run = this.#runCheck(check, toolName).finally(() => this.#checksInFlight.delete(check));
+    this.#checksInFlight.set(check, run);
+    return run;
+  }
+
+  async #runCheck(check: CheckFn, toolName: string): Promise<boolean> {
+    let passed: boolean;
+    let failure: unknown;
+    try {
+      passed = Boolean(await check());
+    } catch (err) {
+      passed = false;
+      failure = err;
+    }
+    const nowMs = this.#nowMs();
+    let state = this.#checkStates.get(check);
+    if (state === undefined) {
+      state = {};
+      this.#checkStates.set(check, state);
+    }
+    if (passed) {
+      state.lastTrueAtMs = nowMs;
+      state.cached = { value: true, expiresAtMs: nowMs + CHECK_CACHE_TTL_MS };
+      return true;
+    }
+    if (state.lastTrueAtMs !== undefined && nowMs - state.lastTrueAtMs < CHECK_FLAKE_WINDOW_MS) {
+      // Not cached: the next listing asks again, so a real outage shows up once the window closes.
+      state.cached = undefined;
+      this.#logger.warn(
+        { tool: toolName, err: failure, sinceLastTrueMs: nowMs - state.lastTrueAtMs },
+        'availability check failed shortly after passing; treating it as a flake and keeping the tool',
+      );
+      return true;
+    }
+    state.cached = { value: false, expiresAtMs: nowMs + CHECK_CACHE_TTL_MS };
+    if (failure !== undefined) {
+      this.#logger.warn({ tool: toolName, err: failure }, 'availability check threw; tool unavailable');
+    }
+    return false;
+  }
+}
+
+/**
+ * Results longer than the cap keep their first `maxChars` characters, then a
+ * notice on its own lines:
+ *
+ *     \n\n... [RESULT TRUNCATED - N chars omitted out of M total] ...
+ *
+ * The notice comes on top of the cap, so the kept text is exactly the cap and
+ * the model learns both that and how much it did not see. The same wording as
+ * the terminal's output notice, so models recognise it.
+ */
+export function capToolResult(result: string, maxChars: number): string {
+  if (result.length <= maxChars) return result;
+  let end = maxChars;
+  // Never split a surrogate pair: a lone surrogate is not valid UTF-8 on the wire.
+  const last = result.charCodeAt(end - 1);
+  if (last >= 0xd800 && last <= 0xdbff) end -= 1;
+  const omitted = result.length - end;
+  return `${result.slice(0, end)}\n\n... [RESULT TRUNCATED - ${omitted} chars omitted out of ${result.length} total] ...`;
+}
+
+/** Error results are JSON objects with one `error` field, built by JSON.stringify so any text stays valid JSON. */
+function errorResult(message: string): string {
+  return JSON.stringify({ error: message });
+}
+
+/**
+ * The error's type name for "ErrorType: message". Subclasses that do not set
+ * `name` still report their class (`class QuotaError extends Error {}` gives
+ * QuotaError); a thrown non-Error is reported as `Error`.
+ */
+function errorTypeName(err: unknown): string {
+  if (!(err instanceof Error)) return 'Error';
+  if (err.name !== '' && err.name !== 'Error') return err.name;
+  const className = (err.constructor as { name?: unknown } | undefined)?.name;
+  return typeof className === 'string' && className !== '' ? className : 'Error';
+}
+
+function errorMessage(err: unknown): string {
+  if (err instanceof Error) return err.message;
+  if (typeof err === 'string') return err;
+  try {
+    return JSON.stringify(err) ?? String(err);
+  } catch {
+    return String(err);
+  }
+}
+
+function describeType(value: unknown): string {
+  if (value === null) return 'null';
+  if (Array.isArray(value)) return 'an array';
+  return typeof value === 'object' ? 'an object' : typeof value;
+}
+
+function isToolSchemaLike(value: unknown): value is ToolSchema {
+  if (typeof value !== 'object' || value === null) return false;
+  const candidate = value as { description?: unknown; parameters?: unknown };
+  return (
+    typeof candidate.description === 'string' &&
+    typeof candidate.parameters === 'object' &&
+    candidate.parameters !== null
+  );
+}
+
+// ---------------------------------------------------------------------------
+// Agent-loop tool stubs
+// ---------------------------------------------------------------------------
+
+const TODO_PARAMETERS: JsonSchema = {
+  type: 'object',
+  properties: {
+    todos: {
+      type: 'array',
+      description:
+        'The task list to write. Omit to read the current list. Each item has an id, the task text and its status.',
+      items: {
+        type: 'object',
+        properties: {
+          id: { type: 'string', description: 'Stable identifier of the item, used to update it later.' },
+          content: { type: 'string', description: 'What needs to be done.' },
+          status: {
+            type: 'string',
+            enum: ['pending', 'in_progress', 'completed', 'cancelled'],
+            description: 'Where the item stands.',
+          },
+        },
+        required: ['id', 'content', 'status'],
+      },
+    },
+    merge: {
+      type: 'boolean',
+      default: false,
+      description:
+        'true: update items with matching ids and append new ones. false: replace the whole list with todos.',
+    },
+  },
+  required: [],
+};
+
+const MEMORY_PARAMETERS: JsonSchema = {
+  type: 'object',
+  properties: {
+    action: {
+      type: 'string',
+      enum: ['add', 'replace', 'remove'],
+      description: 'add a new entry, replace the entry containing old_text, or remove it.',
+    },
+    target: {
+      type: 'string',
+      enum: ['memory', 'user'],
+      description: 'memory: your own notes about the environment and work. user: what you learned about the user.',
+    },
+    content: { type: 'string', description: 'The entry text (for add and replace).' },
+    old_text: {
+      type: 'string',
+      description: 'A short unique piece of the existing entry to replace or remove.',
+    },
+  },
+  required: ['action', 'target'],
+};
+
+const SESSION_SEARCH_PARAMETERS: JsonSchema = {
+  type: 'object',
+  properties: {
+    query: {
+      type: 'string',
+      description: 'Words to search for in earlier sessions. Omit to list the most recent sessions.',
+    },
+    limit: {
+      type: 'integer',
+      minimum: 1,
+      maximum: 10,
+      default: 3,
+      description: 'How many sessions to summarise.',
+    },
+  },
+  required: [],
+};
+
+const DELEGATE_TASK_PARAMETERS: JsonSchema = {
+  type: 'object',
+  properties: {
+    goal: { type: 'string', description: 'What the sub-agent must achieve, stated so it can work without this conversation.' },
+    context: {
+      type: 'string',
+      description: 'Facts the sub-agent needs: file paths, constraints, what has been tried.',
+    },
+    toolsets: {
+      type: 'array',
+      items: { type: 'string' },
+      description: 'Toolsets the sub-agent may use (for example terminal, file, web). Defaults to yours.',
+    },
+    tasks: {
+      type: 'array',
+      description: 'Several independent tasks to run in parallel, each with its own goal; use instead of goal.',
+      items: {
+        type: 'object',
+        properties: {
+          goal: { type: 'string' },
+          context: { type: 'string' },
+          toolsets: { type: 'array', items: { type: 'string' } },
+        },
+        required: ['goal'],
+      },
+    },
+  },
+  required: [],
+};
+
+const AGENT_LOOP_STUBS: readonly { toolset: string; schema: ToolSchema }[] = [
+  {
+    toolset: 'todo',
+    schema: {
+      name: 'todo',
+      description:
+        'Read or write your task list for this session. Use it for work with three or more steps: write the plan, ' +
+        'mark one item in_progress at a time and completed when done.',
+      parameters: TODO_PARAMETERS,
+    },
+  },
+  {
+    toolset: 'memory',
+    schema: {
+      name: 'memory',
+      description:
+        'Keep durable notes that persist across sessions: facts about the environment, conventions, and the ' +
+        "user's preferences. Save what will matter later, not task progress.",
+      parameters: MEMORY_PARAMETERS,
+    },
+  },
+  {
+    toolset: 'session_search',
+    schema: {
+      name: 'session_search',
+      description:
+        'Search earlier conversations with this user and get summaries of the matching sessions. Use it when the ' +
+        'user refers to something from a past session.',
+      parameters: SESSION_SEARCH_PARAMETERS,
+    },
+  },
+  {
+    toolset: 'delegation',
+    schema: {
+      name: 'delegate_task',
+      description:
+        'Hand a self-contained task to a sub-agent with a fresh context and get its final summary back. The ' +
+        'sub-agent sees only goal and context, not this conversation.',
+      parameters: DELEGATE_TASK_PARAMETERS,
+    },
+  },
+];
+
+/**
+ * Registers the schemas of the agent-loop tools (`todo`, `memory`,
+ * `session_search`, `delegate_task`) so listings include them. Their handlers
+ * only return the agent-loop error; dispatch answers before reaching them.
+ */
+export function registerAgentLoopToolStubs(registry: ToolRegistry): void {
+  for (const { toolset, schema } of AGENT_LOOP_STUBS) {
+    registry.register({
+      name: schema.name,
+      toolset,
+      schema,
+      handler: () => errorResult(`${schema.name} must be handled by the agent loop`),
+    });
+  }
+}
