@@ -150,6 +150,7 @@ export function applyEnvOverrides(raw: Record<string, unknown>, env: NodeJS.Proc
   if (env.BERTH_HOST) setPath(out, ['server', 'host'], env.BERTH_HOST);
   if (env.BERTH_PORT) setPath(out, ['server', 'port'], env.BERTH_PORT);
   if (env.BERTH_LOG_LEVEL) setPath(out, ['log_level'], env.BERTH_LOG_LEVEL);
+  if (env.BERTH_STATE_ROOT) setPath(out, ['executor', 'state_root'], env.BERTH_STATE_ROOT);
   if (env.BERTH_EXECUTOR_SECRET) setPath(out, ['executor', 'shared_secret'], env.BERTH_EXECUTOR_SECRET);
   return out;
 }

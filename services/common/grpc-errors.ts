@@ -39,12 +39,18 @@ export function toServerError(err: unknown, logger: Logger, method: string): Ser
   return new ServerError(Status.INTERNAL, 'Internal error; the server log has the details');
 }
 
-/** Server middleware applying {@link toServerError} to every method. */
-export function errorBoundary(logger: Logger): ServerMiddleware {
+/**
+ * Server middleware applying {@link toServerError} to every method. Calls cut
+ * short by server shutdown end UNAVAILABLE, so clients know to retry elsewhere.
+ */
+export function errorBoundary(logger: Logger, shutdownSignal?: AbortSignal): ServerMiddleware {
   return async function* errorBoundaryMiddleware(call, context: CallContext) {
     try {
       return yield* call.next(call.request, context);
     } catch (err) {
+      if (shutdownSignal?.aborted && !(err instanceof BerthError) && !(err instanceof ServerError)) {
+        throw new ServerError(Status.UNAVAILABLE, 'Berth is shutting down; retry the call');
+      }
       throw toServerError(err, logger, call.method.path);
     }
   };

@@ -1,0 +1,45 @@
+# The verbs people type. Each target does the set-up it needs first.
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+TS_SOURCES := $(shell find services test -name '*.ts' -not -path '*/node_modules/*' 2>/dev/null)
+
+.PHONY: help setup build run test test-unit lint proto proto-check image bench clean
+
+help: ## List the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
+
+node_modules/.package-lock.json: package.json package-lock.json
+	npm ci --no-audit --no-fund
+	@touch $@
+
+dist/.built: node_modules/.package-lock.json tsconfig.json $(TS_SOURCES)
+	npx tsc -p tsconfig.json
+	@touch $@
+
+setup: dist/.built ## Install dependencies and build (bin/berth works after this)
+
+build: dist/.built ## Compile TypeScript to dist/
+
+run: setup ## Start berth serve: dispatcher + local executor on 127.0.0.1:7700
+	bin/berth serve
+
+test: setup ## Run every test tier; non-zero on any failure
+	bash test/run.sh
+
+test-unit: setup ## Unit tests only (fast)
+	bash test/run.sh unit
+
+lint: setup ## ESLint with zero warnings, buf lint
+	npx eslint --max-warnings 0 .
+	npx buf lint
+
+proto: node_modules/.package-lock.json ## Regenerate services/gen from proto/
+	npx buf lint
+	npx buf generate
+	npx buf build -o services/gen/descriptor.binpb
+
+proto-check: proto ## Fail if the committed generated code differs from proto/
+	@git diff --exit-code --stat -- services/gen || { echo "services/gen is stale: run 'make proto' and commit"; exit 1; }
+
+clean: ## Remove build output
+	rm -rf dist

@@ -1,0 +1,273 @@
+/**
+ * The `berth` command. Servers: serve, dispatcher, executor. Clients: tools,
+ * call. Usage errors and transport failures exit non-zero with one line on
+ * stderr; a completed tool call exits 0 even when its result holds an error.
+ */
+import { parseArgs, type ParseArgsConfig } from 'node:util';
+import { randomBytes } from 'node:crypto';
+import { createRequire } from 'node:module';
+import { ClientError, Metadata, Status, createChannel, createClient } from 'nice-grpc';
+import { ConfigError, loadConfig, BACKEND_NAMES, type BerthConfig, type BackendName } from '../common/config.js';
+import { CHANNEL_OPTIONS } from '../common/grpc-server.js';
+import { createLogger, type Logger } from '../common/logging.js';
+import { DispatcherDefinition } from '../gen/berth/v1/dispatcher.js';
+import { startDispatcher } from '../dispatcher/dispatcher-main.js';
+import { startExecutor } from '../executor/executor-main.js';
+
+const DEFAULT_SERVER = '127.0.0.1:7700';
+
+const HELP = `berth — runs AI agents' tool calls in sandboxes, as a gRPC service
+
+Usage:
+  berth serve [--port N] [--host H] [--config FILE] [--backend NAME] [--log-level L]
+      Dispatcher plus one in-process executor (backend local by default) on
+      127.0.0.1:7700. The two still talk gRPC over loopback.
+  berth dispatcher [--config FILE] [--port N] [--host H] [--log-level L]
+      Dispatcher only; executors come from 'executors:' in the config file.
+  berth executor --backend NAME [--config FILE] [--port N] [--host H] [--log-level L]
+      One executor for one terminal backend (default port 7701).
+  berth tools [--toolsets a,b] [--disable a,b]
+      Print the OpenAI tool schemas the server offers, as a JSON array.
+  berth call TOOL [ARGS_JSON] [--task ID] [--session ID]
+      Run one tool call and print its result JSON. ARGS_JSON defaults to {}.
+      Exit 0 when the call completed (even if the result holds an error).
+
+Client options:
+  --server ADDR     dispatcher address (env BERTH_SERVER, default ${DEFAULT_SERVER})
+  --api-key KEY     sent as 'authorization: Bearer KEY' (env BERTH_API_KEY)
+
+Config: one YAML file (--config or BERTH_CONFIG); TERMINAL_* and BERTH_* env
+variables override it. Backends: ${BACKEND_NAMES.join(', ')}.
+
+Examples:
+  berth serve
+  berth tools --toolsets terminal,file
+  berth call terminal '{"command":"cd /tmp && export FOO=bar"}' --task t1
+  berth call terminal '{"command":"pwd; echo $FOO"}' --task t1
+`;
+
+class UsageError extends Error {}
+
+function version(): string {
+  const require = createRequire(import.meta.url);
+  return (require('../../../package.json') as { version: string }).version;
+}
+
+function list(value: string | undefined): string[] {
+  return (value ?? '').split(',').map((s) => s.trim()).filter(Boolean);
+}
+
+function parse<T extends NonNullable<ParseArgsConfig['options']>>(argv: string[], options: T) {
+  try {
+    return parseArgs({ args: argv, options: { ...options, help: { type: 'boolean', short: 'h' } }, allowPositionals: true, strict: true });
+  } catch (err) {
+    throw new UsageError((err as Error).message);
+  }
+}
+
+function portOf(value: string | undefined, fallback: number): number {
+  if (value === undefined) return fallback;
+  const n = Number(value);
+  if (!Number.isInteger(n) || n < 0 || n > 65535) throw new UsageError(`--port must be 0-65535, got '${value}'`);
+  return n;
+}
+
+function loadServerConfig(values: { config?: string | undefined; backend?: string | undefined; 'log-level'?: string | undefined }): BerthConfig {
+  const env = { ...process.env };
+  if (values.backend !== undefined) {
+    if (!(BACKEND_NAMES as readonly string[]).includes(values.backend)) {
+      throw new UsageError(`--backend must be one of ${BACKEND_NAMES.join(', ')}; got '${values.backend}'`);
+    }
+    env.TERMINAL_ENV = values.backend;
+  }
+  if (values['log-level'] !== undefined) env.BERTH_LOG_LEVEL = values['log-level'];
+  return loadConfig(values.config, env);
+}
+
+/** Resolves when SIGINT/SIGTERM arrives. */
+function untilSignal(logger: Logger): Promise<void> {
+  return new Promise((resolve) => {
+    const stop = (sig: string) => {
+      logger.info({ signal: sig }, 'shutting down');
+      resolve();
+    };
+    process.once('SIGINT', () => stop('SIGINT'));
+    process.once('SIGTERM', () => stop('SIGTERM'));
+  });
+}
+
+const serverOptions = {
+  port: { type: 'string' },
+  host: { type: 'string' },
+  config: { type: 'string' },
+  backend: { type: 'string' },
+  'log-level': { type: 'string' },
+} as const;
+
+async function cmdServe(argv: string[]): Promise<number> {
+  const { values } = parse(argv, serverOptions);
+  if (values.help) return printHelp();
+  const config = loadServerConfig(values);
+  const logger = createLogger(config.log_level);
+  const secret = randomBytes(24).toString('hex');
+  const executor = await startExecutor({ config, logger, host: '127.0.0.1', port: 0, sharedSecret: secret });
+  const dispatcher = await startDispatcher({
+    config,
+    logger,
+    host: values.host ?? config.server.host,
+    port: portOf(values.port, config.server.port),
+    executors: [{ address: executor.address, backend: config.terminal.backend, sharedSecret: secret }],
+  });
+  // Tests and scripts read this line to find an ephemeral port.
+  process.stdout.write(`berth serving on ${dispatcher.address} (backend ${config.terminal.backend})\n`);
+  await untilSignal(logger);
+  await dispatcher.close();
+  await executor.close();
+  return 0;
+}
+
+async function cmdDispatcher(argv: string[]): Promise<number> {
+  const { values } = parse(argv, serverOptions);
+  if (values.help) return printHelp();
+  const config = loadServerConfig(values);
+  if (config.executors.length === 0) {
+    throw new UsageError("no executors configured: list them under 'executors:' in the config file, or use 'berth serve'");
+  }
+  const logger = createLogger(config.log_level);
+  const dispatcher = await startDispatcher({
+    config,
+    logger,
+    host: values.host ?? config.server.host,
+    port: portOf(values.port, config.server.port),
+    executors: config.executors.map((e) => ({
+      address: e.address,
+      backend: e.backend as BackendName,
+      sharedSecret: config.executor.shared_secret,
+    })),
+  });
+  process.stdout.write(`berth dispatcher serving on ${dispatcher.address}\n`);
+  await untilSignal(logger);
+  await dispatcher.close();
+  return 0;
+}
+
+async function cmdExecutor(argv: string[]): Promise<number> {
+  const { values } = parse(argv, serverOptions);
+  if (values.help) return printHelp();
+  if (values.backend === undefined) throw new UsageError('executor needs --backend NAME');
+  const config = loadServerConfig(values);
+  const logger = createLogger(config.log_level);
+  const host = values.host ?? config.executor.host;
+  if (!config.executor.shared_secret && !['127.0.0.1', 'localhost', '::1'].includes(host)) {
+    logger.warn({ host }, 'executor listens beyond loopback without executor.shared_secret: anyone who can reach it can run commands');
+  }
+  const executor = await startExecutor({
+    config,
+    logger,
+    host,
+    port: portOf(values.port, config.executor.port),
+    sharedSecret: config.executor.shared_secret,
+  });
+  process.stdout.write(`berth executor (${config.terminal.backend}) serving on ${executor.address}\n`);
+  await untilSignal(logger);
+  await executor.close();
+  return 0;
+}
+
+function clientFor(server: string | undefined) {
+  const address = server ?? process.env.BERTH_SERVER ?? DEFAULT_SERVER;
+  const channel = createChannel(address, undefined, CHANNEL_OPTIONS);
+  return { address, channel, client: createClient(DispatcherDefinition, channel) };
+}
+
+function metadataFor(apiKey: string | undefined): Metadata {
+  const metadata = new Metadata();
+  const key = apiKey ?? process.env.BERTH_API_KEY;
+  if (key) metadata.set('authorization', `Bearer ${key}`);
+  return metadata;
+}
+
+const clientOptions = { server: { type: 'string' }, 'api-key': { type: 'string' } } as const;
+
+async function cmdTools(argv: string[]): Promise<number> {
+  const { values } = parse(argv, { ...clientOptions, toolsets: { type: 'string' }, disable: { type: 'string' } });
+  if (values.help) return printHelp();
+  const { channel, client } = clientFor(values.server);
+  try {
+    const r = await client.listTools(
+      { enabledToolsets: list(values.toolsets), disabledToolsets: list(values.disable) },
+      { metadata: metadataFor(values['api-key']) },
+    );
+    if (r.unknownToolsets.length > 0) {
+      process.stderr.write(`berth: unknown toolsets ignored: ${r.unknownToolsets.join(', ')}\n`);
+    }
+    process.stdout.write(`${JSON.stringify(JSON.parse(r.toolsJson), null, 2)}\n`);
+    return 0;
+  } finally {
+    channel.close();
+  }
+}
+
+async function cmdCall(argv: string[]): Promise<number> {
+  const { values, positionals } = parse(argv, { ...clientOptions, task: { type: 'string' }, session: { type: 'string' } });
+  if (values.help) return printHelp();
+  const [tool, args = '{}', ...rest] = positionals;
+  if (!tool) throw new UsageError("call needs a tool name, e.g. berth call terminal '{\"command\":\"ls\"}'");
+  if (rest.length > 0) throw new UsageError(`unexpected arguments: ${rest.join(' ')} (quote ARGS_JSON as one argument)`);
+  const { channel, client } = clientFor(values.server);
+  const abort = new AbortController();
+  const onSigint = () => abort.abort();
+  process.once('SIGINT', onSigint);
+  try {
+    const r = await client.callTool(
+      { name: tool, argumentsJson: args, taskId: values.task ?? 'default', sessionId: values.session ?? '' },
+      { metadata: metadataFor(values['api-key']), signal: abort.signal },
+    );
+    process.stdout.write(`${r.resultJson}\n`);
+    return 0;
+  } finally {
+    process.off('SIGINT', onSigint);
+    channel.close();
+  }
+}
+
+function printHelp(): number {
+  process.stdout.write(HELP);
+  return 0;
+}
+
+const COMMANDS: Record<string, (argv: string[]) => Promise<number>> = {
+  serve: cmdServe,
+  dispatcher: cmdDispatcher,
+  executor: cmdExecutor,
+  tools: cmdTools,
+  call: cmdCall,
+};
+
+export async function main(argv: string[]): Promise<number> {
+  const [command, ...rest] = argv;
+  if (command === undefined || command === 'help' || command === '--help' || command === '-h') return printHelp();
+  if (command === '--version' || command === 'version') {
+    process.stdout.write(`berth ${version()}\n`);
+    return 0;
+  }
+  const run = COMMANDS[command];
+  try {
+    if (!run) throw new UsageError(`unknown command '${command}'; try 'berth --help'`);
+    return await run(rest);
+  } catch (err) {
+    process.stderr.write(`berth: ${describeError(err)}\n`);
+    return err instanceof UsageError || err instanceof ConfigError ? 2 : 1;
+  }
+}
+
+function describeError(err: unknown): string {
+  if (err instanceof ClientError) {
+    if (err.code === Status.UNAVAILABLE) {
+      return `cannot reach the Berth server (${err.details}); is 'berth serve' running? Set --server or BERTH_SERVER`;
+    }
+    return `${Status[err.code]}: ${err.details}`;
+  }
+  if (err instanceof Error) return err.message;
+  return String(err);
+}

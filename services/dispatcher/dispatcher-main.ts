@@ -1,0 +1,90 @@
+/** Starts a dispatcher: tool registry, executor clients, the public gRPC server. */
+import { createChannel, createClientFactory, type ClientMiddleware } from 'nice-grpc';
+import type { BerthConfig, BackendName } from '../common/config.js';
+import { CHANNEL_OPTIONS, createBerthServer, EXECUTOR_SECRET_HEADER } from '../common/grpc-server.js';
+import type { Logger } from '../common/logging.js';
+import { DispatcherDefinition } from '../gen/berth/v1/dispatcher.js';
+import { ExecutorDefinition } from '../gen/berth/v1/executor.js';
+import { Dispatcher } from './dispatcher.js';
+import { createDispatcherService } from './dispatcher-service.js';
+import { ExecutorRouter, type ExecutorEndpoint } from './executor-router.js';
+import { ToolRegistry } from './registry.js';
+import { TenantDirectory } from './tenants.js';
+import { registerBuiltinTools } from './tools/builtin-tools.js';
+
+export interface ExecutorTarget {
+  readonly address: string;
+  readonly backend: BackendName;
+  readonly sharedSecret: string;
+}
+
+export interface DispatcherStartOptions {
+  readonly config: BerthConfig;
+  readonly logger: Logger;
+  readonly host: string;
+  readonly port: number;
+  readonly executors: readonly ExecutorTarget[];
+}
+
+export interface RunningDispatcher {
+  readonly address: string;
+  readonly port: number;
+  readonly dispatcher: Dispatcher;
+  /** Cancels in-flight calls (their commands are killed) and stops serving. */
+  close(graceMs?: number): Promise<void>;
+}
+
+function secretMiddleware(secret: string): ClientMiddleware {
+  return async function* addExecutorSecret(call, options) {
+    const metadata = options.metadata;
+    if (secret && metadata) metadata.set(EXECUTOR_SECRET_HEADER, secret);
+    return yield* call.next(call.request, { ...options, metadata });
+  };
+}
+
+export async function startDispatcher(options: DispatcherStartOptions): Promise<RunningDispatcher> {
+  const { config } = options;
+  const logger = options.logger.child({ component: 'dispatcher' });
+  const channels = options.executors.map((t) => createChannel(t.address, undefined, CHANNEL_OPTIONS));
+  const endpoints: ExecutorEndpoint[] = options.executors.map((t, i) => ({
+    id: t.address,
+    backend: t.backend,
+    healthy: true,
+    client: createClientFactory().use(secretMiddleware(t.sharedSecret)).create(ExecutorDefinition, channels[i]!),
+  }));
+  const tenants = new TenantDirectory(config);
+  const router = new ExecutorRouter(endpoints, (tenant) => tenants.policyFor(tenant));
+  const registry = new ToolRegistry({ logger });
+  registerBuiltinTools(registry, config);
+  const dispatcher = new Dispatcher({ registry, router, terminal: config.terminal, logger });
+
+  const shutdown = new AbortController();
+  const { server } = createBerthServer(logger, shutdown.signal, [DispatcherDefinition.fullName]);
+  server
+    .with(tenants.middleware())
+    .add(DispatcherDefinition, createDispatcherService(dispatcher, logger, shutdown.signal));
+  const port = await server.listen(`${options.host}:${options.port}`);
+  const address = `${options.host}:${port}`;
+  logger.info({ address, executors: options.executors.map((e) => e.address) }, 'dispatcher listening');
+
+  let closing: Promise<void> | undefined;
+  return {
+    address,
+    port,
+    dispatcher,
+    close(graceMs = config.server.shutdown_grace_ms) {
+      closing ??= (async () => {
+        // Stop taking calls, give in-flight ones a moment, then cancel them (their commands get killed).
+        const graceful = server.shutdown();
+        const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms).unref());
+        await Promise.race([graceful, sleep(graceMs)]);
+        shutdown.abort();
+        // Let cancelled handlers send their UNAVAILABLE before the transport goes.
+        await Promise.race([graceful, sleep(500)]);
+        server.forceShutdown();
+        for (const c of channels) c.close();
+      })();
+      return closing;
+    },
+  };
+}

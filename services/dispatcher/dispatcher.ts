@@ -1,0 +1,139 @@
+/**
+ * The dispatcher's core, free of gRPC: lists tools, runs tool calls for a
+ * tenant's task on the right executor, interrupts and ends tasks. The gRPC
+ * service (dispatcher-service.ts) is a thin adapter over this.
+ */
+import { performance } from 'node:perf_hooks';
+import type { TerminalConfig } from '../common/config.js';
+import { InvalidArgumentError } from '../common/errors.js';
+import type { Logger } from '../common/logging.js';
+import type { ExecutorRouter } from './executor-router.js';
+import { ExecutorTaskClient } from './executor-task-client.js';
+import type { ToolRegistry } from './registry.js';
+import { getToolDefinitions } from './toolsets.js';
+import type { ToolContext } from './tool-types.js';
+
+/** Task ids are opaque to us but bounded: they end up in paths and labels on the executor. */
+const TASK_ID_PATTERN = /^[A-Za-z0-9_.:@=+-]{1,128}$/;
+
+/** Arguments larger than this are refused before parsing (10 MB strings must not stall the server). */
+export const MAX_ARGUMENTS_BYTES = 8 * 1024 * 1024;
+
+export interface CallToolInput {
+  readonly name: string;
+  readonly argumentsJson: string;
+  readonly taskId: string;
+  readonly sessionId: string;
+}
+
+export interface CallOptions {
+  /** Client gone or server shutting down: in-flight work is cancelled. */
+  readonly signal: AbortSignal;
+  readonly onOutput?: (text: string) => void;
+}
+
+export interface DispatcherOptions {
+  readonly registry: ToolRegistry;
+  readonly router: ExecutorRouter;
+  readonly terminal: TerminalConfig;
+  readonly logger: Logger;
+}
+
+/** Parses a CallTool argument string the way models send them; never throws. */
+export function parseArguments(text: string): { args: unknown } | { error: string } {
+  if (text.trim() === '') return { args: {} };
+  try {
+    return { args: JSON.parse(text) as unknown };
+  } catch (err) {
+    return { error: `Invalid JSON in tool arguments: ${(err as Error).message}` };
+  }
+}
+
+export class Dispatcher {
+  readonly #registry: ToolRegistry;
+  readonly #router: ExecutorRouter;
+  readonly #logger: Logger;
+
+  constructor(options: DispatcherOptions) {
+    this.#registry = options.registry;
+    this.#router = options.router;
+    this.#logger = options.logger;
+  }
+
+  get registry(): ToolRegistry {
+    return this.#registry;
+  }
+
+  async listTools(enabled: readonly string[], disabled: readonly string[]) {
+    return getToolDefinitions(this.#registry, {
+      enabled: enabled.length > 0 ? [...enabled] : undefined,
+      disabled: [...disabled],
+    });
+  }
+
+  /** Validates a client-supplied task id; the tenant namespaces it from here on. */
+  static checkTaskId(taskId: string): string {
+    const id = taskId === '' ? 'default' : taskId;
+    if (!TASK_ID_PATTERN.test(id)) {
+      throw new InvalidArgumentError(
+        'task_id must be 1-128 characters of A-Z a-z 0-9 and _ . : @ = + -',
+      );
+    }
+    return id;
+  }
+
+  async callTool(tenant: string, input: CallToolInput, options: CallOptions): Promise<string> {
+    const taskId = Dispatcher.checkTaskId(input.taskId);
+    if (Buffer.byteLength(input.argumentsJson, 'utf8') > MAX_ARGUMENTS_BYTES) {
+      throw new InvalidArgumentError(
+        `arguments_json is larger than ${MAX_ARGUMENTS_BYTES} bytes; send large content in several calls`,
+      );
+    }
+    const started = performance.now();
+    const { backend, client } = this.#router.route(tenant, taskId);
+    const log = this.#logger.child({ tenant, task: taskId, tool: input.name, backend });
+    let outcome = 'ok';
+    try {
+      const parsed = parseArguments(input.argumentsJson);
+      if ('error' in parsed) {
+        outcome = 'bad_arguments';
+        return JSON.stringify({ error: parsed.error });
+      }
+      const context: ToolContext = {
+        tenant,
+        taskId,
+        sessionId: input.sessionId,
+        task: new ExecutorTaskClient(client, { tenant, taskId }, options.signal),
+        signal: options.signal,
+        logger: log,
+        ...(options.onOutput ? { onOutput: options.onOutput } : {}),
+      };
+      const result = await this.#registry.dispatch(input.name, parsed.args, context);
+      if (result.startsWith('{"error"')) outcome = 'tool_error';
+      return result;
+    } catch (err) {
+      outcome = 'failed';
+      throw err;
+    } finally {
+      log.info({ durationMs: Math.round((performance.now() - started) * 100) / 100, outcome }, 'tool call');
+    }
+  }
+
+  /** Interrupts the task's running foreground work; returns how many commands were stopped. */
+  async interrupt(tenant: string, taskId: string): Promise<number> {
+    const id = Dispatcher.checkTaskId(taskId);
+    const { client } = this.#router.route(tenant, id);
+    const r = await client.interruptTask({ task: { tenant, taskId: id } });
+    this.#logger.info({ tenant, task: id, interrupted: r.interrupted }, 'interrupt');
+    return r.interrupted;
+  }
+
+  /** Releases the task's environment on its executor. */
+  async endTask(tenant: string, taskId: string): Promise<boolean> {
+    const id = Dispatcher.checkTaskId(taskId);
+    const { client } = this.#router.route(tenant, id);
+    const r = await client.releaseTask({ task: { tenant, taskId: id } });
+    this.#logger.info({ tenant, task: id, released: r.released }, 'end task');
+    return r.released;
+  }
+}

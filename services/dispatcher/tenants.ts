@@ -1,0 +1,70 @@
+/**
+ * API key → tenant. Keys are stored as SHA-256 hashes; with no tenants
+ * configured every caller is the single `default` tenant (single-user mode).
+ */
+import { timingSafeEqual } from 'node:crypto';
+import type { Metadata, ServerMiddleware } from 'nice-grpc';
+import type { BackendName, BerthConfig } from '../common/config.js';
+import { hashApiKey } from '../common/config.js';
+import { UnauthenticatedError } from '../common/errors.js';
+import type { TenantPolicy } from './executor-router.js';
+
+export const DEFAULT_TENANT = 'default';
+
+export interface TenantContext {
+  readonly tenant: string;
+}
+
+interface TenantEntry {
+  readonly id: string;
+  readonly keyHash: Buffer;
+  readonly allowedBackends?: readonly BackendName[];
+}
+
+export class TenantDirectory {
+  readonly #entries: TenantEntry[];
+  readonly #backend: BackendName;
+
+  constructor(config: Pick<BerthConfig, 'tenants' | 'terminal'>) {
+    this.#backend = config.terminal.backend;
+    this.#entries = config.tenants.map((t) => ({
+      id: t.id,
+      keyHash: Buffer.from(t.api_key_sha256, 'hex'),
+      ...(t.allowed_backends ? { allowedBackends: t.allowed_backends } : {}),
+    }));
+  }
+
+  get multiTenant(): boolean {
+    return this.#entries.length > 0;
+  }
+
+  /** Resolves the caller from `authorization: Bearer <key>`; throws UNAUTHENTICATED. */
+  authenticate(metadata: Metadata): string {
+    if (!this.multiTenant) return DEFAULT_TENANT;
+    const header = metadata.get('authorization');
+    const match = typeof header === 'string' ? /^Bearer\s+(\S+)$/i.exec(header) : null;
+    if (!match) throw new UnauthenticatedError('missing "authorization: Bearer <api key>" metadata');
+    const presented = Buffer.from(hashApiKey(match[1]!), 'hex');
+    // Compare against every entry in constant time each, so timing says nothing about which matched.
+    let found: string | undefined;
+    for (const e of this.#entries) {
+      if (timingSafeEqual(e.keyHash, presented) && found === undefined) found = e.id;
+    }
+    if (found === undefined) throw new UnauthenticatedError('unknown API key');
+    return found;
+  }
+
+  policyFor(tenant: string): TenantPolicy {
+    const entry = this.#entries.find((e) => e.id === tenant);
+    return { backend: this.#backend, ...(entry?.allowedBackends ? { allowedBackends: entry.allowedBackends } : {}) };
+  }
+
+  /** Server middleware that adds `tenant` to every call's context. */
+  middleware(): ServerMiddleware<TenantContext> {
+    const directory = this;
+    return async function* tenantMiddleware(call, context) {
+      const tenant = directory.authenticate(context.metadata);
+      return yield* call.next(call.request, { ...context, tenant });
+    };
+  }
+}

@@ -1,0 +1,346 @@
+/**
+ * End to end: `bin/berth serve` as a child process on an ephemeral port,
+ * driven through the CLI and a real gRPC client.
+ */
+import { after, before, describe, test } from 'node:test';
+import assert from 'node:assert/strict';
+import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { ClientError, Status, createChannel, createClient } from 'nice-grpc';
+import { HealthDefinition } from 'nice-grpc-server-health';
+import { startServe, BERTH_BIN, type ServeProcess } from '../support/serve-process.js';
+
+function isAlive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+async function waitFor<T>(what: string, fn: () => T | undefined | false, timeoutMs = 15_000): Promise<T> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const v = fn();
+    if (v !== undefined && v !== false) return v;
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+    await sleep(50);
+  }
+}
+
+async function waitForPidFile(path: string): Promise<number> {
+  return waitFor(`pid file ${path}`, () => {
+    if (!existsSync(path)) return undefined;
+    const n = Number(readFileSync(path, 'utf8').trim());
+    return Number.isInteger(n) && n > 0 ? n : undefined;
+  });
+}
+
+describe('berth serve (local backend)', () => {
+  let serve: ServeProcess;
+  let scratch: string;
+
+  before(async () => {
+    serve = await startServe();
+    scratch = mkdtempSync(join(tmpdir(), 'berth-e2e-scratch-'));
+  });
+
+  after(async () => {
+    await serve.stop();
+    rmSync(scratch, { recursive: true, force: true });
+  });
+
+  test('tools --toolsets terminal,file prints the OpenAI schemas of exactly those tools', async () => {
+    const r = await serve.cli(['tools', '--toolsets', 'terminal,file']);
+    assert.equal(r.code, 0, r.stderr);
+    const tools = JSON.parse(r.stdout) as Array<{ type: string; function: { name: string; parameters: unknown } }>;
+    assert.deepEqual(
+      tools.map((t) => t.function.name),
+      ['patch', 'process', 'read_file', 'search_files', 'terminal', 'write_file'],
+    );
+    for (const t of tools) {
+      assert.equal(t.type, 'function');
+      assert.equal(typeof t.function.parameters, 'object');
+    }
+  });
+
+  test('cwd and exported variables persist across calls of one task, and not into another task', async () => {
+    const first = await serve.cli(['call', 'terminal', '{"command":"cd /tmp && export FOO=bar"}', '--task', 't1']);
+    assert.equal(first.code, 0, first.stderr);
+    assert.equal(JSON.parse(first.stdout).exit_code, 0);
+    const second = await serve.cli(['call', 'terminal', '{"command":"pwd; echo $FOO"}', '--task', 't1']);
+    assert.deepEqual(JSON.parse(second.stdout), { output: '/tmp\nbar', exit_code: 0, error: null });
+    const other = await serve.cli(['call', 'terminal', '{"command":"echo \\"[$FOO]\\""}', '--task', 't2']);
+    assert.equal(JSON.parse(other.stdout).output, '[]');
+  });
+
+  test('a non-zero exit is a normal result with exit code 0 from the CLI', async () => {
+    const r = await serve.cli(['call', 'terminal', '{"command":"echo out; echo err >&2; exit 3"}', '--task', 'exit3']);
+    assert.equal(r.code, 0);
+    const result = JSON.parse(r.stdout);
+    assert.equal(result.exit_code, 3);
+    assert.match(result.output, /out\nerr/);
+  });
+
+  test('malformed JSON arguments give an error result, and the server keeps serving', async () => {
+    const r = await serve.cli(['call', 'terminal', '{"command": "ls"', '--task', 'bad']);
+    assert.equal(r.code, 0);
+    assert.match(JSON.parse(r.stdout).error, /^Invalid JSON in tool arguments/);
+    const ok = await serve.cli(['call', 'terminal', '{"command":"echo still here"}', '--task', 'bad']);
+    assert.equal(JSON.parse(ok.stdout).output, 'still here');
+  });
+
+  test('unknown tool gives the spec error string', async () => {
+    const r = await serve.cli(['call', 'no_such_tool', '{}']);
+    assert.equal(r.code, 0);
+    assert.deepEqual(JSON.parse(r.stdout), { error: 'Unknown tool: no_such_tool' });
+  });
+
+  test('wrong argument types get a clear error result', async () => {
+    const r = await serve.cli(['call', 'terminal', '{"command": 42}']);
+    assert.deepEqual(JSON.parse(r.stdout), {
+      output: '',
+      exit_code: -1,
+      error: 'Invalid command: expected string, got int',
+      status: 'error',
+    });
+  });
+
+  test('an invalid task id is a usage error with a one-line message', async () => {
+    const r = await serve.cli(['call', 'terminal', '{"command":"true"}', '--task', '../../etc']);
+    assert.notEqual(r.code, 0);
+    assert.match(r.stderr, /^berth: INVALID_ARGUMENT: task_id must be/);
+    assert.equal(r.stderr.trim().split('\n').length, 1);
+  });
+
+  test('a 10 MB argument string is refused clearly and the server keeps serving', async () => {
+    const big = JSON.stringify({ command: `echo ${'x'.repeat(10 * 1024 * 1024)}` });
+    await assert.rejects(
+      serve.client.callTool({ name: 'terminal', argumentsJson: big, taskId: 'big', sessionId: '' }),
+      (err: unknown) => err instanceof ClientError && err.code === Status.INVALID_ARGUMENT && /larger than/.test(err.details),
+    );
+    const r = await serve.client.callTool({
+      name: 'terminal',
+      argumentsJson: '{"command":"echo ok"}',
+      taskId: 'big',
+      sessionId: '',
+    });
+    assert.equal(JSON.parse(r.resultJson).output, 'ok');
+  });
+
+  test('NUL bytes in a command are reported, not crashed on', async () => {
+    const r = await serve.client.callTool({
+      name: 'terminal',
+      argumentsJson: JSON.stringify({ command: 'echo a\u0000b' }),
+      taskId: 'nul',
+      sessionId: '',
+    });
+    const result = JSON.parse(r.resultJson);
+    assert.equal(typeof result, 'object');
+    assert.ok('error' in result || 'output' in result);
+    const again = await serve.cli(['call', 'terminal', '{"command":"echo fine"}', '--task', 'nul']);
+    assert.equal(JSON.parse(again.stdout).output, 'fine');
+  });
+
+  test('a client that disconnects mid-call gets its command killed', async () => {
+    const pidFile = join(scratch, 'disconnect.pid');
+    const abort = new AbortController();
+    const call = serve.client.callTool(
+      {
+        name: 'terminal',
+        argumentsJson: JSON.stringify({ command: `sh -c 'echo $$ > ${pidFile}; exec sleep 1000'`, timeout: 600 }),
+        taskId: 'disconnect',
+        sessionId: '',
+      },
+      { signal: abort.signal },
+    );
+    const pid = await waitForPidFile(pidFile);
+    assert.ok(isAlive(pid));
+    abort.abort();
+    await assert.rejects(call);
+    await waitFor('the command to be killed', () => !isAlive(pid));
+  });
+
+  test('Interrupt stops the running command with exit 130 and the spec suffix', async () => {
+    const pidFile = join(scratch, 'interrupt.pid');
+    const call = serve.client.callTool({
+      name: 'terminal',
+      argumentsJson: JSON.stringify({ command: `echo started; sh -c 'echo $$ > ${pidFile}; exec sleep 1000'` }),
+      taskId: 'intr',
+      sessionId: '',
+    });
+    const pid = await waitForPidFile(pidFile);
+    const r = await serve.client.interrupt({ taskId: 'intr' });
+    assert.equal(r.interrupted, 1);
+    const result = JSON.parse((await call).resultJson);
+    assert.equal(result.exit_code, 130);
+    assert.match(result.output, /^started\n?[\s\S]*\n\[Command interrupted\]$/);
+    await waitFor('the command to be killed', () => !isAlive(pid));
+  });
+
+  test('a foreground timeout gives 124 with the output printed so far', async () => {
+    const r = await serve.cli(['call', 'terminal', '{"command":"echo before; sleep 30","timeout":1}', '--task', 'to']);
+    const result = JSON.parse(r.stdout);
+    assert.equal(result.exit_code, 124);
+    assert.equal(result.output, 'before\n\n[Command timed out after 1s]');
+  });
+
+  test('EndTask releases the environment: the next call starts afresh', async () => {
+    await serve.cli(['call', 'terminal', '{"command":"cd /tmp && export GONE=1"}', '--task', 'endme']);
+    const r = await serve.client.endTask({ taskId: 'endme' });
+    assert.equal(r.released, true);
+    const after = await serve.cli(['call', 'terminal', '{"command":"echo \\"[$GONE]\\""}', '--task', 'endme']);
+    assert.equal(JSON.parse(after.stdout).output, '[]');
+  });
+
+  test('file tools act in the task environment', async () => {
+    const path = join(scratch, 'notes dir', 'a file.txt');
+    const w = await serve.cli(['call', 'write_file', JSON.stringify({ path, content: 'alpha\nbeta\n' }), '--task', 'files']);
+    assert.equal(JSON.parse(w.stdout).bytes_written, 11);
+    const rd = await serve.cli(['call', 'read_file', JSON.stringify({ path }), '--task', 'files']);
+    const read = JSON.parse(rd.stdout);
+    assert.equal(read.total_lines, 2);
+    assert.match(read.content, /^ +1\|alpha\n +2\|beta/);
+    const p = await serve.cli([
+      'call',
+      'patch',
+      JSON.stringify({ path, old_string: 'beta', new_string: 'gamma' }),
+      '--task',
+      'files',
+    ]);
+    assert.equal(JSON.parse(p.stdout).success, true);
+    assert.equal(readFileSync(path, 'utf8'), 'alpha\ngamma\n');
+    const s = await serve.cli([
+      'call',
+      'search_files',
+      JSON.stringify({ pattern: 'gamma', path: scratch }),
+      '--task',
+      'files',
+    ]);
+    const found = JSON.parse(s.stdout);
+    assert.equal(found.matches.length, 1);
+    assert.equal(found.matches[0].line, 2);
+  });
+
+  test('background processes are started by terminal and managed by process', async () => {
+    const start = JSON.parse(
+      (await serve.cli(['call', 'terminal', '{"command":"echo hello-bg; sleep 1000","background":true}', '--task', 'bg']))
+        .stdout,
+    );
+    assert.equal(start.output, 'Background process started');
+    assert.match(start.session_id, /^proc_[0-9a-f]{12}$/);
+    const list = JSON.parse((await serve.cli(['call', 'process', '{"action":"list"}', '--task', 'bg'])).stdout);
+    assert.ok(JSON.stringify(list).includes(start.session_id));
+    // PROCESS-SHAPES: poll/log/kill assertions added once the executor's result shapes are fixed.
+  });
+
+  test('Session streams output and answers each call by id', async () => {
+    async function* requests() {
+      yield {
+        message: {
+          $case: 'call' as const,
+          value: {
+            callId: 'c1',
+            request: { name: 'terminal', argumentsJson: '{"command":"echo one; echo two"}', taskId: 's1', sessionId: 'sess' },
+          },
+        },
+      };
+      yield {
+        message: {
+          $case: 'call' as const,
+          value: { callId: 'c2', request: { name: 'nope', argumentsJson: '{}', taskId: 's1', sessionId: 'sess' } },
+        },
+      };
+    }
+    const outputs: string[] = [];
+    const results = new Map<string, string>();
+    for await (const m of serve.client.session(requests())) {
+      if (m.message?.$case === 'output') outputs.push(m.message.value.text);
+      if (m.message?.$case === 'result') results.set(m.message.value.callId, m.message.value.resultJson);
+    }
+    assert.equal(JSON.parse(results.get('c1')!).output, 'one\ntwo');
+    assert.deepEqual(JSON.parse(results.get('c2')!), { error: 'Unknown tool: nope' });
+    assert.match(outputs.join(''), /one\ntwo/);
+  });
+
+  test('health reports SERVING', async () => {
+    const channel = createChannel(serve.address);
+    try {
+      const health = createClient(HealthDefinition, channel);
+      const r = await health.check({ service: '' });
+      assert.equal(r.status, 1 /* SERVING */);
+    } finally {
+      channel.close();
+    }
+  });
+
+  test('every call is logged as one JSON line with tenant, task, tool, backend, duration and outcome', async () => {
+    await serve.cli(['call', 'terminal', '{"command":"true"}', '--task', 'logged']);
+    const line = await waitFor('the call log line', () =>
+      serve
+        .logs()
+        .split('\n')
+        .filter(Boolean)
+        .map((l) => JSON.parse(l) as Record<string, unknown>)
+        .find((l) => l.msg === 'tool call' && l.task === 'logged'),
+    );
+    assert.equal(line.tenant, 'default');
+    assert.equal(line.tool, 'terminal');
+    assert.equal(line.backend, 'local');
+    assert.equal(line.outcome, 'ok');
+    assert.equal(typeof line.durationMs, 'number');
+  });
+});
+
+describe('berth CLI without a server', () => {
+  test('call fails with one line naming the server and exits non-zero', async () => {
+    const { execFile } = await import('node:child_process');
+    const r = await new Promise<{ code: number | null; stderr: string }>((resolve) => {
+      execFile(
+        process.execPath,
+        [BERTH_BIN, 'call', 'terminal', '{"command":"true"}', '--server', '127.0.0.1:1'],
+        (err, _stdout, stderr) => resolve({ code: err ? (err.code as number) : 0, stderr }),
+      );
+    });
+    assert.equal(r.code, 1);
+    assert.match(r.stderr, /^berth: cannot reach the Berth server/);
+  });
+
+  test('unknown command is a usage error (exit 2)', async () => {
+    const { execFile } = await import('node:child_process');
+    const r = await new Promise<{ code: number | null; stderr: string }>((resolve) => {
+      execFile(process.execPath, [BERTH_BIN, 'frobnicate'], (err, _o, stderr) =>
+        resolve({ code: err ? (err.code as number) : 0, stderr }),
+      );
+    });
+    assert.equal(r.code, 2);
+    assert.match(r.stderr, /unknown command 'frobnicate'/);
+  });
+});
+
+describe('berth serve shutdown', () => {
+  test('SIGTERM mid-call: the client gets UNAVAILABLE and the command is killed', async () => {
+    const serve = await startServe();
+    const dir = mkdtempSync(join(tmpdir(), 'berth-e2e-shutdown-'));
+    try {
+      const pidFile = join(dir, 'pid');
+      const call = serve.client.callTool({
+        name: 'terminal',
+        argumentsJson: JSON.stringify({ command: `sh -c 'echo $$ > ${pidFile}; exec sleep 1000'` }),
+        taskId: 'shutdown',
+        sessionId: '',
+      });
+      const pid = await waitForPidFile(pidFile);
+      serve.child.kill('SIGTERM');
+      await assert.rejects(call, (err: unknown) => err instanceof ClientError && err.code === Status.UNAVAILABLE);
+      await waitFor('the command to be killed', () => !isAlive(pid));
+      assert.equal(await serve.stop(), 0);
+    } finally {
+      await serve.stop();
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+});

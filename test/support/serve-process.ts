@@ -1,0 +1,92 @@
+/**
+ * Starts `bin/berth serve` as a child process on an ephemeral port, as a user
+ * would, and stops it afterwards. The server's stderr (JSON logs) is kept and
+ * shown when a test fails to start it.
+ */
+import { spawn, execFile, type ChildProcess } from 'node:child_process';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { promisify } from 'node:util';
+import { createChannel, createClient, type Channel } from 'nice-grpc';
+import { DispatcherDefinition, type DispatcherClient } from '../../services/gen/berth/v1/dispatcher.js';
+
+export const REPO_ROOT = fileURLToPath(new URL('../../../', import.meta.url));
+export const BERTH_BIN = join(REPO_ROOT, 'bin', 'berth');
+
+export interface ServeProcess extends AsyncDisposable {
+  readonly address: string;
+  readonly child: ChildProcess;
+  readonly client: DispatcherClient;
+  readonly channel: Channel;
+  /** Everything the server wrote to stderr so far (its JSON log lines). */
+  logs(): string;
+  /** Runs `bin/berth ARGS` against this server; never rejects on non-zero exit. */
+  cli(args: string[], options?: { env?: NodeJS.ProcessEnv; timeoutMs?: number }): Promise<{ code: number; stdout: string; stderr: string }>;
+  stop(signal?: NodeJS.Signals): Promise<number | null>;
+}
+
+export async function startServe(
+  extraArgs: string[] = [],
+  options: { env?: NodeJS.ProcessEnv } = {},
+): Promise<ServeProcess> {
+  const stateRoot = mkdtempSync(join(tmpdir(), 'berth-e2e-'));
+  const child = spawn(process.execPath, [BERTH_BIN, 'serve', '--port', '0', '--log-level', 'info', ...extraArgs], {
+    cwd: REPO_ROOT,
+    env: { ...process.env, BERTH_STATE_ROOT: stateRoot, ...options.env },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  let stderr = '';
+  child.stderr!.setEncoding('utf8').on('data', (d: string) => (stderr += d));
+  const address = await new Promise<string>((resolve, reject) => {
+    let stdout = '';
+    const timer = setTimeout(() => reject(new Error(`berth serve did not start in 20 s; stderr:\n${stderr}`)), 20_000);
+    child.stdout!.setEncoding('utf8').on('data', (d: string) => {
+      stdout += d;
+      const m = /serving on (\S+)/.exec(stdout);
+      if (m) {
+        clearTimeout(timer);
+        resolve(m[1]!);
+      }
+    });
+    child.once('exit', (code) => {
+      clearTimeout(timer);
+      reject(new Error(`berth serve exited with ${code} before listening; stderr:\n${stderr}`));
+    });
+  });
+  const channel = createChannel(address);
+  const client = createClient(DispatcherDefinition, channel);
+  const exited = new Promise<number | null>((resolve) => child.once('exit', (code) => resolve(code)));
+  const stop = async (signal: NodeJS.Signals = 'SIGTERM') => {
+    channel.close();
+    if (child.exitCode === null && child.signalCode === null) child.kill(signal);
+    const code = await exited;
+    rmSync(stateRoot, { recursive: true, force: true });
+    return code;
+  };
+  return {
+    address,
+    child,
+    client,
+    channel,
+    logs: () => stderr,
+    async cli(args, cliOptions = {}) {
+      try {
+        const { stdout, stderr: err } = await promisify(execFile)(process.execPath, [BERTH_BIN, ...args], {
+          env: { ...process.env, BERTH_SERVER: address, ...cliOptions.env },
+          timeout: cliOptions.timeoutMs ?? 30_000,
+          maxBuffer: 64 * 1024 * 1024,
+        });
+        return { code: 0, stdout, stderr: err };
+      } catch (e) {
+        const x = e as { code?: number; stdout?: string; stderr?: string };
+        return { code: typeof x.code === 'number' ? x.code : 1, stdout: x.stdout ?? '', stderr: x.stderr ?? '' };
+      }
+    },
+    stop,
+    [Symbol.asyncDispose]: async () => {
+      await stop();
+    },
+  };
+}
