@@ -1,0 +1,987 @@
+/**
+ * The edit engine behind the `patch` tool, kept free of I/O so every rule can
+ * be unit-tested: parse a multi-file patch (the `*** Begin Patch` format or a
+ * unified diff), apply it to file contents the caller read, and the
+ * single-edit `old_string`/`new_string` replacement.
+ *
+ * Models write patches from memory, so matching is deliberately forgiving
+ * where that cannot change the meaning (whitespace at line ends and starts,
+ * wrong line numbers, stray blank lines at hunk ends) and strict where it
+ * can: every hunk must be found, and one failure rejects the whole patch.
+ */
+import { posix } from 'node:path';
+import { InvalidArgumentError } from '../../common/errors.js';
+
+/** Raised for patch text that cannot be parsed or applied; its message is written for the model. */
+export class PatchError extends InvalidArgumentError {}
+
+/** One line of a hunk: context (` `), removed (`-`) or added (`+`), without the prefix. */
+export interface HunkLine {
+  readonly kind: ' ' | '-' | '+';
+  readonly text: string;
+}
+
+/** A contiguous change inside one file. */
+export interface PatchHunk {
+  readonly lines: readonly HunkLine[];
+  /**
+   * Lines named after `@@` in the Begin Patch format (or the section heading
+   * of a unified hunk header), found in order before the hunk to narrow
+   * where it applies. A hint that is not found is ignored.
+   */
+  readonly contextHints: readonly string[];
+  /** 1-based first old line from a unified `@@ -l,n` header; a preference, not a requirement. */
+  readonly oldStart?: number;
+  /** `*** End of File`: the hunk belongs at the end of the file. */
+  readonly atEndOfFile: boolean;
+  /** A `\ No newline at end of file` followed a removed or context line. */
+  readonly oldMissingFinalNewline: boolean;
+  /** A `\ No newline at end of file` followed an added or context line. */
+  readonly newMissingFinalNewline: boolean;
+  /** 1-based line in the patch text where the hunk starts, for error messages. */
+  readonly patchLine: number;
+}
+
+/** Create a file (it must not exist). */
+export interface AddFileOperation {
+  readonly kind: 'add';
+  readonly path: string;
+  readonly content: string;
+}
+
+/** Delete a file (it must exist). */
+export interface DeleteFileOperation {
+  readonly kind: 'delete';
+  readonly path: string;
+}
+
+/** Change a file's contents, optionally moving it. */
+export interface UpdateFileOperation {
+  readonly kind: 'update';
+  readonly path: string;
+  readonly moveTo?: string;
+  readonly hunks: readonly PatchHunk[];
+}
+
+/** One file-level step of a patch. Paths are normalized with {@link normalizePatchPath}. */
+export type PatchOperation = AddFileOperation | DeleteFileOperation | UpdateFileOperation;
+
+/** Which syntax the patch text used. */
+export type PatchFormat = 'begin-patch' | 'unified';
+
+/** The result of {@link parsePatch}. */
+export interface ParsedPatch {
+  readonly format: PatchFormat;
+  readonly operations: readonly PatchOperation[];
+}
+
+/** The net effect of a patch on one path. */
+export interface FileChange {
+  readonly kind: 'create' | 'modify' | 'delete';
+  readonly path: string;
+  /** Content before the patch; absent for `create`. */
+  readonly before?: string;
+  /** Content after the patch; absent for `delete`. */
+  readonly after?: string;
+  /** For a `create` produced by `*** Move to:` (or a rename), the path it came from. */
+  readonly movedFrom?: string;
+}
+
+/** The result of {@link applyPatch}. */
+export interface PatchApplication {
+  /** Net changes, in the order the patch first touched each path. */
+  readonly changes: readonly FileChange[];
+  /** Things the model should know, e.g. hunks matched only after ignoring whitespace. */
+  readonly notes: readonly string[];
+}
+
+/** How {@link replaceText} found `old_string`. */
+export type ReplaceMatch = 'exact' | 'line-trimmed';
+
+/** The result of {@link replaceText}. */
+export interface ReplaceResult {
+  readonly content: string;
+  readonly replacements: number;
+  readonly match: ReplaceMatch;
+}
+
+const NO_NEWLINE_PREFIX = '\\';
+const UNIFIED_HUNK_HEADER = /^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@ ?(.*)$/;
+
+// ---------------------------------------------------------------------------
+// Parsing
+// ---------------------------------------------------------------------------
+
+/**
+ * Parses patch text in either supported format, detected from its content:
+ * `*** Begin Patch` / `*** Update File:` markers select the Begin Patch
+ * format; `---`/`+++` header pairs select a unified diff (git's extended
+ * headers, `/dev/null` sides and `rename from/to` included).
+ *
+ * @throws PatchError with the offending patch line when the text is malformed.
+ */
+export function parsePatch(text: string): ParsedPatch {
+  const lines = text.replace(/\r\n/g, '\n').split('\n');
+  // The newline ending the text does not start another (blank context) line.
+  if (lines.length > 1 && lines[lines.length - 1] === '') lines.pop();
+  const isBeginPatch = lines.some((line) =>
+    /^\s*\*\*\* (Begin Patch|Update File:|Add File:|Delete File:)/.test(line),
+  );
+  let format: PatchFormat;
+  let operations: PatchOperation[];
+  if (isBeginPatch) {
+    format = 'begin-patch';
+    operations = parseBeginPatch(lines);
+  } else if (
+    lines.some((line, i) => (line.startsWith('--- ') && lines[i + 1]?.startsWith('+++ ')) || line.startsWith('diff --git '))
+  ) {
+    format = 'unified';
+    operations = parseUnifiedDiff(lines);
+  } else {
+    throw new PatchError(
+      "Unrecognized patch format. Use '*** Begin Patch' ... '*** End Patch' with '*** Update File: PATH', " +
+        "'*** Add File: PATH' or '*** Delete File: PATH' sections, or a unified diff with '--- a/PATH' / '+++ b/PATH' headers.",
+    );
+  }
+  if (operations.length === 0) throw new PatchError('The patch contains no file operations.');
+  return { format, operations };
+}
+
+/**
+ * Canonical form of a path named in a patch, so `./src/x.ts` and `src/x.ts`
+ * are one file. Git's C-style quoted paths (`"a/sp\303\244ce"`) are unquoted.
+ *
+ * @throws PatchError for an empty path.
+ */
+export function normalizePatchPath(raw: string): string {
+  let path = raw.trim();
+  if (path.length >= 2 && path.startsWith('"') && path.endsWith('"')) path = unquoteGitPath(path.slice(1, -1));
+  if (path === '') throw new PatchError('A file path in the patch is empty.');
+  const normalized = posix.normalize(path);
+  if (normalized === '.' || normalized.endsWith('/')) throw new PatchError(`Not a file path: ${raw.trim()}`);
+  return normalized;
+}
+
+/** Every path whose current content {@link applyPatch} needs (updated, deleted, created and move targets). */
+export function patchPaths(operations: readonly PatchOperation[]): string[] {
+  const paths = new Set<string>();
+  for (const op of operations) {
+    paths.add(op.path);
+    if (op.kind === 'update' && op.moveTo !== undefined) paths.add(op.moveTo);
+  }
+  return [...paths];
+}
+
+function parseBeginPatch(lines: readonly string[]): PatchOperation[] {
+  const operations: PatchOperation[] = [];
+  const begin = lines.findIndex((line) => line.trim() === '*** Begin Patch');
+  let i = begin >= 0 ? begin + 1 : 0;
+  while (i < lines.length) {
+    const raw = lines[i] ?? '';
+    const header = raw.trim();
+    if (header === '*** End Patch') break;
+    if (header === '' || header.startsWith('```')) {
+      i++;
+      continue;
+    }
+    const addPath = afterPrefix(header, '*** Add File:');
+    const deletePath = afterPrefix(header, '*** Delete File:');
+    const updatePath = afterPrefix(header, '*** Update File:');
+    if (addPath !== undefined) {
+      const path = normalizePatchPath(addPath);
+      i++;
+      const content: string[] = [];
+      while (i < lines.length && !isOperationHeader(lines[i] ?? '') && !(lines[i] ?? '').startsWith('```')) {
+        const line = lines[i] ?? '';
+        if (line.startsWith('+')) {
+          content.push(line.slice(1));
+        } else if (line.trim() === '') {
+          content.push('');
+        } else {
+          throw new PatchError(
+            `Patch line ${i + 1}: every content line of '*** Add File: ${path}' must start with '+', got: ${quoteLine(line)}`,
+          );
+        }
+        i++;
+      }
+      // Blank lines before the next header separate sections; they are not content.
+      while (content.length > 0 && content[content.length - 1] === '') content.pop();
+      operations.push({ kind: 'add', path, content: content.length > 0 ? `${content.join('\n')}\n` : '' });
+    } else if (deletePath !== undefined) {
+      operations.push({ kind: 'delete', path: normalizePatchPath(deletePath) });
+      i++;
+    } else if (updatePath !== undefined) {
+      const parsed = parseBeginPatchUpdate(lines, i);
+      operations.push(parsed.operation);
+      i = parsed.next;
+    } else {
+      throw new PatchError(
+        `Patch line ${i + 1}: expected '*** Update File: PATH', '*** Add File: PATH', '*** Delete File: PATH' ` +
+          `or '*** End Patch', got: ${quoteLine(raw)}`,
+      );
+    }
+  }
+  return operations;
+}
+
+function parseBeginPatchUpdate(
+  lines: readonly string[],
+  start: number,
+): { operation: UpdateFileOperation; next: number } {
+  const path = normalizePatchPath(afterPrefix((lines[start] ?? '').trim(), '*** Update File:') ?? '');
+  let i = start + 1;
+  let moveTo: string | undefined;
+  const movePath = afterPrefix((lines[i] ?? '').trim(), '*** Move to:');
+  if (movePath !== undefined) {
+    moveTo = normalizePatchPath(movePath);
+    i++;
+  }
+  const hunks: PatchHunk[] = [];
+  let current: HunkBuilder | undefined;
+  const flush = (): void => {
+    if (current !== undefined && current.lines.length > 0) hunks.push(finishHunk(current));
+    current = undefined;
+  };
+  while (i < lines.length) {
+    const raw = lines[i] ?? '';
+    // A closing code fence ends the section (models wrap patches in ``` blocks).
+    if (isOperationHeader(raw) || raw.startsWith('```')) break;
+    if (raw.startsWith('@@')) {
+      // Consecutive `@@` lines stack (e.g. class, then method) before one hunk.
+      if (current !== undefined && current.lines.length > 0) flush();
+      current ??= newHunk(i + 1);
+      const hint = raw.slice(2).trim();
+      const unified = UNIFIED_HUNK_HEADER.exec(raw);
+      if (unified !== null) {
+        current.oldStart = Number(unified[1]);
+        const heading = (unified[5] ?? '').trim();
+        if (heading !== '') current.contextHints.push(heading);
+      } else if (hint !== '') {
+        current.contextHints.push(hint);
+      }
+    } else if (raw.trim() === '*** End of File') {
+      current ??= newHunk(i + 1);
+      current.atEndOfFile = true;
+    } else {
+      current ??= newHunk(i + 1);
+      if (!addHunkLine(current, raw)) {
+        throw new PatchError(
+          `Patch line ${i + 1} in '*** Update File: ${path}': hunk lines must start with ' ' (context), ` +
+            `'-' (remove) or '+' (add), got: ${quoteLine(raw)}`,
+        );
+      }
+    }
+    i++;
+  }
+  flush();
+  if (hunks.length === 0 && moveTo === undefined) {
+    throw new PatchError(`'*** Update File: ${path}' has no hunks (no ' ', '-' or '+' lines).`);
+  }
+  return { operation: { kind: 'update', path, ...(moveTo !== undefined ? { moveTo } : {}), hunks }, next: i };
+}
+
+function isOperationHeader(line: string): boolean {
+  return /^\*\*\* (Begin Patch|End Patch|Add File:|Update File:|Delete File:)/.test(line.trimEnd()) ||
+    line.trim() === '*** End Patch';
+}
+
+interface PendingGitHeader {
+  renameFrom?: string;
+  renameTo?: string;
+}
+
+function parseUnifiedDiff(lines: readonly string[]): PatchOperation[] {
+  const binary = lines.findIndex((line) => line.startsWith('GIT binary patch') || /^Binary files .* differ$/.test(line));
+  if (binary >= 0) {
+    throw new PatchError(`Patch line ${binary + 1}: binary patches are not supported; use write_file or terminal.`);
+  }
+  const operations: PatchOperation[] = [];
+  let pending: PendingGitHeader | undefined;
+  const flushPureRename = (): void => {
+    if (pending?.renameFrom !== undefined && pending.renameTo !== undefined) {
+      operations.push({ kind: 'update', path: pending.renameFrom, moveTo: pending.renameTo, hunks: [] });
+    }
+    pending = undefined;
+  };
+  let i = 0;
+  while (i < lines.length) {
+    const raw = lines[i] ?? '';
+    if (raw.startsWith('diff --git ')) {
+      flushPureRename();
+      pending = {};
+      i++;
+      continue;
+    }
+    if (pending !== undefined && raw.startsWith('rename from ')) {
+      pending.renameFrom = normalizePatchPath(raw.slice('rename from '.length));
+    } else if (pending !== undefined && raw.startsWith('rename to ')) {
+      pending.renameTo = normalizePatchPath(raw.slice('rename to '.length));
+    } else if (raw.startsWith('--- ') && (lines[i + 1] ?? '').startsWith('+++ ')) {
+      pending = undefined;
+      const parsed = parseUnifiedFile(lines, i);
+      operations.push(parsed.operation);
+      i = parsed.next;
+      continue;
+    }
+    // Anything else (index lines, modes, prose between files) carries nothing to apply.
+    i++;
+  }
+  flushPureRename();
+  return operations;
+}
+
+function parseUnifiedFile(lines: readonly string[], start: number): { operation: PatchOperation; next: number } {
+  const [oldPath, newPath] = stripGitPrefixes(
+    parseDiffLabel((lines[start] ?? '').slice(4)),
+    parseDiffLabel((lines[start + 1] ?? '').slice(4)),
+  );
+  let i = start + 2;
+  const hunks: PatchHunk[] = [];
+  while (i < lines.length && (lines[i] ?? '').startsWith('@@')) {
+    const header = lines[i] ?? '';
+    const hunk = newHunk(i + 1);
+    const match = UNIFIED_HUNK_HEADER.exec(header);
+    let declaredOld: number | undefined;
+    if (match !== null) {
+      hunk.oldStart = Number(match[1]);
+      declaredOld = match[2] === undefined ? 1 : Number(match[2]);
+      const heading = (match[5] ?? '').trim();
+      if (heading !== '') hunk.contextHints.push(heading);
+    }
+    i++;
+    // Counts in headers are often wrong in hand-written diffs, so the body
+    // runs until the next header; counts only decide about trailing blanks.
+    while (i < lines.length) {
+      const raw = lines[i] ?? '';
+      const nextIsHeader = raw.startsWith('--- ') && (lines[i + 1] ?? '').startsWith('+++ ');
+      if (raw.startsWith('@@') || raw.startsWith('diff --git ') || nextIsHeader) break;
+      if (!addHunkLine(hunk, raw)) break;
+      i++;
+    }
+    if (declaredOld !== undefined) {
+      const oldCount = (): number => hunk.lines.filter((line) => line.kind !== '+').length;
+      const lastIsBlankContext = (): boolean => {
+        const last = hunk.lines[hunk.lines.length - 1];
+        return last?.kind === ' ' && last.text === '';
+      };
+      while (oldCount() > declaredOld && lastIsBlankContext()) hunk.lines.pop();
+    }
+    hunks.push(finishHunk(hunk));
+  }
+  if (oldPath === undefined && newPath === undefined) {
+    throw new PatchError(`Patch line ${start + 1}: both sides of the diff are /dev/null.`);
+  }
+  if (oldPath === undefined) {
+    const added: string[] = [];
+    let missingNewline = false;
+    for (const hunk of hunks) {
+      for (const line of hunk.lines) if (line.kind !== '-') added.push(line.text);
+      missingNewline = hunk.newMissingFinalNewline;
+    }
+    while (added.length > 0 && added[added.length - 1] === '') added.pop();
+    const content = added.length === 0 ? '' : added.join('\n') + (missingNewline ? '' : '\n');
+    return { operation: { kind: 'add', path: newPath ?? '', content }, next: i };
+  }
+  if (newPath === undefined) return { operation: { kind: 'delete', path: oldPath }, next: i };
+  if (hunks.length === 0 && oldPath === newPath) {
+    throw new PatchError(`Patch line ${start + 1}: the diff for ${oldPath} has no '@@' hunks.`);
+  }
+  const operation: UpdateFileOperation = {
+    kind: 'update',
+    path: oldPath,
+    ...(newPath !== oldPath ? { moveTo: newPath } : {}),
+    hunks,
+  };
+  return { operation, next: i };
+}
+
+/** A `---`/`+++` label: the path before any tab-separated timestamp; undefined for /dev/null. */
+function parseDiffLabel(label: string): string | undefined {
+  const path = (label.split('\t')[0] ?? '').trim();
+  return path === '/dev/null' ? undefined : path;
+}
+
+/** Git writes `a/` and `b/` prefixes; strip them only when both sides agree, so a real `a/` directory survives. */
+function stripGitPrefixes(oldLabel: string | undefined, newLabel: string | undefined): [string | undefined, string | undefined] {
+  const unquoted = (label: string | undefined): string | undefined =>
+    label !== undefined && label.length >= 2 && label.startsWith('"') && label.endsWith('"')
+      ? unquoteGitPath(label.slice(1, -1))
+      : label;
+  const oldRaw = unquoted(oldLabel);
+  const newRaw = unquoted(newLabel);
+  const strip =
+    (oldRaw === undefined || oldRaw.startsWith('a/')) && (newRaw === undefined || newRaw.startsWith('b/'));
+  const finish = (label: string | undefined): string | undefined =>
+    label === undefined ? undefined : normalizePatchPath(strip ? label.slice(2) : label);
+  return [finish(oldRaw), finish(newRaw)];
+}
+
+function unquoteGitPath(quoted: string): string {
+  const escapes: Record<string, number> = { n: 10, t: 9, r: 13, '"': 34, '\\': 92, a: 7, b: 8, f: 12, v: 11 };
+  const bytes: number[] = [];
+  // Git escapes non-ASCII bytes one by one as octal, so decode to bytes first.
+  for (const token of quoted.matchAll(/\\([0-7]{3}|.)|([^\\]+)/gsu)) {
+    const [, escaped, plain] = token;
+    if (plain !== undefined) {
+      bytes.push(...Buffer.from(plain, 'utf8'));
+    } else if (escaped !== undefined && /^[0-7]{3}$/.test(escaped)) {
+      bytes.push(parseInt(escaped, 8));
+    } else if (escaped !== undefined) {
+      const code = escapes[escaped];
+      bytes.push(...(code !== undefined ? [code] : Buffer.from(escaped, 'utf8')));
+    }
+  }
+  return Buffer.from(bytes).toString('utf8');
+}
+
+interface HunkBuilder {
+  lines: HunkLine[];
+  contextHints: string[];
+  oldStart?: number;
+  atEndOfFile: boolean;
+  oldMissingFinalNewline: boolean;
+  newMissingFinalNewline: boolean;
+  patchLine: number;
+}
+
+function newHunk(patchLine: number): HunkBuilder {
+  return {
+    lines: [],
+    contextHints: [],
+    atEndOfFile: false,
+    oldMissingFinalNewline: false,
+    newMissingFinalNewline: false,
+    patchLine,
+  };
+}
+
+/** Adds one body line; false when the line is not hunk syntax. */
+function addHunkLine(hunk: HunkBuilder, raw: string): boolean {
+  const kind = raw[0];
+  if (kind === ' ' || kind === '-' || kind === '+') {
+    hunk.lines.push({ kind, text: raw.slice(1) });
+    return true;
+  }
+  if (raw === '') {
+    // Editors and models drop the lone space of blank context lines.
+    hunk.lines.push({ kind: ' ', text: '' });
+    return true;
+  }
+  if (kind === NO_NEWLINE_PREFIX) {
+    const previous = hunk.lines[hunk.lines.length - 1];
+    if (previous?.kind !== '+') hunk.oldMissingFinalNewline = true;
+    if (previous?.kind !== '-') hunk.newMissingFinalNewline = true;
+    return true;
+  }
+  return false;
+}
+
+function finishHunk(builder: HunkBuilder): PatchHunk {
+  return {
+    lines: builder.lines,
+    contextHints: builder.contextHints,
+    ...(builder.oldStart !== undefined ? { oldStart: builder.oldStart } : {}),
+    atEndOfFile: builder.atEndOfFile,
+    oldMissingFinalNewline: builder.oldMissingFinalNewline,
+    newMissingFinalNewline: builder.newMissingFinalNewline,
+    patchLine: builder.patchLine,
+  };
+}
+
+function afterPrefix(line: string, prefix: string): string | undefined {
+  return line.startsWith(prefix) ? line.slice(prefix.length).trim() : undefined;
+}
+
+function quoteLine(line: string): string {
+  return JSON.stringify(line.length > 200 ? `${line.slice(0, 200)}...` : line);
+}
+
+// ---------------------------------------------------------------------------
+// Applying
+// ---------------------------------------------------------------------------
+
+/**
+ * Applies parsed operations to the current contents of the files they name
+ * (`files` maps each path of {@link patchPaths} that exists to its text; a
+ * missing key means the file does not exist). Operations apply in order to an
+ * in-memory view, so a patch may touch one file twice.
+ *
+ * All-or-nothing: every operation and hunk is checked, and any failure
+ * throws one PatchError listing all problems, so the caller writes nothing.
+ */
+export function applyPatch(
+  operations: readonly PatchOperation[],
+  files: ReadonlyMap<string, string>,
+): PatchApplication {
+  const state = new Map<string, string | null>();
+  const touched: string[] = [];
+  const movedFrom = new Map<string, string>();
+  const failures: string[] = [];
+  const notes: string[] = [];
+  const current = (path: string): string | undefined => {
+    const value = state.has(path) ? state.get(path) : files.get(path);
+    return value ?? undefined;
+  };
+  const touch = (path: string): void => {
+    if (!touched.includes(path)) touched.push(path);
+  };
+
+  for (const op of operations) {
+    touch(op.path);
+    if (op.kind === 'add') {
+      if (current(op.path) !== undefined) {
+        failures.push(
+          `'*** Add File: ${op.path}': the file already exists. ` +
+            `Use '*** Update File: ${op.path}' to change it, or write_file to replace it.`,
+        );
+        continue;
+      }
+      state.set(op.path, op.content);
+    } else if (op.kind === 'delete') {
+      if (current(op.path) === undefined) {
+        failures.push(`'*** Delete File: ${op.path}': file not found.`);
+        continue;
+      }
+      state.set(op.path, null);
+    } else {
+      const before = current(op.path);
+      if (before === undefined) {
+        failures.push(`'*** Update File: ${op.path}': file not found. Use '*** Add File: ${op.path}' to create it.`);
+        continue;
+      }
+      let after: string;
+      try {
+        const applied = applyHunks(before, op.hunks, op.path);
+        after = applied.text;
+        notes.push(...applied.notes);
+      } catch (err) {
+        if (!(err instanceof PatchError)) throw err;
+        failures.push(err.message);
+        continue;
+      }
+      if (op.moveTo !== undefined && op.moveTo !== op.path) {
+        touch(op.moveTo);
+        if (current(op.moveTo) !== undefined) {
+          failures.push(`'*** Move to: ${op.moveTo}': the destination already exists.`);
+          continue;
+        }
+        state.set(op.path, null);
+        state.set(op.moveTo, after);
+        movedFrom.set(op.moveTo, movedFrom.get(op.path) ?? op.path);
+      } else {
+        state.set(op.path, after);
+      }
+    }
+  }
+
+  if (failures.length > 0) {
+    const numbered = failures.map((failure, index) => `${index + 1}. ${failure}`).join('\n');
+    throw new PatchError(
+      `Patch not applied; no files were changed. ${failures.length} problem${failures.length === 1 ? '' : 's'}:\n${numbered}`,
+    );
+  }
+
+  const changes: FileChange[] = [];
+  for (const path of touched) {
+    const before = files.get(path);
+    const after = state.has(path) ? (state.get(path) ?? undefined) : before;
+    if (before === undefined && after !== undefined) {
+      const source = movedFrom.get(path);
+      const isMove = source !== undefined && files.has(source) && state.get(source) === null;
+      changes.push({ kind: 'create', path, after, ...(isMove ? { movedFrom: source } : {}) });
+    } else if (before !== undefined && after === undefined) {
+      changes.push({ kind: 'delete', path, before });
+    } else if (before !== undefined && after !== undefined && before !== after) {
+      changes.push({ kind: 'modify', path, before, after });
+    }
+  }
+  return { changes, notes };
+}
+
+/** A file as lines, remembering what to restore when joining. */
+interface LineDocument {
+  readonly lines: string[];
+  readonly finalNewline: boolean;
+  readonly crlf: boolean;
+}
+
+function toDocument(text: string): LineDocument {
+  const newlineCount = text.split('\n').length - 1;
+  // Only a file that is CRLF throughout is treated as CRLF; mixed files keep
+  // their `\r` as line content so nothing is silently converted.
+  const crlf = newlineCount > 0 && text.split('\r\n').length - 1 === newlineCount;
+  const lines = (crlf ? text.replaceAll('\r\n', '\n') : text).split('\n');
+  let finalNewline = true;
+  if (lines[lines.length - 1] === '') {
+    lines.pop();
+  } else {
+    finalNewline = false;
+  }
+  return { lines, finalNewline, crlf };
+}
+
+function fromDocument(lines: readonly string[], finalNewline: boolean, crlf: boolean): string {
+  if (lines.length === 0) return '';
+  const eol = crlf ? '\r\n' : '\n';
+  return lines.join(eol) + (finalNewline ? eol : '');
+}
+
+type MatchLevel = 'exact' | 'trim-end' | 'trim';
+
+const MATCH_LEVELS: readonly MatchLevel[] = ['exact', 'trim-end', 'trim'];
+
+function normalizeFor(level: MatchLevel, line: string): string {
+  if (level === 'exact') return line;
+  return level === 'trim-end' ? line.trimEnd() : line.trim();
+}
+
+interface Placement {
+  readonly start: number;
+  readonly oldLength: number;
+  readonly newLines: readonly string[];
+  readonly hunkIndex: number;
+}
+
+function applyHunks(
+  text: string,
+  hunks: readonly PatchHunk[],
+  path: string,
+): { text: string; notes: string[] } {
+  const doc = toDocument(text);
+  const notes: string[] = [];
+  const placements: Placement[] = [];
+  let finalNewline = doc.finalNewline;
+  let cursor = 0;
+  hunks.forEach((hunk, hunkIndex) => {
+    const label = `hunk ${hunkIndex + 1} of ${path} (patch line ${hunk.patchLine})`;
+    let searchFrom = cursor;
+    let hintFound = false;
+    for (const hint of hunk.contextHints) {
+      const at = findLine(doc.lines, hint, searchFrom);
+      if (at >= 0) {
+        searchFrom = at + 1;
+        hintFound = true;
+      }
+    }
+    let placed: { start: number; level: MatchLevel; lines: readonly HunkLine[] } | undefined;
+    for (const variant of hunkVariants(hunk.lines)) {
+      const oldLines = variant.filter((line) => line.kind !== '+').map((line) => line.text);
+      if (oldLines.length === 0) {
+        const start = hunk.atEndOfFile
+          ? doc.lines.length
+          : hintFound
+            ? searchFrom
+            : hunk.oldStart !== undefined
+              ? Math.min(Math.max(hunk.oldStart, 0), doc.lines.length)
+              : doc.lines.length;
+        placed = { start, level: 'exact', lines: variant };
+        break;
+      }
+      const found = locate(doc.lines, oldLines, {
+        from: searchFrom,
+        ...(hunk.oldStart !== undefined ? { expected: hunk.oldStart - 1 } : {}),
+        atEndOfFile: hunk.atEndOfFile,
+      });
+      if (found !== undefined) {
+        placed = { start: found.start, level: found.level, lines: variant };
+        break;
+      }
+    }
+    if (placed === undefined) {
+      const oldLines = hunk.lines.filter((line) => line.kind !== '+').map((line) => line.text);
+      throw new PatchError(describeMissing(`Could not apply ${label}`, doc.lines, oldLines));
+    }
+    // Context lines keep the file's own text: after a whitespace-tolerant
+    // match the patch's copy of them may differ in indentation.
+    const newLines: string[] = [];
+    let offset = 0;
+    for (const line of placed.lines) {
+      if (line.kind === ' ') {
+        newLines.push(doc.lines[placed.start + offset] ?? line.text);
+        offset++;
+      } else if (line.kind === '-') {
+        offset++;
+      } else {
+        newLines.push(line.text);
+      }
+    }
+    const placement: Placement = { start: placed.start, oldLength: offset, newLines, hunkIndex };
+    const overlapping = placements.find(
+      (other) =>
+        placement.start < other.start + other.oldLength && other.start < placement.start + placement.oldLength,
+    );
+    if (overlapping !== undefined) {
+      throw new PatchError(
+        `Could not apply ${label}: it overlaps hunk ${overlapping.hunkIndex + 1} ` +
+          `(both change line ${placement.start + 1}). Merge them into one hunk.`,
+      );
+    }
+    if (placed.level !== 'exact') {
+      notes.push(`${label} matched only after ignoring whitespace differences; check indentation in the diff.`);
+    }
+    if (
+      (hunk.oldMissingFinalNewline || hunk.newMissingFinalNewline) &&
+      placement.start + placement.oldLength === doc.lines.length
+    ) {
+      finalNewline = !hunk.newMissingFinalNewline;
+    }
+    placements.push(placement);
+    cursor = placement.start + placement.oldLength;
+  });
+
+  placements.sort((a, b) => a.start - b.start || a.hunkIndex - b.hunkIndex);
+  const out: string[] = [];
+  let next = 0;
+  for (const placement of placements) {
+    out.push(...doc.lines.slice(next, placement.start), ...placement.newLines);
+    next = placement.start + placement.oldLength;
+  }
+  out.push(...doc.lines.slice(next));
+  // An emptied file loses its last newline too; a file that was empty gets one.
+  return { text: fromDocument(out, doc.lines.length === 0 ? true : finalNewline, doc.crlf), notes };
+}
+
+/**
+ * The hunk as written, then without blank context lines at its ends: models
+ * and mail clients add or drop those, and they carry no position information.
+ */
+function hunkVariants(lines: readonly HunkLine[]): (readonly HunkLine[])[] {
+  let start = 0;
+  let end = lines.length;
+  const blankContext = (line: HunkLine | undefined): boolean => line?.kind === ' ' && line.text.trim() === '';
+  while (start < end && blankContext(lines[start])) start++;
+  while (end > start && blankContext(lines[end - 1])) end--;
+  const trimmed = lines.slice(start, end);
+  return trimmed.length === lines.length || trimmed.length === 0 ? [lines] : [lines, trimmed];
+}
+
+function findLine(lines: readonly string[], wanted: string, from: number): number {
+  for (const level of MATCH_LEVELS) {
+    const target = normalizeFor(level, wanted);
+    for (let i = from; i < lines.length; i++) {
+      if (normalizeFor(level, lines[i] ?? '') === target) return i;
+    }
+  }
+  return -1;
+}
+
+/**
+ * Finds `needle` in `lines`, strictest comparison first. Within a level it
+ * prefers the end of the file for `*** End of File` hunks, then the position
+ * nearest the unified header's line number, then the first match at or after
+ * the previous hunk, then (hunks given out of order) anywhere.
+ */
+function locate(
+  lines: readonly string[],
+  needle: readonly string[],
+  options: { from: number; expected?: number; atEndOfFile: boolean },
+): { start: number; level: MatchLevel } | undefined {
+  const last = lines.length - needle.length;
+  if (last < 0) return undefined;
+  for (const level of MATCH_LEVELS) {
+    if (level !== 'exact' && needle.every((line) => line.trim() === '')) continue;
+    const haystack = level === 'exact' ? lines : lines.map((line) => normalizeFor(level, line));
+    const wanted = needle.map((line) => normalizeFor(level, line));
+    const matchesAt = (start: number): boolean => wanted.every((line, j) => haystack[start + j] === line);
+    if (options.atEndOfFile && matchesAt(last)) return { start: last, level };
+    // Positions after the previous hunk win over earlier ones (hunks come in
+    // file order); then nearness to the header's line number, else the first.
+    const rank = (start: number): [number, number] => [
+      start >= options.from ? 0 : 1,
+      options.expected === undefined
+        ? start >= options.from
+          ? start
+          : start + lines.length
+        : Math.abs(start - options.expected),
+    ];
+    let best: number | undefined;
+    let bestRank: [number, number] | undefined;
+    for (let start = 0; start <= last; start++) {
+      if (!matchesAt(start)) continue;
+      const candidate = rank(start);
+      if (bestRank === undefined || candidate[0] < bestRank[0] || (candidate[0] === bestRank[0] && candidate[1] < bestRank[1])) {
+        best = start;
+        bestRank = candidate;
+      }
+    }
+    if (best !== undefined) return { start: best, level };
+  }
+  return undefined;
+}
+
+/** An error message that shows what was expected and where the file diverges from it. */
+function describeMissing(
+  prefix: string,
+  lines: readonly string[],
+  needle: readonly string[],
+  advice = 'Re-read the file with read_file and copy the context and removed lines exactly.',
+): string {
+  const shown = needle.slice(0, 12).map((line) => `  |${line}`);
+  if (needle.length > shown.length) shown.push(`  ... (${needle.length - shown.length} more lines)`);
+  let message = `${prefix}: these lines were not found in the file:\n${shown.join('\n')}`;
+  const divergence = closestPartialMatch(lines, needle);
+  if (divergence !== undefined) {
+    message +=
+      `\nClosest match starts at line ${divergence.start + 1}; the first difference is at line ${divergence.line + 1}: ` +
+      `expected ${quoteLine(divergence.expected)} but the file has ${quoteLine(divergence.actual)}.`;
+  }
+  return `${message}\n${advice}`;
+}
+
+function closestPartialMatch(
+  lines: readonly string[],
+  needle: readonly string[],
+): { start: number; line: number; expected: string; actual: string } | undefined {
+  const anchor = needle.findIndex((line) => line.trim() !== '');
+  if (anchor < 0) return undefined;
+  const anchorText = (needle[anchor] ?? '').trim();
+  let best: { start: number; matched: number } | undefined;
+  let candidates = 0;
+  for (let i = 0; i < lines.length && candidates < 200; i++) {
+    if ((lines[i] ?? '').trim() !== anchorText) continue;
+    candidates++;
+    const start = i - anchor;
+    if (start < 0) continue;
+    let matched = 0;
+    while (matched < needle.length && (lines[start + matched] ?? '').trim() === (needle[matched] ?? '').trim()) {
+      matched++;
+    }
+    if (best === undefined || matched > best.matched) best = { start, matched };
+  }
+  if (best === undefined || best.matched >= needle.length) return undefined;
+  const line = best.start + best.matched;
+  return {
+    start: best.start,
+    line,
+    expected: needle[best.matched] ?? '',
+    actual: line < lines.length ? (lines[line] ?? '') : '<end of file>',
+  };
+}
+
+// ---------------------------------------------------------------------------
+// Single replacement (patch mode "replace")
+// ---------------------------------------------------------------------------
+
+/**
+ * Replaces `oldString` with `newString` in `content`.
+ *
+ * Exact match first (an LF-typed `oldString` also matches a CRLF file, and
+ * its replacement then gets CRLF too). When that finds nothing, falls back
+ * to matching whole lines with leading and trailing whitespace ignored, and
+ * reports `match: 'line-trimmed'` so the model learns its copy was inexact.
+ *
+ * @throws PatchError when `oldString` is empty, equals `newString`, is not
+ *   found, or is found more than once without `replaceAll`.
+ */
+export function replaceText(
+  content: string,
+  oldString: string,
+  newString: string,
+  options: { readonly replaceAll: boolean; readonly path: string },
+): ReplaceResult {
+  const { replaceAll, path } = options;
+  if (oldString === '') {
+    throw new PatchError('old_string must not be empty. To create or overwrite a whole file use write_file.');
+  }
+  if (oldString === newString) throw new PatchError('old_string and new_string are identical; nothing to change.');
+
+  const crlfFile = toDocument(content).crlf;
+  const adapt = (text: string): string =>
+    crlfFile && !text.includes('\r\n') ? text.replaceAll('\n', '\r\n') : text;
+  const candidates = [...new Set([oldString, adapt(oldString)])];
+  for (const candidate of candidates) {
+    const count = countOccurrences(content, candidate);
+    if (count === 0) continue;
+    if (count > 1 && !replaceAll) throw tooManyMatches(count, path, '');
+    const replacement = candidate === oldString ? newString : adapt(newString);
+    const index = content.indexOf(candidate);
+    const updated = replaceAll
+      ? content.split(candidate).join(replacement)
+      : content.slice(0, index) + replacement + content.slice(index + candidate.length);
+    return { content: updated, replacements: replaceAll ? count : 1, match: 'exact' };
+  }
+
+  return replaceLineTrimmed(content, oldString, adapt(newString), { replaceAll, path, crlf: crlfFile });
+}
+
+function replaceLineTrimmed(
+  content: string,
+  oldString: string,
+  replacement: string,
+  options: { replaceAll: boolean; path: string; crlf: boolean },
+): ReplaceResult {
+  const wanted = oldString.replaceAll('\r\n', '\n').split('\n');
+  const oldEndsWithNewline = wanted.length > 1 && wanted[wanted.length - 1] === '';
+  if (oldEndsWithNewline) wanted.pop();
+  const wantedTrimmed = wanted.map((line) => line.trim());
+
+  // Line texts and their character offsets in the original content.
+  const starts: number[] = [];
+  const texts: string[] = [];
+  let position = 0;
+  for (const raw of content.split('\n')) {
+    starts.push(position);
+    texts.push(options.crlf && raw.endsWith('\r') ? raw.slice(0, -1) : raw);
+    position += raw.length + 1;
+  }
+  if (content.endsWith('\n')) {
+    starts.pop();
+    texts.pop();
+  }
+
+  const notFound = (): PatchError =>
+    new PatchError(
+      describeMissing(
+        `Could not find old_string in ${options.path}`,
+        texts,
+        wanted,
+        'old_string must match the file exactly, including indentation; re-read the file with read_file and copy it.',
+      ),
+    );
+  if (wantedTrimmed.every((line) => line === '')) throw notFound();
+
+  const matches: number[] = [];
+  for (let start = 0; start + wanted.length <= texts.length; ) {
+    if (wantedTrimmed.every((line, j) => (texts[start + j] ?? '').trim() === line)) {
+      matches.push(start);
+      start += wanted.length;
+    } else {
+      start++;
+    }
+  }
+  if (matches.length === 0) throw notFound();
+  if (matches.length > 1 && !options.replaceAll) throw tooManyMatches(matches.length, options.path, ' (ignoring whitespace)');
+
+  const chosen = options.replaceAll ? matches : matches.slice(0, 1);
+  let updated = '';
+  let copiedUpTo = 0;
+  for (const start of chosen) {
+    const lastLine = start + wanted.length - 1;
+    const regionStart = starts[start] ?? 0;
+    let regionEnd = (starts[lastLine] ?? 0) + (texts[lastLine] ?? '').length;
+    let text = replacement;
+    if (oldEndsWithNewline) {
+      const newlineLength = content.startsWith('\r\n', regionEnd) ? 2 : content.startsWith('\n', regionEnd) ? 1 : 0;
+      regionEnd += newlineLength;
+      // The region swallowed no newline (last line of the file); neither may the replacement add one.
+      if (newlineLength === 0) text = text.replace(/\r?\n$/, '');
+    }
+    updated += content.slice(copiedUpTo, regionStart) + text;
+    copiedUpTo = regionEnd;
+  }
+  updated += content.slice(copiedUpTo);
+  return { content: updated, replacements: chosen.length, match: 'line-trimmed' };
+}
+
+function countOccurrences(haystack: string, needle: string): number {
+  let count = 0;
+  for (let at = haystack.indexOf(needle); at >= 0; at = haystack.indexOf(needle, at + needle.length)) count++;
+  return count;
+}
+
+function tooManyMatches(count: number, path: string, qualifier: string): PatchError {
+  return new PatchError(
+    `old_string was found ${count} times in ${path}${qualifier}. Add more surrounding context to old_string ` +
+      'so it matches exactly one place, or set replace_all=true to replace every occurrence.',
+  );
+}

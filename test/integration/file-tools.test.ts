@@ -1,0 +1,527 @@
+/**
+ * The file tools against real files and real rg/grep/find, through
+ * LocalTaskClientDouble. Search runs once with engine auto (ripgrep when this
+ * machine has it) and once forced onto the grep/find fallback.
+ */
+import { execFileSync } from 'node:child_process';
+import assert from 'node:assert/strict';
+import { mkdir, readFile, rm, stat, utimes, writeFile } from 'node:fs/promises';
+import { join } from 'node:path';
+import { after, before, describe, it } from 'node:test';
+import { silentLogger } from '../../services/common/logging.js';
+import {
+  fileToolRegistrations,
+  type FileToolOptions,
+  type SearchEngine,
+} from '../../services/dispatcher/tools/file-tools.js';
+import type { ToolContext } from '../../services/dispatcher/tool-types.js';
+import { LocalTaskClientDouble } from '../fixtures/local-task-client.js';
+
+type Result = Record<string, unknown>;
+
+function hasRipgrep(): boolean {
+  try {
+    execFileSync('bash', ['-c', 'command -v rg'], { stdio: 'ignore' });
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+/** Calls tools by name against one double, parsing their JSON results. */
+class ToolHarness {
+  readonly task: LocalTaskClientDouble;
+  private readonly context: ToolContext;
+  private readonly options: FileToolOptions;
+
+  constructor(task: LocalTaskClientDouble, options: FileToolOptions = {}) {
+    this.task = task;
+    this.options = options;
+    this.context = {
+      tenant: 'tenant-test',
+      taskId: 'task-test',
+      sessionId: 'session-test',
+      task,
+      signal: new AbortController().signal,
+      logger: silentLogger(),
+    };
+  }
+
+  async call(name: string, args: Record<string, unknown>): Promise<Result> {
+    const registration = fileToolRegistrations(this.options).find((reg) => reg.name === name);
+    assert.ok(registration, `no tool ${name}`);
+    const raw = await registration.handler(args, this.context);
+    return JSON.parse(raw) as Result;
+  }
+
+  path(relative: string): string {
+    return join(this.task.root, relative);
+  }
+
+  async write(relative: string, content: string | Buffer): Promise<void> {
+    await mkdir(join(this.path(relative), '..'), { recursive: true });
+    await writeFile(this.path(relative), content);
+  }
+
+  async read(relative: string): Promise<string> {
+    return readFile(this.path(relative), 'utf8');
+  }
+
+  async exists(relative: string): Promise<boolean> {
+    return stat(this.path(relative)).then(
+      () => true,
+      () => false,
+    );
+  }
+}
+
+async function withHarness(options: FileToolOptions = {}): Promise<ToolHarness> {
+  return new ToolHarness(await LocalTaskClientDouble.create('berth-file-tools-'), options);
+}
+
+describe('file toolset registrations', () => {
+  it('registers the four tools in the file toolset with their schemas', () => {
+    const regs = fileToolRegistrations();
+    assert.deepEqual(
+      regs.map((reg) => [reg.name, reg.toolset, reg.schema.name]),
+      [
+        ['read_file', 'file', 'read_file'],
+        ['write_file', 'file', 'write_file'],
+        ['patch', 'file', 'patch'],
+        ['search_files', 'file', 'search_files'],
+      ],
+    );
+    const read = regs[0]?.schema.parameters as { required: string[]; properties: Record<string, Record<string, unknown>> };
+    assert.deepEqual(read.required, ['path']);
+    assert.equal(read.properties.offset?.default, 1);
+    assert.equal(read.properties.limit?.maximum, 2000);
+    for (const reg of regs) {
+      const props = (reg.schema.parameters as { properties: Record<string, { description?: string }> }).properties;
+      for (const [name, prop] of Object.entries(props)) assert.ok(prop.description, `${reg.name}.${name} has a description`);
+    }
+  });
+});
+
+describe('read_file', () => {
+  let h: ToolHarness;
+  before(async () => {
+    h = await withHarness();
+  });
+  after(async () => h.task.dispose());
+
+  it('numbers lines right-aligned to width 6', async () => {
+    await h.write('hello.txt', 'hello\nworld\n');
+    const result = await h.call('read_file', { path: 'hello.txt' });
+    assert.equal(result.content, '     1|hello\n     2|world');
+    assert.equal(result.total_lines, 2);
+    assert.equal(result.file_size, 12);
+    assert.equal(result.truncated, false);
+    assert.equal(result.hint, undefined);
+    assert.equal(result.path, h.path('hello.txt'));
+  });
+
+  it('pages with offset and limit and hints at the next offset', async () => {
+    await h.write('long.txt', Array.from({ length: 1200 }, (_, i) => `line ${i + 1}`).join('\n') + '\n');
+    const first = await h.call('read_file', { path: 'long.txt' });
+    assert.equal(first.total_lines, 1200);
+    assert.equal(first.truncated, true);
+    assert.equal(String(first.content).split('\n').length, 500);
+    assert.match(String(first.hint), /lines 1-500 of 1200.*offset=501/);
+
+    const last = await h.call('read_file', { path: 'long.txt', offset: 1001, limit: 500 });
+    const lines = String(last.content).split('\n');
+    assert.equal(lines[0], '  1001|line 1001');
+    assert.equal(lines.at(-1), '  1200|line 1200');
+    assert.equal(last.truncated, false);
+    assert.equal(last.hint, undefined);
+
+    const clamped = await h.call('read_file', { path: 'long.txt', limit: 5000, offset: 0 });
+    assert.equal(String(clamped.content).split('\n').length, 1200);
+    assert.match(String(clamped.content), /^ {5}1\|line 1\n/);
+
+    const past = await h.call('read_file', { path: 'long.txt', offset: 1300 });
+    assert.match(String(past.error), /offset 1300 is past the end of long\.txt, which has 1200 lines/);
+  });
+
+  it('caps long lines with a marker and strips CR from CRLF files', async () => {
+    await h.write('wide.txt', `${'x'.repeat(3000)}\r\nshort\r\n`);
+    const result = await h.call('read_file', { path: 'wide.txt' });
+    const [first, second] = String(result.content).split('\n');
+    assert.equal(first, `     1|${'x'.repeat(2000)}... [line truncated: 3,000 chars]`);
+    assert.equal(second, '     2|short');
+  });
+
+  it('shortens a page of huge lines to stay under the result cap, with a hint', async () => {
+    await h.write('huge-lines.txt', Array.from({ length: 100 }, () => 'y'.repeat(1990)).join('\n'));
+    const result = await h.call('read_file', { path: 'huge-lines.txt', limit: 100 });
+    assert.ok(String(result.content).length <= 90_000);
+    assert.equal(result.truncated, true);
+    assert.match(String(result.hint), /offset=\d+.*shortened/);
+  });
+
+  it('reads an empty file', async () => {
+    await h.write('empty.txt', '');
+    assert.deepEqual(await h.call('read_file', { path: 'empty.txt' }), {
+      path: h.path('empty.txt'),
+      content: '',
+      total_lines: 0,
+      file_size: 0,
+      truncated: false,
+    });
+  });
+
+  it('refuses binary files, saying so and giving the size', async () => {
+    await h.write('image.png', Buffer.from([0x89, 0x50, 0x4e, 0x47, 0x00, 0x01, 0x02]));
+    const result = await h.call('read_file', { path: 'image.png' });
+    assert.match(String(result.error), /image\.png is a binary file \(7 bytes\)/);
+    assert.equal(result.file_size, 7);
+  });
+
+  it('reports a missing file with similar names', async () => {
+    await h.write('conf/config.yaml', 'a: 1\n');
+    await h.write('conf/other.txt', 'x\n');
+    const result = await h.call('read_file', { path: 'conf/confg.yaml' });
+    assert.equal(result.error, 'File not found: conf/confg.yaml');
+    assert.deepEqual(result.similar_files, ['conf/config.yaml']);
+
+    const bare = await h.call('read_file', { path: 'nowhere/at/all.txt' });
+    assert.deepEqual(bare, { error: 'File not found: nowhere/at/all.txt' });
+  });
+
+  it('points directories at search_files', async () => {
+    await mkdir(h.path('adir'), { recursive: true });
+    const result = await h.call('read_file', { path: 'adir' });
+    assert.match(String(result.error), /adir is a directory.*search_files/);
+  });
+
+  it('validates arguments', async () => {
+    assert.deepEqual(await h.call('read_file', {}), { error: 'Missing required parameter: path' });
+    assert.deepEqual(await h.call('read_file', { path: 'hello.txt', offset: 'x' }), {
+      error: 'Parameter offset must be an integer',
+    });
+  });
+
+  it('reads a page from the middle of a 5 MB file', async () => {
+    const line = (n: number): string => `row ${String(n).padStart(7, '0')} ${'z'.repeat(38)}`;
+    const content = Array.from({ length: 100_000 }, (_, i) => line(i + 1)).join('\n') + '\n';
+    assert.ok(content.length >= 5_000_000);
+    await h.write('big.txt', content);
+    const result = await h.call('read_file', { path: 'big.txt', offset: 50_000, limit: 3 });
+    assert.equal(result.content, [` 50000|${line(50_000)}`, ` 50001|${line(50_001)}`, ` 50002|${line(50_002)}`].join('\n'));
+    assert.equal(result.total_lines, 100_000);
+    assert.equal(result.file_size, content.length);
+    assert.equal(result.truncated, true);
+    assert.match(String(result.hint), /offset=50003/);
+  });
+});
+
+describe('write_file', () => {
+  let h: ToolHarness;
+  before(async () => {
+    h = await withHarness();
+  });
+  after(async () => h.task.dispose());
+
+  it('creates missing parent directories and reports bytes', async () => {
+    const result = await h.call('write_file', { path: 'deep/er/file.txt', content: 'héllo\n' });
+    assert.deepEqual(result, { path: h.path('deep/er/file.txt'), bytes_written: 7, dirs_created: true });
+    assert.equal(await h.read('deep/er/file.txt'), 'héllo\n');
+
+    const again = await h.call('write_file', { path: 'deep/er/file.txt', content: '' });
+    assert.deepEqual(again, { path: h.path('deep/er/file.txt'), bytes_written: 0, dirs_created: false });
+    assert.equal(await h.read('deep/er/file.txt'), '');
+  });
+
+  it('refuses directories and missing content', async () => {
+    assert.match(String((await h.call('write_file', { path: 'deep', content: 'x' })).error), /deep is a directory/);
+    assert.deepEqual(await h.call('write_file', { path: 'x.txt' }), { error: 'Missing required parameter: content' });
+  });
+});
+
+describe('patch (replace mode)', () => {
+  let h: ToolHarness;
+  const original = 'def a():\n    return 1\n\ndef b():\n    return 1\n';
+  before(async () => {
+    h = await withHarness();
+  });
+  after(async () => h.task.dispose());
+
+  it('replaces a unique string and returns the diff', async () => {
+    await h.write('m.py', original);
+    const result = await h.call('patch', { path: 'm.py', old_string: 'def a():\n    return 1', new_string: 'def a():\n    return 42' });
+    assert.equal(result.success, true);
+    assert.equal(result.replacements, 1);
+    assert.equal(result.match, 'exact');
+    assert.deepEqual(result.files_modified, ['m.py']);
+    assert.equal(result.diff, '--- a/m.py\n+++ b/m.py\n@@ -1,5 +1,5 @@\n def a():\n-    return 1\n+    return 42\n \n def b():\n     return 1\n');
+    assert.equal(await h.read('m.py'), original.replace('return 1', 'return 42'));
+  });
+
+  it('refuses an ambiguous old_string, leaving the file alone', async () => {
+    await h.write('m.py', original);
+    const result = await h.call('patch', { path: 'm.py', old_string: 'return 1', new_string: 'return 2' });
+    assert.match(String(result.error), /found 2 times in m\.py.*more surrounding context.*replace_all=true/s);
+    assert.equal(await h.read('m.py'), original);
+  });
+
+  it('replaces every occurrence with replace_all', async () => {
+    await h.write('m.py', original);
+    const result = await h.call('patch', { path: 'm.py', old_string: 'return 1', new_string: 'return 2', replace_all: true });
+    assert.equal(result.replacements, 2);
+    assert.equal(await h.read('m.py'), original.replaceAll('return 1', 'return 2'));
+  });
+
+  it('reports an old_string that is not there', async () => {
+    await h.write('m.py', original);
+    const result = await h.call('patch', { path: 'm.py', old_string: 'return 3', new_string: 'x' });
+    assert.match(String(result.error), /Could not find old_string in m\.py/);
+    assert.equal(await h.read('m.py'), original);
+  });
+
+  it('falls back to whitespace-tolerant matching and says so', async () => {
+    await h.write('m.py', original);
+    const result = await h.call('patch', {
+      path: 'm.py',
+      old_string: 'def b():\n  return 1\n',
+      new_string: 'def b():\n    return 5\n',
+    });
+    assert.equal(result.success, true);
+    assert.equal(result.match, 'line-trimmed');
+    assert.match(String(result.note), /did not match exactly/);
+    assert.equal(await h.read('m.py'), 'def a():\n    return 1\n\ndef b():\n    return 5\n');
+  });
+
+  it('reports missing files and refuses binary ones', async () => {
+    assert.equal((await h.call('patch', { path: 'nope.py', old_string: 'a', new_string: 'b' })).error, 'File not found: nope.py');
+    await h.write('blob.bin', Buffer.from('ab\0cd'));
+    assert.match(String((await h.call('patch', { path: 'blob.bin', old_string: 'ab', new_string: 'x' })).error), /binary file/);
+  });
+});
+
+describe('patch (patch mode)', () => {
+  let h: ToolHarness;
+  before(async () => {
+    h = await withHarness();
+  });
+  after(async () => h.task.dispose());
+
+  const multiFilePatch = [
+    '*** Begin Patch',
+    '*** Update File: src/app.ts',
+    '@@ export function main() {',
+    "-  console.log('hi');",
+    "+  console.log('hello');",
+    '*** Add File: src/new module.ts',
+    '+export const x = 1;',
+    "*** Delete File: it's gone.txt",
+    '*** Update File: src/old:name.ts',
+    '*** Move to: src/renamed.ts',
+    '-export const y = 2;',
+    '+export const y = 3;',
+    '*** End Patch',
+  ].join('\n');
+
+  async function seed(): Promise<void> {
+    await rm(h.path('src'), { recursive: true, force: true });
+    await h.write('src/app.ts', "import a from 'a';\n\nexport function main() {\n  console.log('hi');\n}\n");
+    await h.write("it's gone.txt", 'bye\n');
+    await h.write('src/old:name.ts', 'export const y = 2;\n');
+  }
+
+  it('updates, adds, deletes and moves in one call', async () => {
+    await seed();
+    const result = await h.call('patch', { mode: 'patch', patch: multiFilePatch });
+    assert.equal(result.success, true, JSON.stringify(result));
+    assert.deepEqual(result.files_modified, ['src/app.ts']);
+    assert.deepEqual(result.files_created, ['src/new module.ts', 'src/renamed.ts']);
+    assert.deepEqual(result.files_deleted, ["it's gone.txt", 'src/old:name.ts']);
+    assert.deepEqual(result.files_moved, [{ from: 'src/old:name.ts', to: 'src/renamed.ts' }]);
+    const diff = String(result.diff);
+    assert.match(diff, /--- a\/src\/app\.ts\n\+\+\+ b\/src\/app\.ts\n@@ -1,5 \+1,5 @@\n/);
+    assert.match(diff, /--- \/dev\/null\n\+\+\+ b\/src\/new module\.ts\n@@ -0,0 \+1 @@\n\+export const x = 1;\n/);
+    assert.match(diff, /--- a\/it's gone\.txt\n\+\+\+ \/dev\/null\n/);
+    assert.match(diff, /--- a\/src\/old:name\.ts\n\+\+\+ b\/src\/renamed\.ts\n@@ -1 \+1 @@\n-export const y = 2;\n\+export const y = 3;\n/);
+
+    assert.match(await h.read('src/app.ts'), /console\.log\('hello'\)/);
+    assert.equal(await h.read('src/new module.ts'), 'export const x = 1;\n');
+    assert.equal(await h.read('src/renamed.ts'), 'export const y = 3;\n');
+    assert.equal(await h.exists("it's gone.txt"), false);
+    assert.equal(await h.exists('src/old:name.ts'), false);
+    // The delete went through a stateless, quoted rm.
+    const rm = h.task.execLog.find((request) => request.command.startsWith('rm -f -- '));
+    assert.ok(rm?.stateless);
+  });
+
+  it('writes nothing when any hunk fails', async () => {
+    await seed();
+    const failing = multiFilePatch.replace('*** End Patch', '*** Update File: src/app.ts\n-  this line is not there\n+  nor this\n*** End Patch');
+    const result = await h.call('patch', { mode: 'patch', patch: failing });
+    assert.match(String(result.error), /Patch not applied; no files were changed\. 1 problem:/);
+    assert.match(String(result.error), /hunk 1 of src\/app\.ts \(patch line 14\).*\n {2}\| {2}this line is not there/);
+    assert.equal(result.success, undefined);
+    assert.match(await h.read('src/app.ts'), /console\.log\('hi'\)/);
+    assert.equal(await h.exists('src/new module.ts'), false);
+    assert.equal(await h.exists('src/renamed.ts'), false);
+    assert.equal(await h.read("it's gone.txt"), 'bye\n');
+    assert.equal(await h.read('src/old:name.ts'), 'export const y = 2;\n');
+  });
+
+  it('accepts a unified diff, with mode implied by the patch argument', async () => {
+    await h.write('lib/util.py', 'def f(x):\n    return x\n\n\ndef g(x):\n    return x * 2\n');
+    const diff = [
+      'diff --git a/lib/util.py b/lib/util.py',
+      '--- a/lib/util.py',
+      '+++ b/lib/util.py',
+      '@@ -4,3 +4,3 @@ def f(x):',
+      ' ',
+      ' def g(x):',
+      '-    return x * 2',
+      '+    return x * 3',
+      '--- /dev/null',
+      '+++ b/lib/new.py',
+      '@@ -0,0 +1 @@',
+      '+VALUE = 1',
+    ].join('\n');
+    const result = await h.call('patch', { patch: diff });
+    assert.equal(result.success, true, JSON.stringify(result));
+    assert.deepEqual(result.files_modified, ['lib/util.py']);
+    assert.deepEqual(result.files_created, ['lib/new.py']);
+    assert.equal(await h.read('lib/util.py'), 'def f(x):\n    return x\n\n\ndef g(x):\n    return x * 3\n');
+    assert.equal(await h.read('lib/new.py'), 'VALUE = 1\n');
+  });
+
+  it('explains unparseable patches', async () => {
+    const result = await h.call('patch', { mode: 'patch', patch: 'please change foo to bar' });
+    assert.match(String(result.error), /Unrecognized patch format/);
+    assert.match(String((await h.call('patch', { mode: 'patch' })).error), /Missing required parameter: patch/);
+    assert.match(String((await h.call('patch', { mode: 'fix' })).error), /mode must be one of: replace, patch/);
+  });
+});
+
+/** The same search assertions for each engine the tool can end up using. */
+function searchSuite(label: string, engine: SearchEngine): void {
+  describe(`search_files (${label})`, () => {
+    let h: ToolHarness;
+    before(async () => {
+      h = await withHarness({ searchEngine: engine });
+      await h.write('src/alpha.ts', 'const needle = 1;\nconst other = 2;\nexport { needle };\n');
+      await h.write('src/beta.py', 'needle = True\nprint(needle)\n');
+      await h.write('dir one/we:ird name.txt', 'a needle: in: colons\n');
+      await h.write('node_modules/pkg/index.js', 'needle\n');
+      await h.write('.git/config', 'needle\n');
+      await h.write('docs/guide.md', '# guide\n');
+      await h.write('docs/readme.MD', '# readme\n');
+      await h.write('notes.md', '# notes\n');
+      await h.write('seq.txt', Array.from({ length: 10 }, (_, i) => `item ${i + 1}`).join('\n') + '\n');
+      await h.write('ctx.txt', 'one\ntwo\nthree MATCH\nfour\nfive\n');
+      await h.write('-dash.txt', '--flag-like\n');
+      await h.write('bin.dat', Buffer.from('needle\0binary'));
+      // Distinct mtimes, newest last written, for the files target order.
+      const base = Date.now() / 1000;
+      await utimes(h.path('notes.md'), base - 300, base - 300);
+      await utimes(h.path('docs/guide.md'), base - 200, base - 200);
+      await utimes(h.path('docs/readme.MD'), base - 100, base - 100);
+    });
+    after(async () => h.task.dispose());
+
+    it('finds content matches with path, line and text, skipping .git, node_modules and binaries', async () => {
+      const result = await h.call('search_files', { pattern: 'needle' });
+      assert.deepEqual(result.matches, [
+        { path: 'dir one/we:ird name.txt', line: 1, content: 'a needle: in: colons' },
+        { path: 'src/alpha.ts', line: 1, content: 'const needle = 1;' },
+        { path: 'src/alpha.ts', line: 3, content: 'export { needle };' },
+        { path: 'src/beta.py', line: 1, content: 'needle = True' },
+        { path: 'src/beta.py', line: 2, content: 'print(needle)' },
+      ]);
+      assert.equal(result.total_count, 5);
+      assert.equal(result.truncated, false);
+    });
+
+    it('uses regular expressions and a file glob', async () => {
+      const result = await h.call('search_files', { pattern: 'needle\\s*=', file_glob: '*.py' });
+      assert.deepEqual(result.matches, [{ path: 'src/beta.py', line: 1, content: 'needle = True' }]);
+    });
+
+    it('searches a sub-path and handles patterns that look like options', async () => {
+      const scoped = await h.call('search_files', { pattern: 'needle', path: 'src', output_mode: 'files_only' });
+      assert.deepEqual(scoped.files, ['src/alpha.ts', 'src/beta.py']);
+      const dashed = await h.call('search_files', { pattern: '--flag' });
+      assert.deepEqual(dashed.matches, [{ path: '-dash.txt', line: 1, content: '--flag-like' }]);
+    });
+
+    it('expands ~ in the search path', async () => {
+      // The double's home is its root, as an executor's would be the task's home.
+      const result = await h.call('search_files', { pattern: 'needle', path: '~/src', output_mode: 'files_only' });
+      assert.deepEqual(result.files, [h.path('src/alpha.ts'), h.path('src/beta.py')]);
+    });
+
+    it('lists matching files and counts per file', async () => {
+      const files = await h.call('search_files', { pattern: 'needle', output_mode: 'files_only' });
+      assert.deepEqual(files, { files: ['dir one/we:ird name.txt', 'src/alpha.ts', 'src/beta.py'], total_count: 3, truncated: false });
+      const counts = await h.call('search_files', { pattern: 'needle', output_mode: 'count' });
+      assert.deepEqual(counts, {
+        counts: { 'dir one/we:ird name.txt': 1, 'src/alpha.ts': 2, 'src/beta.py': 2 },
+        total_count: 5,
+        total_files: 3,
+        truncated: false,
+      });
+    });
+
+    it('adds context lines to each match', async () => {
+      const result = await h.call('search_files', { pattern: 'MATCH', context: 1 });
+      assert.deepEqual(result.matches, [
+        { path: 'ctx.txt', line: 3, content: 'three MATCH', context_before: ['two'], context_after: ['four'] },
+      ]);
+      const wide = await h.call('search_files', { pattern: 'item (1|2)$', context: 2, path: 'seq.txt' });
+      assert.deepEqual(wide.matches, [
+        { path: 'seq.txt', line: 1, content: 'item 1', context_before: [], context_after: ['item 2', 'item 3'] },
+        { path: 'seq.txt', line: 2, content: 'item 2', context_before: ['item 1'], context_after: ['item 3', 'item 4'] },
+      ]);
+    });
+
+    it('pages with offset and limit', async () => {
+      const result = await h.call('search_files', { pattern: '^item', path: 'seq.txt', offset: 3, limit: 3 });
+      assert.deepEqual(
+        (result.matches as { line: number }[]).map((match) => match.line),
+        [4, 5, 6],
+      );
+      assert.equal(result.total_count, 10);
+      assert.equal(result.truncated, true);
+      assert.match(String(result.hint), /results 4-6 of 10.*offset=6/);
+      const tail = await h.call('search_files', { pattern: '^item', path: 'seq.txt', offset: 9, limit: 3 });
+      assert.equal((tail.matches as unknown[]).length, 1);
+      assert.equal(tail.truncated, false);
+    });
+
+    it('finds files by name glob, newest first, case-insensitively', async () => {
+      const result = await h.call('search_files', { pattern: '*.md', target: 'files' });
+      assert.deepEqual(result, { files: ['docs/readme.MD', 'docs/guide.md', 'notes.md'], total_count: 3, truncated: false });
+      const bare = await h.call('search_files', { pattern: 'we:ird', target: 'files' });
+      assert.deepEqual(bare.files, ['dir one/we:ird name.txt']);
+      const paged = await h.call('search_files', { pattern: '*.md', target: 'files', limit: 1, offset: 1 });
+      assert.deepEqual(paged.files, ['docs/guide.md']);
+      assert.equal(paged.truncated, true);
+    });
+
+    it('returns empty results and clear errors', async () => {
+      assert.deepEqual(await h.call('search_files', { pattern: 'no such text anywhere' }), {
+        matches: [],
+        total_count: 0,
+        truncated: false,
+      });
+      assert.deepEqual(await h.call('search_files', { pattern: 'x', path: 'missing-dir' }), { error: 'Path not found: missing-dir' });
+      assert.match(String((await h.call('search_files', { pattern: '(' })).error), /^Search failed: /);
+      assert.deepEqual(await h.call('search_files', {}), { error: 'Missing required parameter: pattern' });
+    });
+
+    it('runs as a stateless exec', async () => {
+      const request = h.task.execLog.at(-1);
+      assert.equal(request?.stateless, true);
+      if (engine === 'grep') assert.doesNotMatch(request?.command ?? '', /command -v rg|\brg --/);
+      else assert.match(request?.command ?? '', /command -v rg/);
+    });
+  });
+}
+
+searchSuite(hasRipgrep() ? 'auto: ripgrep' : 'auto: ripgrep missing, fallback', 'auto');
+searchSuite('forced grep/find fallback', 'grep');

@@ -1,0 +1,423 @@
+import assert from 'node:assert/strict';
+import { describe, it } from 'node:test';
+import {
+  PatchError,
+  applyPatch,
+  normalizePatchPath,
+  parsePatch,
+  patchPaths,
+  replaceText,
+  type FileChange,
+  type PatchOperation,
+} from '../../services/dispatcher/tools/patch-parser.js';
+import { unifiedDiff } from '../../services/dispatcher/tools/unified-diff.js';
+
+/** Parses and applies `patch` to `files`; returns the changes keyed by path. */
+function run(patch: string, files: Record<string, string>): Map<string, FileChange> {
+  const { operations } = parsePatch(patch);
+  const applied = applyPatch(operations, new Map(Object.entries(files)));
+  return new Map(applied.changes.map((change) => [change.path, change]));
+}
+
+function after(changes: Map<string, FileChange>, path: string): string | undefined {
+  return changes.get(path)?.after;
+}
+
+function patchError(fn: () => unknown): string {
+  try {
+    fn();
+  } catch (err) {
+    assert.ok(err instanceof PatchError, `expected PatchError, got ${String(err)}`);
+    return err.message;
+  }
+  assert.fail('expected a PatchError');
+}
+
+const source = [
+  'import x from "y";',
+  '',
+  'function a() {',
+  '  return 1;',
+  '}',
+  '',
+  'function b() {',
+  '  return 2;',
+  '}',
+  '',
+].join('\n');
+
+describe('parsePatch: Begin Patch format', () => {
+  it('parses add, update with move and hints, and delete', () => {
+    const parsed = parsePatch(
+      [
+        '*** Begin Patch',
+        '*** Add File: ./new/file.txt',
+        '+hello',
+        '+world',
+        '*** Update File: src/a.ts',
+        '*** Move to: src/b.ts',
+        '@@ function a() {',
+        '-  return 1;',
+        '+  return 10;',
+        '*** Delete File: old.txt',
+        '*** End Patch',
+      ].join('\n'),
+    );
+    assert.equal(parsed.format, 'begin-patch');
+    const [add, update, del] = parsed.operations as [PatchOperation, PatchOperation, PatchOperation];
+    assert.deepEqual(add, { kind: 'add', path: 'new/file.txt', content: 'hello\nworld\n' });
+    assert.equal(update.kind, 'update');
+    assert.equal(update.kind === 'update' && update.moveTo, 'src/b.ts');
+    assert.deepEqual(update.kind === 'update' && update.hunks[0]?.contextHints, ['function a() {']);
+    assert.deepEqual(del, { kind: 'delete', path: 'old.txt' });
+    assert.deepEqual(patchPaths(parsed.operations), ['new/file.txt', 'src/a.ts', 'src/b.ts', 'old.txt']);
+  });
+
+  it('tolerates a missing End Patch, code fences and blank context lines without their space', () => {
+    const changes = run(
+      [
+        '```',
+        '*** Begin Patch',
+        '*** Update File: a.ts',
+        ' function a() {',
+        '-  return 1;',
+        '+  return 11;',
+        ' }',
+        '',
+        ' function b() {',
+        '```',
+      ].join('\n'),
+      { 'a.ts': source },
+    );
+    assert.match(after(changes, 'a.ts') ?? '', /return 11;/);
+  });
+
+  it('rejects add lines without "+" and stray lines in hunks, naming the patch line', () => {
+    assert.match(
+      patchError(() => parsePatch('*** Begin Patch\n*** Add File: x\nno plus\n*** End Patch')),
+      /line 3.*must start with '\+'/,
+    );
+    assert.match(
+      patchError(() => parsePatch('*** Begin Patch\n*** Update File: x\n-a\n?b\n*** End Patch')),
+      /line 4.*hunk lines must start with/,
+    );
+    assert.match(patchError(() => parsePatch('*** Begin Patch\n*** Update File: x\n*** End Patch')), /has no hunks/);
+    assert.match(patchError(() => parsePatch('*** Begin Patch\nwhat\n*** End Patch')), /expected '\*\*\* Update File/);
+    assert.match(patchError(() => parsePatch('just some text')), /Unrecognized patch format/);
+    assert.match(patchError(() => parsePatch('*** Begin Patch\n*** End Patch')), /no file operations/);
+  });
+
+  it('normalizes paths and unquotes git-quoted names', () => {
+    assert.equal(normalizePatchPath(' ./a/../b/c.ts '), 'b/c.ts');
+    assert.equal(normalizePatchPath('"sp\\303\\244ce \\"q\\".txt"'), 'späce "q".txt');
+    assert.throws(() => normalizePatchPath('  '), PatchError);
+  });
+});
+
+describe('applyPatch: Begin Patch format', () => {
+  it('applies several hunks and keeps the rest of the file', () => {
+    const changes = run(
+      [
+        '*** Begin Patch',
+        '*** Update File: a.ts',
+        '@@ function a() {',
+        '-  return 1;',
+        '+  return 100;',
+        '@@ function b() {',
+        '-  return 2;',
+        '+  return 200;',
+        '*** End Patch',
+      ].join('\n'),
+      { 'a.ts': source },
+    );
+    assert.equal(after(changes, 'a.ts'), source.replace('return 1;', 'return 100;').replace('return 2;', 'return 200;'));
+    assert.equal(changes.get('a.ts')?.kind, 'modify');
+  });
+
+  it('uses the @@ hint to pick between identical blocks', () => {
+    const text = 'function a() {\n  return 0;\n}\nfunction b() {\n  return 0;\n}\n';
+    const changes = run('*** Begin Patch\n*** Update File: f\n@@ function b() {\n-  return 0;\n+  return 9;\n*** End Patch', {
+      f: text,
+    });
+    assert.equal(after(changes, 'f'), 'function a() {\n  return 0;\n}\nfunction b() {\n  return 9;\n}\n');
+  });
+
+  it('applies hunks given out of order', () => {
+    const changes = run(
+      '*** Begin Patch\n*** Update File: f\n-  return 2;\n+  return 20;\n@@\n-  return 1;\n+  return 10;\n*** End Patch',
+      { f: source },
+    );
+    assert.match(after(changes, 'f') ?? '', /return 10;[\s\S]*return 20;/);
+  });
+
+  it('matches despite whitespace differences, keeps the file\'s context lines and says so', () => {
+    const { operations } = parsePatch(
+      '*** Begin Patch\n*** Update File: f\n function a() {\n-return 1;\n+  return 1 + 1;\n*** End Patch',
+    );
+    const applied = applyPatch(operations, new Map([['f', source]]));
+    assert.equal(applied.changes[0]?.after, source.replace('  return 1;', '  return 1 + 1;'));
+    assert.match(applied.notes[0] ?? '', /ignoring whitespace/);
+  });
+
+  it('appends pure additions at the end of the file, or at End of File', () => {
+    const changes = run('*** Begin Patch\n*** Update File: f\n+// tail\n*** End of File\n*** End Patch', { f: 'a\nb\n' });
+    assert.equal(after(changes, 'f'), 'a\nb\n// tail\n');
+  });
+
+  it('prefers the end of the file for End of File hunks', () => {
+    const changes = run('*** Begin Patch\n*** Update File: f\n x\n-y\n+z\n*** End of File\n*** End Patch', { f: 'x\ny\nx\ny\n' });
+    assert.equal(after(changes, 'f'), 'x\ny\nx\nz\n');
+  });
+
+  it('adds, deletes and moves, reporting the move source', () => {
+    const changes = run(
+      [
+        '*** Begin Patch',
+        '*** Add File: c.txt',
+        '+new',
+        '*** Delete File: d.txt',
+        '*** Update File: a.txt',
+        '*** Move to: moved/a.txt',
+        '-one',
+        '+uno',
+        '*** End Patch',
+      ].join('\n'),
+      { 'a.txt': 'one\ntwo\n', 'd.txt': 'bye\n' },
+    );
+    assert.deepEqual(changes.get('c.txt'), { kind: 'create', path: 'c.txt', after: 'new\n' });
+    assert.deepEqual(changes.get('d.txt'), { kind: 'delete', path: 'd.txt', before: 'bye\n' });
+    assert.deepEqual(changes.get('a.txt'), { kind: 'delete', path: 'a.txt', before: 'one\ntwo\n' });
+    assert.deepEqual(changes.get('moved/a.txt'), { kind: 'create', path: 'moved/a.txt', after: 'uno\ntwo\n', movedFrom: 'a.txt' });
+  });
+
+  it('supports a pure move with no hunks', () => {
+    const changes = run('*** Begin Patch\n*** Update File: a\n*** Move to: b\n*** End Patch', { a: 'x\n' });
+    assert.equal(changes.get('b')?.movedFrom, 'a');
+    assert.equal(changes.get('a')?.kind, 'delete');
+  });
+
+  it('applies two sections on the same file in sequence', () => {
+    const changes = run(
+      '*** Begin Patch\n*** Update File: f\n-a\n+b\n*** Update File: f\n-b\n+c\n*** End Patch',
+      { f: 'a\n' },
+    );
+    assert.equal(after(changes, 'f'), 'c\n');
+  });
+
+  it('rejects the whole patch and lists every problem when any hunk fails', () => {
+    const message = patchError(() =>
+      run(
+        [
+          '*** Begin Patch',
+          '*** Update File: a.ts',
+          '-  return 1;',
+          '+  return 100;',
+          '*** Update File: a.ts',
+          ' function a() {',
+          '-  return 42;',
+          '+  return 43;',
+          '*** Add File: exists.txt',
+          '+x',
+          '*** Delete File: missing.txt',
+          '*** Update File: nope.ts',
+          '-a',
+          '+b',
+          '*** End Patch',
+        ].join('\n'),
+        { 'a.ts': source, 'exists.txt': 'here\n' },
+      ),
+    );
+    assert.match(message, /no files were changed/);
+    assert.match(message, /4 problems/);
+    assert.match(message, /hunk 1 of a\.ts \(patch line 6\)/);
+    assert.match(message, /\|  return 42;/);
+    // The second section sees the first one's edit: sections apply in sequence.
+    assert.match(message, /first difference is at line 4: expected "  return 42;" but the file has "  return 100;"/);
+    assert.match(message, /Add File: exists\.txt': the file already exists/);
+    assert.match(message, /Delete File: missing\.txt': file not found/);
+    assert.match(message, /Update File: nope\.ts': file not found/);
+  });
+
+  it('refuses a move onto an existing file', () => {
+    assert.match(
+      patchError(() => run('*** Begin Patch\n*** Update File: a\n*** Move to: b\n*** End Patch', { a: '1\n', b: '2\n' })),
+      /destination already exists/,
+    );
+  });
+
+  it('preserves CRLF line endings and a missing final newline', () => {
+    const changes = run('*** Begin Patch\n*** Update File: f\n a\n-b\n+B\n c\n*** End Patch', { f: 'a\r\nb\r\nc' });
+    assert.equal(after(changes, 'f'), 'a\r\nB\r\nc');
+  });
+});
+
+describe('parsePatch / applyPatch: unified diffs', () => {
+  it('applies a git diff with a/ b/ prefixes, several files, creation and deletion', () => {
+    const patch = [
+      'diff --git a/src/a.ts b/src/a.ts',
+      'index 123..456 100644',
+      '--- a/src/a.ts',
+      '+++ b/src/a.ts',
+      '@@ -3,3 +3,3 @@ import x from "y";',
+      ' function a() {',
+      '-  return 1;',
+      '+  return 1000;',
+      ' }',
+      'diff --git a/new.txt b/new.txt',
+      'new file mode 100644',
+      '--- /dev/null',
+      '+++ b/new.txt',
+      '@@ -0,0 +1,2 @@',
+      '+first',
+      '+second',
+      'diff --git a/gone.txt b/gone.txt',
+      'deleted file mode 100644',
+      '--- a/gone.txt',
+      '+++ /dev/null',
+      '@@ -1 +0,0 @@',
+      '-bye',
+      '',
+    ].join('\n');
+    const parsed = parsePatch(patch);
+    assert.equal(parsed.format, 'unified');
+    const changes = run(patch, { 'src/a.ts': source, 'gone.txt': 'bye\n' });
+    assert.match(after(changes, 'src/a.ts') ?? '', /return 1000;/);
+    assert.equal(after(changes, 'new.txt'), 'first\nsecond\n');
+    assert.equal(changes.get('gone.txt')?.kind, 'delete');
+  });
+
+  it('accepts a plain diff -u with timestamps and wrong line counts', () => {
+    const patch = '--- f.txt\t2024-01-01 00:00:00\n+++ f.txt\t2024-01-02 00:00:00\n@@ -1,9 +1,9 @@\n a\n-b\n+B\n c\n';
+    assert.equal(after(run(patch, { 'f.txt': 'a\nb\nc\nd\n' }), 'f.txt'), 'a\nB\nc\nd\n');
+  });
+
+  it('prefers the occurrence nearest the header line number', () => {
+    const text = 'x\ny\nz\nx\ny\nz\n';
+    const patch = '--- a/f\n+++ b/f\n@@ -4,3 +4,3 @@\n x\n-y\n+Y\n z\n';
+    assert.equal(after(run(patch, { f: text }), 'f'), 'x\ny\nz\nx\nY\nz\n');
+  });
+
+  it('honours "\\ No newline at end of file" on either side', () => {
+    const addNewline = '--- a/f\n+++ b/f\n@@ -1,2 +1,2 @@\n a\n-b\n\\ No newline at end of file\n+b\n';
+    assert.equal(after(run(addNewline, { f: 'a\nb' }), 'f'), 'a\nb\n');
+    const dropNewline = '--- a/f\n+++ b/f\n@@ -1,2 +1,2 @@\n a\n-b\n+b\n\\ No newline at end of file\n';
+    assert.equal(after(run(dropNewline, { f: 'a\nb\n' }), 'f'), 'a\nb');
+  });
+
+  it('reads rename from / rename to as a move', () => {
+    const patch = 'diff --git a/old.txt b/new.txt\nsimilarity index 100%\nrename from old.txt\nrename to new.txt\n';
+    const changes = run(patch, { 'old.txt': 'same\n' });
+    assert.equal(changes.get('new.txt')?.movedFrom, 'old.txt');
+  });
+
+  it('refuses binary patches', () => {
+    assert.match(
+      patchError(() => parsePatch('diff --git a/x.png b/x.png\n--- a/x.png\n+++ b/x.png\nGIT binary patch\n')),
+      /binary patches are not supported/,
+    );
+  });
+});
+
+describe('replaceText', () => {
+  const opts = { replaceAll: false, path: 'f.ts' };
+
+  it('replaces a unique exact match', () => {
+    assert.deepEqual(replaceText('a\nb\nc\n', 'b\n', 'B\n', opts), { content: 'a\nB\nc\n', replacements: 1, match: 'exact' });
+  });
+
+  it('refuses ambiguous matches unless replace_all, giving the count', () => {
+    assert.match(patchError(() => replaceText('x x x', 'x', 'y', opts)), /found 3 times in f\.ts.*replace_all=true/s);
+    assert.deepEqual(replaceText('x x x', 'x', 'y', { ...opts, replaceAll: true }), {
+      content: 'y y y',
+      replacements: 3,
+      match: 'exact',
+    });
+  });
+
+  it('explains a miss and where the file diverges', () => {
+    const message = patchError(() => replaceText(source, 'function a() {\n  return 5;\n}', 'x', opts));
+    assert.match(message, /Could not find old_string in f\.ts/);
+    assert.match(message, /line 4: expected "  return 5;" but the file has "  return 1;"/);
+  });
+
+  it('falls back to line-trimmed matching and says so', () => {
+    const result = replaceText(source, 'function b() {\nreturn 2;   \n}', 'function b() {\n  return 3;\n}', opts);
+    assert.equal(result.match, 'line-trimmed');
+    assert.equal(result.content, source.replace('return 2;', 'return 3;'));
+  });
+
+  it('line-trimmed matching keeps line structure when old_string ends with a newline', () => {
+    const result = replaceText('  a\n  b\n  c\n', 'a\nb\n', 'X\n', opts);
+    assert.deepEqual(result, { content: 'X\n  c\n', replacements: 1, match: 'line-trimmed' });
+  });
+
+  it('line-trimmed matching also reports ambiguity', () => {
+    assert.match(patchError(() => replaceText(' a\n a\n', 'a ', 'b', opts)), /found 2 times.*ignoring whitespace/s);
+  });
+
+  it('edits CRLF files with LF-typed strings and keeps CRLF', () => {
+    const result = replaceText('one\r\ntwo\r\nthree\r\n', 'one\ntwo\n', 'uno\ndos\n', opts);
+    assert.deepEqual(result, { content: 'uno\r\ndos\r\nthree\r\n', replacements: 1, match: 'exact' });
+  });
+
+  it('rejects empty and no-op edits', () => {
+    assert.match(patchError(() => replaceText('a', '', 'b', opts)), /must not be empty/);
+    assert.match(patchError(() => replaceText('a', 'a', 'a', opts)), /identical/);
+  });
+});
+
+describe('unifiedDiff', () => {
+  it('is empty for equal texts', () => {
+    assert.equal(unifiedDiff('a\n', 'a\n', { oldLabel: 'a/f', newLabel: 'b/f' }), '');
+  });
+
+  it('writes headers, hunk ranges and context', () => {
+    const diff = unifiedDiff('1\n2\n3\n4\n5\n6\n7\n8\n9\n', '1\n2\n3\n4\nfive\n6\n7\n8\n9\n', { oldLabel: 'a/f', newLabel: 'b/f' });
+    assert.equal(diff, '--- a/f\n+++ b/f\n@@ -2,7 +2,7 @@\n 2\n 3\n 4\n-5\n+five\n 6\n 7\n 8\n');
+  });
+
+  it('splits distant changes into separate hunks', () => {
+    const old = Array.from({ length: 30 }, (_, i) => `${i + 1}`).join('\n') + '\n';
+    const changed = old.replace('\n2\n', '\ntwo\n').replace('\n28\n', '\ntwenty-eight\n');
+    const diff = unifiedDiff(old, changed, { oldLabel: 'a/f', newLabel: 'b/f', contextLines: 1 });
+    assert.deepEqual(diff.split('\n').filter((line) => line.startsWith('@@')), ['@@ -1,3 +1,3 @@', '@@ -27,3 +27,3 @@']);
+  });
+
+  it('describes creation, deletion and a missing final newline', () => {
+    assert.equal(unifiedDiff('', 'x\n', { oldLabel: '/dev/null', newLabel: 'b/f' }), '--- /dev/null\n+++ b/f\n@@ -0,0 +1 @@\n+x\n');
+    assert.equal(unifiedDiff('x\ny\n', '', { oldLabel: 'a/f', newLabel: '/dev/null' }), '--- a/f\n+++ /dev/null\n@@ -1,2 +0,0 @@\n-x\n-y\n');
+    assert.equal(
+      unifiedDiff('a\nb\n', 'a\nb', { oldLabel: 'a/f', newLabel: 'b/f' }),
+      '--- a/f\n+++ b/f\n@@ -1,2 +1,2 @@\n a\n-b\n+b\n\\ No newline at end of file\n',
+    );
+  });
+
+  it('round-trips through parsePatch and applyPatch on random edits', () => {
+    let seed = 12345;
+    const random = (n: number): number => {
+      seed = (seed * 1103515245 + 12345) % 2 ** 31;
+      return seed % n;
+    };
+    for (let round = 0; round < 200; round++) {
+      const lines = Array.from({ length: 1 + random(40) }, () => `line ${random(8)}`);
+      const edited = [...lines];
+      for (let edits = random(6); edits > 0; edits--) {
+        const at = random(edited.length + 1);
+        const action = random(3);
+        if (action === 0) edited.splice(at, 1);
+        else if (action === 1) edited.splice(at, 0, `new ${random(100)}`);
+        else edited.splice(at, 1, `changed ${random(100)}`);
+      }
+      const before = lines.join('\n') + (random(4) === 0 ? '' : '\n');
+      const afterText = edited.length === 0 ? '' : edited.join('\n') + (random(4) === 0 ? '' : '\n');
+      const diff = unifiedDiff(before, afterText, { oldLabel: 'a/f', newLabel: 'b/f', contextLines: random(4) });
+      if (diff === '') {
+        assert.equal(before, afterText);
+        continue;
+      }
+      const result = applyPatch(parsePatch(diff).operations, new Map([['f', before]]));
+      const change = result.changes[0];
+      assert.equal(change?.after ?? before, afterText, `round ${round}:\n${diff}`);
+    }
+  });
+});
