@@ -1,0 +1,497 @@
+/**
+ * The shared shell-state runner (spec §3). Every command runs in a fresh
+ * `bash -c`, yet cwd, exported variables, functions and aliases persist per
+ * task, over any backend that can run `bash -c`:
+ *
+ * 1. Once per environment a login shell (`bash -l`) writes a snapshot
+ *    (`export -p`, `declare -f`, `alias -p`, `shopt -s expand_aliases`) to a
+ *    file in `env.stateDir`.
+ * 2. Each command's script sources the snapshot, `cd`s to the saved cwd (exit
+ *    126 with a message when it is gone), evals the command with stderr merged
+ *    into stdout, re-saves the snapshot atomically (temp file + `mv`, also
+ *    from an EXIT trap so `exit N` saves too) and prints a cwd marker line
+ *    carrying a per-environment random nonce.
+ * 3. The runner strips the marker from the output, also when it arrives split
+ *    across chunks, and records the cwd it carries.
+ *
+ * Concurrency: calls may overlap (each is its own bash). Each starts from the
+ * cwd and snapshot current when it starts; whichever finishes last writes the
+ * cwd and the snapshot (last writer wins; the snapshot file is never torn).
+ */
+import { randomBytes } from 'node:crypto';
+import { posix } from 'node:path';
+import { UnavailableError } from '../common/errors.js';
+import type { Logger } from '../common/logging.js';
+import type { BackendEnvironment, BackgroundHandle, ExecResult } from './backend.js';
+import { partialPrefixLength } from './output.js';
+
+/**
+ * Parts of environment variable names that mark provider secrets, matched
+ * case-insensitively anywhere in the name. Backends drop such variables from
+ * children's environments unless an operator passes them through, and the
+ * bootstrap drops any that a login profile (say `~/.profile` exporting an API
+ * key) adds, so the snapshot never smuggles one in.
+ */
+export const PROVIDER_SECRET_NAME_PARTS: readonly string[] = [
+  'KEY',
+  'TOKEN',
+  'SECRET',
+  'PASSWORD',
+  'CREDENTIAL',
+  'PASSWD',
+  'AUTH',
+  'DSN',
+  'WEBHOOK',
+  'CREDS',
+  'BEARER',
+  'APIKEY',
+];
+
+/** True when `name` looks like it holds a provider secret (see {@link PROVIDER_SECRET_NAME_PARTS}). */
+export function isProviderSecretName(name: string): boolean {
+  const upper = name.toUpperCase();
+  return PROVIDER_SECRET_NAME_PARTS.some((part) => upper.includes(part));
+}
+
+/** Quotes `text` as one bash word: single quotes, with `'` spelled `'\''`. Safe for any NUL-free text. */
+export function shellQuote(text: string): string {
+  return `'${text.replaceAll("'", `'\\''`)}'`;
+}
+
+/** The two halves of the cwd marker line for one environment. */
+export interface CwdMarker {
+  readonly start: string;
+  readonly end: string;
+}
+
+/** Marker strings for `nonce`: unguessable, so command output cannot forge a cwd. */
+export function cwdMarker(nonce: string): CwdMarker {
+  return { start: `__berth_cwd_begin_${nonce}__`, end: `__berth_cwd_end_${nonce}__` };
+}
+
+const LF = 0x0a;
+const CR = 0x0d;
+/** A marker whose end has not appeared within this many bytes is not ours (paths are ≤ 4096 bytes). */
+const MAX_MARKER_BODY_BYTES = 16 * 1024;
+
+/**
+ * Streaming filter that removes cwd marker lines from output and remembers
+ * the last cwd seen. A marker is `\n`, start, the cwd as `pwd` prints it
+ * (newline included), end, `\n`; `\r\n` is accepted too, for PTYs. Only
+ * bytes that could begin a marker are held back, so live output keeps flowing.
+ */
+export class CwdMarkerFilter {
+  readonly #start: Buffer;
+  readonly #end: Buffer;
+  readonly #prefixes: readonly Buffer[];
+  #pending: Buffer = Buffer.alloc(0);
+  #cwd: string | undefined;
+
+  constructor(marker: CwdMarker) {
+    this.#start = Buffer.from(marker.start);
+    this.#end = Buffer.from(marker.end);
+    this.#prefixes = [Buffer.concat([Buffer.from('\r\n'), this.#start]), Buffer.concat([Buffer.from('\n'), this.#start])];
+  }
+
+  /** The cwd carried by the last complete marker, if any. */
+  get cwd(): string | undefined {
+    return this.#cwd;
+  }
+
+  /** Feeds a chunk; returns the bytes that can be forwarded now. */
+  push(chunk: Uint8Array): Buffer {
+    const data = this.#pending.length > 0 ? Buffer.concat([this.#pending, chunk]) : Buffer.from(chunk);
+    return this.#scan(data, false);
+  }
+
+  /** Ends the stream; returns what was held back, minus any marker (even a cut-off one). */
+  end(): Buffer {
+    const data = this.#pending;
+    this.#pending = Buffer.alloc(0);
+    return this.#scan(data, true);
+  }
+
+  #scan(input: Buffer, final: boolean): Buffer {
+    const out: Buffer[] = [];
+    let data = input;
+    for (;;) {
+      const s = data.indexOf(this.#start);
+      if (s < 0) {
+        const hold = final ? 0 : partialPrefixLength(data, this.#prefixes);
+        out.push(data.subarray(0, data.length - hold));
+        this.#pending = Buffer.from(data.subarray(data.length - hold));
+        break;
+      }
+      // The marker line starts with the newline printed before it.
+      let r = s;
+      if (r > 0 && data[r - 1] === LF) {
+        r--;
+        if (r > 0 && data[r - 1] === CR) r--;
+      }
+      const bodyStart = s + this.#start.length;
+      const e = data.indexOf(this.#end, bodyStart);
+      if (e < 0) {
+        if (data.length - bodyStart > MAX_MARKER_BODY_BYTES) {
+          // Not a marker after all: release it as ordinary output and keep scanning.
+          out.push(data.subarray(0, bodyStart));
+          data = data.subarray(bodyStart);
+          continue;
+        }
+        out.push(data.subarray(0, r));
+        // At the end of the stream a cut-off marker is dropped, never shown.
+        this.#pending = final ? Buffer.alloc(0) : Buffer.from(data.subarray(r));
+        break;
+      }
+      let after = e + this.#end.length;
+      if (!final && (after === data.length || (data[after] === CR && after + 1 === data.length))) {
+        // The line's newline has not arrived yet.
+        out.push(data.subarray(0, r));
+        this.#pending = Buffer.from(data.subarray(r));
+        break;
+      }
+      if (data[after] === CR && data[after + 1] === LF) after += 2;
+      else if (data[after] === LF) after += 1;
+      this.#cwd = parseCwdBody(data.subarray(bodyStart, e));
+      out.push(data.subarray(0, r));
+      data = data.subarray(after);
+    }
+    return out.length === 1 && out[0] ? out[0] : Buffer.concat(out);
+  }
+}
+
+/** The marker body is `pwd`'s output: the path plus its newline (`\r\n` under a PTY). */
+function parseCwdBody(body: Buffer): string {
+  let text = body.toString('utf8');
+  if (text.endsWith('\r\n')) text = text.slice(0, -2);
+  else if (text.endsWith('\n')) text = text.slice(0, -1);
+  return text;
+}
+
+/** What the script does with the task's state. */
+export type RunMode =
+  /** Start in the task cwd; save the snapshot and report the new cwd. */
+  | {
+      readonly kind: 'task';
+      readonly cwd: string;
+      /** Where the task restarts when `cwd` is gone: the first of these that exists. */
+      readonly resetCwds: readonly [string, string];
+    }
+  /** Start in `workdir` for this call only; save the snapshot, keep the task cwd. */
+  | { readonly kind: 'workdir'; readonly workdir: string }
+  /** Start in `dir`; save nothing (helpers, background processes). */
+  | { readonly kind: 'stateless'; readonly dir: string; readonly isWorkdir: boolean };
+
+export interface RunScriptSpec {
+  readonly snapshotPath: string;
+  readonly marker: CwdMarker;
+  readonly mode: RunMode;
+  /** The command itself, or a file holding it (for commands too long for one argv string). */
+  readonly command: { readonly text: string } | { readonly file: string };
+}
+
+/**
+ * Builds the `bash -c` script for one command. Pure, so it is tested without
+ * a shell. Internal commands are spelled `\builtin`/`\command` so that the
+ * user's aliases and functions (cd, mv, printf, ...) cannot hijack them; the
+ * whole script is one `{ ... }` group, parsed before the snapshot defines any
+ * alias.
+ */
+export function buildRunScript(spec: RunScriptSpec): string {
+  const snap = shellQuote(spec.snapshotPath);
+  const tmp = `${shellQuote(`${spec.snapshotPath}.tmp.`)}$$`;
+  const save =
+    `{ \\builtin export -p; \\builtin declare -f; \\builtin alias -p; \\builtin printf '%s\\n' 'shopt -s expand_aliases'; } >${tmp} 2>/dev/null` +
+    ` && \\command mv -f -- ${tmp} ${snap} 2>/dev/null || \\command rm -f -- ${tmp} 2>/dev/null`;
+  const mark =
+    `\\builtin printf '\\n%s' ${shellQuote(spec.marker.start)}; ` +
+    `\\builtin pwd -P 2>/dev/null || \\builtin printf '%s\\n' "$PWD"; \\builtin printf '%s\\n' ${shellQuote(spec.marker.end)};`;
+  /**
+   * Saving runs once: inline after the command, or from our EXIT trap when
+   * the command calls `exit`. The inline path leaves the trap in place so a
+   * trap the command set itself still runs at exit. `set +x` comes first: a
+   * traced marker line would otherwise be echoed into the output.
+   */
+  const finishers = (body: string) => ({
+    trap: `__berth_rc=$?; if \\builtin test -z "\${__berth_saved-}"; then \\builtin set +x +e +u; ${body} fi; \\builtin exit "$__berth_rc"`,
+    inline: `__berth_rc=$?; \\builtin set +x +e +u; __berth_saved=1; ${body} \\builtin exit "$__berth_rc"`,
+  });
+
+  const lines: string[] = ['{', '\\builtin exec 2>&1'];
+  lines.push(`if [ -r ${snap} ]; then \\builtin . ${snap} >/dev/null 2>&1; fi`);
+
+  let evalLine: string;
+  if ('text' in spec.command) {
+    evalLine = `\\builtin eval ${shellQuote(spec.command.text)}`;
+  } else {
+    const file = shellQuote(spec.command.file);
+    // The trailing x keeps $(...) from eating the command's final newlines.
+    lines.push(
+      `__berth_cmd="$(\\command cat -- ${file}; \\builtin printf x)"; \\command rm -f -- ${file}; __berth_cmd="\${__berth_cmd%x}"`,
+    );
+    evalLine = '\\builtin eval "$__berth_cmd"';
+  }
+
+  const mode = spec.mode;
+  const cdOrFail = (dir: string, message: string) =>
+    `\\builtin cd -- ${shellQuote(dir)} 2>/dev/null || { \\builtin printf '%s\\n' ${shellQuote(message)}; \\builtin exit 126; }`;
+  switch (mode.kind) {
+    case 'task': {
+      const [first, second] = mode.resetCwds;
+      lines.push(
+        `\\builtin cd -- ${shellQuote(mode.cwd)} 2>/dev/null || {` +
+          ` if [ -d ${shellQuote(first)} ]; then __berth_to=${shellQuote(first)}; else __berth_to=${shellQuote(second)}; fi;` +
+          ` \\builtin printf 'berth: cannot run the command: the working directory %s no longer exists. ` +
+          `The working directory has been reset to %s; run the command again.\\n' ${shellQuote(mode.cwd)} "$__berth_to";` +
+          ' \\builtin exit 126; }',
+      );
+      const finish = finishers(`${save}; ${mark}`);
+      lines.push(`\\builtin trap ${shellQuote(finish.trap)} EXIT`, evalLine, finish.inline);
+      break;
+    }
+    case 'workdir': {
+      lines.push(cdOrFail(mode.workdir, `berth: cannot run the command: workdir ${mode.workdir} is not a directory.`));
+      const finish = finishers(`${save};`);
+      lines.push(`\\builtin trap ${shellQuote(finish.trap)} EXIT`, evalLine, finish.inline);
+      break;
+    }
+    case 'stateless': {
+      const message = mode.isWorkdir
+        ? `berth: cannot run the command: workdir ${mode.dir} is not a directory.`
+        : `berth: cannot run the command: the working directory ${mode.dir} no longer exists.`;
+      lines.push(cdOrFail(mode.dir, message), evalLine);
+      break;
+    }
+  }
+  lines.push('}');
+  return lines.join('\n');
+}
+
+/**
+ * The bootstrap script: a login shell writes the first snapshot. Variables
+ * the login profile adds whose names look like provider secrets are dropped
+ * (variables already in the environment were allowed by the backend).
+ */
+export function buildBootstrapScript(snapshotPath: string, initialCwd: string, login: boolean): string {
+  const snap = shellQuote(snapshotPath);
+  const tmp = `${shellQuote(`${snapshotPath}.tmp.`)}$$`;
+  const inner = [
+    `__berth_before=$'\\n'"$1"$'\\n'`,
+    'for __berth_v in $(compgen -e); do',
+    `  case "$__berth_before" in *$'\\n'"$__berth_v"$'\\n'*) continue;; esac`,
+    `  if [[ \${__berth_v^^} =~ (${PROVIDER_SECRET_NAME_PARTS.join('|')}) ]]; then unset "$__berth_v"; fi`,
+    'done',
+    'unset OLDPWD __berth_v __berth_before',
+    `cd -- ${shellQuote(initialCwd)} 2>/dev/null`,
+    `{ export -p; declare -f; alias -p; printf '%s\\n' 'shopt -s expand_aliases'; } >${tmp} && mv -f -- ${tmp} ${snap}`,
+  ].join('\n');
+  // Names exported before the profile ran, passed to the login shell as $1.
+  return `exec bash ${login ? '-l ' : ''}-c ${shellQuote(inner)} berth-bootstrap "$(compgen -e)" </dev/null`;
+}
+
+/**
+ * The script for a background command: snapshot and cwd (or workdir), no
+ * state saved, stderr merged.
+ */
+export function buildBackgroundScript(spec: Omit<RunScriptSpec, 'mode'> & { readonly dir: string; readonly isWorkdir: boolean }): string {
+  return buildRunScript({ ...spec, mode: { kind: 'stateless', dir: spec.dir, isWorkdir: spec.isWorkdir } });
+}
+
+export interface ShellRunRequest {
+  readonly command: string;
+  readonly timeoutMs: number;
+  /** Absolute directory for this call only. The task cwd is kept even if the command `cd`s. */
+  readonly workdir?: string;
+  readonly stdin?: string | Uint8Array;
+  readonly pty?: boolean;
+  /** Use the task's snapshot and cwd but save nothing back. */
+  readonly stateless?: boolean;
+  readonly signal?: AbortSignal;
+  readonly env?: Readonly<Record<string, string>>;
+  /** Output with the cwd marker removed, as produced. */
+  readonly onOutput?: (chunk: Buffer) => void;
+}
+
+export interface ShellRunResult extends ExecResult {
+  /** The task cwd after this call. */
+  readonly cwd: string;
+  /** Set when the saved cwd had vanished and was reset to this directory. */
+  readonly cwdResetTo?: string;
+}
+
+export interface ShellBackgroundRequest {
+  readonly command: string;
+  /** Directory to start in; the task cwd when absent. */
+  readonly workdir?: string;
+  readonly pty?: boolean;
+  readonly env?: Readonly<Record<string, string>>;
+  readonly onOutput: (chunk: Buffer) => void;
+  readonly onExit: (exitCode: number) => void;
+}
+
+export interface ShellStateRunnerOptions {
+  readonly logger?: Logger;
+  /** Limit for the login-shell bootstrap; default 30 s. */
+  readonly bootstrapTimeoutMs?: number;
+  /**
+   * Commands longer than this (quoted, in bytes) are staged in a file first,
+   * because one argv string is limited to 128 KiB on Linux; default 96 KiB.
+   */
+  readonly stagingThresholdBytes?: number;
+}
+
+/**
+ * Persistent shell semantics for one {@link BackendEnvironment}. Create one
+ * per environment; it only uses `env.exec` and `env.startBackground`.
+ */
+export class ShellStateRunner {
+  readonly #env: BackendEnvironment;
+  readonly #logger: Logger | undefined;
+  readonly #bootstrapTimeoutMs: number;
+  readonly #stagingThresholdBytes: number;
+  readonly #marker: CwdMarker;
+  readonly #snapshotPath: string;
+  #cwd: string;
+  #bootstrap: Promise<void> | undefined;
+
+  constructor(env: BackendEnvironment, options: ShellStateRunnerOptions = {}) {
+    this.#env = env;
+    this.#logger = options.logger;
+    this.#bootstrapTimeoutMs = options.bootstrapTimeoutMs ?? 30_000;
+    this.#stagingThresholdBytes = options.stagingThresholdBytes ?? 96 * 1024;
+    this.#marker = cwdMarker(randomBytes(12).toString('hex'));
+    this.#snapshotPath = posix.join(env.stateDir, 'shell-snapshot.sh');
+    this.#cwd = env.initialCwd;
+  }
+
+  /** The task's current working directory (as last reported by a command). */
+  get cwd(): string {
+    return this.#cwd;
+  }
+
+  get snapshotPath(): string {
+    return this.#snapshotPath;
+  }
+
+  /** This environment's marker (tests use it to check stripping). */
+  get marker(): CwdMarker {
+    return this.#marker;
+  }
+
+  /** Writes the first snapshot; runs once, later calls share the result. A failure is retried by the next call. */
+  bootstrap(): Promise<void> {
+    this.#bootstrap ??= this.#runBootstrap().catch((err: unknown) => {
+      this.#bootstrap = undefined;
+      throw err;
+    });
+    return this.#bootstrap;
+  }
+
+  async #runBootstrap(): Promise<void> {
+    let lastOutput = '';
+    // A broken login profile must not make the task unusable: fall back to a plain shell.
+    for (const login of [true, false]) {
+      const chunks: Buffer[] = [];
+      let kept = 0;
+      const result = await this.#env.exec({
+        script: buildBootstrapScript(this.#snapshotPath, this.#env.initialCwd, login),
+        timeoutMs: this.#bootstrapTimeoutMs,
+        onOutput: (chunk) => {
+          if (kept < 4096) {
+            chunks.push(chunk);
+            kept += chunk.length;
+          }
+        },
+      });
+      lastOutput = Buffer.concat(chunks).toString('utf8').slice(0, 4096);
+      const snapshot = await this.#env.stat(this.#snapshotPath);
+      if (result.exitCode === 0 && snapshot.exists) return;
+      this.#logger?.warn(
+        { login, exitCode: result.exitCode, timedOut: result.timedOut, output: lastOutput },
+        'shell snapshot bootstrap failed',
+      );
+    }
+    throw new UnavailableError(
+      `cannot start a shell in ${this.#env.description}: the shell snapshot could not be written (${lastOutput.trim() || 'no output'})`,
+    );
+  }
+
+  /** Runs one command with the task's persistent state. */
+  async run(request: ShellRunRequest): Promise<ShellRunResult> {
+    await this.bootstrap();
+    const startCwd = this.#cwd;
+    const mode: RunMode = request.stateless
+      ? { kind: 'stateless', dir: request.workdir ?? startCwd, isWorkdir: request.workdir !== undefined }
+      : request.workdir !== undefined
+        ? { kind: 'workdir', workdir: request.workdir }
+        : { kind: 'task', cwd: startCwd, resetCwds: [this.#env.initialCwd, this.#env.homeDir] };
+    const command = await this.#stage(request.command, request.signal);
+    const filter = new CwdMarkerFilter(this.#marker);
+    const forward = (bytes: Buffer) => {
+      if (bytes.length > 0) request.onOutput?.(bytes);
+    };
+    const result = await this.#env.exec({
+      script: buildRunScript({ snapshotPath: this.#snapshotPath, marker: this.#marker, mode, command }),
+      timeoutMs: request.timeoutMs,
+      ...(request.stdin !== undefined ? { stdin: request.stdin } : {}),
+      ...(request.signal ? { signal: request.signal } : {}),
+      ...(request.env ? { env: request.env } : {}),
+      ...(request.pty ? { pty: true } : {}),
+      onOutput: (chunk) => forward(filter.push(chunk)),
+    });
+    forward(filter.end());
+
+    if (mode.kind !== 'task') return { ...result, cwd: this.#cwd };
+    // An empty cwd means the directory was deleted under the shell; the next call resets it.
+    if (filter.cwd !== undefined && filter.cwd !== '') {
+      this.#cwd = filter.cwd;
+      return { ...result, cwd: this.#cwd };
+    }
+    // 126 without a marker: the script could not cd. Confirm before resetting the task cwd.
+    if (result.exitCode === 126 && !result.timedOut && !result.interrupted && this.#cwd === startCwd) {
+      const dir = await this.#env.stat(startCwd);
+      if (!dir.exists || !dir.isDirectory) {
+        // Same choice as the script's message: the initial directory, else home.
+        const initial = await this.#env.stat(this.#env.initialCwd);
+        this.#cwd = initial.isDirectory ? this.#env.initialCwd : this.#env.homeDir;
+        return { ...result, cwd: this.#cwd, cwdResetTo: this.#cwd };
+      }
+    }
+    return { ...result, cwd: this.#cwd };
+  }
+
+  /** Starts a background command with the task's snapshot and cwd; it saves no state. */
+  async startBackground(request: ShellBackgroundRequest): Promise<BackgroundHandle> {
+    await this.bootstrap();
+    const command = await this.#stage(request.command);
+    const script = buildBackgroundScript({
+      snapshotPath: this.#snapshotPath,
+      marker: this.#marker,
+      command,
+      dir: request.workdir ?? this.#cwd,
+      isWorkdir: request.workdir !== undefined,
+    });
+    return this.#env.startBackground({
+      script,
+      ...(request.pty ? { pty: true } : {}),
+      ...(request.env ? { env: request.env } : {}),
+      onOutput: request.onOutput,
+      onExit: request.onExit,
+    });
+  }
+
+  /** Long commands go through a file in the state dir, written by `cat` from stdin (no argv limit). */
+  async #stage(command: string, signal?: AbortSignal): Promise<{ text: string } | { file: string }> {
+    if (Buffer.byteLength(shellQuote(command)) <= this.#stagingThresholdBytes) return { text: command };
+    const file = posix.join(this.#env.stateDir, `command-${randomBytes(8).toString('hex')}.sh`);
+    const staged = await this.#env.exec({
+      script: `umask 077; cat > ${shellQuote(file)}`,
+      stdin: command,
+      timeoutMs: 30_000,
+      ...(signal ? { signal } : {}),
+    });
+    if (staged.exitCode !== 0) {
+      throw new UnavailableError(`cannot stage a ${command.length}-character command in ${this.#env.description}`);
+    }
+    return { file };
+  }
+}

@@ -1,0 +1,392 @@
+/**
+ * Task environments on one executor: a backend environment per task, created
+ * lazily on first use, with its shell-state runner and background processes.
+ * The methods mirror the dispatcher's TaskClient, keyed by task.
+ *
+ * Concurrent calls on one task are allowed; each command is its own bash. If
+ * two commands run at once, each starts from the cwd current when it started
+ * and the one that finishes last decides the task's cwd and exported state
+ * (last writer wins).
+ *
+ * Idle tasks are released after `lifetimeSeconds` without calls, unless a
+ * background process is still running. The next call creates a fresh
+ * environment and says so in its notices.
+ */
+import { posix } from 'node:path';
+import { StringDecoder } from 'node:string_decoder';
+import { InvalidArgumentError, UnavailableError } from '../common/errors.js';
+import type { Logger } from '../common/logging.js';
+import type {
+  TaskBackgroundRequest,
+  TaskExecRequest,
+  TaskExecResult,
+  TaskFile,
+  TaskProcessRequest,
+  TaskStat,
+  TaskWriteResult,
+} from '../dispatcher/task-client.js';
+import type { Backend, BackendCapabilities, BackendEnvironment, TaskKey } from './backend.js';
+import { taskKeyString } from './backend.js';
+import { HeadTailBuffer, stripAnsi, truncateHeadTail, truncateOutput } from './output.js';
+import { ProcessRegistry, type ProcessEvent, type ProcessRegistryOptions } from './process-registry.js';
+import { ShellStateRunner, type ShellStateRunnerOptions } from './shell-state-runner.js';
+
+/** The terminal tool's output cap (spec §3); used when a call names none. */
+export const DEFAULT_MAX_OUTPUT_CHARS = 50_000;
+
+/** How many reaped task ids are remembered, to tell their next call the environment is new. */
+const REAPED_MEMORY = 1000;
+
+export interface TaskEnvironmentsOptions {
+  readonly backend: Backend;
+  readonly logger: Logger;
+  /** Idle time before a task without running background processes is released; default 300. 0 disables reaping. */
+  readonly lifetimeSeconds?: number;
+  /** Output cap for exec calls that do not set one; default {@link DEFAULT_MAX_OUTPUT_CHARS}. */
+  readonly defaultMaxOutputChars?: number;
+  /** Limits for each task's background processes. */
+  readonly processes?: Omit<ProcessRegistryOptions, 'launch' | 'onEvent' | 'logger'>;
+  readonly runner?: Omit<ShellStateRunnerOptions, 'logger'>;
+  /** Watch-pattern matches and completions of background processes, for notifications. */
+  readonly onProcessEvent?: (key: TaskKey, event: ProcessEvent) => void;
+}
+
+interface TaskState {
+  readonly key: TaskKey;
+  readonly env: BackendEnvironment;
+  readonly runner: ShellStateRunner;
+  readonly registry: ProcessRegistry;
+  /** Foreground operations (exec, process wait) that `interrupt` aborts. */
+  readonly foreground: Set<AbortController>;
+  inFlight: number;
+  idleTimer: NodeJS.Timeout | undefined;
+  /** Notices for the first exec after creation. */
+  pendingNotices: string[];
+}
+
+/** Manages every task's environment on this executor. */
+export class TaskEnvironments {
+  readonly #backend: Backend;
+  readonly #logger: Logger;
+  readonly #lifetimeMs: number;
+  readonly #defaultMaxOutputChars: number;
+  readonly #processOptions: Omit<ProcessRegistryOptions, 'launch' | 'onEvent' | 'logger'>;
+  readonly #runnerOptions: Omit<ShellStateRunnerOptions, 'logger'>;
+  readonly #onProcessEvent: ((key: TaskKey, event: ProcessEvent) => void) | undefined;
+  readonly #tasks = new Map<string, Promise<TaskState>>();
+  /** Tasks whose environment is ready, for synchronous access (interrupt). */
+  readonly #settled = new Map<string, TaskState>();
+  /** Releases in progress; a new environment for the same task waits for the old one to go. */
+  readonly #releasing = new Map<string, Promise<void>>();
+  readonly #reaped = new Set<string>();
+  /** Answers process actions for tasks that have no environment (nothing to list, ids unknown). */
+  readonly #emptyRegistry = new ProcessRegistry({
+    launch: () => Promise.reject(new Error('no environment')),
+  });
+  #closed = false;
+
+  constructor(options: TaskEnvironmentsOptions) {
+    this.#backend = options.backend;
+    this.#logger = options.logger;
+    this.#lifetimeMs = (options.lifetimeSeconds ?? 300) * 1000;
+    this.#defaultMaxOutputChars = options.defaultMaxOutputChars ?? DEFAULT_MAX_OUTPUT_CHARS;
+    this.#processOptions = options.processes ?? {};
+    this.#runnerOptions = options.runner ?? {};
+    this.#onProcessEvent = options.onProcessEvent;
+  }
+
+  get capabilities(): BackendCapabilities {
+    return this.#backend.capabilities;
+  }
+
+  /** True when the task currently has an environment (created or being created). */
+  has(key: TaskKey): boolean {
+    return this.#tasks.has(taskKeyString(key));
+  }
+
+  /** The task's current working directory, if it has an environment. */
+  async cwd(key: TaskKey): Promise<string | undefined> {
+    const entry = this.#tasks.get(taskKeyString(key));
+    return entry ? (await entry).runner.cwd : undefined;
+  }
+
+  /**
+   * Runs a command with the task's persistent shell state. The output has
+   * stderr merged, ANSI escapes stripped, the cwd marker removed, and is
+   * head/tail-truncated to `maxOutputChars`; memory stays bounded whatever
+   * the command prints. `onOutput` receives the raw text as produced.
+   */
+  exec(key: TaskKey, request: TaskExecRequest): Promise<TaskExecResult> {
+    return this.#withTask(key, async (state) => {
+      const controller = new AbortController();
+      state.foreground.add(controller);
+      const signal = request.signal ? AbortSignal.any([request.signal, controller.signal]) : controller.signal;
+      const maxChars = request.maxOutputChars ?? this.#defaultMaxOutputChars;
+      const buffer = HeadTailBuffer.forMaxChars(maxChars);
+      const live = request.onOutput;
+      const decoder = live ? new StringDecoder('utf8') : undefined;
+      const notices = state.pendingNotices.splice(0);
+      try {
+        const result = await state.runner.run({
+          command: request.command,
+          timeoutMs: request.timeoutMs,
+          ...(request.workdir !== undefined ? { workdir: this.#resolvePath(state, request.workdir) } : {}),
+          ...(request.stdin !== undefined ? { stdin: request.stdin } : {}),
+          ...(request.pty ? { pty: true } : {}),
+          ...(request.stateless ? { stateless: true } : {}),
+          signal,
+          onOutput: (chunk) => {
+            buffer.push(chunk);
+            if (live && decoder) {
+              const text = decoder.write(chunk);
+              if (text) live(text);
+            }
+          },
+        });
+        if (live && decoder) {
+          const rest = decoder.end();
+          if (rest) live(rest);
+        }
+        if (result.cwdResetTo !== undefined) {
+          notices.push(`The working directory no longer existed; it was reset to ${result.cwdResetTo}.`);
+        }
+        return {
+          output: renderOutput(buffer, maxChars, request.pty ?? false),
+          exitCode: result.exitCode,
+          timedOut: result.timedOut,
+          interrupted: result.interrupted,
+          notices,
+        };
+      } finally {
+        state.foreground.delete(controller);
+      }
+    });
+  }
+
+  /** Reads a file; relative paths are against the task's cwd, `~` is the environment's home. */
+  readFile(key: TaskKey, path: string): Promise<TaskFile> {
+    return this.#withTask(key, async (state) => {
+      const absPath = this.#resolvePath(state, path);
+      return { absPath, content: await state.env.readFile(absPath) };
+    });
+  }
+
+  /** Writes a file, creating parent directories (`dirsCreated` says whether any were missing). */
+  writeFile(key: TaskKey, path: string, content: string | Uint8Array): Promise<TaskWriteResult> {
+    return this.#withTask(key, async (state) => {
+      const absPath = this.#resolvePath(state, path);
+      const bytes = typeof content === 'string' ? Buffer.from(content, 'utf8') : content;
+      const parent = await state.env.stat(posix.dirname(absPath));
+      await state.env.writeFile(absPath, bytes);
+      return { absPath, bytesWritten: bytes.length, dirsCreated: !parent.exists };
+    });
+  }
+
+  stat(key: TaskKey, path: string): Promise<TaskStat> {
+    return this.#withTask(key, async (state) => {
+      const absPath = this.#resolvePath(state, path);
+      return { absPath, ...(await state.env.stat(absPath)) };
+    });
+  }
+
+  /** Starts a background process with the task's snapshot and cwd (no state is saved). */
+  startBackground(key: TaskKey, request: TaskBackgroundRequest): Promise<{ sessionId: string; pid: number }> {
+    return this.#withTask(key, (state) => {
+      const workdir = request.workdir !== undefined ? this.#resolvePath(state, request.workdir) : undefined;
+      return state.registry.start({
+        command: request.command,
+        ...(workdir !== undefined ? { workdir } : {}),
+        cwd: workdir ?? state.runner.cwd,
+        ...(request.pty ? { pty: true } : {}),
+        ...(request.notifyOnComplete ? { notifyOnComplete: true } : {}),
+        ...(request.watchPatterns ? { watchPatterns: request.watchPatterns } : {}),
+      });
+    });
+  }
+
+  /**
+   * Runs a `process` tool action and returns its result JSON (shapes in
+   * process-registry.ts). A task without an environment has no processes;
+   * asking about one does not create an environment.
+   */
+  async process(key: TaskKey, request: TaskProcessRequest, signal?: AbortSignal): Promise<string> {
+    this.#assertOpen();
+    const entry = this.#tasks.get(taskKeyString(key));
+    if (!entry) return this.#emptyRegistry.handle(request, signal);
+    return this.#withTask(key, async (state) => {
+      const controller = new AbortController();
+      state.foreground.add(controller);
+      try {
+        const combined = signal ? AbortSignal.any([signal, controller.signal]) : controller.signal;
+        return await state.registry.handle(request, combined);
+      } finally {
+        state.foreground.delete(controller);
+      }
+    });
+  }
+
+  /**
+   * Aborts the task's running foreground commands (they end with exit 130)
+   * and process waits. Background processes keep running. Returns how many
+   * operations were interrupted.
+   */
+  interrupt(key: TaskKey): number {
+    const state = this.#settled.get(taskKeyString(key));
+    if (!state) return 0;
+    const controllers = [...state.foreground];
+    for (const c of controllers) c.abort();
+    return controllers.length;
+  }
+
+  /** Kills the task's processes and removes its environment. False when it had none. */
+  async release(key: TaskKey): Promise<boolean> {
+    const id = taskKeyString(key);
+    const entry = this.#tasks.get(id);
+    if (!entry) return false;
+    this.#tasks.delete(id);
+    this.#settled.delete(id);
+    const releasing = (async () => {
+      let state: TaskState;
+      try {
+        state = await entry;
+      } catch {
+        return; // Creation failed; nothing to release.
+      }
+      clearTimeout(state.idleTimer);
+      for (const c of state.foreground) c.abort();
+      await state.registry.closeAll();
+      await state.env.dispose();
+    })();
+    this.#releasing.set(id, releasing);
+    try {
+      await releasing;
+    } finally {
+      if (this.#releasing.get(id) === releasing) this.#releasing.delete(id);
+    }
+    return true;
+  }
+
+  /** Releases every task; later calls fail. */
+  async closeAll(): Promise<void> {
+    this.#closed = true;
+    const keys = await Promise.all(
+      [...this.#tasks.values()].map((p) => p.then((s) => s.key).catch(() => undefined)),
+    );
+    await Promise.all(keys.filter((k): k is TaskKey => k !== undefined).map((k) => this.release(k)));
+    await Promise.all(this.#releasing.values());
+  }
+
+  #assertOpen(): void {
+    if (this.#closed) throw new UnavailableError('the executor is shutting down');
+  }
+
+  async #withTask<T>(key: TaskKey, fn: (state: TaskState) => Promise<T>): Promise<T> {
+    const state = await this.#acquire(key);
+    state.inFlight += 1;
+    clearTimeout(state.idleTimer);
+    state.idleTimer = undefined;
+    try {
+      return await fn(state);
+    } finally {
+      state.inFlight -= 1;
+      if (state.inFlight === 0) this.#scheduleIdle(state);
+    }
+  }
+
+  async #acquire(key: TaskKey): Promise<TaskState> {
+    this.#assertOpen();
+    const id = taskKeyString(key);
+    let entry = this.#tasks.get(id);
+    if (!entry) {
+      entry = this.#create(key);
+      this.#tasks.set(id, entry);
+      const created = entry;
+      created.then(
+        (state) => {
+          if (this.#tasks.get(id) === created) this.#settled.set(id, state);
+        },
+        () => {
+          if (this.#tasks.get(id) === created) this.#tasks.delete(id);
+        },
+      );
+    }
+    return entry;
+  }
+
+  async #create(key: TaskKey): Promise<TaskState> {
+    const id = taskKeyString(key);
+    await this.#releasing.get(id);
+    const env = await this.#backend.createEnvironment(key);
+    const logger = this.#logger.child({ tenant: key.tenant, task: key.taskId });
+    const runner = new ShellStateRunner(env, { ...this.#runnerOptions, logger });
+    const registry = new ProcessRegistry({
+      ...this.#processOptions,
+      launch: (options) => runner.startBackground(options),
+      onEvent: (event) => this.#onProcessEvent?.(key, event),
+      logger,
+    });
+    const pendingNotices: string[] = [];
+    if (this.#reaped.delete(id)) {
+      pendingNotices.push(
+        `The task's environment had been idle for more than ${Math.round(this.#lifetimeMs / 1000)}s and was recreated: ` +
+          'the working directory, environment variables and background processes were reset.',
+      );
+    }
+    logger.info({ environment: env.description }, 'task environment created');
+    return { key, env, runner, registry, foreground: new Set(), inFlight: 0, idleTimer: undefined, pendingNotices };
+  }
+
+  #scheduleIdle(state: TaskState): void {
+    if (this.#lifetimeMs <= 0 || this.#closed) return;
+    clearTimeout(state.idleTimer);
+    state.idleTimer = setTimeout(() => {
+      state.idleTimer = undefined;
+      if (state.inFlight > 0) return; // The call in flight reschedules when it ends.
+      if (state.registry.hasRunning()) {
+        this.#scheduleIdle(state);
+        return;
+      }
+      const id = taskKeyString(state.key);
+      if (this.#settled.get(id) !== state) return;
+      this.#logger.info({ tenant: state.key.tenant, task: state.key.taskId }, 'releasing idle task environment');
+      this.#rememberReaped(id);
+      this.release(state.key).catch((err: unknown) =>
+        this.#logger.warn({ err, tenant: state.key.tenant, task: state.key.taskId }, 'releasing an idle task failed'),
+      );
+    }, this.#lifetimeMs);
+    // Reaping must never keep the executor process alive on its own.
+    state.idleTimer.unref();
+  }
+
+  #rememberReaped(id: string): void {
+    this.#reaped.add(id);
+    if (this.#reaped.size > REAPED_MEMORY) {
+      const oldest = this.#reaped.values().next();
+      if (!oldest.done) this.#reaped.delete(oldest.value);
+    }
+  }
+
+  /** Relative paths resolve against the task's cwd; `~` and `~/...` against the environment's home. */
+  #resolvePath(state: TaskState, path: string): string {
+    if (path === '') throw new InvalidArgumentError('path must not be empty');
+    if (path.includes('\0')) throw new InvalidArgumentError('path must not contain NUL characters');
+    if (path === '~') return posix.normalize(state.env.homeDir);
+    if (path.startsWith('~/')) return posix.join(state.env.homeDir, path.slice(2));
+    if (path.startsWith('/')) return posix.normalize(path);
+    return posix.resolve(state.runner.cwd, path);
+  }
+}
+
+/**
+ * Turns what the buffer kept into the model's output: ANSI stripped, PTY line
+ * endings normalised, head/tail-truncated to `maxChars` with the spec notice.
+ */
+function renderOutput(buffer: HeadTailBuffer, maxChars: number, pty: boolean): string {
+  const clean = (text: string) => {
+    const stripped = stripAnsi(text);
+    return pty ? stripped.replaceAll('\r\n', '\n') : stripped;
+  };
+  const { head, tail, omittedChars } = buffer.text();
+  if (omittedChars === 0 && tail === '') return truncateOutput(clean(head), maxChars);
+  return truncateHeadTail(clean(head), clean(tail), omittedChars, maxChars);
+}

@@ -1,0 +1,384 @@
+import assert from 'node:assert/strict';
+import { readFileSync, statSync, existsSync } from 'node:fs';
+import { mkdtemp, rm } from 'node:fs/promises';
+import os from 'node:os';
+import path from 'node:path';
+import { after, afterEach, before, describe, it } from 'node:test';
+import type { BackendEnvironment, BackgroundHandle, ExecOptions } from '../../services/executor/backend.js';
+import { InvalidArgumentError, NotFoundError } from '../../services/common/errors.js';
+import { buildChildEnv, LocalBackend, stateDirName } from '../../services/executor/backends/local/local-backend.js';
+
+/** True when `pid` runs. Orphans can linger as zombies where PID 1 does not reap them; a zombie runs nothing. */
+function isAlive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+  } catch {
+    return false;
+  }
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+    return stat.slice(stat.lastIndexOf(')') + 2, stat.lastIndexOf(')') + 3) !== 'Z';
+  } catch {
+    return false;
+  }
+}
+
+function pidsIn(output: string): number[] {
+  return [...output.matchAll(/^pid:(\d+)$/gm)].map((m) => Number(m[1]));
+}
+
+async function run(env: BackendEnvironment, options: Partial<ExecOptions> & { script: string }) {
+  const chunks: Buffer[] = [];
+  const result = await env.exec({ timeoutMs: 10_000, ...options, onOutput: (c) => chunks.push(c) });
+  return { ...result, output: Buffer.concat(chunks).toString('utf8') };
+}
+
+function collect(): { chunks: Buffer[]; text: () => string; exit: Promise<number>; onExit: (code: number) => void } {
+  const chunks: Buffer[] = [];
+  let onExit: (code: number) => void = () => {};
+  const exit = new Promise<number>((resolve) => (onExit = resolve));
+  return { chunks, text: () => Buffer.concat(chunks).toString('utf8'), exit, onExit };
+}
+
+async function until(check: () => boolean, timeoutMs = 5000): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (!check()) {
+    if (Date.now() > deadline) throw new Error('condition not met in time');
+    await new Promise((r) => setTimeout(r, 20));
+  }
+}
+
+describe('LocalBackend', () => {
+  let root: string;
+  let workDir: string;
+  let backend: LocalBackend;
+  let env: BackendEnvironment;
+  const leftovers: number[] = [];
+  let taskNo = 0;
+
+  before(async () => {
+    root = await mkdtemp(path.join(os.tmpdir(), 'berth-local-test-'));
+    workDir = await mkdtemp(path.join(os.tmpdir(), 'berth-local-work-'));
+    backend = new LocalBackend({
+      stateRoot: path.join(root, 'tasks'),
+      initialCwd: workDir,
+      baseEnv: {
+        ...process.env,
+        OPENAI_API_KEY: 'sk-should-not-leak',
+        GITHUB_TOKEN: 'ghp-should-not-leak',
+        database_password: 'hunter2',
+        SENTRY_DSN: 'https://dsn.example',
+        BERTH_PASSTHRU_KEY: 'allowed',
+        BERTH_PLAIN: 'plain-value',
+      },
+      envPassthrough: ['BERTH_PASSTHRU_KEY'],
+      env: { BERTH_EXTRA: 'extra' },
+    });
+  });
+
+  afterEach(async () => {
+    await env?.dispose();
+    for (const pid of leftovers.splice(0)) {
+      try {
+        process.kill(pid, 'SIGKILL');
+      } catch {
+        // Already gone.
+      }
+    }
+  });
+
+  after(async () => {
+    await backend.close();
+    await rm(root, { recursive: true, force: true });
+    await rm(workDir, { recursive: true, force: true });
+  });
+
+  async function fresh(): Promise<BackendEnvironment> {
+    env = await backend.createEnvironment({ tenant: 'tenant', taskId: `task-${++taskNo}` });
+    return env;
+  }
+
+  it('reports its capabilities', () => {
+    assert.deepEqual(backend.capabilities, { name: 'local', pty: true, hostFilesystem: true });
+  });
+
+  it('creates a private state dir per task and removes it on dispose', async () => {
+    const e = await fresh();
+    assert.equal(path.basename(e.stateDir), stateDirName({ tenant: 'tenant', taskId: `task-${taskNo}` }));
+    assert.equal(path.dirname(e.stateDir), path.join(root, 'tasks'));
+    assert.equal(statSync(e.stateDir).mode & 0o777, 0o700);
+    assert.equal(statSync(path.join(root, 'tasks')).mode & 0o777, 0o700);
+    assert.equal(e.initialCwd, workDir);
+    await e.dispose();
+    assert.equal(existsSync(e.stateDir), false);
+    await e.dispose(); // idempotent
+    await assert.rejects(e.exec({ script: 'true', timeoutMs: 1000 }), /released/);
+  });
+
+  it('refuses a second live environment for the same task', async () => {
+    const e = await fresh();
+    await assert.rejects(backend.createEnvironment({ tenant: 'tenant', taskId: `task-${taskNo}` }), /already exists/);
+    await e.dispose();
+    env = await backend.createEnvironment({ tenant: 'tenant', taskId: `task-${taskNo}` });
+  });
+
+  it('runs bash -c in the starting directory and returns the exit code', async () => {
+    const e = await fresh();
+    const r = await run(e, { script: 'pwd; echo "$0"; exit 7' });
+    assert.equal(r.output, `${workDir}\nbash\n`);
+    assert.deepEqual([r.exitCode, r.timedOut, r.interrupted], [7, false, false]);
+  });
+
+  it('merges stdout and stderr in arrival order', async () => {
+    const e = await fresh();
+    const r = await run(e, { script: 'echo one; sleep 0.1; echo two >&2; sleep 0.1; echo three' });
+    assert.equal(r.output, 'one\ntwo\nthree\n');
+  });
+
+  it('writes stdin and then closes it', async () => {
+    const e = await fresh();
+    assert.equal((await run(e, { script: 'cat', stdin: 'hello\nworld' })).output, 'hello\nworld');
+    assert.equal((await run(e, { script: 'wc -c', stdin: new Uint8Array([1, 2, 3, 0, 255]) })).output.trim(), '5');
+    // No stdin: EOF at once instead of a hang.
+    const r = await run(e, { script: 'cat; echo done', timeoutMs: 3000 });
+    assert.deepEqual([r.output, r.exitCode], ['done\n', 0]);
+  });
+
+  it('reports death by signal as 128 + n', async () => {
+    const e = await fresh();
+    assert.equal((await run(e, { script: 'kill -9 $$' })).exitCode, 137);
+  });
+
+  it('on timeout kills the whole group, keeps partial output and exits 124', async () => {
+    const e = await fresh();
+    const started = Date.now();
+    const r = await run(e, {
+      script:
+        'sleep 1000 & echo pid:$!; ' +
+        // A grandchild that ignores SIGTERM must still die (SIGKILL after the grace period).
+        "bash -c 'trap \"\" TERM; echo pid:$$; while :; do sleep 0.1; done' & " +
+        'sleep 0.3; echo partial output; sleep 1000',
+      timeoutMs: 800,
+    });
+    const pids = pidsIn(r.output);
+    leftovers.push(...pids);
+    assert.equal(pids.length, 2, r.output);
+    assert.deepEqual([r.exitCode, r.timedOut, r.interrupted], [124, true, false]);
+    assert.ok(r.output.includes('partial output\n'), r.output);
+    assert.ok(Date.now() - started < 5000);
+    for (const pid of pids) assert.equal(isAlive(pid), false, `pid ${pid} survived the timeout`);
+  });
+
+  it('on abort kills the group and exits 130', async () => {
+    const e = await fresh();
+    const controller = new AbortController();
+    const chunks: Buffer[] = [];
+    const pending = e.exec({
+      script: 'sleep 1000 & echo pid:$!; sleep 1000',
+      timeoutMs: 60_000,
+      signal: controller.signal,
+      onOutput: (c) => {
+        chunks.push(c);
+        controller.abort();
+      },
+    });
+    const r = await pending;
+    const pids = pidsIn(Buffer.concat(chunks).toString());
+    leftovers.push(...pids);
+    assert.deepEqual([r.exitCode, r.timedOut, r.interrupted], [130, false, true]);
+    assert.equal(pids.length, 1);
+    assert.equal(isAlive(pids[0] ?? -1), false);
+  });
+
+  it('does not start at all when already aborted', async () => {
+    const e = await fresh();
+    const marker = path.join(workDir, 'should-not-exist');
+    const r = await e.exec({ script: `touch ${marker}`, timeoutMs: 1000, signal: AbortSignal.abort() });
+    assert.deepEqual([r.exitCode, r.interrupted], [130, true]);
+    assert.equal(existsSync(marker), false);
+  });
+
+  it('does not hang when a process outside the group holds the output pipe', async () => {
+    const e = await fresh();
+    const started = Date.now();
+    const r = await run(e, { script: 'echo before; setsid sleep 3 & echo after', timeoutMs: 300 });
+    assert.equal(r.output, 'before\nafter\n');
+    assert.equal(r.timedOut, true);
+    assert.ok(Date.now() - started < 2900, 'waited for the straggler instead of the drain limit');
+  });
+
+  it('keeps every byte of a large output', async () => {
+    const e = await fresh();
+    let bytes = 0;
+    const r = await e.exec({
+      script: 'head -c 5000000 /dev/zero; echo; echo tail-marker >&2',
+      timeoutMs: 30_000,
+      onOutput: (c) => (bytes += c.length),
+    });
+    assert.equal(r.exitCode, 0);
+    assert.equal(bytes, 5_000_000 + 1 + 'tail-marker\n'.length);
+  });
+
+  it('strips provider secrets from the child environment, except passthrough names', async () => {
+    const e = await fresh();
+    const r = await run(e, { script: 'env', env: { BERTH_CALL: 'per-call' } });
+    const names = new Set(r.output.split('\n').map((l) => l.split('=')[0]));
+    for (const secret of ['OPENAI_API_KEY', 'GITHUB_TOKEN', 'database_password', 'SENTRY_DSN']) {
+      assert.equal(names.has(secret), false, `${secret} leaked`);
+    }
+    assert.ok(!r.output.includes('should-not-leak') && !r.output.includes('hunter2'));
+    assert.ok(r.output.includes('BERTH_PASSTHRU_KEY=allowed\n'));
+    assert.ok(r.output.includes('BERTH_PLAIN=plain-value\n'));
+    assert.ok(r.output.includes('BERTH_EXTRA=extra\n'));
+    assert.ok(r.output.includes('BERTH_CALL=per-call\n'));
+  });
+
+  it('buildChildEnv applies the policy as a pure function', () => {
+    const env = buildChildEnv(
+      { PATH: '/bin', AWS_SECRET_ACCESS_KEY: 's', Bearer_x: 'b', MY_APIKEY: 'k', SLACK_WEBHOOK_URL: 'w', KEEP_KEY: 'kk', GONE: undefined },
+      ['KEEP_KEY'],
+      { ADDED: '1' },
+    );
+    assert.deepEqual(env, { PATH: '/bin', KEEP_KEY: 'kk', ADDED: '1' });
+  });
+
+  describe('PTY', () => {
+    it('runs under a terminal and keeps the exit code', async () => {
+      const e = await fresh();
+      const r = await run(e, { script: 'tty; [ -t 1 ] && echo is-a-tty; exit 4', pty: true });
+      assert.match(r.output, /^\/dev\/pts\/\d+\r\nis-a-tty\r\n$/);
+      assert.equal(r.exitCode, 4);
+    });
+
+    it('never loses the end of the output', async () => {
+      const e = await fresh();
+      for (let i = 0; i < 8; i++) {
+        const r = await run(e, { script: 'head -c 300000 /dev/zero | tr "\\0" a; echo; echo END', pty: true });
+        assert.ok(r.output.endsWith('\r\nEND\r\n'), `run ${i}: ${JSON.stringify(r.output.slice(-40))}`);
+        assert.equal(r.output.length, 300_000 + 2 + 5);
+      }
+    });
+
+    it('types stdin into the terminal and sends EOF', async () => {
+      const e = await fresh();
+      const r = await run(e, { script: 'stty -echo; read -r x; echo "got:$x"; cat; echo eof', stdin: 'abc\n', pty: true });
+      assert.ok(r.output.includes('got:abc\r\n'), JSON.stringify(r.output));
+      assert.ok(r.output.endsWith('eof\r\n'));
+    });
+
+    it('kills the group on timeout', async () => {
+      const e = await fresh();
+      const r = await run(e, { script: 'sleep 1000 & echo pid:$!; sleep 1000', pty: true, timeoutMs: 500 });
+      const pids = pidsIn(r.output.replaceAll('\r', ''));
+      leftovers.push(...pids);
+      assert.equal(r.exitCode, 124);
+      assert.equal(isAlive(pids[0] ?? -1), false);
+    });
+  });
+
+  describe('background processes', () => {
+    const handles: BackgroundHandle[] = [];
+    afterEach(async () => {
+      await Promise.all(handles.splice(0).map((h) => h.kill()));
+    });
+
+    it('keeps stdin open for writes until closed', async () => {
+      const e = await fresh();
+      const out = collect();
+      const h = await e.startBackground({ script: 'cat; echo closed', onOutput: (c) => out.chunks.push(c), onExit: out.onExit });
+      handles.push(h);
+      assert.ok(h.pid > 0);
+      await h.write('first ');
+      await h.write(new TextEncoder().encode('second\n'));
+      await until(() => out.text() === 'first second\n');
+      await h.closeStdin();
+      assert.equal(await out.exit, 0);
+      assert.equal(out.text(), 'first second\nclosed\n');
+      await assert.rejects(h.write('late'), /exited|closed/);
+    });
+
+    it('reports a natural exit code', async () => {
+      const e = await fresh();
+      const out = collect();
+      handles.push(await e.startBackground({ script: 'echo hi; exit 7', onOutput: (c) => out.chunks.push(c), onExit: out.onExit }));
+      assert.equal(await out.exit, 7);
+      assert.equal(out.text(), 'hi\n');
+    });
+
+    it('kill terminates the group and reports -15', async () => {
+      const e = await fresh();
+      const out = collect();
+      const h = await e.startBackground({
+        script: 'sleep 1000 & echo pid:$!; sleep 1000',
+        onOutput: (c) => out.chunks.push(c),
+        onExit: out.onExit,
+      });
+      await until(() => pidsIn(out.text()).length === 1);
+      const grandchild = pidsIn(out.text())[0] ?? -1;
+      leftovers.push(grandchild);
+      await h.kill();
+      assert.equal(await out.exit, -15);
+      assert.equal(isAlive(grandchild), false);
+      assert.equal(isAlive(h.pid), false);
+    });
+
+    it('kill escalates to SIGKILL when SIGTERM is ignored', async () => {
+      const e = await fresh();
+      const out = collect();
+      const h = await e.startBackground({
+        script: "trap '' TERM; echo ready; while :; do sleep 0.1; done",
+        onOutput: (c) => out.chunks.push(c),
+        onExit: out.onExit,
+      });
+      await until(() => out.text().includes('ready'));
+      await h.kill();
+      assert.equal(await out.exit, -9);
+    });
+
+    it('runs under a PTY with stdin writes', async () => {
+      const e = await fresh();
+      const out = collect();
+      const h = await e.startBackground({
+        script: 'stty -echo; while read -r l; do echo "got:$l"; done; echo bye',
+        pty: true,
+        onOutput: (c) => out.chunks.push(c),
+        onExit: out.onExit,
+      });
+      handles.push(h);
+      await new Promise((r) => setTimeout(r, 200));
+      await h.write('one\n');
+      await until(() => out.text().includes('got:one'));
+      await h.closeStdin();
+      assert.equal(await out.exit, 0);
+      assert.ok(out.text().endsWith('bye\r\n'), JSON.stringify(out.text()));
+    });
+
+    it('dispose kills what is still running', async () => {
+      const e = await fresh();
+      const out = collect();
+      const h = await e.startBackground({ script: 'sleep 1000', onOutput: () => {}, onExit: out.onExit });
+      await e.dispose();
+      assert.equal(await out.exit, -15);
+      assert.equal(isAlive(h.pid), false);
+    });
+  });
+
+  describe('files', () => {
+    it('writes (creating parents), reads and stats absolute paths', async () => {
+      const e = await fresh();
+      const file = path.join(workDir, 'files', 'deep', 'a.txt');
+      await e.writeFile(file, Buffer.from('content'));
+      assert.equal((await e.readFile(file)).toString(), 'content');
+      assert.deepEqual(await e.stat(file), { exists: true, isDirectory: false, sizeBytes: 7 });
+      assert.deepEqual(await e.stat(path.dirname(file)), { exists: true, isDirectory: true, sizeBytes: statSync(path.dirname(file)).size });
+      assert.deepEqual(await e.stat(path.join(workDir, 'missing')), { exists: false, isDirectory: false, sizeBytes: 0 });
+    });
+
+    it('rejects missing files with NotFoundError and relative paths with InvalidArgumentError', async () => {
+      const e = await fresh();
+      await assert.rejects(e.readFile(path.join(workDir, 'nope.txt')), NotFoundError);
+      await assert.rejects(e.readFile('relative.txt'), InvalidArgumentError);
+      await assert.rejects(e.readFile(workDir), InvalidArgumentError);
+    });
+  });
+});
