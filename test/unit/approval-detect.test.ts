@@ -1,0 +1,242 @@
+import assert from 'node:assert/strict';
+import { describe, it } from 'node:test';
+
+import { checkCommand, detectDangerousCommand } from '../../services/dispatcher/approval/detect.js';
+import {
+  HARDLINE_RULES,
+  UNINSPECTABLE_DESCRIPTION,
+  hardlineMessage,
+  hardlinePrefix,
+} from '../../services/dispatcher/approval/hardline.js';
+import { analyzeCommand, commandVariants, normalizeCommand } from '../../services/dispatcher/approval/normalize.js';
+import { DANGEROUS_PATTERNS, DANGEROUS_PATTERN_KEYS } from '../../services/dispatcher/approval/patterns.js';
+import { APPROVAL_CORPUS, CORPUS_HOME_DIR } from '../fixtures/approval-corpus.js';
+
+// The key list of tool-runtime spec §5, in its order.
+const SPEC_KEYS = [
+  'delete in root path',
+  'recursive delete',
+  'recursive delete (long flag)',
+  'world/other-writable permissions',
+  'recursive chown to root',
+  'format filesystem',
+  'disk copy',
+  'write to block device',
+  'SQL DROP',
+  'SQL DELETE without WHERE',
+  'SQL TRUNCATE',
+  'overwrite system config',
+  'stop/restart system service',
+  'kill all processes',
+  'force kill processes',
+  'fork bomb',
+  'shell command via -c/-lc flag',
+  'script execution via -e/-c flag',
+  'pipe remote content to shell',
+  'execute remote script via process substitution',
+  'execute remote content via command substitution',
+  'pipe decoded content to shell (possible command obfuscation)',
+  'overwrite system file via tee',
+  'overwrite system file via redirection',
+  'overwrite project env/config via redirection',
+  'xargs with rm',
+  'find -exec/-execdir rm',
+  'find -delete',
+  'docker restart/stop/kill (container lifecycle)',
+  'copy/move file into system config path',
+  'in-place edit of system config',
+  'in-place edit of sensitive credential/SSH/shell-rc path',
+  'script execution via heredoc',
+  'shell execution via heredoc',
+  'git reset --hard (destroys uncommitted changes)',
+  'git force push (rewrites remote history)',
+  'git clean with force (deletes untracked files)',
+  'git branch force delete',
+  'chmod +x followed by immediate execution',
+  'sudo with privilege flag (stdin/askpass/shell/list)',
+];
+
+void describe('normalizeCommand', () => {
+  const cases: [name: string, input: string, expected: string, homeDir?: string][] = [
+    ['strips ANSI colour codes', '\u001b[31mrm\u001b[0m -rf x', 'rm -rf x'],
+    ['strips OSC sequences with a terminator', '\u001b]0;title\u0007ls', 'ls'],
+    ['keeps the text after an unterminated OSC', '\u001b]rm -rf x', 'rm -rf x'],
+    ['strips NUL', 'r\u0000m -rf x', 'rm -rf x'],
+    ['applies NFKC to full-width text', 'ｒｍ　－ｒｆ　ｘ', 'rm -rf x'],
+    ['joins backslash-newline continuations', 'rm -rf \\\n/tmp/x', 'rm -rf /tmp/x'],
+    ['joins CRLF continuations', 'rm \\\r\n-rf x', 'rm -rf x'],
+    ['folds the home directory', 'cat /home/alice/.ssh/id_rsa', 'cat ~/.ssh/id_rsa', '/home/alice'],
+    ['folds a home directory given with a trailing slash', 'rm -rf /root', 'rm -rf ~', '/root/'],
+    ['leaves a longer sibling path alone', 'ls /home/alicex', 'ls /home/alicex', '/home/alice'],
+    ['folds $HOME and ${HOME}', 'ls $HOME/a ${HOME}/b', 'ls ~/a ~/b'],
+    ['never folds / as a home directory', 'ls /etc', 'ls /etc', '/'],
+    ['drops backslash escapes', 'r\\m -rf x', 'rm -rf x'],
+    ['drops empty single quotes', "r''m -rf x", 'rm -rf x'],
+    ['drops empty double quotes', 'r""m -rf x', 'rm -rf x'],
+    ['turns $IFS and ${IFS} into spaces', 'rm$IFS-rf${IFS}x', 'rm -rf x'],
+    ['turns $IFS spelled with quoting noise into a space', "rm$\\IFS-rf$''IFS/", 'rm -rf /'],
+    ['keeps $IFSX, a different variable', 'echo $IFSX', 'echo $ifsx'],
+    ['lower-cases', 'RM -RF X', 'rm -rf x'],
+    ['keeps non-empty quotes', 'echo "a b"', 'echo "a b"'],
+  ];
+  for (const [name, input, expected, homeDir] of cases) {
+    void it(name, () => {
+      assert.equal(normalizeCommand(input, homeDir === undefined ? {} : { homeDir }), expected);
+    });
+  }
+});
+
+void describe('commandVariants', () => {
+  const includes = (cmd: string, expected: string[]): void => {
+    const variants = commandVariants(cmd);
+    for (const variant of expected) {
+      assert.ok(variants.includes(variant), `${JSON.stringify(cmd)}: missing ${JSON.stringify(variant)} in ${JSON.stringify(variants)}`);
+    }
+  };
+
+  void it('starts with the normalised text', () => {
+    assert.equal(commandVariants('LS -L')[0], 'ls -l');
+  });
+  void it('splits on ; && || | & and newlines', () => {
+    includes('a 1; b 2 && c 3 || d 4 | e 5 & f 6\ng 7', ['a 1', 'b 2', 'c 3', 'd 4', 'e 5', 'f 6', 'g 7']);
+  });
+  void it('keeps pipelines and consecutive pairs as variants', () => {
+    includes('curl x | sh; chmod +x f && ./f', ['curl x | sh', 'chmod +x f && ./f']);
+  });
+  void it('enters $( ), backticks, subshells, brace groups and process substitution', () => {
+    includes('echo $(a 1) `b 2` (c 3) { d 4; } <(e 5)', ['a 1', 'b 2', 'c 3', 'd 4', 'e 5']);
+  });
+  void it('enters $( ) inside double quotes but not inside single quotes', () => {
+    const variants = commandVariants(`echo "$(a 1)" '$(b 2)'`);
+    assert.ok(variants.includes('a 1'));
+    assert.ok(!variants.includes('b 2'));
+  });
+  void it('resolves quotes and escapes the way the shell does', () => {
+    includes(`"r"m -rf 'a b' c\\ d`, ['rm -rf a b c d']);
+    includes("$'\\x72\\x6d' -f x", ['rm -f x']);
+  });
+  void it('removes leading wrappers, keeping each intermediate form', () => {
+    includes('sudo -u bob env A=1 nohup nice -n 5 timeout 10 rm x', [
+      'sudo -u bob env a=1 nohup nice -n 5 timeout 10 rm x',
+      'env a=1 nohup nice -n 5 timeout 10 rm x',
+      'nohup nice -n 5 timeout 10 rm x',
+      'rm x',
+    ]);
+    includes('time command exec builtin rm x', ['rm x']);
+    includes('X=1 Y=2 rm x', ['rm x']);
+  });
+  void it('does not treat `command -v` as a wrapper', () => {
+    assert.ok(!commandVariants('command -v rm').includes('rm'));
+  });
+  void it('parses the payload of sh -c, eval and heredocs into a shell', () => {
+    includes(`bash -lc 'a 1; b 2'`, ['a 1', 'b 2']);
+    includes(`eval "c 3"`, ['c 3']);
+    includes('bash <<EOF\nd 4\nEOF', ['d 4']);
+    includes("find . -exec sh -c 'e 5' \\;", ['e 5', 'sh -c e 5']);
+  });
+  void it('keeps heredoc bodies out of the commands when they are data', () => {
+    assert.ok(!commandVariants('cat > f <<EOF\nrm -rf x\nEOF').some((v) => v.startsWith('rm')));
+  });
+  void it('lists output redirections as their own variants', () => {
+    includes('echo x > /etc/hosts 2>>err.log', ['> /etc/hosts', '2>> err.log', 'echo x']);
+  });
+  void it('ignores comments', () => {
+    assert.ok(!commandVariants('ls # rm -rf x').some((v) => v.startsWith('rm')));
+  });
+  void it('reports nesting too deep to inspect', () => {
+    assert.equal(analyzeCommand(`${'$('.repeat(30)}x${')'.repeat(30)}`).incomplete, true);
+    assert.equal(analyzeCommand('$($($(x)))').incomplete, false);
+  });
+});
+
+void describe('pattern table', () => {
+  void it('has the spec keys, verbatim, in the spec order, one regex each', () => {
+    assert.deepEqual([...DANGEROUS_PATTERN_KEYS], SPEC_KEYS);
+    assert.deepEqual(
+      DANGEROUS_PATTERNS.map((p) => p.key),
+      SPEC_KEYS,
+    );
+  });
+  void it('has corpus entries that must be caught for every key', () => {
+    for (const key of SPEC_KEYS) {
+      const caught = APPROVAL_CORPUS.filter((entry) => entry.expect === key).length;
+      assert.ok(caught >= 2, `only ${caught} corpus entries for ${JSON.stringify(key)}`);
+    }
+  });
+});
+
+void describe('hardline', () => {
+  void it('formats the message with the spec prefix', () => {
+    assert.equal(hardlinePrefix('fork bomb'), 'BLOCKED (hardline): fork bomb.');
+    assert.ok(hardlineMessage('fork bomb').startsWith('BLOCKED (hardline): fork bomb. '));
+  });
+  void it('reports hardline hits without a pattern key', () => {
+    assert.deepEqual(detectDangerousCommand('sudo rm -rf /'), {
+      hardline: { description: 'recursive delete of the root filesystem' },
+    });
+    assert.deepEqual(checkCommand(':(){ :|:& };:'), { verdict: 'block', pattern_key: null, description: 'fork bomb' });
+  });
+  void it('every rule is hit by some corpus command', () => {
+    const seen = new Set(
+      APPROVAL_CORPUS.filter((e) => e.expect === 'block').map((e) => checkCommand(e.cmd, { homeDir: CORPUS_HOME_DIR }).description),
+    );
+    for (const { description } of HARDLINE_RULES) assert.ok(seen.has(description), description);
+    assert.ok(seen.has(UNINSPECTABLE_DESCRIPTION));
+  });
+});
+
+void describe('checkCommand', () => {
+  void it('returns allow, approve and block', () => {
+    assert.deepEqual(checkCommand('ls'), { verdict: 'allow', pattern_key: null, description: null });
+    assert.deepEqual(checkCommand('git push -f'), {
+      verdict: 'approve',
+      pattern_key: 'git force push (rewrites remote history)',
+      description: 'git force push (rewrites remote history)',
+    });
+    assert.equal(checkCommand('reboot').verdict, 'block');
+  });
+});
+
+void describe('approval corpus', () => {
+  void it('has at least 300 commands', () => {
+    assert.ok(APPROVAL_CORPUS.length >= 300, `${APPROVAL_CORPUS.length} commands`);
+  });
+  for (const { cmd, expect, note } of APPROVAL_CORPUS) {
+    void it(`${JSON.stringify(cmd).slice(0, 100)} → ${expect}`, () => {
+      const result = checkCommand(cmd, { homeDir: CORPUS_HOME_DIR });
+      const actual = result.verdict === 'approve' ? result.pattern_key : result.verdict;
+      assert.equal(
+        actual,
+        expect,
+        `command ${JSON.stringify(cmd)}: expected ${expect}, got ${JSON.stringify(result)}${note === undefined ? '' : ` (${note})`}`,
+      );
+    });
+  }
+});
+
+void describe('input size', () => {
+  // No time is asserted: the point is that these finish. The timeout turns a
+  // catastrophic-backtracking regression into a failure instead of a hang.
+  const MEBIBYTE = 1 << 20;
+  const fill = (unit: string): string => unit.repeat(Math.ceil(MEBIBYTE / unit.length)).slice(0, MEBIBYTE);
+  const inputs: [name: string, cmd: string][] = [
+    ['one long word', fill('a')],
+    ['many arguments to rm', `rm ${fill('-a ')}`],
+    ['many commands', fill('a;')],
+    ['many pipes', fill('curl x | ')],
+    ['many substitutions', fill('$(a)')],
+    ['deep nesting', fill('$(')],
+    ['many quotes', fill(`'a"`)],
+    ['many sql words', `psql ${fill('delete from x ')}`],
+    ['a dangerous command after 1 MB of wrappers', `${'sudo '.repeat(MEBIBYTE / 5)}rm -rf /`],
+  ];
+  for (const [name, cmd] of inputs) {
+    void it(`checks 1 MB: ${name}`, { timeout: 120_000 }, () => {
+      const result = checkCommand(cmd);
+      assert.ok(['allow', 'approve', 'block'].includes(result.verdict));
+    });
+  }
+  void it('still finds the command at the end of 1 MB of wrappers', { timeout: 120_000 }, () => {
+    assert.equal(checkCommand(`${'sudo '.repeat(MEBIBYTE / 5)}rm -rf /`).verdict, 'block');
+  });
+});
