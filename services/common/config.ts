@@ -42,6 +42,12 @@ const terminalSchema = z
     ssh_user: z.string().default(''),
     ssh_port: int(1).max(65535).default(22),
     ssh_key: z.string().default(''),
+    /** known_hosts file for host-key pinning ('' = Berth's own under the state root). */
+    ssh_known_hosts: z.string().default(''),
+    /** accept-new pins a host's key on first contact and refuses a changed key; strict needs it known. */
+    ssh_host_key_policy: z.enum(['strict', 'accept-new']).default('accept-new'),
+    ssh_connect_timeout: int(1).default(10),
+    singularity_binary: z.string().default(''),
     container_cpu: z.coerce.number().positive().default(1),
     container_memory: int(64).default(5120),
     container_disk: int(1).default(51200),
@@ -79,6 +85,51 @@ export const configSchema = z
       .prefault({}),
     log_level: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'),
     terminal: terminalSchema.prefault({}),
+    docker: z
+      .object({
+        /** Started containers kept ready per image, so a new task's first call skips the cold start. */
+        warm_pool: int(0).max(64).default(0),
+        /** OCI runtime: '' = Docker's default (runc); 'runsc' = gVisor. */
+        runtime: z.string().default(''),
+        network: z.enum(['none', 'bridge']).default('bridge'),
+        read_only_root: bool.default(false),
+        /** Docker API socket ('' = DOCKER_HOST or /var/run/docker.sock). */
+        socket_path: z.string().default(''),
+      })
+      .strict()
+      .prefault({}),
+    approvals: z
+      .object({
+        mode: z.enum(['manual', 'smart', 'off']).default('manual'),
+        /** Seconds to wait for a user's answer; silence denies. */
+        timeout: int(1).default(300),
+        /** Container backends without host bind mounts skip approval (the container is the boundary). */
+        skip_in_containers: bool.default(true),
+        smart: z
+          .object({
+            base_url: z.string().default(''),
+            model: z.string().default(''),
+            /** Name of the environment variable that holds the API key (never the key itself). */
+            api_key_env: z.string().default('BERTH_SMART_APPROVAL_API_KEY'),
+            timeout: int(1).default(30),
+          })
+          .strict()
+          .prefault({}),
+      })
+      .strict()
+      .prefault({}),
+    /** Permanently approved commands or pattern keys (exact text or glob); written by "always". */
+    command_allowlist: z.array(z.string()).default([]),
+    code_execution: z
+      .object({
+        mode: z.enum(['project', 'strict']).default('project'),
+        timeout: int(1).default(300),
+        max_tool_calls: int(1).default(50),
+        max_stdout_bytes: int(1000).default(50_000),
+        max_stderr_bytes: int(100).default(10_000),
+      })
+      .strict()
+      .prefault({}),
     executor: z
       .object({
         host: z.string().default('127.0.0.1'),

@@ -89,3 +89,16 @@ export function fromSocketError(err: unknown, what: string): BerthError | undefi
       return undefined;
   }
 }
+
+const INFRASTRUCTURE_CODES: ReadonlySet<ErrorCode> = new Set(['UNAVAILABLE', 'CANCELLED', 'ABORTED', 'UNAUTHENTICATED']);
+
+/**
+ * Failures of Berth's own machinery (executor unreachable, call cancelled,
+ * credentials wrong) rather than of the tool call. These reach the caller as
+ * a gRPC status it can act on (retry, reconnect), not as a tool result the
+ * model would read.
+ */
+export function isInfrastructureError(err: unknown): boolean {
+  if (err instanceof BerthError) return INFRASTRUCTURE_CODES.has(err.code);
+  return err instanceof Error && err.name === 'AbortError';
+}

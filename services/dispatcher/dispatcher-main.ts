@@ -1,5 +1,5 @@
 /** Starts a dispatcher: tool registry, executor clients, the public gRPC server. */
-import { createChannel, createClientFactory, type ClientMiddleware } from 'nice-grpc';
+import { Metadata, createChannel, createClientFactory, type ClientMiddleware } from 'nice-grpc';
 import type { BerthConfig, BackendName } from '../common/config.js';
 import { CHANNEL_OPTIONS, createBerthServer, EXECUTOR_SECRET_HEADER } from '../common/grpc-server.js';
 import type { Logger } from '../common/logging.js';
@@ -36,8 +36,8 @@ export interface RunningDispatcher {
 
 function secretMiddleware(secret: string): ClientMiddleware {
   return async function* addExecutorSecret(call, options) {
-    const metadata = options.metadata;
-    if (secret && metadata) metadata.set(EXECUTOR_SECRET_HEADER, secret);
+    const metadata = Metadata(options.metadata);
+    if (secret) metadata.set(EXECUTOR_SECRET_HEADER, secret);
     return yield* call.next(call.request, { ...options, metadata });
   };
 }

@@ -4,6 +4,7 @@
  * (argument coercion, hooks, error shaping, result cap).
  */
 import type { Logger } from '../common/logging.js';
+import { isInfrastructureError } from '../common/errors.js';
 import { coerceArguments } from './coercion.js';
 import { HookRegistry } from './hooks.js';
 import { sanitizeErrorText } from './sanitize.js';
@@ -196,6 +197,7 @@ export class ToolRegistry {
       try {
         result = await tool.handler(coerced, context);
       } catch (err) {
+        if (isInfrastructureError(err)) throw err;
         context.logger.warn({ err, tool: name }, 'tool handler failed');
         return errorResult(sanitizeErrorText(`Tool execution failed: ${errorTypeName(err)}: ${errorMessage(err)}`));
       }
@@ -209,6 +211,7 @@ export class ToolRegistry {
       const transformed = await this.hooks.runTransformToolResult({ ...event, durationMs, result });
       return capToolResult(transformed ?? result, tool.maxResultSizeChars ?? DEFAULT_MAX_RESULT_SIZE_CHARS);
     } catch (err) {
+      if (isInfrastructureError(err)) throw err;
       context.logger.warn({ err, tool: name }, 'tool dispatch failed');
       return errorResult(sanitizeErrorText(`Error executing ${name}: ${errorMessage(err)}`));
     }

@@ -61,9 +61,9 @@ export class TenantDirectory {
 
   /** Server middleware that adds `tenant` to every call's context. */
   middleware(): ServerMiddleware<TenantContext> {
-    const directory = this;
+    const authenticate = (metadata: Metadata) => this.authenticate(metadata);
     return async function* tenantMiddleware(call, context) {
-      const tenant = directory.authenticate(context.metadata);
+      const tenant = authenticate(context.metadata);
       return yield* call.next(call.request, { ...context, tenant });
     };
   }

@@ -150,8 +150,10 @@ export class TaskEnvironments {
         if (result.cwdResetTo !== undefined) {
           notices.push(`The working directory no longer existed; it was reset to ${result.cwdResetTo}.`);
         }
+        const rendered = renderOutput(buffer, maxChars, request.pty ?? false);
         return {
-          output: renderOutput(buffer, maxChars, request.pty ?? false),
+          // When we killed the command, bash's own report of that kill is noise, not output.
+          output: result.timedOut || result.interrupted ? dropKillReport(rendered) : rendered,
           exitCode: result.exitCode,
           timedOut: result.timedOut,
           interrupted: result.interrupted,
@@ -389,4 +391,13 @@ function renderOutput(buffer: HeadTailBuffer, maxChars: number, pty: boolean): s
   const { head, tail, omittedChars } = buffer.text();
   if (omittedChars === 0 && tail === '') return truncateOutput(clean(head), maxChars);
   return truncateHeadTail(clean(head), clean(tail), omittedChars, maxChars);
+}
+
+/**
+ * bash prints `Terminated` (or `bash: line 3:  1234 Killed  sleep 30`) when a
+ * job it waits for dies by the signal we sent on timeout or interrupt. Drop
+ * that last line so the output is what the command printed.
+ */
+export function dropKillReport(output: string): string {
+  return output.replace(/(^|\n)(?:bash: line \d+: +\d+ )?(?:Terminated|Killed)(?: +[^\n]*)?\n?$/, '$1');
 }

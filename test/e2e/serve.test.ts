@@ -12,10 +12,11 @@ import { ClientError, Status, createChannel, createClient } from 'nice-grpc';
 import { HealthDefinition } from 'nice-grpc-server-health';
 import { startServe, BERTH_BIN, type ServeProcess } from '../support/serve-process.js';
 
+/** Alive means running: a zombie (exited, not yet reaped by an init that never reaps) counts as dead. */
 function isAlive(pid: number): boolean {
   try {
-    process.kill(pid, 0);
-    return true;
+    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+    return stat.slice(stat.lastIndexOf(')') + 2)[0] !== 'Z';
   } catch {
     return false;
   }
@@ -138,9 +139,12 @@ describe('berth serve (local backend)', () => {
       taskId: 'nul',
       sessionId: '',
     });
-    const result = JSON.parse(r.resultJson);
-    assert.equal(typeof result, 'object');
-    assert.ok('error' in result || 'output' in result);
+    assert.deepEqual(JSON.parse(r.resultJson), {
+      output: '',
+      exit_code: -1,
+      error: 'Invalid command: contains a NUL character (\\0), which a shell cannot run',
+      status: 'error',
+    });
     const again = await serve.cli(['call', 'terminal', '{"command":"echo fine"}', '--task', 'nul']);
     assert.equal(JSON.parse(again.stdout).output, 'fine');
   });
@@ -185,7 +189,7 @@ describe('berth serve (local backend)', () => {
     const r = await serve.cli(['call', 'terminal', '{"command":"echo before; sleep 30","timeout":1}', '--task', 'to']);
     const result = JSON.parse(r.stdout);
     assert.equal(result.exit_code, 124);
-    assert.equal(result.output, 'before\n\n[Command timed out after 1s]');
+    assert.equal(result.output, 'before\n[Command timed out after 1s]');
   });
 
   test('EndTask releases the environment: the next call starts afresh', async () => {
@@ -234,7 +238,24 @@ describe('berth serve (local backend)', () => {
     assert.match(start.session_id, /^proc_[0-9a-f]{12}$/);
     const list = JSON.parse((await serve.cli(['call', 'process', '{"action":"list"}', '--task', 'bg'])).stdout);
     assert.ok(JSON.stringify(list).includes(start.session_id));
-    // PROCESS-SHAPES: poll/log/kill assertions added once the executor's result shapes are fixed.
+    let logText = '';
+    for (let i = 0; i < 100 && !logText.includes('hello-bg'); i++) {
+      const log = JSON.parse(
+        (await serve.cli(['call', 'process', JSON.stringify({ action: 'log', session_id: start.session_id }), '--task', 'bg']))
+          .stdout,
+      );
+      logText = log.output;
+      if (!logText.includes('hello-bg')) await sleep(100);
+    }
+    assert.match(logText, /hello-bg/);
+    const kill = JSON.parse(
+      (await serve.cli(['call', 'process', JSON.stringify({ action: 'kill', session_id: start.session_id }), '--task', 'bg']))
+        .stdout,
+    );
+    assert.deepEqual(kill, { session_id: start.session_id, status: 'killed', exit_code: -15 });
+    await waitFor('the background process to be gone', () => !isAlive(start.pid));
+    const missing = JSON.parse((await serve.cli(['call', 'process', '{"action":"poll"}', '--task', 'bg'])).stdout);
+    assert.deepEqual(missing, { error: 'session_id is required for poll' });
   });
 
   test('Session streams output and answers each call by id', async () => {
@@ -337,7 +358,43 @@ describe('berth serve shutdown', () => {
       serve.child.kill('SIGTERM');
       await assert.rejects(call, (err: unknown) => err instanceof ClientError && err.code === Status.UNAVAILABLE);
       await waitFor('the command to be killed', () => !isAlive(pid));
-      assert.equal(await serve.stop(), 0);
+      assert.equal(await serve.exited, 0, 'a clean shutdown exits 0');
+    } finally {
+      await serve.stop();
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+});
+
+describe('berth serve with tenants', () => {
+  test('tenants never see each other\'s tasks, even with the same task id; no key is UNAUTHENTICATED', async () => {
+    const { hashApiKey } = await import('../../services/common/config.js');
+    const { writeFileSync } = await import('node:fs');
+    const dir = mkdtempSync(join(tmpdir(), 'berth-e2e-tenants-'));
+    const configFile = join(dir, 'config.yaml');
+    writeFileSync(
+      configFile,
+      [
+        '# two tenants on the local backend (explicitly allowed for this test)',
+        'allow_local_multi_tenant: true',
+        'tenants:',
+        `  - { id: acme, api_key_sha256: ${hashApiKey('acme-key')} }`,
+        `  - { id: globex, api_key_sha256: ${hashApiKey('globex-key')} }`,
+        '',
+      ].join('\n'),
+    );
+    const serve = await startServe(['--config', configFile]);
+    try {
+      const acme = (args: string[]) => serve.cli(args, { env: { BERTH_API_KEY: 'acme-key' } });
+      const globex = (args: string[]) => serve.cli(args, { env: { BERTH_API_KEY: 'globex-key' } });
+      await acme(['call', 'terminal', '{"command":"cd /tmp && export SECRET_OF=acme"}', '--task', 'shared']);
+      const a = JSON.parse((await acme(['call', 'terminal', '{"command":"pwd; echo $SECRET_OF"}', '--task', 'shared'])).stdout);
+      assert.equal(a.output, '/tmp\nacme');
+      const g = JSON.parse((await globex(['call', 'terminal', '{"command":"echo \\"[$SECRET_OF]\\""}', '--task', 'shared'])).stdout);
+      assert.equal(g.output, '[]');
+      const anon = await serve.cli(['call', 'terminal', '{"command":"true"}', '--task', 'shared'], { env: { BERTH_API_KEY: '' } });
+      assert.equal(anon.code, 1);
+      assert.match(anon.stderr, /UNAUTHENTICATED/);
     } finally {
       await serve.stop();
       rmSync(dir, { recursive: true, force: true });

@@ -314,7 +314,11 @@ describe('TaskEnvironments exec', () => {
   });
 
   it('strips ANSI escapes and merges stderr', async () => {
-    const r = await exec("printf '\\033[1;31mred\\033[0m\\n'; echo err >&2; ls --color=always -d /");
+    // A task of its own: earlier tests leave functions and variables in the shared task's snapshot.
+    const r = await environments.exec(
+      { tenant: 'default', taskId: 'ansi-merge' },
+      { command: "printf '\\033[1;31mred\\033[0m\\n'; echo err >&2; ls --color=always -d /", timeoutMs: 10_000 },
+    );
     assert.equal(r.output, 'red\nerr\n/\n');
   });
 

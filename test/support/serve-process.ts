@@ -25,6 +25,8 @@ export interface ServeProcess extends AsyncDisposable {
   /** Runs `bin/berth ARGS` against this server; never rejects on non-zero exit. */
   cli(args: string[], options?: { env?: NodeJS.ProcessEnv; timeoutMs?: number }): Promise<{ code: number; stdout: string; stderr: string }>;
   stop(signal?: NodeJS.Signals): Promise<number | null>;
+  /** Resolves with the exit code once the server exits by itself (null when killed by a signal). */
+  exited: Promise<number | null>;
 }
 
 export async function startServe(
@@ -85,6 +87,7 @@ export async function startServe(
       }
     },
     stop,
+    exited,
     [Symbol.asyncDispose]: async () => {
       await stop();
     },

@@ -125,3 +125,14 @@ describe('partialPrefixLength', () => {
     assert.equal(partialPrefixLength(Buffer.from('x\r'), p), 1);
   });
 });
+
+describe('dropKillReport', () => {
+  it('drops bash\'s report of the job we killed, and only that', async () => {
+    const { dropKillReport } = await import('../../services/executor/task-environment.js');
+    assert.equal(dropKillReport('before\nTerminated\n'), 'before\n');
+    assert.equal(dropKillReport('before\nbash: line 7:  4242 Killed                  sleep 30\n'), 'before\n');
+    assert.equal(dropKillReport('Terminated'), '');
+    assert.equal(dropKillReport('Terminated by user\nmore\n'), 'Terminated by user\nmore\n');
+    assert.equal(dropKillReport('job Terminated\n'), 'job Terminated\n');
+  });
+});

@@ -134,7 +134,7 @@ void describe('terminal foreground', () => {
       signal: controller.signal,
       onOutput,
     });
-    assert.deepEqual(result, { output: 'hello\n', exit_code: 0, error: null });
+    assert.deepEqual(result, { output: 'hello', exit_code: 0, error: null }, 'trailing newlines are trimmed');
     assert.equal(task.execRequests.length, 1);
     const request = task.execRequests[0];
     assert.equal(request?.command, 'echo hello');
@@ -156,7 +156,7 @@ void describe('terminal foreground', () => {
   void it('keeps a non-zero exit code as a result', async () => {
     const task = new RecordingTaskClientDouble({ output: 'ls: cannot access x\n', exitCode: 2 });
     assert.deepEqual(await call(terminal, { command: 'ls x' }, task), {
-      output: 'ls: cannot access x\n',
+      output: 'ls: cannot access x',
       exit_code: 2,
       error: null,
     });
@@ -184,7 +184,7 @@ void describe('terminal foreground', () => {
   void it('appends the interrupt notice and reports 130', async () => {
     const task = new RecordingTaskClientDouble({ output: 'step 1\n', exitCode: 143, interrupted: true });
     assert.deepEqual(await call(terminal, { command: 'make' }, task), {
-      output: 'step 1\n\n[Command interrupted]',
+      output: 'step 1\n[Command interrupted]',
       exit_code: 130,
       error: null,
     });

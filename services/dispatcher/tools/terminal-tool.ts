@@ -175,7 +175,8 @@ function readStringList(raw: unknown): string[] | undefined {
 }
 
 function foregroundResult(command: string, result: TaskExecResult, timeoutSec: number): string {
-  let output = result.output;
+  // Trailing newlines carry nothing for the model; suffixes then start on their own line.
+  let output = result.output.replace(/\s+$/, '');
   let exitCode = result.exitCode;
   if (result.timedOut) {
     exitCode = 124;
@@ -198,6 +199,10 @@ async function runTerminal(args: ToolArgs, ctx: ToolContext, options: TerminalTo
   const rawCommand = args.command;
   if (typeof rawCommand !== 'string') {
     return refusal(`Invalid command: expected string, got ${pythonTypeName(rawCommand)}`, 'error');
+  }
+  if (rawCommand.includes('\0')) {
+    // No shell can take a NUL byte in its command text; say so instead of failing at spawn.
+    return refusal('Invalid command: contains a NUL character (\\0), which a shell cannot run', 'error');
   }
   if (rawCommand.trim() === '') return refusal('Invalid command: command is empty', 'error');
 
