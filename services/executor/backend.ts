@@ -82,6 +82,12 @@ export interface BackendEnvironment {
   readonly initialCwd: string;
   /** Directory inside the environment private to this task, for the runner's state files. */
   readonly stateDir: string;
+  /**
+   * A directory both the executor (hostPath) and processes in the environment
+   * (sandboxPath) see, for Unix sockets: the exec agent's and execute_code's
+   * `rpc.sock`. Absent when the backend cannot share one (ssh, cloud sandboxes).
+   */
+  readonly rpcDir?: { readonly hostPath: string; readonly sandboxPath: string };
 
   exec(options: ExecOptions): Promise<ExecResult>;
   startBackground(options: BackgroundOptions): Promise<BackgroundHandle>;
