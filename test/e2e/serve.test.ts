@@ -8,6 +8,7 @@ import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
+import { createRequire } from 'node:module';
 import { ClientError, Status, createChannel, createClient } from 'nice-grpc';
 import { HealthDefinition } from 'nice-grpc-server-health';
 import { startServe, BERTH_BIN, type ServeProcess } from '../support/serve-process.js';
@@ -296,6 +297,33 @@ describe('berth serve (local backend)', () => {
     } finally {
       channel.close();
     }
+  });
+
+  test('reflection lists the Dispatcher service', async () => {
+    const { ServerReflectionService } = await import('nice-grpc-server-reflection');
+    // google-protobuf modules are CommonJS with exports ESM cannot see statically.
+    const pb = createRequire(import.meta.url)(
+      'nice-grpc-server-reflection/lib/proto/grpc/reflection/v1/reflection_pb.js',
+    ) as typeof import('nice-grpc-server-reflection/lib/proto/grpc/reflection/v1/reflection_pb.js');
+    const channel = createChannel(serve.address);
+    try {
+      const reflection = createClient(ServerReflectionService, channel);
+      async function* one() {
+        yield new pb.ServerReflectionRequest().setListServices('*');
+      }
+      const names: string[] = [];
+      for await (const r of reflection.serverReflectionInfo(one())) {
+        for (const s of r.getListServicesResponse()?.getServiceList() ?? []) names.push(s.getName());
+      }
+      assert.ok(names.includes('berth.v1.Dispatcher'), names.join(', '));
+    } finally {
+      channel.close();
+    }
+  });
+
+  test('EndTask on a task that never ran releases nothing and says so', async () => {
+    const r = await serve.client.endTask({ taskId: 'never-used' });
+    assert.equal(r.released, false);
   });
 
   test('every call is logged as one JSON line with tenant, task, tool, backend, duration and outcome', async () => {
