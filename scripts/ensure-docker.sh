@@ -32,10 +32,17 @@ docker_answers() { timeout 20 docker info >/dev/null 2>&1; }
 
 # --- daemon configuration -------------------------------------------------
 
-# Extra OCI runtimes to register, one "name path" per line. To add gVisor
-# later, print e.g. "runsc /usr/bin/runsc" here when that binary exists.
+# Extra OCI runtimes to register, one "name path [runtime arg ...]" per line.
+# gVisor (`docker.runtime: runsc`): --host-uds=all lets sandboxed processes
+# connect to Unix sockets the host created in bind mounts (the exec agent and
+# execute_code dial out to the executor that way); --network=none because a
+# task's network policy is applied by Docker for runc, and a gVisor sandbox
+# gets none at all.
 daemon_runtimes() {
-  :
+  local runsc
+  if runsc=$(command -v runsc); then
+    printf 'runsc %s --host-uds=all --network=none\n' "$runsc"
+  fi
 }
 
 # Prints the daemon.json berth wants.
@@ -47,11 +54,21 @@ daemon_config() {
   printf '  "log-opts": { "max-size": "10m", "max-file": "3" }'
   if [[ -n $runtimes ]]; then
     printf ',\n  "runtimes": {'
-    while read -r name path; do
+    while read -r name path args; do
       [[ -n $name ]] || continue
       ((first)) || printf ','
       first=0
-      printf '\n    "%s": { "path": "%s" }' "$name" "$path"
+      printf '\n    "%s": { "path": "%s"' "$name" "$path"
+      if [[ -n $args ]]; then
+        local arg sep=""
+        printf ', "runtimeArgs": ['
+        for arg in $args; do
+          printf '%s"%s"' "$sep" "$arg"
+          sep=", "
+        done
+        printf ']'
+      fi
+      printf ' }'
     done <<<"$runtimes"
     printf '\n  }'
   fi
@@ -142,6 +159,84 @@ install_missing() {
   command -v dockerd >/dev/null || die "dockerd is still not on PATH after installing docker.io"
 }
 
+# --- OCI runtimes ---------------------------------------------------------
+
+# Installs gVisor's runsc from Debian where the archive has it. Optional: on
+# failure the docker backend still works with runc, and this says why.
+# BERTH_INSTALL_RUNSC=0 skips it.
+install_optional_runtimes() {
+  [[ ${BERTH_INSTALL_RUNSC:-1} == 1 ]] || return 0
+  command -v runsc >/dev/null && return 0
+  [[ $(id -u) -eq 0 ]] && command -v apt-get >/dev/null || return 0
+  apt_has_candidate runsc || return 0
+  (apt_install runsc) || log "warning: could not install runsc; docker.runtime: runsc will be unavailable"
+}
+
+# The names of the runtimes the running daemon knows, space-separated.
+daemon_known_runtimes() {
+  # shellcheck disable=SC2016 # a Go template, not shell
+  timeout 20 docker info --format '{{range $name, $_ := .Runtimes}}{{$name}} {{end}}' 2>/dev/null || true
+}
+
+# Prints the runtimes of daemon_runtimes() that the running daemon lacks.
+missing_runtimes() {
+  local wanted known name
+  wanted=$(daemon_runtimes)
+  [[ -n $wanted ]] || return 0
+  known=" $(daemon_known_runtimes) "
+  while read -r name _; do
+    [[ -z $name || $known == *" $name "* ]] || printf '%s\n' "$name"
+  done <<<"$wanted"
+}
+
+# Makes the running dockerd re-read daemon.json. `runtimes` is among the
+# settings dockerd reloads live on SIGHUP, so running containers (and the
+# tasks in them) are untouched: the daemon is never restarted for this.
+reload_daemon() {
+  local pid
+  if [[ -d /run/systemd/system ]] && command -v systemctl >/dev/null && systemctl is-active --quiet docker 2>/dev/null; then
+    systemctl reload docker && return 0
+  fi
+  pid=$(pidof -s dockerd) || {
+    log "warning: no dockerd process to reload on this host; register the runtimes with your Docker daemon yourself"
+    return 1
+  }
+  kill -HUP "$pid"
+}
+
+# Registers runtimes installed after the daemon started (call with the lock held).
+register_runtimes() {
+  local missing deadline
+  missing=$(missing_runtimes)
+  [[ -n $missing ]] || return 0
+  missing=${missing//$'\n'/ }
+  write_daemon_config
+  if [[ $(cat "$DAEMON_JSON") != "$(daemon_config)" ]]; then
+    log "warning: runtime(s) $missing not registered: $DAEMON_JSON is not berth's; add them there yourself"
+    return 0
+  fi
+  log "registering runtime(s) $missing with dockerd (live reload, containers keep running) ..."
+  reload_daemon || return 0
+  deadline=$((SECONDS + 15))
+  while ((SECONDS < deadline)); do
+    [[ -z $(missing_runtimes) ]] && { log "runtime(s) $missing registered"; return 0; }
+    sleep 0.5
+  done
+  log "warning: dockerd did not pick up runtime(s) $missing (log: $DOCKERD_LOG)"
+}
+
+# With Docker answering: install and register optional runtimes (root only).
+ensure_runtimes() {
+  [[ $(id -u) -eq 0 ]] || return 0
+  if command -v runsc >/dev/null || [[ ${BERTH_INSTALL_RUNSC:-1} != 1 ]]; then
+    [[ -n $(missing_runtimes) ]] || return 0
+  fi
+  exec 9>"$LOCK_FILE"
+  flock 9
+  install_optional_runtimes
+  register_runtimes
+}
+
 # --- daemon ---------------------------------------------------------------
 
 print_log_tail() {
@@ -190,7 +285,10 @@ start_daemon() {
 }
 
 main() {
-  docker_answers && return 0
+  if docker_answers; then
+    ensure_runtimes
+    return 0
+  fi
 
   if [[ -n ${DOCKER_HOST:-} && $DOCKER_HOST != "unix://$DOCKER_SOCK" && $DOCKER_HOST != unix:///run/docker.sock ]]; then
     die "DOCKER_HOST=$DOCKER_HOST does not answer \`docker info\`; berth only starts a local daemon on $DOCKER_SOCK"
@@ -205,11 +303,12 @@ main() {
   # Serialise concurrent runs (make setup, make test and .ci/run may overlap).
   exec 9>"$LOCK_FILE"
   flock 9
-  docker_answers && return 0
+  docker_answers && { install_optional_runtimes; register_runtimes; return 0; }
 
   install_missing
+  install_optional_runtimes
   # docker.io's maintainer scripts may have started the service already.
-  docker_answers && { log "docker is ready"; return 0; }
+  docker_answers && { register_runtimes; log "docker is ready"; return 0; }
   write_daemon_config
   start_daemon
   log "docker is ready ($(docker version --format 'engine {{.Server.Version}}' 2>/dev/null || echo running))"
