@@ -62,6 +62,22 @@ const executorEndpointSchema = z
   })
   .strict();
 
+export const APPROVAL_MODES = ['manual', 'smart', 'off'] as const;
+const nonInteractiveAction = z.enum(['approve', 'deny']);
+
+/** `tenants[].approvals`: per-tenant overrides of `approvals.*` (absent keys inherit). */
+const tenantApprovalsSchema = z
+  .object({
+    mode: z.enum(APPROVAL_MODES).optional(),
+    timeout: int(1).optional(),
+    skip_in_containers: bool.optional(),
+    non_interactive: nonInteractiveAction.optional(),
+    allow_yolo: bool.optional(),
+    /** Added to the top-level command_allowlist for this tenant only; "always" answers are written here. */
+    command_allowlist: z.array(z.string()).optional(),
+  })
+  .strict();
+
 const tenantSchema = z
   .object({
     id: z.string().regex(/^[A-Za-z0-9_.-]{1,64}$/, 'tenant id: 1-64 of A-Z a-z 0-9 _ . -'),
@@ -69,6 +85,7 @@ const tenantSchema = z
     api_key_sha256: z.string().regex(/^[0-9a-f]{64}$/, 'api_key_sha256: 64 lowercase hex digits'),
     allowed_backends: z.array(z.enum(BACKEND_NAMES)).optional(),
     toolsets: z.array(z.string()).optional(),
+    approvals: tenantApprovalsSchema.optional(),
   })
   .strict();
 
@@ -100,11 +117,17 @@ export const configSchema = z
       .prefault({}),
     approvals: z
       .object({
-        mode: z.enum(['manual', 'smart', 'off']).default('manual'),
+        mode: z.enum(APPROVAL_MODES).default('manual'),
         /** Seconds to wait for a user's answer; silence denies. */
         timeout: int(1).default(300),
         /** Container backends without host bind mounts skip approval (the container is the boundary). */
         skip_in_containers: bool.default(true),
+        /** A non-interactive context (client metadata `berth-interactive: false`): approve, or deny (cron-like). */
+        non_interactive: nonInteractiveAction.default('approve'),
+        /** Whether Session clients may put a session in yolo mode (no approval; hardline still blocks). */
+        allow_yolo: bool.default(true),
+        /** Unary calls parked for the Approve RPC, per tenant; each waits at most `timeout` seconds. */
+        max_pending: int(1).default(32),
         smart: z
           .object({
             base_url: z.string().default(''),

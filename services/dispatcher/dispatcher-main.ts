@@ -7,6 +7,7 @@ import { DispatcherDefinition } from '../gen/berth/v1/dispatcher.js';
 import { ExecutorDefinition } from '../gen/berth/v1/executor.js';
 import { Dispatcher } from './dispatcher.js';
 import { createDispatcherService } from './dispatcher-service.js';
+import { ExecutorHealthWatcher } from './executor-health.js';
 import { ExecutorRouter, type ExecutorEndpoint } from './executor-router.js';
 import { ToolRegistry } from './registry.js';
 import { TenantDirectory } from './tenants.js';
@@ -52,6 +53,12 @@ export async function startDispatcher(options: DispatcherStartOptions): Promise<
     healthy: true,
     client: createClientFactory().use(secretMiddleware(t.sharedSecret)).create(ExecutorDefinition, channels[i]!),
   }));
+  const health = new ExecutorHealthWatcher(
+    endpoints.map((endpoint, i) => ({ endpoint, channel: channels[i]! })),
+    { intervalMs: 2000, timeoutMs: 1500, logger },
+  );
+  await health.checkAll();
+  health.start();
   const tenants = new TenantDirectory(config);
   const router = new ExecutorRouter(endpoints, (tenant) => tenants.policyFor(tenant));
   const registry = new ToolRegistry({ logger });
@@ -79,6 +86,7 @@ export async function startDispatcher(options: DispatcherStartOptions): Promise<
         const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms).unref());
         await Promise.race([graceful, sleep(graceMs)]);
         shutdown.abort();
+        health.stop();
         // Let cancelled handlers send their UNAVAILABLE before the transport goes.
         await Promise.race([graceful, sleep(500)]);
         server.forceShutdown();

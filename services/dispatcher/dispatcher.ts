@@ -19,6 +19,9 @@ const TASK_ID_PATTERN = /^[A-Za-z0-9_.:@=+-]{1,128}$/;
 /** Arguments larger than this are refused before parsing (10 MB strings must not stall the server). */
 export const MAX_ARGUMENTS_BYTES = 8 * 1024 * 1024;
 
+/** Placements remembered for noticing lost environments. */
+const MAX_PLACEMENTS = 100_000;
+
 export interface CallToolInput {
   readonly name: string;
   readonly argumentsJson: string;
@@ -53,6 +56,8 @@ export class Dispatcher {
   readonly #registry: ToolRegistry;
   readonly #router: ExecutorRouter;
   readonly #logger: Logger;
+  /** Which executor holds each task's environment, to notice when it moved (its executor died). */
+  readonly #placements = new Map<string, string>();
 
   constructor(options: DispatcherOptions) {
     this.#registry = options.registry;
@@ -90,8 +95,18 @@ export class Dispatcher {
       );
     }
     const started = performance.now();
-    const { backend, client } = this.#router.route(tenant, taskId);
+    const { backend, client, executorId } = this.#router.route(tenant, taskId);
     const log = this.#logger.child({ tenant, task: taskId, tool: input.name, backend });
+    const lost = this.#place(`${tenant}/${taskId}`, executorId);
+    if (lost !== undefined) {
+      log.warn({ lostExecutor: lost, executor: executorId }, 'task environment lost with its executor');
+      return JSON.stringify({
+        error:
+          `The environment of task '${taskId}' was lost: its executor (${lost}) stopped answering. ` +
+          'A new environment will be created on a healthy executor; working directory, variables, files ' +
+          'outside shared storage and background processes are gone. Re-run any setup, then retry.',
+      });
+    }
     let outcome = 'ok';
     try {
       const parsed = parseArguments(input.argumentsJson);
@@ -119,6 +134,20 @@ export class Dispatcher {
     }
   }
 
+  /** Records where a task lives; returns the previous executor when the task had to move. */
+  #place(key: string, executorId: string): string | undefined {
+    const previous = this.#placements.get(key);
+    if (previous === executorId) return undefined;
+    // Bounded: forget the oldest placements first (Map keeps insertion order).
+    if (this.#placements.size >= MAX_PLACEMENTS) {
+      const oldest = this.#placements.keys().next().value;
+      if (oldest !== undefined) this.#placements.delete(oldest);
+    }
+    this.#placements.delete(key);
+    this.#placements.set(key, executorId);
+    return previous;
+  }
+
   /** Interrupts the task's running foreground work; returns how many commands were stopped. */
   async interrupt(tenant: string, taskId: string): Promise<number> {
     const id = Dispatcher.checkTaskId(taskId);
@@ -132,6 +161,7 @@ export class Dispatcher {
   async endTask(tenant: string, taskId: string): Promise<boolean> {
     const id = Dispatcher.checkTaskId(taskId);
     const { client } = this.#router.route(tenant, id);
+    this.#placements.delete(`${tenant}/${id}`);
     const r = await client.releaseTask({ task: { tenant, taskId: id } });
     this.#logger.info({ tenant, task: id, released: r.released }, 'end task');
     return r.released;
