@@ -4,7 +4,7 @@
  */
 import type { CallContext } from 'nice-grpc';
 import { AsyncQueue } from '../common/async-queue.js';
-import { InvalidArgumentError } from '../common/errors.js';
+import { FailedPreconditionError, InvalidArgumentError } from '../common/errors.js';
 import type { ExecEvent, ExecutorServiceImplementation, TaskRef } from '../gen/berth/v1/executor.js';
 import type { TaskKey } from './backend.js';
 import type { TaskEnvironments } from './task-environment.js';
@@ -119,6 +119,11 @@ export function createExecutorService(
 
     async releaseTask(request) {
       return { released: await environments.release(keyOf(request.task)) };
+    },
+
+    // eslint-disable-next-line require-yield
+    async *runCode() {
+      throw new FailedPreconditionError('execute_code is not available on this executor yet');
     },
 
     async capabilities() {

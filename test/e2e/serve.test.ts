@@ -9,6 +9,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { createRequire } from 'node:module';
+import type * as ReflectionPb from 'nice-grpc-server-reflection/lib/proto/grpc/reflection/v1/reflection_pb.js';
 import { ClientError, Status, createChannel, createClient } from 'nice-grpc';
 import { HealthDefinition } from 'nice-grpc-server-health';
 import { startServe, BERTH_BIN, type ServeProcess } from '../support/serve-process.js';
@@ -304,7 +305,7 @@ describe('berth serve (local backend)', () => {
     // google-protobuf modules are CommonJS with exports ESM cannot see statically.
     const pb = createRequire(import.meta.url)(
       'nice-grpc-server-reflection/lib/proto/grpc/reflection/v1/reflection_pb.js',
-    ) as typeof import('nice-grpc-server-reflection/lib/proto/grpc/reflection/v1/reflection_pb.js');
+    ) as typeof ReflectionPb;
     const channel = createChannel(serve.address);
     try {
       const reflection = createClient(ServerReflectionService, channel);

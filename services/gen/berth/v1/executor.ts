@@ -12,6 +12,50 @@ export const protobufPackage = "berth.v1";
 
 export const protobufFileName = "berth/v1/executor.proto";
 
+export enum CodeExecutionMode {
+  CODE_EXECUTION_MODE_UNSPECIFIED = 0,
+  /**
+   * CODE_EXECUTION_MODE_PROJECT - In the task's cwd, with the task's shell state and its interpreter
+   * ($VIRTUAL_ENV, then $CONDA_PREFIX, else python3).
+   */
+  CODE_EXECUTION_MODE_PROJECT = 1,
+  /** CODE_EXECUTION_MODE_STRICT - In the run's staging dir with a fixed python3 and no task shell state. */
+  CODE_EXECUTION_MODE_STRICT = 2,
+  UNRECOGNIZED = -1,
+}
+
+export function codeExecutionModeFromJSON(object: any): CodeExecutionMode {
+  switch (object) {
+    case 0:
+    case "CODE_EXECUTION_MODE_UNSPECIFIED":
+      return CodeExecutionMode.CODE_EXECUTION_MODE_UNSPECIFIED;
+    case 1:
+    case "CODE_EXECUTION_MODE_PROJECT":
+      return CodeExecutionMode.CODE_EXECUTION_MODE_PROJECT;
+    case 2:
+    case "CODE_EXECUTION_MODE_STRICT":
+      return CodeExecutionMode.CODE_EXECUTION_MODE_STRICT;
+    case -1:
+    case "UNRECOGNIZED":
+    default:
+      return CodeExecutionMode.UNRECOGNIZED;
+  }
+}
+
+export function codeExecutionModeToJSON(object: CodeExecutionMode): string {
+  switch (object) {
+    case CodeExecutionMode.CODE_EXECUTION_MODE_UNSPECIFIED:
+      return "CODE_EXECUTION_MODE_UNSPECIFIED";
+    case CodeExecutionMode.CODE_EXECUTION_MODE_PROJECT:
+      return "CODE_EXECUTION_MODE_PROJECT";
+    case CodeExecutionMode.CODE_EXECUTION_MODE_STRICT:
+      return "CODE_EXECUTION_MODE_STRICT";
+    case CodeExecutionMode.UNRECOGNIZED:
+    default:
+      return "UNRECOGNIZED";
+  }
+}
+
 export interface TaskRef {
   tenant: string;
   taskId: string;
@@ -137,6 +181,76 @@ export interface CapabilitiesResponse {
   pty: boolean;
   hostFilesystem: boolean;
   executorId: string;
+}
+
+export interface RunCodeClientMessage {
+  message: { $case: "start"; value: RunCodeStart } | { $case: "toolResult"; value: RunCodeToolResult } | undefined;
+}
+
+export interface RunCodeStart {
+  task:
+    | TaskRef
+    | undefined;
+  /** The script (script.py). */
+  code: string;
+  /** Source of hermes_tools.py, stubs for `allowed_tools` only. */
+  stubModule: string;
+  mode: CodeExecutionMode;
+  timeoutMs: number;
+  /** stdout keeps 40% head and 60% tail of this many bytes; stderr keeps its head. */
+  maxStdoutBytes: number;
+  maxStderrBytes: number;
+  /**
+   * Names let through the scrubbing: terminal.env_passthrough plus skills'
+   * required_environment_variables. Provider credentials never pass.
+   */
+  envPassthrough: string[];
+  /**
+   * Credential names that never pass besides the built-in provider list
+   * (e.g. the smart-approval key's variable).
+   */
+  credentialEnv: string[];
+  /** The tools the stub exposes. The dispatcher enforces it; the executor logs it. */
+  allowedTools: string[];
+  /**
+   * Allows running the script as a plain subprocess on the executor host
+   * (local backend): single-user mode only.
+   */
+  allowHostSubprocess: boolean;
+}
+
+export interface RunCodeToolResult {
+  callId: string;
+  /** The tool's result string, sent to the script as one line. */
+  resultJson: string;
+}
+
+export interface RunCodeServerMessage {
+  message: { $case: "toolCall"; value: RunCodeToolCall } | { $case: "result"; value: RunCodeResult } | undefined;
+}
+
+export interface RunCodeToolCall {
+  /** Unique within the stream; echoed by the tool_result. */
+  callId: string;
+  tool: string;
+  /** The request's `args`, a JSON object (validated by the executor). */
+  argsJson: string;
+}
+
+export interface RunCodeResult {
+  /** Capped per max_stdout_bytes, with the truncation notice where cut. */
+  stdout: string;
+  /** The first max_stderr_bytes bytes. */
+  stderr: string;
+  exitCode: number;
+  timedOut: boolean;
+  interrupted: boolean;
+  /** Where the script ran, e.g. "a subprocess on the executor host (local backend, single-user mode)". */
+  ranIn: string;
+  /** Things the caller should know, e.g. that the task's environment was recreated. */
+  notices: string[];
+  /** The interpreter that ran the script, as resolved in the environment. */
+  interpreter: string;
 }
 
 function createBaseTaskRef(): TaskRef {
@@ -2345,6 +2459,891 @@ export const CapabilitiesResponse: MessageFns<CapabilitiesResponse> = {
   },
 };
 
+function createBaseRunCodeClientMessage(): RunCodeClientMessage {
+  return { message: undefined };
+}
+
+export const RunCodeClientMessage: MessageFns<RunCodeClientMessage> = {
+  encode(message: RunCodeClientMessage, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    switch (message.message?.$case) {
+      case "start":
+        RunCodeStart.encode(message.message.value, writer.uint32(10).fork()).join();
+        break;
+      case "toolResult":
+        RunCodeToolResult.encode(message.message.value, writer.uint32(18).fork()).join();
+        break;
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): RunCodeClientMessage {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseRunCodeClientMessage();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.message = { $case: "start", value: RunCodeStart.decode(reader, reader.uint32()) };
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.message = { $case: "toolResult", value: RunCodeToolResult.decode(reader, reader.uint32()) };
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): RunCodeClientMessage {
+    return {
+      message: isSet(object.start)
+        ? { $case: "start", value: RunCodeStart.fromJSON(object.start) }
+        : isSet(object.toolResult)
+        ? { $case: "toolResult", value: RunCodeToolResult.fromJSON(object.toolResult) }
+        : isSet(object.tool_result)
+        ? { $case: "toolResult", value: RunCodeToolResult.fromJSON(object.tool_result) }
+        : undefined,
+    };
+  },
+
+  toJSON(message: RunCodeClientMessage): unknown {
+    const obj: any = {};
+    if (message.message?.$case === "start") {
+      obj.start = RunCodeStart.toJSON(message.message.value);
+    } else if (message.message?.$case === "toolResult") {
+      obj.toolResult = RunCodeToolResult.toJSON(message.message.value);
+    }
+    return obj;
+  },
+
+  create(base?: DeepPartial<RunCodeClientMessage>): RunCodeClientMessage {
+    return RunCodeClientMessage.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<RunCodeClientMessage>): RunCodeClientMessage {
+    const message = createBaseRunCodeClientMessage();
+    switch (object.message?.$case) {
+      case "start": {
+        if (object.message?.value !== undefined && object.message?.value !== null) {
+          message.message = { $case: "start", value: RunCodeStart.fromPartial(object.message.value) };
+        }
+        break;
+      }
+      case "toolResult": {
+        if (object.message?.value !== undefined && object.message?.value !== null) {
+          message.message = { $case: "toolResult", value: RunCodeToolResult.fromPartial(object.message.value) };
+        }
+        break;
+      }
+    }
+    return message;
+  },
+};
+
+function createBaseRunCodeStart(): RunCodeStart {
+  return {
+    task: undefined,
+    code: "",
+    stubModule: "",
+    mode: 0,
+    timeoutMs: 0,
+    maxStdoutBytes: 0,
+    maxStderrBytes: 0,
+    envPassthrough: [],
+    credentialEnv: [],
+    allowedTools: [],
+    allowHostSubprocess: false,
+  };
+}
+
+export const RunCodeStart: MessageFns<RunCodeStart> = {
+  encode(message: RunCodeStart, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.task !== undefined) {
+      TaskRef.encode(message.task, writer.uint32(10).fork()).join();
+    }
+    if (message.code !== "") {
+      writer.uint32(18).string(message.code);
+    }
+    if (message.stubModule !== "") {
+      writer.uint32(26).string(message.stubModule);
+    }
+    if (message.mode !== 0) {
+      writer.uint32(32).int32(message.mode);
+    }
+    if (message.timeoutMs !== 0) {
+      writer.uint32(40).uint32(message.timeoutMs);
+    }
+    if (message.maxStdoutBytes !== 0) {
+      writer.uint32(48).uint32(message.maxStdoutBytes);
+    }
+    if (message.maxStderrBytes !== 0) {
+      writer.uint32(56).uint32(message.maxStderrBytes);
+    }
+    for (const v of message.envPassthrough) {
+      writer.uint32(66).string(v!);
+    }
+    for (const v of message.credentialEnv) {
+      writer.uint32(74).string(v!);
+    }
+    for (const v of message.allowedTools) {
+      writer.uint32(82).string(v!);
+    }
+    if (message.allowHostSubprocess !== false) {
+      writer.uint32(88).bool(message.allowHostSubprocess);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): RunCodeStart {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseRunCodeStart();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.task = TaskRef.decode(reader, reader.uint32());
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.code = reader.string();
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.stubModule = reader.string();
+            continue;
+          }
+          case 4: {
+            if (tag !== 32) {
+              break;
+            }
+
+            message.mode = reader.int32() as any;
+            continue;
+          }
+          case 5: {
+            if (tag !== 40) {
+              break;
+            }
+
+            message.timeoutMs = reader.uint32();
+            continue;
+          }
+          case 6: {
+            if (tag !== 48) {
+              break;
+            }
+
+            message.maxStdoutBytes = reader.uint32();
+            continue;
+          }
+          case 7: {
+            if (tag !== 56) {
+              break;
+            }
+
+            message.maxStderrBytes = reader.uint32();
+            continue;
+          }
+          case 8: {
+            if (tag !== 66) {
+              break;
+            }
+
+            message.envPassthrough.push(reader.string());
+            continue;
+          }
+          case 9: {
+            if (tag !== 74) {
+              break;
+            }
+
+            message.credentialEnv.push(reader.string());
+            continue;
+          }
+          case 10: {
+            if (tag !== 82) {
+              break;
+            }
+
+            message.allowedTools.push(reader.string());
+            continue;
+          }
+          case 11: {
+            if (tag !== 88) {
+              break;
+            }
+
+            message.allowHostSubprocess = reader.bool();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): RunCodeStart {
+    return {
+      task: isSet(object.task) ? TaskRef.fromJSON(object.task) : undefined,
+      code: isSet(object.code) ? globalThis.String(object.code) : "",
+      stubModule: isSet(object.stubModule)
+        ? globalThis.String(object.stubModule)
+        : isSet(object.stub_module)
+        ? globalThis.String(object.stub_module)
+        : "",
+      mode: isSet(object.mode) ? codeExecutionModeFromJSON(object.mode) : 0,
+      timeoutMs: isSet(object.timeoutMs)
+        ? globalThis.Number(object.timeoutMs)
+        : isSet(object.timeout_ms)
+        ? globalThis.Number(object.timeout_ms)
+        : 0,
+      maxStdoutBytes: isSet(object.maxStdoutBytes)
+        ? globalThis.Number(object.maxStdoutBytes)
+        : isSet(object.max_stdout_bytes)
+        ? globalThis.Number(object.max_stdout_bytes)
+        : 0,
+      maxStderrBytes: isSet(object.maxStderrBytes)
+        ? globalThis.Number(object.maxStderrBytes)
+        : isSet(object.max_stderr_bytes)
+        ? globalThis.Number(object.max_stderr_bytes)
+        : 0,
+      envPassthrough: globalThis.Array.isArray(object?.envPassthrough)
+        ? object.envPassthrough.map((e: any) => globalThis.String(e))
+        : globalThis.Array.isArray(object?.env_passthrough)
+        ? object.env_passthrough.map((e: any) => globalThis.String(e))
+        : [],
+      credentialEnv: globalThis.Array.isArray(object?.credentialEnv)
+        ? object.credentialEnv.map((e: any) => globalThis.String(e))
+        : globalThis.Array.isArray(object?.credential_env)
+        ? object.credential_env.map((e: any) => globalThis.String(e))
+        : [],
+      allowedTools: globalThis.Array.isArray(object?.allowedTools)
+        ? object.allowedTools.map((e: any) => globalThis.String(e))
+        : globalThis.Array.isArray(object?.allowed_tools)
+        ? object.allowed_tools.map((e: any) => globalThis.String(e))
+        : [],
+      allowHostSubprocess: isSet(object.allowHostSubprocess)
+        ? globalThis.Boolean(object.allowHostSubprocess)
+        : isSet(object.allow_host_subprocess)
+        ? globalThis.Boolean(object.allow_host_subprocess)
+        : false,
+    };
+  },
+
+  toJSON(message: RunCodeStart): unknown {
+    const obj: any = {};
+    if (message.task !== undefined) {
+      obj.task = TaskRef.toJSON(message.task);
+    }
+    if (message.code !== "") {
+      obj.code = message.code;
+    }
+    if (message.stubModule !== "") {
+      obj.stubModule = message.stubModule;
+    }
+    if (message.mode !== 0) {
+      obj.mode = codeExecutionModeToJSON(message.mode);
+    }
+    if (message.timeoutMs !== 0) {
+      obj.timeoutMs = Math.round(message.timeoutMs);
+    }
+    if (message.maxStdoutBytes !== 0) {
+      obj.maxStdoutBytes = Math.round(message.maxStdoutBytes);
+    }
+    if (message.maxStderrBytes !== 0) {
+      obj.maxStderrBytes = Math.round(message.maxStderrBytes);
+    }
+    if (message.envPassthrough?.length) {
+      obj.envPassthrough = message.envPassthrough;
+    }
+    if (message.credentialEnv?.length) {
+      obj.credentialEnv = message.credentialEnv;
+    }
+    if (message.allowedTools?.length) {
+      obj.allowedTools = message.allowedTools;
+    }
+    if (message.allowHostSubprocess !== false) {
+      obj.allowHostSubprocess = message.allowHostSubprocess;
+    }
+    return obj;
+  },
+
+  create(base?: DeepPartial<RunCodeStart>): RunCodeStart {
+    return RunCodeStart.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<RunCodeStart>): RunCodeStart {
+    const message = createBaseRunCodeStart();
+    message.task = (object.task !== undefined && object.task !== null) ? TaskRef.fromPartial(object.task) : undefined;
+    message.code = object.code ?? "";
+    message.stubModule = object.stubModule ?? "";
+    message.mode = object.mode ?? 0;
+    message.timeoutMs = object.timeoutMs ?? 0;
+    message.maxStdoutBytes = object.maxStdoutBytes ?? 0;
+    message.maxStderrBytes = object.maxStderrBytes ?? 0;
+    message.envPassthrough = object.envPassthrough?.map((e) => e) || [];
+    message.credentialEnv = object.credentialEnv?.map((e) => e) || [];
+    message.allowedTools = object.allowedTools?.map((e) => e) || [];
+    message.allowHostSubprocess = object.allowHostSubprocess ?? false;
+    return message;
+  },
+};
+
+function createBaseRunCodeToolResult(): RunCodeToolResult {
+  return { callId: "", resultJson: "" };
+}
+
+export const RunCodeToolResult: MessageFns<RunCodeToolResult> = {
+  encode(message: RunCodeToolResult, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.callId !== "") {
+      writer.uint32(10).string(message.callId);
+    }
+    if (message.resultJson !== "") {
+      writer.uint32(18).string(message.resultJson);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): RunCodeToolResult {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseRunCodeToolResult();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.callId = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.resultJson = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): RunCodeToolResult {
+    return {
+      callId: isSet(object.callId)
+        ? globalThis.String(object.callId)
+        : isSet(object.call_id)
+        ? globalThis.String(object.call_id)
+        : "",
+      resultJson: isSet(object.resultJson)
+        ? globalThis.String(object.resultJson)
+        : isSet(object.result_json)
+        ? globalThis.String(object.result_json)
+        : "",
+    };
+  },
+
+  toJSON(message: RunCodeToolResult): unknown {
+    const obj: any = {};
+    if (message.callId !== "") {
+      obj.callId = message.callId;
+    }
+    if (message.resultJson !== "") {
+      obj.resultJson = message.resultJson;
+    }
+    return obj;
+  },
+
+  create(base?: DeepPartial<RunCodeToolResult>): RunCodeToolResult {
+    return RunCodeToolResult.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<RunCodeToolResult>): RunCodeToolResult {
+    const message = createBaseRunCodeToolResult();
+    message.callId = object.callId ?? "";
+    message.resultJson = object.resultJson ?? "";
+    return message;
+  },
+};
+
+function createBaseRunCodeServerMessage(): RunCodeServerMessage {
+  return { message: undefined };
+}
+
+export const RunCodeServerMessage: MessageFns<RunCodeServerMessage> = {
+  encode(message: RunCodeServerMessage, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    switch (message.message?.$case) {
+      case "toolCall":
+        RunCodeToolCall.encode(message.message.value, writer.uint32(10).fork()).join();
+        break;
+      case "result":
+        RunCodeResult.encode(message.message.value, writer.uint32(18).fork()).join();
+        break;
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): RunCodeServerMessage {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseRunCodeServerMessage();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.message = { $case: "toolCall", value: RunCodeToolCall.decode(reader, reader.uint32()) };
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.message = { $case: "result", value: RunCodeResult.decode(reader, reader.uint32()) };
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): RunCodeServerMessage {
+    return {
+      message: isSet(object.toolCall)
+        ? { $case: "toolCall", value: RunCodeToolCall.fromJSON(object.toolCall) }
+        : isSet(object.tool_call)
+        ? { $case: "toolCall", value: RunCodeToolCall.fromJSON(object.tool_call) }
+        : isSet(object.result)
+        ? { $case: "result", value: RunCodeResult.fromJSON(object.result) }
+        : undefined,
+    };
+  },
+
+  toJSON(message: RunCodeServerMessage): unknown {
+    const obj: any = {};
+    if (message.message?.$case === "toolCall") {
+      obj.toolCall = RunCodeToolCall.toJSON(message.message.value);
+    } else if (message.message?.$case === "result") {
+      obj.result = RunCodeResult.toJSON(message.message.value);
+    }
+    return obj;
+  },
+
+  create(base?: DeepPartial<RunCodeServerMessage>): RunCodeServerMessage {
+    return RunCodeServerMessage.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<RunCodeServerMessage>): RunCodeServerMessage {
+    const message = createBaseRunCodeServerMessage();
+    switch (object.message?.$case) {
+      case "toolCall": {
+        if (object.message?.value !== undefined && object.message?.value !== null) {
+          message.message = { $case: "toolCall", value: RunCodeToolCall.fromPartial(object.message.value) };
+        }
+        break;
+      }
+      case "result": {
+        if (object.message?.value !== undefined && object.message?.value !== null) {
+          message.message = { $case: "result", value: RunCodeResult.fromPartial(object.message.value) };
+        }
+        break;
+      }
+    }
+    return message;
+  },
+};
+
+function createBaseRunCodeToolCall(): RunCodeToolCall {
+  return { callId: "", tool: "", argsJson: "" };
+}
+
+export const RunCodeToolCall: MessageFns<RunCodeToolCall> = {
+  encode(message: RunCodeToolCall, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.callId !== "") {
+      writer.uint32(10).string(message.callId);
+    }
+    if (message.tool !== "") {
+      writer.uint32(18).string(message.tool);
+    }
+    if (message.argsJson !== "") {
+      writer.uint32(26).string(message.argsJson);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): RunCodeToolCall {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseRunCodeToolCall();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.callId = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.tool = reader.string();
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.argsJson = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): RunCodeToolCall {
+    return {
+      callId: isSet(object.callId)
+        ? globalThis.String(object.callId)
+        : isSet(object.call_id)
+        ? globalThis.String(object.call_id)
+        : "",
+      tool: isSet(object.tool) ? globalThis.String(object.tool) : "",
+      argsJson: isSet(object.argsJson)
+        ? globalThis.String(object.argsJson)
+        : isSet(object.args_json)
+        ? globalThis.String(object.args_json)
+        : "",
+    };
+  },
+
+  toJSON(message: RunCodeToolCall): unknown {
+    const obj: any = {};
+    if (message.callId !== "") {
+      obj.callId = message.callId;
+    }
+    if (message.tool !== "") {
+      obj.tool = message.tool;
+    }
+    if (message.argsJson !== "") {
+      obj.argsJson = message.argsJson;
+    }
+    return obj;
+  },
+
+  create(base?: DeepPartial<RunCodeToolCall>): RunCodeToolCall {
+    return RunCodeToolCall.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<RunCodeToolCall>): RunCodeToolCall {
+    const message = createBaseRunCodeToolCall();
+    message.callId = object.callId ?? "";
+    message.tool = object.tool ?? "";
+    message.argsJson = object.argsJson ?? "";
+    return message;
+  },
+};
+
+function createBaseRunCodeResult(): RunCodeResult {
+  return {
+    stdout: "",
+    stderr: "",
+    exitCode: 0,
+    timedOut: false,
+    interrupted: false,
+    ranIn: "",
+    notices: [],
+    interpreter: "",
+  };
+}
+
+export const RunCodeResult: MessageFns<RunCodeResult> = {
+  encode(message: RunCodeResult, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.stdout !== "") {
+      writer.uint32(10).string(message.stdout);
+    }
+    if (message.stderr !== "") {
+      writer.uint32(18).string(message.stderr);
+    }
+    if (message.exitCode !== 0) {
+      writer.uint32(24).sint32(message.exitCode);
+    }
+    if (message.timedOut !== false) {
+      writer.uint32(32).bool(message.timedOut);
+    }
+    if (message.interrupted !== false) {
+      writer.uint32(40).bool(message.interrupted);
+    }
+    if (message.ranIn !== "") {
+      writer.uint32(50).string(message.ranIn);
+    }
+    for (const v of message.notices) {
+      writer.uint32(58).string(v!);
+    }
+    if (message.interpreter !== "") {
+      writer.uint32(66).string(message.interpreter);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): RunCodeResult {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseRunCodeResult();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.stdout = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.stderr = reader.string();
+            continue;
+          }
+          case 3: {
+            if (tag !== 24) {
+              break;
+            }
+
+            message.exitCode = reader.sint32();
+            continue;
+          }
+          case 4: {
+            if (tag !== 32) {
+              break;
+            }
+
+            message.timedOut = reader.bool();
+            continue;
+          }
+          case 5: {
+            if (tag !== 40) {
+              break;
+            }
+
+            message.interrupted = reader.bool();
+            continue;
+          }
+          case 6: {
+            if (tag !== 50) {
+              break;
+            }
+
+            message.ranIn = reader.string();
+            continue;
+          }
+          case 7: {
+            if (tag !== 58) {
+              break;
+            }
+
+            message.notices.push(reader.string());
+            continue;
+          }
+          case 8: {
+            if (tag !== 66) {
+              break;
+            }
+
+            message.interpreter = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): RunCodeResult {
+    return {
+      stdout: isSet(object.stdout) ? globalThis.String(object.stdout) : "",
+      stderr: isSet(object.stderr) ? globalThis.String(object.stderr) : "",
+      exitCode: isSet(object.exitCode)
+        ? globalThis.Number(object.exitCode)
+        : isSet(object.exit_code)
+        ? globalThis.Number(object.exit_code)
+        : 0,
+      timedOut: isSet(object.timedOut)
+        ? globalThis.Boolean(object.timedOut)
+        : isSet(object.timed_out)
+        ? globalThis.Boolean(object.timed_out)
+        : false,
+      interrupted: isSet(object.interrupted) ? globalThis.Boolean(object.interrupted) : false,
+      ranIn: isSet(object.ranIn)
+        ? globalThis.String(object.ranIn)
+        : isSet(object.ran_in)
+        ? globalThis.String(object.ran_in)
+        : "",
+      notices: globalThis.Array.isArray(object?.notices)
+        ? object.notices.map((e: any) => globalThis.String(e))
+        : [],
+      interpreter: isSet(object.interpreter) ? globalThis.String(object.interpreter) : "",
+    };
+  },
+
+  toJSON(message: RunCodeResult): unknown {
+    const obj: any = {};
+    if (message.stdout !== "") {
+      obj.stdout = message.stdout;
+    }
+    if (message.stderr !== "") {
+      obj.stderr = message.stderr;
+    }
+    if (message.exitCode !== 0) {
+      obj.exitCode = Math.round(message.exitCode);
+    }
+    if (message.timedOut !== false) {
+      obj.timedOut = message.timedOut;
+    }
+    if (message.interrupted !== false) {
+      obj.interrupted = message.interrupted;
+    }
+    if (message.ranIn !== "") {
+      obj.ranIn = message.ranIn;
+    }
+    if (message.notices?.length) {
+      obj.notices = message.notices;
+    }
+    if (message.interpreter !== "") {
+      obj.interpreter = message.interpreter;
+    }
+    return obj;
+  },
+
+  create(base?: DeepPartial<RunCodeResult>): RunCodeResult {
+    return RunCodeResult.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<RunCodeResult>): RunCodeResult {
+    const message = createBaseRunCodeResult();
+    message.stdout = object.stdout ?? "";
+    message.stderr = object.stderr ?? "";
+    message.exitCode = object.exitCode ?? 0;
+    message.timedOut = object.timedOut ?? false;
+    message.interrupted = object.interrupted ?? false;
+    message.ranIn = object.ranIn ?? "";
+    message.notices = object.notices?.map((e) => e) || [];
+    message.interpreter = object.interpreter ?? "";
+    return message;
+  },
+};
+
 /**
  * Internal API between the dispatcher and an executor (one terminal backend).
  * Every request names the tenant and task: the executor keys environments on both.
@@ -2428,6 +3427,19 @@ export const ExecutorDefinition = {
       responseStream: false,
       options: {},
     },
+    /**
+     * Runs an execute_code script in the task's environment. The client sends
+     * `start`, then one `tool_result` per `tool_call` the server sends; the
+     * server ends with `result`. Closing the stream kills the script.
+     */
+    runCode: {
+      name: "RunCode",
+      requestType: RunCodeClientMessage as typeof RunCodeClientMessage,
+      requestStream: true,
+      responseType: RunCodeServerMessage as typeof RunCodeServerMessage,
+      responseStream: true,
+      options: {},
+    },
   },
 } as const;
 
@@ -2461,6 +3473,15 @@ export interface ExecutorServiceImplementation<CallContextExt = {}> {
     request: CapabilitiesRequest,
     context: CallContext & CallContextExt,
   ): Promise<DeepPartial<CapabilitiesResponse>>;
+  /**
+   * Runs an execute_code script in the task's environment. The client sends
+   * `start`, then one `tool_result` per `tool_call` the server sends; the
+   * server ends with `result`. Closing the stream kills the script.
+   */
+  runCode(
+    request: AsyncIterable<RunCodeClientMessage>,
+    context: CallContext & CallContextExt,
+  ): ServerStreamingMethodResult<DeepPartial<RunCodeServerMessage>>;
 }
 
 export interface ExecutorClient<CallOptionsExt = {}> {
@@ -2490,6 +3511,15 @@ export interface ExecutorClient<CallOptionsExt = {}> {
     request: DeepPartial<CapabilitiesRequest>,
     options?: CallOptions & CallOptionsExt,
   ): Promise<CapabilitiesResponse>;
+  /**
+   * Runs an execute_code script in the task's environment. The client sends
+   * `start`, then one `tool_result` per `tool_call` the server sends; the
+   * server ends with `result`. Closing the stream kills the script.
+   */
+  runCode(
+    request: AsyncIterable<DeepPartial<RunCodeClientMessage>>,
+    options?: CallOptions & CallOptionsExt,
+  ): AsyncIterable<RunCodeServerMessage>;
 }
 
 function bytesFromBase64(b64: string): Uint8Array {
