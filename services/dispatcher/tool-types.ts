@@ -1,4 +1,5 @@
 import type { Logger } from '../common/logging.js';
+import type { ApprovalHook } from './approval/approval-types.js';
 import type { TaskClient } from './task-client.js';
 
 /** JSON Schema of a tool's parameters (OpenAI function-calling flavour). */
@@ -23,6 +24,12 @@ export interface ToolContext {
   readonly logger: Logger;
   /** Live output for a streaming client (Session); absent for unary calls. */
   readonly onOutput?: (text: string) => void;
+  /**
+   * The approval guard (tool-runtime spec §5). Tools that run commands ask it
+   * first, through `requestApproval` (approval/guard-hook.ts). The dispatcher
+   * always sets it; without it only the hardline rules apply.
+   */
+  readonly approval?: ApprovalHook;
 }
 
 export type ToolArgs = Record<string, unknown>;
