@@ -37,10 +37,26 @@ export interface CallToolResponse {
 }
 
 export interface SessionClientMessage {
-  message: { $case: "call"; value: SessionToolCall } | { $case: "approvalAnswer"; value: ApprovalAnswer } | {
-    $case: "interrupt";
-    value: InterruptRequest;
-  } | undefined;
+  message:
+    | { $case: "call"; value: SessionToolCall }
+    | { $case: "approvalAnswer"; value: ApprovalAnswer }
+    | { $case: "interrupt"; value: InterruptRequest }
+    | { $case: "settings"; value: SessionSettings }
+    | undefined;
+}
+
+/**
+ * Per-session approval settings, for calls whose session_id matches (within
+ * the caller's tenant). Refused with PERMISSION_DENIED when the tenant's policy
+ * does not allow yolo (approvals.allow_yolo).
+ */
+export interface SessionSettings {
+  sessionId: string;
+  /**
+   * Yolo: commands of this session run without approval prompts; hardline
+   * blocks still apply.
+   */
+  yolo: boolean;
 }
 
 export interface SessionToolCall {
@@ -517,6 +533,9 @@ export const SessionClientMessage: MessageFns<SessionClientMessage> = {
       case "interrupt":
         InterruptRequest.encode(message.message.value, writer.uint32(26).fork()).join();
         break;
+      case "settings":
+        SessionSettings.encode(message.message.value, writer.uint32(34).fork()).join();
+        break;
     }
     return writer;
   },
@@ -558,6 +577,14 @@ export const SessionClientMessage: MessageFns<SessionClientMessage> = {
             message.message = { $case: "interrupt", value: InterruptRequest.decode(reader, reader.uint32()) };
             continue;
           }
+          case 4: {
+            if (tag !== 34) {
+              break;
+            }
+
+            message.message = { $case: "settings", value: SessionSettings.decode(reader, reader.uint32()) };
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -580,6 +607,8 @@ export const SessionClientMessage: MessageFns<SessionClientMessage> = {
         ? { $case: "approvalAnswer", value: ApprovalAnswer.fromJSON(object.approval_answer) }
         : isSet(object.interrupt)
         ? { $case: "interrupt", value: InterruptRequest.fromJSON(object.interrupt) }
+        : isSet(object.settings)
+        ? { $case: "settings", value: SessionSettings.fromJSON(object.settings) }
         : undefined,
     };
   },
@@ -592,6 +621,8 @@ export const SessionClientMessage: MessageFns<SessionClientMessage> = {
       obj.approvalAnswer = ApprovalAnswer.toJSON(message.message.value);
     } else if (message.message?.$case === "interrupt") {
       obj.interrupt = InterruptRequest.toJSON(message.message.value);
+    } else if (message.message?.$case === "settings") {
+      obj.settings = SessionSettings.toJSON(message.message.value);
     }
     return obj;
   },
@@ -620,7 +651,102 @@ export const SessionClientMessage: MessageFns<SessionClientMessage> = {
         }
         break;
       }
+      case "settings": {
+        if (object.message?.value !== undefined && object.message?.value !== null) {
+          message.message = { $case: "settings", value: SessionSettings.fromPartial(object.message.value) };
+        }
+        break;
+      }
     }
+    return message;
+  },
+};
+
+function createBaseSessionSettings(): SessionSettings {
+  return { sessionId: "", yolo: false };
+}
+
+export const SessionSettings: MessageFns<SessionSettings> = {
+  encode(message: SessionSettings, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.sessionId !== "") {
+      writer.uint32(10).string(message.sessionId);
+    }
+    if (message.yolo !== false) {
+      writer.uint32(16).bool(message.yolo);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): SessionSettings {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseSessionSettings();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.sessionId = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 16) {
+              break;
+            }
+
+            message.yolo = reader.bool();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): SessionSettings {
+    return {
+      sessionId: isSet(object.sessionId)
+        ? globalThis.String(object.sessionId)
+        : isSet(object.session_id)
+        ? globalThis.String(object.session_id)
+        : "",
+      yolo: isSet(object.yolo) ? globalThis.Boolean(object.yolo) : false,
+    };
+  },
+
+  toJSON(message: SessionSettings): unknown {
+    const obj: any = {};
+    if (message.sessionId !== "") {
+      obj.sessionId = message.sessionId;
+    }
+    if (message.yolo !== false) {
+      obj.yolo = message.yolo;
+    }
+    return obj;
+  },
+
+  create(base?: DeepPartial<SessionSettings>): SessionSettings {
+    return SessionSettings.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<SessionSettings>): SessionSettings {
+    const message = createBaseSessionSettings();
+    message.sessionId = object.sessionId ?? "";
+    message.yolo = object.yolo ?? false;
     return message;
   },
 };
