@@ -13,6 +13,12 @@ import { createLogger, type Logger } from '../common/logging.js';
 import { DispatcherDefinition } from '../gen/berth/v1/dispatcher.js';
 import { startDispatcher } from '../dispatcher/dispatcher-main.js';
 import { startExecutor } from '../executor/executor-main.js';
+import { INTERACTIVE_HEADER } from '../dispatcher/approval/approval-service.js';
+import { promptApproval } from './approval-prompt.js';
+import { CHECK_COMMAND_HELP, readAllStdin, runCheckCommand } from './check-command.js';
+import { SessionConnection } from './session-connection.js';
+import { SHELL_HELP, runShell } from './shell.js';
+import { BENCH_HELP, BenchUsageError, cmdBench } from './bench-command.js';
 
 const DEFAULT_SERVER = '127.0.0.1:7700';
 
@@ -31,6 +37,12 @@ Usage:
   berth call TOOL [ARGS_JSON] [--task ID] [--session ID]
       Run one tool call and print its result JSON. ARGS_JSON defaults to {}.
       Exit 0 when the call completed (even if the result holds an error).
+      Commands that need approval are asked about on the terminal (o/s/a/d);
+      with no terminal they are denied. --non-interactive tells the server
+      nobody will answer (approvals.non_interactive then decides).
+${SHELL_HELP}
+${CHECK_COMMAND_HELP}
+${BENCH_HELP}
 
 Client options:
   --server ADDR     dispatcher address (env BERTH_SERVER, default ${DEFAULT_SERVER})
@@ -109,6 +121,7 @@ async function cmdServe(argv: string[]): Promise<number> {
   if (values.help) return printHelp();
   const config = loadServerConfig(values);
   const logger = createLogger(config.log_level);
+  const configPath = values.config ?? process.env.BERTH_CONFIG;
   const secret = randomBytes(24).toString('hex');
   const executor = await startExecutor({ config, logger, host: '127.0.0.1', port: 0, sharedSecret: secret });
   const dispatcher = await startDispatcher({
@@ -117,6 +130,7 @@ async function cmdServe(argv: string[]): Promise<number> {
     host: values.host ?? config.server.host,
     port: portOf(values.port, config.server.port),
     executors: [{ address: executor.address, backend: config.terminal.backend, sharedSecret: secret }],
+    ...(configPath ? { configPath } : {}),
   });
   // Tests and scripts read this line to find an ephemeral port.
   process.stdout.write(`berth serving on ${dispatcher.address} (backend ${config.terminal.backend})\n`);
@@ -130,6 +144,7 @@ async function cmdDispatcher(argv: string[]): Promise<number> {
   const { values } = parse(argv, serverOptions);
   if (values.help) return printHelp();
   const config = loadServerConfig(values);
+  const configPath = values.config ?? process.env.BERTH_CONFIG;
   if (config.executors.length === 0) {
     throw new UsageError("no executors configured: list them under 'executors:' in the config file, or use 'berth serve'");
   }
@@ -144,6 +159,7 @@ async function cmdDispatcher(argv: string[]): Promise<number> {
       backend: e.backend as BackendName,
       sharedSecret: config.executor.shared_secret,
     })),
+    ...(configPath ? { configPath } : {}),
   });
   process.stdout.write(`berth dispatcher serving on ${dispatcher.address}\n`);
   await untilSignal(logger);
@@ -209,7 +225,12 @@ async function cmdTools(argv: string[]): Promise<number> {
 }
 
 async function cmdCall(argv: string[]): Promise<number> {
-  const { values, positionals } = parse(argv, { ...clientOptions, task: { type: 'string' }, session: { type: 'string' } });
+  const { values, positionals } = parse(argv, {
+    ...clientOptions,
+    task: { type: 'string' },
+    session: { type: 'string' },
+    'non-interactive': { type: 'boolean' },
+  });
   if (values.help) return printHelp();
   const [tool, args = '{}', ...rest] = positionals;
   if (!tool) throw new UsageError("call needs a tool name, e.g. berth call terminal '{\"command\":\"ls\"}'");
@@ -218,17 +239,63 @@ async function cmdCall(argv: string[]): Promise<number> {
   const abort = new AbortController();
   const onSigint = () => abort.abort();
   process.once('SIGINT', onSigint);
+  const metadata = metadataFor(values['api-key']);
+  if (values['non-interactive']) metadata.set(INTERACTIVE_HEADER, 'false');
+  // Over the Session stream the server can ask about commands that need approval, here on the terminal.
+  const session = new SessionConnection(
+    client,
+    { onApproval: (request, signal) => promptApproval(request, { input: process.stdin, output: process.stderr }, signal) },
+    { metadata, signal: abort.signal },
+  );
   try {
-    const r = await client.callTool(
-      { name: tool, argumentsJson: args, taskId: values.task ?? 'default', sessionId: values.session ?? '' },
-      { metadata: metadataFor(values['api-key']), signal: abort.signal },
-    );
-    process.stdout.write(`${r.resultJson}\n`);
+    const resultJson = await session.call({
+      name: tool,
+      argumentsJson: args,
+      taskId: values.task ?? 'default',
+      sessionId: values.session ?? '',
+    });
+    process.stdout.write(`${resultJson}\n`);
     return 0;
   } finally {
     process.off('SIGINT', onSigint);
+    await session.close().catch(() => undefined);
     channel.close();
   }
+}
+
+async function cmdShell(argv: string[]): Promise<number> {
+  const { values, positionals } = parse(argv, {
+    ...clientOptions,
+    task: { type: 'string' },
+    session: { type: 'string' },
+    yolo: { type: 'boolean' },
+  });
+  if (values.help) return printHelp();
+  if (positionals.length > 0) throw new UsageError(`unexpected arguments: ${positionals.join(' ')}`);
+  const { channel, client } = clientFor(values.server);
+  const id = randomBytes(4).toString('hex');
+  try {
+    return await runShell({
+      client,
+      metadata: metadataFor(values['api-key']),
+      taskId: values.task ?? `shell-${id}`,
+      sessionId: values.session ?? `shell-${id}`,
+      yolo: values.yolo === true,
+      input: process.stdin,
+      output: process.stdout,
+    });
+  } finally {
+    channel.close();
+  }
+}
+
+async function cmdCheckCommand(argv: string[]): Promise<number> {
+  const { values, positionals } = parse(argv, { home: { type: 'string' } });
+  if (values.help) return printHelp();
+  const [command, ...rest] = positionals;
+  if (command === undefined) throw new UsageError("check-command needs a command, e.g. berth check-command 'rm -rf build'");
+  if (rest.length > 0) throw new UsageError(`unexpected arguments: ${rest.join(' ')} (quote the command as one argument)`);
+  return runCheckCommand(command, values.home, { stdout: process.stdout, readStdin: readAllStdin });
 }
 
 function printHelp(): number {
@@ -242,6 +309,9 @@ const COMMANDS: Record<string, (argv: string[]) => Promise<number>> = {
   executor: cmdExecutor,
   tools: cmdTools,
   call: cmdCall,
+  shell: cmdShell,
+  'check-command': cmdCheckCommand,
+  bench: cmdBench,
 };
 
 export async function main(argv: string[]): Promise<number> {
@@ -257,7 +327,7 @@ export async function main(argv: string[]): Promise<number> {
     return await run(rest);
   } catch (err) {
     process.stderr.write(`berth: ${describeError(err)}\n`);
-    return err instanceof UsageError || err instanceof ConfigError ? 2 : 1;
+    return err instanceof UsageError || err instanceof BenchUsageError || err instanceof ConfigError ? 2 : 1;
   }
 }
 

@@ -1,0 +1,91 @@
+/**
+ * Starts the bench server (bench-server.ts) as a child process on an
+ * ephemeral port, in its own scratch directory, and gives cases a client.
+ * A separate process, like a real deployment: the client's event loop and
+ * the server's do not share one thread.
+ */
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { createChannel, createClient, type Channel } from 'nice-grpc';
+import { HealthDefinition } from 'nice-grpc-server-health';
+import type { BackendName } from '../../services/common/config.js';
+import { CHANNEL_OPTIONS } from '../../services/common/grpc-server.js';
+import { DispatcherDefinition, type DispatcherClient } from '../../services/gen/berth/v1/dispatcher.js';
+import { startListeningChild, type ListeningChild } from './listening-child.js';
+
+export interface BenchServerOptions {
+  /** Terminal backend; default local. */
+  readonly backend?: BackendName;
+  /** Extra config (the config.yaml shape, e.g. `{ docker: { warm_pool: 2 } }`), written to a file for the child. */
+  readonly config?: Readonly<Record<string, unknown>>;
+}
+
+export interface BenchServer {
+  readonly address: string;
+  readonly pid: number;
+  readonly channel: Channel;
+  readonly client: DispatcherClient;
+  readonly health: ReturnType<typeof createClient<typeof HealthDefinition>>;
+  /** The child's JSON log file. */
+  readonly logPath: string;
+  /** CallTool; resolves to the result JSON string. */
+  call(name: string, args: Readonly<Record<string, unknown>>, taskId: string): Promise<string>;
+  endTask(taskId: string): Promise<void>;
+  /** Whether ListTools of these toolsets offers the tool (registered and available). */
+  offers(tool: string, toolsets: readonly string[]): Promise<boolean>;
+  stop(): Promise<void>;
+}
+
+const ENTRY = fileURLToPath(new URL('./bench-server.js', import.meta.url));
+
+export async function startBenchServer(options: BenchServerOptions = {}): Promise<BenchServer> {
+  const scratch = mkdtempSync(join(tmpdir(), 'berth-bench-'));
+  const logPath = join(scratch, 'server.log');
+  const args = [ENTRY, '--backend', options.backend ?? 'local', '--log', logPath];
+  if (options.config !== undefined) {
+    // JSON is YAML, so the config loader reads it as is.
+    const configPath = join(scratch, 'config.yaml');
+    writeFileSync(configPath, JSON.stringify(options.config));
+    args.push('--config', configPath);
+  }
+  const env: NodeJS.ProcessEnv = { ...process.env, BERTH_STATE_ROOT: join(scratch, 'state') };
+  // A user's own config must not change what the benchmarks measure.
+  delete env.BERTH_CONFIG;
+  let child: ListeningChild;
+  try {
+    child = await startListeningChild({ name: `bench server (${options.backend ?? 'local'})`, args, env, cwd: scratch });
+  } catch (err) {
+    rmSync(scratch, { recursive: true, force: true });
+    throw err;
+  }
+  const channel = createChannel(child.address, undefined, CHANNEL_OPTIONS);
+  const client = createClient(DispatcherDefinition, channel);
+  const health = createClient(HealthDefinition, channel);
+  return {
+    address: child.address,
+    pid: child.pid,
+    channel,
+    client,
+    health,
+    logPath,
+    async call(name, callArgs, taskId) {
+      const r = await client.callTool({ name, argumentsJson: JSON.stringify(callArgs), taskId, sessionId: '' });
+      return r.resultJson;
+    },
+    async endTask(taskId) {
+      await client.endTask({ taskId });
+    },
+    async offers(tool, toolsets) {
+      const r = await client.listTools({ enabledToolsets: [...toolsets], disabledToolsets: [] });
+      const tools = JSON.parse(r.toolsJson) as Array<{ function?: { name?: string } }>;
+      return tools.some((t) => t.function?.name === tool);
+    },
+    async stop() {
+      channel.close();
+      await child.stop();
+      rmSync(scratch, { recursive: true, force: true });
+    },
+  };
+}

@@ -1,0 +1,58 @@
+/**
+ * Child-process entry of the benchmarks: what `berth serve` runs (a
+ * dispatcher and one in-process executor, talking gRPC over loopback), plus
+ * `bench_noop`, a tool that does nothing, registered on this dispatcher only.
+ * It gives the dispatch path's own cost without any tool's cost. Production
+ * servers never register it, so it appears in no listing.
+ *
+ * Usage: node bench-server.js --backend NAME --log FILE [--config FILE]
+ * Prints "bench server serving on ADDR" when ready; SIGTERM stops it.
+ */
+import { createWriteStream } from 'node:fs';
+import { randomBytes } from 'node:crypto';
+import { parseArgs } from 'node:util';
+import { loadConfig } from '../../services/common/config.js';
+import { createLogger } from '../../services/common/logging.js';
+import { startDispatcher } from '../../services/dispatcher/dispatcher-main.js';
+import { startExecutor } from '../../services/executor/executor-main.js';
+import { NOOP_RESULT, NOOP_TOOL } from './noop-tool.js';
+
+async function main(): Promise<void> {
+  const { values } = parseArgs({
+    options: { backend: { type: 'string' }, log: { type: 'string' }, config: { type: 'string' } },
+    strict: true,
+  });
+  const env = { ...process.env, TERMINAL_ENV: values.backend ?? 'local' };
+  const config = loadConfig(values.config, env);
+  // Info level like a default `berth serve`, so per-call logging is part of what is measured;
+  // into a file so that no reader of a pipe competes for the CPU.
+  const logger = createLogger(config.log_level, createWriteStream(values.log ?? '/dev/null', { flags: 'a' }));
+  const secret = randomBytes(24).toString('hex');
+  const executor = await startExecutor({ config, logger, host: '127.0.0.1', port: 0, sharedSecret: secret });
+  const dispatcher = await startDispatcher({
+    config,
+    logger,
+    host: '127.0.0.1',
+    port: 0,
+    executors: [{ address: executor.address, backend: config.terminal.backend, sharedSecret: secret }],
+  });
+  dispatcher.dispatcher.registry.register({
+    name: NOOP_TOOL,
+    toolset: 'bench',
+    schema: { name: NOOP_TOOL, description: 'Does nothing (benchmarks only).', parameters: { type: 'object', properties: {} } },
+    handler: () => NOOP_RESULT,
+  });
+  process.stdout.write(`bench server serving on ${dispatcher.address}\n`);
+  await new Promise<void>((resolve) => {
+    process.once('SIGTERM', resolve);
+    process.once('SIGINT', resolve);
+  });
+  await dispatcher.close(500);
+  await executor.close();
+  process.exit(0);
+}
+
+main().catch((err: unknown) => {
+  process.stderr.write(`bench server failed: ${err instanceof Error ? (err.stack ?? err.message) : String(err)}\n`);
+  process.exit(1);
+});

@@ -1,0 +1,49 @@
+/**
+ * A trivial command on a warm docker task (its container already running),
+ * through the whole stack, against running the same command in a running
+ * container with `docker exec` (the CLI) and with an exec through the Engine
+ * API (dockerode). Target: p50 ≤ 5 ms and ≥ 10× faster than `docker exec`.
+ */
+import type Docker from 'dockerode';
+import type { BenchCase, LatencyCase } from '../bench-case.js';
+import type { BenchServer } from '../bench-server-process.js';
+import { runProcess, runTerminal } from '../case-helpers.js';
+import { dockerClient, dockerodeExec, startSleeper, type Sleeper } from '../docker-helpers.js';
+
+const TASK = 'bench-docker-warm';
+
+function dockerCase(baselineName: string, baseline: (docker: Docker, sleeper: Sleeper) => Promise<void>): LatencyCase {
+  let server: BenchServer | undefined;
+  let sleeper: Sleeper | undefined;
+  let docker: Docker | undefined;
+  return {
+    kind: 'latency',
+    name: 'terminal `true`, docker backend, warm task',
+    baselineName,
+    plan: { quick: { pairs: 150, minPairs: 20, budgetMs: 12_000 } },
+    async setup(ctx) {
+      const missing = await ctx.backendMissing('docker');
+      if (missing !== undefined) return { skip: missing };
+      server = await ctx.server({ backend: 'docker' });
+      // The first call creates the task's container; every measured call finds it warm.
+      await runTerminal(server, TASK, 'true');
+      sleeper = await startSleeper();
+      docker = await dockerClient();
+      await baseline(docker, sleeper);
+      return undefined;
+    },
+    runA: () => runTerminal(server!, TASK, 'true'),
+    runB: () => baseline(docker!, sleeper!),
+    async teardown() {
+      await sleeper?.remove();
+      await server?.endTask(TASK);
+    },
+  };
+}
+
+export default function cases(): BenchCase[] {
+  return [
+    dockerCase('`docker exec CTR true` (CLI)', (_docker, sleeper) => runProcess('docker', ['exec', sleeper.id, 'true'])),
+    dockerCase('exec `true` through dockerode', (docker, sleeper) => dockerodeExec(docker, sleeper.id, ['true'])),
+  ];
+}

@@ -1,0 +1,153 @@
+/** The markdown form of a bench run: the tables the README quotes. */
+import type { BenchReport } from './report.js';
+import type { CaseResult } from './runner.js';
+import { formatMs, formatRatio, ratio } from './stats.js';
+
+function row(cells: readonly string[]): string {
+  return `| ${cells.map((c) => c.replace(/\|/g, '\\|')).join(' | ')} |`;
+}
+
+function table(header: readonly string[], rows: readonly (readonly string[])[]): string {
+  return [row(header), row(header.map(() => '---')), ...rows.map(row)].join('\n');
+}
+
+function formatValue(value: number, unit: string): string {
+  if (!Number.isFinite(value)) return '—';
+  return `${value >= 100 ? value.toFixed(0) : value.toPrecision(3)} ${unit}`;
+}
+
+/** One line naming the machine and the commit. */
+export function machineLine(report: BenchReport): string {
+  const m = report.machine;
+  const docker = m.docker !== undefined ? `, Docker ${m.docker}` : '';
+  return (
+    `nproc ${m.nproc}, ${m.cpuModel}, ${m.memoryGiB} GiB RAM, Linux ${m.kernel}, ` +
+    `Node ${m.node}${docker}; commit ${report.source.describe}, ${report.mode} mode, ${report.startedAt.slice(0, 16)}Z`
+  );
+}
+
+function latencyTable(cases: readonly CaseResult[]): string | undefined {
+  const rows = cases.flatMap((c) => {
+    const l = c.latency;
+    if (l === undefined) return [];
+    return [
+      [
+        c.name,
+        c.baselineName,
+        String(l.pairs),
+        formatMs(l.a.p50),
+        formatMs(l.a.p90),
+        formatMs(l.a.p99),
+        formatMs(l.b.p50),
+        formatMs(l.b.p90),
+        formatMs(l.b.p99),
+        formatRatio(l.ratioP50),
+        formatMs(l.pairedDeltaP50),
+      ],
+    ];
+  });
+  if (rows.length === 0) return undefined;
+  return table(
+    ['case (A)', 'baseline (B)', 'pairs', 'A p50', 'A p90', 'A p99', 'B p50', 'B p90', 'B p99', 'A/B p50', 'paired Δ p50'],
+    rows,
+  );
+}
+
+function loadTable(cases: readonly CaseResult[]): string | undefined {
+  const load = cases.filter((c) => c.load !== undefined);
+  if (load.length === 0) return undefined;
+  // The cost curve: each suite's p50 against the same suite at its lowest concurrency.
+  const lowest = new Map<string, CaseResult>();
+  for (const c of load) {
+    const prev = lowest.get(c.suite);
+    if (prev === undefined || c.load!.concurrency < prev.load!.concurrency) lowest.set(c.suite, c);
+  }
+  const rows = load.map((c) => {
+    const l = c.load!;
+    const first = lowest.get(c.suite)!.load!;
+    return [
+      c.name,
+      c.baselineName,
+      String(l.concurrency),
+      String(l.a.rounds.length),
+      l.a.callsPerSec.toFixed(0),
+      l.b.callsPerSec.toFixed(0),
+      `${l.a.errors} / ${l.b.errors}`,
+      formatMs(l.a.latency.p50),
+      formatMs(l.a.latency.p99),
+      formatRatio(ratio(l.a.latency.p99, l.a.latency.p50)),
+      formatRatio(ratio(l.a.latency.p50, first.a.latency.p50)),
+      formatMs(l.b.latency.p50),
+      formatMs(l.b.latency.p99),
+      formatRatio(l.ratioP50),
+    ];
+  });
+  return table(
+    [
+      'case (A)',
+      'baseline (B)',
+      'tasks at once',
+      'rounds',
+      'A calls/s',
+      'B calls/s',
+      'errors A / B',
+      'A p50',
+      'A p99',
+      'A p99/p50',
+      'A p50 vs fewest tasks',
+      'B p50',
+      'B p99',
+      'A/B p50',
+    ],
+    rows,
+  );
+}
+
+function gaugeTable(cases: readonly CaseResult[]): string | undefined {
+  const rows = cases.flatMap((c) =>
+    (c.gauge?.rows ?? []).map((g) => [
+      g.key,
+      formatValue(g.value, g.unit),
+      g.baselineKey !== undefined ? `${g.baselineKey}: ${formatValue(g.baselineValue ?? Number.NaN, g.unit)}` : '—',
+      g.ratio !== undefined ? formatRatio(g.ratio) : '—',
+    ]),
+  );
+  if (rows.length === 0) return undefined;
+  return table(['measurement', 'value', 'baseline', 'ratio'], rows);
+}
+
+/** The tables alone (latency, load, levels, skipped, failed), for the README. */
+export function renderTables(report: BenchReport): string {
+  const parts: string[] = [];
+  const latency = latencyTable(report.cases);
+  if (latency) parts.push(latency);
+  const load = loadTable(report.cases);
+  if (load) parts.push(load);
+  const gauge = gaugeTable(report.cases);
+  if (gauge) parts.push(gauge);
+  const skipped = report.cases.filter((c) => c.status === 'skipped');
+  if (skipped.length > 0) {
+    parts.push(`Skipped:\n\n${skipped.map((c) => `- ${c.name} vs ${c.baselineName}: ${c.reason}`).join('\n')}`);
+  }
+  const failed = report.cases.filter((c) => c.status === 'error');
+  if (failed.length > 0) {
+    parts.push(`Failed:\n\n${failed.map((c) => `- ${c.name}: ${c.error}`).join('\n')}`);
+  }
+  return `${parts.join('\n\n')}\n`;
+}
+
+export function renderMarkdown(report: BenchReport, chartFile?: string): string {
+  const lines = [
+    `# Berth benchmarks, ${report.startedAt.slice(0, 10)} (${report.source.sha})`,
+    '',
+    `Machine: ${machineLine(report)}.`,
+    '',
+    `Reproduce: \`${report.command}\`. Every figure was measured beside its baseline in the same run, ` +
+      'interleaved A B A B after a warm-up. A/B is the ratio of A to B; paired Δ is the median of A − B ' +
+      'over back-to-back pairs. Absolute times on a shared machine are for orientation only.',
+    '',
+    renderTables(report).trimEnd(),
+  ];
+  if (chartFile !== undefined) lines.push('', `![latency distributions](${chartFile})`);
+  return `${lines.join('\n')}\n`;
+}

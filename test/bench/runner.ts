@@ -1,0 +1,255 @@
+/**
+ * Runs one case: setup, warm-up, then A and B interleaved (A B A B ...) so
+ * both see the same machine, then teardown, whatever happened. Produces the
+ * case's result record; never throws.
+ */
+import { performance } from 'node:perf_hooks';
+import type { BenchCase, BenchContext, BenchMode, GaugeCase, LatencyCase, LoadCase, LoadRound, RunPlan } from './bench-case.js';
+import { isSkip } from './bench-case.js';
+import type { Progress } from './progress.js';
+import { median, pairedMedianDelta, ratio, summarize, type Summary } from './stats.js';
+
+export interface LatencyResult {
+  readonly warmupPairs: number;
+  readonly pairs: number;
+  readonly a: Summary;
+  readonly b: Summary;
+  /** p50(A) / p50(B), and the same for p90 and p99. */
+  readonly ratioP50: number;
+  readonly ratioP90: number;
+  readonly ratioP99: number;
+  /** Median of per-pair differences A - B, ms. */
+  readonly pairedDeltaP50: number;
+  readonly samplesA: readonly number[];
+  readonly samplesB: readonly number[];
+}
+
+export interface LoadSide {
+  readonly latency: Summary;
+  /** Median over rounds of successful calls per second. */
+  readonly callsPerSec: number;
+  readonly errors: number;
+  readonly firstError?: string;
+  readonly rounds: readonly { readonly calls: number; readonly errors: number; readonly elapsedMs: number }[];
+  readonly samples: readonly number[];
+}
+
+export interface LoadResult {
+  readonly concurrency: number;
+  readonly warmupRounds: number;
+  readonly a: LoadSide;
+  readonly b: LoadSide;
+  readonly ratioP50: number;
+  /** callsPerSec(A) / callsPerSec(B). */
+  readonly throughputRatio: number;
+}
+
+export interface GaugeRow {
+  readonly key: string;
+  readonly unit: string;
+  readonly value: number;
+  readonly baselineKey?: string;
+  readonly baselineValue?: number;
+  readonly ratio?: number;
+}
+
+export interface GaugeResult {
+  readonly rounds: number;
+  readonly rows: readonly GaugeRow[];
+}
+
+export interface CaseResult {
+  readonly suite: string;
+  readonly name: string;
+  readonly baselineName: string;
+  readonly kind: BenchCase['kind'];
+  readonly status: 'ok' | 'skipped' | 'error';
+  /** Why it was skipped. */
+  readonly reason?: string;
+  /** Why it failed. */
+  readonly error?: string;
+  readonly durationMs: number;
+  readonly latency?: LatencyResult;
+  readonly load?: LoadResult;
+  readonly gauge?: GaugeResult;
+}
+
+const DEFAULT_PLANS: Readonly<Record<BenchCase['kind'], Readonly<Record<BenchMode, RunPlan>>>> = {
+  latency: {
+    smoke: { warmupPairs: 1, pairs: 3, minPairs: 3, budgetMs: 10_000 },
+    quick: { warmupPairs: 20, pairs: 400, minPairs: 30, budgetMs: 6_000 },
+    full: { warmupPairs: 100, pairs: 3000, minPairs: 300, budgetMs: 60_000 },
+  },
+  load: {
+    smoke: { warmupPairs: 0, pairs: 1, minPairs: 1, budgetMs: 0 },
+    quick: { warmupPairs: 1, pairs: 3, minPairs: 2, budgetMs: 10_000 },
+    full: { warmupPairs: 2, pairs: 10, minPairs: 5, budgetMs: 90_000 },
+  },
+  gauge: {
+    smoke: { warmupPairs: 0, pairs: 1, minPairs: 1, budgetMs: 0 },
+    quick: { warmupPairs: 0, pairs: 1, minPairs: 1, budgetMs: 0 },
+    full: { warmupPairs: 0, pairs: 1, minPairs: 1, budgetMs: 0 },
+  },
+};
+
+export function planFor(c: BenchCase, mode: BenchMode): RunPlan {
+  const plan = { ...DEFAULT_PLANS[c.kind][mode], ...c.plan?.[mode] };
+  return { ...plan, minPairs: Math.min(plan.minPairs, plan.pairs) };
+}
+
+/**
+ * The order in which runs happen: `warmupPairs` pairs, then pairs while
+ * `pairs` is not reached and the budget lasts (at least `minPairs`).
+ * A always runs first in a pair; pairs follow each other without a gap.
+ */
+async function interleave<T>(
+  plan: RunPlan,
+  runA: () => Promise<T>,
+  runB: () => Promise<T>,
+  onProgress: (fraction: number, phase: string) => void,
+): Promise<{ a: T[]; b: T[] }> {
+  const total = plan.warmupPairs + plan.pairs;
+  for (let i = 0; i < plan.warmupPairs; i++) {
+    await runA();
+    await runB();
+    onProgress((i + 1) / total, 'warm-up');
+  }
+  const a: T[] = [];
+  const b: T[] = [];
+  const startedMs = performance.now();
+  for (let i = 0; i < plan.pairs; i++) {
+    const spentMs = performance.now() - startedMs;
+    if (i >= plan.minPairs && spentMs > plan.budgetMs) break;
+    a.push(await runA());
+    b.push(await runB());
+    const byCount = (plan.warmupPairs + i + 1) / total;
+    const byTime = plan.budgetMs > 0 && i + 1 >= plan.minPairs ? (performance.now() - startedMs) / plan.budgetMs : 0;
+    onProgress(Math.max(byCount, byTime), `${i + 1} pairs`);
+  }
+  return { a, b };
+}
+
+async function timed(run: () => Promise<number | void>): Promise<number> {
+  const t0 = performance.now();
+  const reported = await run();
+  const t1 = performance.now();
+  return typeof reported === 'number' ? reported : t1 - t0;
+}
+
+async function runLatency(c: LatencyCase, plan: RunPlan, onProgress: (f: number, p: string) => void): Promise<LatencyResult> {
+  const { a, b } = await interleave(plan, () => timed(() => c.runA()), () => timed(() => c.runB()), onProgress);
+  const sa = summarize(a);
+  const sb = summarize(b);
+  return {
+    warmupPairs: plan.warmupPairs,
+    pairs: a.length,
+    a: sa,
+    b: sb,
+    ratioP50: ratio(sa.p50, sb.p50),
+    ratioP90: ratio(sa.p90, sb.p90),
+    ratioP99: ratio(sa.p99, sb.p99),
+    pairedDeltaP50: pairedMedianDelta(a, b),
+    samplesA: a,
+    samplesB: b,
+  };
+}
+
+function loadSide(rounds: readonly LoadRound[]): LoadSide {
+  const samples = rounds.flatMap((r) => r.latenciesMs);
+  const firstError = rounds.find((r) => r.firstError !== undefined)?.firstError;
+  return {
+    latency: summarize(samples),
+    callsPerSec: median(rounds.map((r) => (r.latenciesMs.length * 1000) / r.elapsedMs)),
+    errors: rounds.reduce((s, r) => s + r.errors, 0),
+    ...(firstError !== undefined ? { firstError } : {}),
+    rounds: rounds.map((r) => ({ calls: r.latenciesMs.length, errors: r.errors, elapsedMs: r.elapsedMs })),
+    samples,
+  };
+}
+
+async function runLoad(c: LoadCase, plan: RunPlan, onProgress: (f: number, p: string) => void): Promise<LoadResult> {
+  const { a, b } = await interleave(plan, () => c.runA(), () => c.runB(), onProgress);
+  const sa = loadSide(a);
+  const sb = loadSide(b);
+  return {
+    concurrency: c.concurrency,
+    warmupRounds: plan.warmupPairs,
+    a: sa,
+    b: sb,
+    ratioP50: ratio(sa.latency.p50, sb.latency.p50),
+    throughputRatio: ratio(sa.callsPerSec, sb.callsPerSec),
+  };
+}
+
+async function runGauge(c: GaugeCase, plan: RunPlan, onProgress: (f: number, p: string) => void): Promise<GaugeResult> {
+  const { a, b } = await interleave(plan, () => c.runA(), () => c.runB(), onProgress);
+  const medianOf = (runs: readonly Readonly<Record<string, number>>[], key: string) =>
+    median(runs.map((r) => r[key]).filter((v): v is number => typeof v === 'number'));
+  const rows = c.gauges.map((g): GaugeRow => {
+    const value = medianOf(a, g.key);
+    if (g.baselineKey === undefined) return { key: g.key, unit: g.unit, value };
+    const baselineValue = medianOf(b, g.baselineKey);
+    return { key: g.key, unit: g.unit, value, baselineKey: g.baselineKey, baselineValue, ratio: ratio(value, baselineValue) };
+  });
+  return { rounds: a.length, rows };
+}
+
+function message(err: unknown): string {
+  if (err instanceof Error) return err.message;
+  return String(err);
+}
+
+export interface RunCaseOptions {
+  readonly suite: string;
+  readonly ctx: BenchContext;
+  readonly progress: Progress;
+}
+
+export async function runCase(c: BenchCase, options: RunCaseOptions): Promise<CaseResult> {
+  const { suite, ctx, progress } = options;
+  const base = { suite, name: c.name, baselineName: c.baselineName, kind: c.kind };
+  const startedMs = performance.now();
+  const elapsed = () => performance.now() - startedMs;
+  let result: CaseResult;
+  try {
+    const setup = await c.setup(ctx);
+    if (isSkip(setup)) {
+      result = { ...base, status: 'skipped', reason: setup.skip, durationMs: elapsed() };
+    } else {
+      const plan = planFor(c, ctx.mode);
+      const onProgress = (f: number, p: string) => progress.update(f, p);
+      progress.update(0, plan.warmupPairs > 0 ? 'warm-up' : 'running');
+      switch (c.kind) {
+        case 'latency':
+          result = { ...base, status: 'ok', durationMs: 0, latency: await runLatency(c, plan, onProgress) };
+          break;
+        case 'load': {
+          const load = await runLoad(c, plan, onProgress);
+          const errors = load.a.errors + load.b.errors;
+          // In smoke mode a failing call means the harness or the server broke; elsewhere it is a measurement.
+          const failed = ctx.mode === 'smoke' && errors > 0;
+          result = {
+            ...base,
+            status: failed ? 'error' : 'ok',
+            ...(failed ? { error: `${errors} calls failed; first: ${load.a.firstError ?? load.b.firstError}` } : {}),
+            durationMs: 0,
+            load,
+          };
+          break;
+        }
+        case 'gauge':
+          result = { ...base, status: 'ok', durationMs: 0, gauge: await runGauge(c, plan, onProgress) };
+          break;
+      }
+    }
+  } catch (err) {
+    result = { ...base, status: 'error', error: message(err), durationMs: 0 };
+  }
+  try {
+    progress.update(1, 'teardown');
+    await c.teardown();
+  } catch (err) {
+    if (result.status !== 'error') result = { ...base, status: 'error', error: `teardown: ${message(err)}`, durationMs: 0 };
+  }
+  return { ...result, durationMs: elapsed() };
+}
