@@ -5,6 +5,7 @@ import { CHANNEL_OPTIONS, createBerthServer, EXECUTOR_SECRET_HEADER } from '../c
 import type { Logger } from '../common/logging.js';
 import { DispatcherDefinition } from '../gen/berth/v1/dispatcher.js';
 import { ExecutorDefinition } from '../gen/berth/v1/executor.js';
+import { executeCodeLimitsFromConfig, executeCodeSchemaPatcher } from './code-execution/execute-code-tool.js';
 import { Dispatcher } from './dispatcher.js';
 import { createDispatcherService } from './dispatcher-service.js';
 import { ExecutorHealthWatcher } from './executor-health.js';
@@ -63,7 +64,13 @@ export async function startDispatcher(options: DispatcherStartOptions): Promise<
   const router = new ExecutorRouter(endpoints, (tenant) => tenants.policyFor(tenant));
   const registry = new ToolRegistry({ logger });
   registerBuiltinTools(registry, config);
-  const dispatcher = new Dispatcher({ registry, router, terminal: config.terminal, logger });
+  const dispatcher = new Dispatcher({
+    registry,
+    router,
+    terminal: config.terminal,
+    logger,
+    executeCodeSchema: executeCodeSchemaPatcher(executeCodeLimitsFromConfig(config)),
+  });
 
   const shutdown = new AbortController();
   const { server } = createBerthServer(logger, shutdown.signal, [DispatcherDefinition.fullName]);

@@ -10,7 +10,7 @@ import type { Logger } from '../common/logging.js';
 import type { ExecutorRouter } from './executor-router.js';
 import { ExecutorTaskClient } from './executor-task-client.js';
 import type { ToolRegistry } from './registry.js';
-import { getToolDefinitions } from './toolsets.js';
+import { getToolDefinitions, type ExecuteCodeSchemaBuilder } from './toolsets.js';
 import type { ToolContext } from './tool-types.js';
 
 /** Task ids are opaque to us but bounded: they end up in paths and labels on the executor. */
@@ -40,6 +40,8 @@ export interface DispatcherOptions {
   readonly router: ExecutorRouter;
   readonly terminal: TerminalConfig;
   readonly logger: Logger;
+  /** Rewrites the execute_code schema for the sandbox tools a listing keeps (configured limits). */
+  readonly executeCodeSchema?: ExecuteCodeSchemaBuilder;
 }
 
 /** Parses a CallTool argument string the way models send them; never throws. */
@@ -56,6 +58,7 @@ export class Dispatcher {
   readonly #registry: ToolRegistry;
   readonly #router: ExecutorRouter;
   readonly #logger: Logger;
+  readonly #executeCodeSchema: ExecuteCodeSchemaBuilder | undefined;
   /** Which executor holds each task's environment, to notice when it moved (its executor died). */
   readonly #placements = new Map<string, string>();
 
@@ -63,6 +66,7 @@ export class Dispatcher {
     this.#registry = options.registry;
     this.#router = options.router;
     this.#logger = options.logger;
+    this.#executeCodeSchema = options.executeCodeSchema;
   }
 
   get registry(): ToolRegistry {
@@ -70,10 +74,11 @@ export class Dispatcher {
   }
 
   async listTools(enabled: readonly string[], disabled: readonly string[]) {
-    return getToolDefinitions(this.#registry, {
-      enabled: enabled.length > 0 ? [...enabled] : undefined,
-      disabled: [...disabled],
-    });
+    return getToolDefinitions(
+      this.#registry,
+      { enabled: enabled.length > 0 ? [...enabled] : undefined, disabled: [...disabled] },
+      this.#executeCodeSchema ? { executeCode: this.#executeCodeSchema } : {},
+    );
   }
 
   /** Validates a client-supplied task id; the tenant namespaces it from here on. */

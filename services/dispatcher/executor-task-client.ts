@@ -2,11 +2,19 @@
  * TaskClient over the executor's gRPC API: how the dispatcher's tools reach a
  * task's environment. Errors from the executor come back as domain errors.
  */
-import type { ExecutorClient, TaskRef } from '../gen/berth/v1/executor.js';
+import {
+  CodeExecutionMode,
+  type ExecutorClient,
+  type RunCodeClientMessage,
+  type TaskRef,
+} from '../gen/berth/v1/executor.js';
+import { AsyncQueue } from '../common/async-queue.js';
 import { fromClientError } from '../common/grpc-errors.js';
 import type {
   TaskBackgroundRequest,
   TaskClient,
+  TaskCodeRunRequest,
+  TaskCodeRunResult,
   TaskExecRequest,
   TaskExecResult,
   TaskFile,
@@ -112,6 +120,67 @@ export class ExecutorTaskClient implements TaskClient {
         { signal: this.#signal },
       );
       return { sessionId: r.sessionId, pid: r.pid };
+    });
+  }
+
+  /**
+   * Runs an execute_code script over the RunCode stream, answering each of
+   * its tool calls through `request.onToolCall` (concurrently, in any order).
+   */
+  runCode(request: TaskCodeRunRequest): Promise<TaskCodeRunResult> {
+    return mapErrors(async () => {
+      const outgoing = new AsyncQueue<RunCodeClientMessage>();
+      outgoing.push({
+        message: {
+          $case: 'start',
+          value: {
+            task: this.#task,
+            code: request.code,
+            stubModule: request.stubModule,
+            mode:
+              request.mode === 'strict'
+                ? CodeExecutionMode.CODE_EXECUTION_MODE_STRICT
+                : CodeExecutionMode.CODE_EXECUTION_MODE_PROJECT,
+            timeoutMs: request.timeoutMs,
+            maxStdoutBytes: request.maxStdoutBytes,
+            maxStderrBytes: request.maxStderrBytes,
+            envPassthrough: [...request.envPassthrough],
+            credentialEnv: [...request.credentialEnv],
+            allowedTools: [...request.allowedTools],
+            allowHostSubprocess: request.allowHostSubprocess,
+          },
+        },
+      });
+      try {
+        const responses = this.#client.runCode(outgoing, { signal: this.#signalFor(request.signal) });
+        for await (const message of responses) {
+          const m = message.message;
+          if (m?.$case === 'toolCall') {
+            const { callId, tool, argsJson } = m.value;
+            void request
+              .onToolCall({ tool, argsJson })
+              .catch((err: unknown) =>
+                JSON.stringify({ error: `[TOOL_ERROR] Error executing ${tool}: ${(err as Error).message}` }),
+              )
+              .then((resultJson) => outgoing.push({ message: { $case: 'toolResult', value: { callId, resultJson } } }));
+          } else if (m?.$case === 'result') {
+            const r = m.value;
+            return {
+              stdout: r.stdout,
+              stderr: r.stderr,
+              exitCode: r.exitCode,
+              timedOut: r.timedOut,
+              interrupted: r.interrupted,
+              ranIn: r.ranIn,
+              interpreter: r.interpreter,
+              notices: r.notices,
+            };
+          }
+        }
+        throw new Error('executor closed the RunCode stream without a result');
+      } finally {
+        outgoing.close();
+      }
     });
   }
 

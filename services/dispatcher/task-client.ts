@@ -71,6 +71,49 @@ export interface TaskProcessRequest {
   readonly limit?: number;
 }
 
+/** One tool call an execute_code script made, as the executor forwards it. */
+export interface TaskCodeToolCall {
+  readonly tool: string;
+  /** The request's `args`: a JSON object, validated by the executor. */
+  readonly argsJson: string;
+}
+
+/** Runs an execute_code script in the task's environment (spec §6). */
+export interface TaskCodeRunRequest {
+  readonly code: string;
+  /** Source of hermes_tools.py. */
+  readonly stubModule: string;
+  readonly mode: 'project' | 'strict';
+  readonly timeoutMs: number;
+  readonly maxStdoutBytes: number;
+  readonly maxStderrBytes: number;
+  /** Names let through the scrubbing (terminal.env_passthrough, skill-declared names). */
+  readonly envPassthrough: readonly string[];
+  /** Credential names that never pass, besides the built-in provider list. */
+  readonly credentialEnv: readonly string[];
+  /** The tools the stub exposes (logged by the executor; the caller enforces them). */
+  readonly allowedTools: readonly string[];
+  /** Whether the script may run as a plain subprocess of the executor host (local backend). */
+  readonly allowHostSubprocess: boolean;
+  readonly signal?: AbortSignal;
+  /** Answers one of the script's tool calls with the tool's result string. */
+  readonly onToolCall: (call: TaskCodeToolCall) => Promise<string>;
+}
+
+export interface TaskCodeRunResult {
+  /** Capped (head and tail kept, with the truncation notice). */
+  readonly stdout: string;
+  /** The head of stderr. */
+  readonly stderr: string;
+  readonly exitCode: number;
+  readonly timedOut: boolean;
+  readonly interrupted: boolean;
+  /** Where the script ran, for logs and notices. */
+  readonly ranIn: string;
+  readonly interpreter: string;
+  readonly notices: readonly string[];
+}
+
 export interface TaskClient {
   exec(request: TaskExecRequest): Promise<TaskExecResult>;
   /** Rejects with NotFoundError when the file does not exist. */
@@ -81,4 +124,6 @@ export interface TaskClient {
   startBackground(request: TaskBackgroundRequest): Promise<{ sessionId: string; pid: number }>;
   /** Runs a `process` tool action; returns the tool's result JSON string. */
   process(request: TaskProcessRequest): Promise<string>;
+  /** Runs an execute_code script; absent where the environment cannot run scripts. */
+  runCode?(request: TaskCodeRunRequest): Promise<TaskCodeRunResult>;
 }

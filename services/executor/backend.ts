@@ -29,6 +29,8 @@ export interface ExecOptions {
   readonly timeoutMs: number;
   /** Aborting kills the whole process group and sets `interrupted`. */
   readonly signal?: AbortSignal;
+  /** Between SIGTERM and SIGKILL of the group on timeout or abort; the backend's default when absent. */
+  readonly killGraceMs?: number;
   /** Extra environment for this run only (already scrubbed by the caller). */
   readonly env?: Readonly<Record<string, string>>;
   /** Run under a pseudo-terminal (stdout and stderr arrive merged). */

@@ -5,6 +5,7 @@ import { createBerthServer, sharedSecretMiddleware } from '../common/grpc-server
 import type { Logger } from '../common/logging.js';
 import { ExecutorDefinition } from '../gen/berth/v1/executor.js';
 import { createBackend } from './backends/create-backend.js';
+import { CodeRunner } from './code-execution/code-runner.js';
 import { createExecutorService } from './executor-service.js';
 import { TaskEnvironments } from './task-environment.js';
 
@@ -38,7 +39,10 @@ export async function startExecutor(options: ExecutorStartOptions): Promise<Runn
   const { server } = createBerthServer(logger, shutdown.signal, [ExecutorDefinition.fullName]);
   server
     .with(sharedSecretMiddleware(options.sharedSecret))
-    .add(ExecutorDefinition, createExecutorService(environments, { executorId }, shutdown.signal));
+    .add(
+      ExecutorDefinition,
+      createExecutorService(environments, { executorId }, shutdown.signal, new CodeRunner(environments, { logger })),
+    );
   const port = await server.listen(`${options.host}:${options.port}`);
   const address = `${options.host}:${port}`;
   logger.info({ address }, 'executor listening');

@@ -4,9 +4,11 @@
  */
 import type { CallContext } from 'nice-grpc';
 import { AsyncQueue } from '../common/async-queue.js';
-import { FailedPreconditionError, InvalidArgumentError } from '../common/errors.js';
+import { InvalidArgumentError } from '../common/errors.js';
 import type { ExecEvent, ExecutorServiceImplementation, TaskRef } from '../gen/berth/v1/executor.js';
 import type { TaskKey } from './backend.js';
+import type { CodeRunner } from './code-execution/code-runner.js';
+import { serveRunCode } from './code-execution/run-code-stream.js';
 import type { TaskEnvironments } from './task-environment.js';
 
 /** Longest a single Exec may run, whatever the request says (the terminal tool caps foreground at 600 s). */
@@ -27,6 +29,7 @@ export function createExecutorService(
   environments: TaskEnvironments,
   identity: ExecutorIdentity,
   shutdownSignal: AbortSignal,
+  codeRunner: CodeRunner,
 ): ExecutorServiceImplementation {
   const callSignal = (context: CallContext) => AbortSignal.any([context.signal, shutdownSignal]);
 
@@ -121,9 +124,8 @@ export function createExecutorService(
       return { released: await environments.release(keyOf(request.task)) };
     },
 
-    // eslint-disable-next-line require-yield
-    async *runCode() {
-      throw new FailedPreconditionError('execute_code is not available on this executor yet');
+    runCode(requests, context) {
+      return serveRunCode(codeRunner, requests, callSignal(context));
     },
 
     async capabilities() {

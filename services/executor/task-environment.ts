@@ -51,6 +51,16 @@ export interface TaskEnvironmentsOptions {
   readonly onProcessEvent?: (key: TaskKey, event: ProcessEvent) => void;
 }
 
+/** What {@link TaskEnvironments.withForeground} hands its callback. */
+export interface ForegroundTask {
+  readonly env: BackendEnvironment;
+  readonly runner: ShellStateRunner;
+  /** Aborted by `interrupt` for the task, or by the caller's signal. */
+  readonly signal: AbortSignal;
+  /** Notices for the task's first call (e.g. the environment was recreated). */
+  readonly notices: string[];
+}
+
 interface TaskState {
   readonly key: TaskKey;
   readonly env: BackendEnvironment;
@@ -221,6 +231,30 @@ export class TaskEnvironments {
       try {
         const combined = signal ? AbortSignal.any([signal, controller.signal]) : controller.signal;
         return await state.registry.handle(request, combined);
+      } finally {
+        state.foreground.delete(controller);
+      }
+    });
+  }
+
+  /**
+   * Runs `fn` as one foreground operation of the task, with its backend
+   * environment and shell-state runner: `interrupt` aborts the signal `fn`
+   * gets, and the task is not reaped while `fn` runs. For work made of
+   * several backend calls (execute_code). Notices pending for the task's
+   * first call are handed over.
+   */
+  withForeground<T>(key: TaskKey, fn: (task: ForegroundTask) => Promise<T>, signal?: AbortSignal): Promise<T> {
+    return this.#withTask(key, async (state) => {
+      const controller = new AbortController();
+      state.foreground.add(controller);
+      try {
+        return await fn({
+          env: state.env,
+          runner: state.runner,
+          signal: signal ? AbortSignal.any([signal, controller.signal]) : controller.signal,
+          notices: state.pendingNotices.splice(0),
+        });
       } finally {
         state.foreground.delete(controller);
       }

@@ -327,6 +327,8 @@ class LocalEnvironment implements BackendEnvironment {
   readonly homeDir: string;
   readonly initialCwd: string;
   readonly stateDir: string;
+  /** The state dir: the executor and the task's processes see the same host path. */
+  readonly rpcDir: { readonly hostPath: string; readonly sandboxPath: string };
   /** Set by the backend so it forgets disposed environments. */
   onDisposed: (() => void) | undefined;
 
@@ -340,6 +342,7 @@ class LocalEnvironment implements BackendEnvironment {
     this.homeDir = options.homeDir;
     this.initialCwd = options.initialCwd;
     this.stateDir = stateDir;
+    this.rpcDir = { hostPath: stateDir, sandboxPath: stateDir };
     this.#options = options;
   }
 
@@ -424,7 +427,7 @@ class LocalEnvironment implements BackendEnvironment {
 
       const kill = (): Promise<void> => {
         if (pid === undefined) return Promise.resolve();
-        killing ??= terminateGroup(pid, this.#options.killGraceMs).then(() => {
+        killing ??= terminateGroup(pid, options.killGraceMs ?? this.#options.killGraceMs).then(() => {
           if (closed) return;
           // Whoever still holds our pipes is outside the group; stop waiting for them.
           drainTimer = setTimeout(() => {
@@ -510,7 +513,8 @@ class LocalEnvironment implements BackendEnvironment {
       let timedOut = false;
       let interrupted = false;
       let killing: Promise<void> | undefined;
-      const kill = (): Promise<void> => (killing ??= terminateGroup(pid, this.#options.killGraceMs));
+      const kill = (): Promise<void> =>
+        (killing ??= terminateGroup(pid, options.killGraceMs ?? this.#options.killGraceMs));
       this.#groups.set(pid, { pgid: pid, kill, leaderExited: false });
 
       const timer = setTimeout(() => {

@@ -1,0 +1,267 @@
+/**
+ * The Unix socket an execute_code script's `hermes_tools` stubs talk to
+ * (spec §6): newline-delimited JSON requests `{"tool", "args", "token"}`, one
+ * response line each, in order, per connection.
+ *
+ * Robustness: a connection's requests are handled one at a time, and its
+ * socket is paused while one is pending, so a script that floods requests
+ * without reading answers only fills kernel buffers and blocks itself; lines
+ * have a size cap; closing the server ends every connection and abandons
+ * calls still in flight.
+ */
+import { createHash, timingSafeEqual } from 'node:crypto';
+import { chmod, chown } from 'node:fs/promises';
+import net from 'node:net';
+import { FailedPreconditionError } from '../../common/errors.js';
+import type { Logger } from '../../common/logging.js';
+
+/** Linux's sun_path holds 108 bytes including the terminating NUL. */
+export const MAX_SOCKET_PATH_BYTES = 107;
+
+/** Default cap on one request line: the dispatcher refuses arguments over 8 MiB anyway. */
+export const DEFAULT_MAX_LINE_BYTES = 9 * 1024 * 1024;
+
+/** Connections one script may hold open at once. */
+const MAX_CONNECTIONS = 64;
+
+export const UNAUTHORIZED_RESPONSE = JSON.stringify({ error: 'Unauthorized RPC request' });
+
+export function invalidRequest(detail: string): string {
+  return JSON.stringify({ error: `Invalid RPC request: ${detail}` });
+}
+
+/**
+ * Constant-time token check. Both sides are hashed first so lengths never
+ * leak through timing; an empty expected token matches nothing (fail closed).
+ */
+export function tokenMatches(expected: string, presented: unknown): boolean {
+  if (expected === '' || typeof presented !== 'string') return false;
+  const a = createHash('sha256').update(expected, 'utf8').digest();
+  const b = createHash('sha256').update(presented, 'utf8').digest();
+  return timingSafeEqual(a, b);
+}
+
+/** A validated request. */
+export interface RpcRequest {
+  readonly tool: string;
+  readonly args: Record<string, unknown>;
+}
+
+/** Parses and checks one request line: `{ok}` or the exact error response to send. */
+export function parseRpcRequest(line: string, token: string): { request: RpcRequest } | { response: string } {
+  let parsed: unknown;
+  try {
+    parsed = JSON.parse(line);
+  } catch (err) {
+    return { response: invalidRequest(`not valid JSON (${(err as Error).message.slice(0, 200)})`) };
+  }
+  if (typeof parsed !== 'object' || parsed === null || Array.isArray(parsed)) {
+    return { response: invalidRequest('expected a JSON object with "tool", "args" and "token"') };
+  }
+  const fields = parsed as { tool?: unknown; args?: unknown; token?: unknown };
+  if (!tokenMatches(token, fields.token)) return { response: UNAUTHORIZED_RESPONSE };
+  if (typeof fields.tool !== 'string' || fields.tool === '') {
+    return { response: invalidRequest('"tool" must be a non-empty string') };
+  }
+  const args = fields.args ?? {};
+  if (typeof args !== 'object' || args === null || Array.isArray(args)) {
+    return { response: invalidRequest('"args" must be a JSON object') };
+  }
+  return { request: { tool: fields.tool, args: args as Record<string, unknown> } };
+}
+
+/**
+ * One response line. A result string is sent as is when it is one line;
+ * otherwise JSON-encoded as a string (the stub unwraps it), so a result with
+ * newlines never breaks the framing.
+ */
+export function responseLine(result: string): string {
+  return /[\n\r]/.test(result) ? `${JSON.stringify(result)}\n` : `${result}\n`;
+}
+
+export interface RpcSocketServerOptions {
+  /** Where to listen, as the executor sees it. */
+  readonly path: string;
+  readonly token: string;
+  /** chown the socket to this owner (the sandbox user) when it differs from ours. */
+  readonly owner?: { readonly uid: number; readonly gid: number };
+  readonly maxLineBytes?: number;
+  /** Answers one validated request with the tool's result string. */
+  readonly onRequest: (request: RpcRequest) => Promise<string>;
+  readonly logger?: Logger;
+}
+
+/** A listening RPC socket for one execute_code run. */
+export class RpcSocketServer implements AsyncDisposable {
+  readonly #server: net.Server;
+  readonly #sockets = new Set<net.Socket>();
+  readonly #options: RpcSocketServerOptions;
+  readonly #maxLineBytes: number;
+  #closed = false;
+
+  private constructor(server: net.Server, options: RpcSocketServerOptions) {
+    this.#server = server;
+    this.#options = options;
+    this.#maxLineBytes = options.maxLineBytes ?? DEFAULT_MAX_LINE_BYTES;
+  }
+
+  /** Listens at `options.path` with mode 0600 (owned by the sandbox user when given). */
+  static async listen(options: RpcSocketServerOptions): Promise<RpcSocketServer> {
+    if (Buffer.byteLength(options.path) > MAX_SOCKET_PATH_BYTES) {
+      throw new FailedPreconditionError(
+        `the execute_code socket path ${options.path} is longer than ${MAX_SOCKET_PATH_BYTES} bytes; ` +
+          'configure a shorter state root (executor.state_root)',
+      );
+    }
+    // Half-open: a script may shut down its writing side and still read the answers.
+    const server = net.createServer({ pauseOnConnect: true, allowHalfOpen: true });
+    const rpc = new RpcSocketServer(server, options);
+    server.on('connection', (socket: net.Socket) => rpc.accept(socket));
+    await new Promise<void>((resolve, reject) => {
+      server.once('error', reject);
+      server.listen(options.path, () => {
+        server.off('error', reject);
+        resolve();
+      });
+    });
+    server.on('error', (err) => options.logger?.warn({ err }, 'execute_code socket error'));
+    try {
+      // The run dir is private (0700) until here, so nobody could connect in between.
+      await chmod(options.path, 0o600);
+      const owner = options.owner;
+      if (owner && process.getuid?.() === 0 && owner.uid !== 0) await chown(options.path, owner.uid, owner.gid);
+    } catch (err) {
+      await rpc.close();
+      throw err;
+    }
+    return rpc;
+  }
+
+  /** Stops listening and ends every connection; pending answers are dropped. */
+  close(): Promise<void> {
+    this.#closed = true;
+    for (const socket of this.#sockets) socket.destroy();
+    this.#sockets.clear();
+    return new Promise<void>((resolve) => this.#server.close(() => resolve()));
+  }
+
+  async [Symbol.asyncDispose](): Promise<void> {
+    await this.close();
+  }
+
+  private accept(socket: net.Socket): void {
+    if (this.#closed || this.#sockets.size >= MAX_CONNECTIONS) {
+      socket.destroy();
+      return;
+    }
+    this.#sockets.add(socket);
+    socket.on('error', () => undefined);
+    socket.once('close', () => this.#sockets.delete(socket));
+    void this.#serve(socket).then(
+      () => socket.end(),
+      (err: unknown) => {
+        this.#options.logger?.warn({ err }, 'execute_code connection failed');
+        socket.destroy();
+      },
+    );
+  }
+
+  async #serve(socket: net.Socket): Promise<void> {
+    for await (const line of readLines(socket, this.#maxLineBytes)) {
+      if (this.#closed || socket.destroyed) return;
+      let response: string;
+      if ('tooLong' in line) {
+        response = `${invalidRequest(`request line longer than ${this.#maxLineBytes} bytes`)}\n`;
+        await write(socket, response);
+        socket.end();
+        return;
+      }
+      const text = line.text;
+      if (text.trim() === '') continue;
+      const parsed = parseRpcRequest(text, this.#options.token);
+      if ('response' in parsed) {
+        response = `${parsed.response}\n`;
+      } else {
+        response = responseLine(await this.#options.onRequest(parsed.request));
+      }
+      if (this.#closed || socket.destroyed) return;
+      await write(socket, response);
+    }
+  }
+}
+
+/** Writes and waits until the kernel took it (or the socket went away). */
+function write(socket: net.Socket, data: string): Promise<void> {
+  if (socket.destroyed) return Promise.resolve();
+  if (socket.write(data)) return Promise.resolve();
+  return new Promise<void>((resolve) => {
+    const done = () => {
+      socket.off('drain', done);
+      socket.off('close', done);
+      resolve();
+    };
+    socket.on('drain', done);
+    socket.on('close', done);
+  });
+}
+
+type Line = { readonly text: string } | { readonly tooLong: true };
+
+/**
+ * The socket's lines, read only as fast as they are consumed: the socket is
+ * paused whenever a complete line is waiting. A line over `maxBytes` yields
+ * `tooLong` and ends the stream.
+ */
+async function* readLines(socket: net.Socket, maxBytes: number): AsyncGenerator<Line> {
+  let pending: Buffer[] = [];
+  let pendingBytes = 0;
+  const ready: Line[] = [];
+  let ended = false;
+  let wake: (() => void) | undefined;
+  const notify = () => {
+    const w = wake;
+    wake = undefined;
+    w?.();
+  };
+  socket.on('data', (chunk: Buffer) => {
+    let start = 0;
+    for (let nl = chunk.indexOf(0x0a, start); nl >= 0; nl = chunk.indexOf(0x0a, start)) {
+      pending.push(chunk.subarray(start, nl));
+      ready.push(
+        pendingBytes + (nl - start) > maxBytes ? { tooLong: true } : { text: Buffer.concat(pending).toString('utf8') },
+      );
+      pending = [];
+      pendingBytes = 0;
+      start = nl + 1;
+    }
+    if (start < chunk.length) {
+      pending.push(chunk.subarray(start));
+      pendingBytes += chunk.length - start;
+      if (pendingBytes > maxBytes) {
+        ready.push({ tooLong: true });
+        pending = [];
+        pendingBytes = 0;
+      }
+    }
+    if (ready.length > 0) socket.pause();
+    notify();
+  });
+  const finish = () => {
+    ended = true;
+    notify();
+  };
+  socket.once('end', finish);
+  socket.once('close', finish);
+  socket.resume();
+  for (;;) {
+    const line = ready.shift();
+    if (line !== undefined) {
+      yield line;
+      if ('tooLong' in line) return;
+      continue;
+    }
+    if (ended || socket.destroyed) return;
+    socket.resume();
+    await new Promise<void>((resolve) => (wake = resolve));
+  }
+}
