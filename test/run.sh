@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # Runs the test tiers with node's test runner on the compiled tests and ends
-# with a plain "N passed, N failed" line. Usage: test/run.sh [unit|integration|e2e|contract]...
+# with a plain "N passed, N failed" line. Usage: test/run.sh [unit|integration|e2e|contract|bench]...
+# The bench tier is `berth bench --smoke` (each benchmark case a few times,
+# no timing asserted), counted as one test so the harness never rots.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 tiers=("$@")
-[ ${#tiers[@]} -gt 0 ] || tiers=(unit integration e2e contract)
+[ ${#tiers[@]} -gt 0 ] || tiers=(unit integration e2e contract bench)
 files=()
 for t in "${tiers[@]}"; do
   [ -d "dist/test/$t" ] || continue
@@ -27,6 +29,15 @@ fail=$(grep -E '^# fail ' "$tap" | tail -1 | awk '{print $3}')
 cancelled=$(grep -E '^# cancelled ' "$tap" | tail -1 | awk '{print $3}')
 skipped=$(grep -E '^# skipped ' "$tap" | tail -1 | awk '{print $3}')
 fail=$(( ${fail:-0} + ${cancelled:-0} ))
+if [[ " ${tiers[*]} " == *" bench "* ]]; then
+  echo "# bench smoke: bin/berth bench --smoke"
+  if node bin/berth bench --smoke; then
+    pass=$(( ${pass:-0} + 1 ))
+  else
+    fail=$(( fail + 1 ))
+    [ "$status" -ne 0 ] || status=1
+  fi
+fi
 if [ "${skipped:-0}" -gt 0 ]; then
   echo "${pass:-0} passed, ${fail} failed, ${skipped} skipped"
 else
