@@ -90,6 +90,12 @@ export interface BackendEnvironment {
    * `rpc.sock`. Absent when the backend cannot share one (ssh, cloud sandboxes).
    */
   readonly rpcDir?: { readonly hostPath: string; readonly sandboxPath: string };
+  /**
+   * Notices about the environment itself gathered since the last call (its
+   * container was replaced, a resource limit killed a process), handed out
+   * once with the next command's result. Optional.
+   */
+  takeNotices?(): string[];
 
   exec(options: ExecOptions): Promise<ExecResult>;
   startBackground(options: BackgroundOptions): Promise<BackgroundHandle>;

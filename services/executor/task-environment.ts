@@ -157,6 +157,7 @@ export class TaskEnvironments {
           const rest = decoder.end();
           if (rest) live(rest);
         }
+        notices.push(...(state.env.takeNotices?.() ?? []));
         if (result.cwdResetTo !== undefined) {
           notices.push(`The working directory no longer existed; it was reset to ${result.cwdResetTo}.`);
         }

@@ -19,10 +19,31 @@ export async function createBackend(config: BerthConfig, logger: Logger): Promis
         logger,
       });
     }
+    case 'docker': {
+      const { DockerBackend } = await import('./docker/docker-backend.js');
+      return DockerBackend.start({
+        image: config.terminal.docker_image,
+        ...(config.docker.socket_path ? { socketPath: config.docker.socket_path } : {}),
+        ...(config.executor.state_root ? { stateRoot: config.executor.state_root } : {}),
+        network: config.docker.network,
+        runtime: config.docker.runtime,
+        readOnlyRoot: config.docker.read_only_root,
+        warmPool: config.docker.warm_pool,
+        memoryMiB: config.terminal.container_memory,
+        cpus: config.terminal.container_cpu,
+        persistent: config.terminal.container_persistent,
+        dockerEnv: config.terminal.docker_env,
+        forwardEnv: config.terminal.docker_forward_env,
+        envPassthrough: config.terminal.env_passthrough,
+        volumes: config.terminal.docker_volumes,
+        extraArgs: config.terminal.docker_extra_args,
+        logger,
+      });
+    }
     default:
       // Never fall back to a weaker sandbox: a backend that is not here is an error.
       throw new FailedPreconditionError(
-        `the ${name} backend is not available in this version of Berth; available: local`,
+        `the ${name} backend is not available in this version of Berth; available: local, docker`,
       );
   }
 }

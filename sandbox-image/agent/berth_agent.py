@@ -1,0 +1,690 @@
+#!/usr/bin/env python3
+"""Berth's exec agent: runs inside a task's container and does what the
+executor asks over one Unix socket.
+
+The executor listens on a socket in the per-task host directory that is
+bind-mounted at /run/berth; this agent dials it (under gVisor the host cannot
+connect to a socket created inside the sandbox, but a sandboxed process can
+connect to one the host created). Standard library only, Python 3.6+, so any
+image with python3 can run it.
+
+Wire format (both directions): frames of
+
+    u32 big-endian: length of the rest
+    u32 big-endian: header length
+    header: a JSON object (UTF-8)
+    body: raw bytes (stdin, output, file content), possibly empty
+
+Every request carries an integer "id" chosen by the executor; replies and
+events carry the same id, so requests are multiplexed over the one socket.
+
+executor -> agent
+    spawn  {id, script, env, cwd, pty, keep_stdin}  body: first stdin bytes.
+           `bash -c script` in a new session (its own process group).
+           Replies: started {id, pid}; then out {id} with output bodies;
+           then exit {id, code, signal} once the process exited and its
+           output reached EOF. Or error {id, errno, message}.
+    stdin  {id, proc}  body: bytes for process `proc`'s stdin -> ok | error
+    eof    {id, proc}  close `proc`'s stdin (^D under a PTY) -> ok | error
+    kill   {id, proc, grace_ms}  SIGTERM to the process group and session,
+           SIGKILL after grace_ms if anything is left -> ok when none is
+    read   {id, path}  -> data {id} body: the file | error
+    write  {id, path}  body: content; creates parent directories -> ok | error
+    stat   {id, path}  -> stat {id, exists, is_dir, size, uid}
+    ping   {id}  -> pong {id}
+
+agent -> executor, unasked
+    hello  {id: 0, token, version, pid, python}  first frame after connecting
+
+When the connection ends the agent kills everything it started and exits,
+which ends the container: nothing runs on with nobody listening.
+"""
+
+import errno
+import fcntl
+import json
+import os
+import pty
+import selectors
+import signal
+import socket
+import stat as stat_module
+import struct
+import subprocess
+import sys
+import termios
+import time
+
+VERSION = 1
+MAX_FRAME = 256 * 1024 * 1024
+# Largest file `read` returns in one frame.
+MAX_FILE = 128 * 1024 * 1024
+READ_CHUNK = 64 * 1024
+# After a kill, how long to wait for output pipes that a process outside the
+# group still holds before closing them ourselves.
+DRAIN_AFTER_KILL = 1.0
+PTY_ROWS, PTY_COLS = 50, 200
+
+
+def log(message):
+    try:
+        sys.stderr.write("berth-agent: %s\n" % message)
+        sys.stderr.flush()
+    except Exception:
+        pass
+
+
+def encode_frame(header, body=b""):
+    head = json.dumps(header, separators=(",", ":")).encode("utf-8")
+    return struct.pack(">II", 4 + len(head) + len(body), len(head)) + head + body
+
+
+def errno_name(err):
+    code = getattr(err, "errno", None)
+    if code is None:
+        return "EIO"
+    return errno.errorcode.get(code, "EIO")
+
+
+def tree_members(pgid):
+    """Pids of live processes in process group `pgid` or in session `pgid`.
+
+    A command starts in a new session whose id is its leader's pid, so its
+    group and session ids both equal that pid. A process that moved to
+    another group of the session (bash job control does) is still found
+    through the session; only one that called setsid() itself escapes.
+    """
+    pids = []
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return pids
+    for entry in entries:
+        if not entry.isdigit():
+            continue
+        try:
+            with open("/proc/%s/stat" % entry, "rb") as f:
+                data = f.read()
+        except OSError:
+            continue
+        # After the command name: state ppid pgrp session ...
+        fields = data[data.rfind(b")") + 2:].split()
+        if len(fields) > 3 and fields[0] != b"Z" and (int(fields[2]) == pgid or int(fields[3]) == pgid):
+            pids.append(int(entry))
+    return pids
+
+
+def signal_tree(pgid, sig):
+    """Signals the command's process group and its session; False when none is left."""
+    found = False
+    try:
+        os.killpg(pgid, sig)
+        found = True
+    except OSError:
+        pass
+    for pid in tree_members(pgid):
+        try:
+            os.kill(pid, sig)
+            found = True
+        except OSError:
+            pass
+    return found
+
+
+class Proc(object):
+    """One spawned `bash -c` and its pipes (or PTY master)."""
+
+    def __init__(self, agent, req_id, pid, out_fds, stdin_fd, pty_slave):
+        self.agent = agent
+        self.id = req_id
+        self.pid = pid
+        self.out_fds = set(out_fds)
+        self.stdin_fd = stdin_fd
+        # Under a PTY the agent keeps a slave fd open until the process is
+        # reaped: otherwise the last close hangs the terminal up and Linux may
+        # discard output the reader has not taken yet.
+        self.pty_slave = pty_slave
+        self.is_pty = pty_slave is not None
+        self.stdin_queue = bytearray()
+        self.stdin_closed = False
+        self.stdin_last_newline = True
+        self.status = None  # (code, signal) once reaped
+        self.kill_phase = None  # None, "term" or "kill"
+        self.kill_until = 0.0
+        self.kill_replies = []
+        self.drain_deadline = None
+        self.pty_settle = None
+        self.reported = False
+        self.popen = None
+
+    # --- stdin ---------------------------------------------------------
+
+    def write_stdin(self, data):
+        if self.status is not None:
+            raise OSError(errno.ESRCH, "the process has exited")
+        if self.stdin_fd is None or self.stdin_closed:
+            raise OSError(errno.EPIPE, "stdin is closed")
+        if data:
+            self.stdin_last_newline = data[-1:] == b"\n"
+            self.stdin_queue += data
+            self.flush_stdin()
+
+    def close_stdin(self):
+        if self.stdin_fd is None or self.stdin_closed:
+            return
+        self.stdin_closed = True
+        if self.is_pty:
+            # ^D is EOF only at the start of a line; a first one flushes a partial line.
+            self.stdin_queue += b"\x04" if self.stdin_last_newline else b"\x04\x04"
+        self.flush_stdin()
+
+    def flush_stdin(self):
+        fd = self.stdin_fd
+        if fd is None:
+            return
+        while self.stdin_queue:
+            try:
+                n = os.write(fd, bytes(self.stdin_queue[:READ_CHUNK]))
+            except (BlockingIOError, InterruptedError):
+                break
+            except OSError:
+                # EPIPE: the process stopped reading; what it did not take is dropped.
+                self.stdin_queue = bytearray()
+                break
+            del self.stdin_queue[:n]
+        if self.is_pty:
+            self.agent.watch_pty(self, bool(self.stdin_queue))
+            return
+        self.agent.watch_stdin(self, bool(self.stdin_queue))
+        if not self.stdin_queue and self.stdin_closed:
+            self.agent.drop_stdin(self)
+
+
+class Agent(object):
+    def __init__(self, sock, token):
+        self.sock = sock
+        self.token = token
+        self.sel = selectors.DefaultSelector()
+        self.procs = {}  # request id -> Proc
+        self.by_pid = {}  # pid -> Proc
+        self.inbuf = bytearray()
+        self.base_env = dict(os.environ)
+        for name in ("BERTH_AGENT_TOKEN", "BERTH_AGENT_SOCKET"):
+            self.base_env.pop(name, None)
+        self.running = True
+        # Signals only wake the loop: the wakeup fd receives the signal number.
+        self.wake_r, self.wake_w = os.pipe()
+        os.set_blocking(self.wake_r, False)
+        os.set_blocking(self.wake_w, False)
+        signal.set_wakeup_fd(self.wake_w)
+        signal.signal(signal.SIGCHLD, lambda *_: None)
+        signal.signal(signal.SIGTERM, self.on_term)
+        signal.signal(signal.SIGINT, self.on_term)
+        self.sel.register(self.sock, selectors.EVENT_READ, ("sock", None))
+        self.sel.register(self.wake_r, selectors.EVENT_READ, ("wake", None))
+
+    def on_term(self, *_):
+        self.running = False
+
+    # --- sending ---------------------------------------------------------
+
+    def send(self, header, body=b""):
+        try:
+            self.sock.sendall(encode_frame(header, body))
+        except OSError as err:
+            log("send failed: %s" % err)
+            self.running = False
+
+    def send_error(self, req_id, err, message=None):
+        name = err if isinstance(err, str) else errno_name(err)
+        if message is None:
+            message = getattr(err, "strerror", None) or str(err)
+        self.send({"op": "error", "id": req_id, "errno": name, "message": message})
+
+    # --- main loop -------------------------------------------------------
+
+    def run(self):
+        self.send({"op": "hello", "id": 0, "token": self.token, "version": VERSION, "pid": os.getpid(),
+                   "python": "%d.%d.%d" % tuple(sys.version_info[:3])})
+        while self.running:
+            try:
+                events = self.sel.select(self.next_timeout())
+            except InterruptedError:
+                events = []
+            for key, mask in events:
+                kind, proc = key.data
+                if kind == "sock":
+                    self.on_socket()
+                elif kind == "wake":
+                    self.on_wake()
+                elif kind == "out":
+                    if mask & selectors.EVENT_WRITE:
+                        proc.flush_stdin()
+                    if mask & selectors.EVENT_READ:
+                        self.on_output(proc, key.fd)
+                elif kind == "stdin":
+                    proc.flush_stdin()
+                if not self.running:
+                    break
+            self.reap()
+            self.on_timers()
+        self.shutdown()
+
+    def next_timeout(self):
+        timeout = 5.0
+        now = time.monotonic()
+        for proc in self.procs.values():
+            if proc.kill_phase is not None:
+                timeout = min(timeout, 0.02)
+            for deadline in (proc.drain_deadline, proc.pty_settle):
+                if deadline is not None:
+                    timeout = min(timeout, max(0.0, deadline - now))
+        return timeout
+
+    def on_wake(self):
+        try:
+            while os.read(self.wake_r, 512):
+                pass
+        except (BlockingIOError, InterruptedError):
+            pass
+
+    def on_socket(self):
+        try:
+            data = self.sock.recv(1 << 20)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError as err:
+            log("connection error: %s" % err)
+            self.running = False
+            return
+        if not data:
+            self.running = False
+            return
+        self.inbuf += data
+        while len(self.inbuf) >= 8:
+            total, head_len = struct.unpack(">II", bytes(self.inbuf[:8]))
+            if total > MAX_FRAME or total < 4 or head_len > total - 4:
+                log("bad frame (length %d, header %d); closing" % (total, head_len))
+                self.running = False
+                return
+            if len(self.inbuf) < 4 + total:
+                break
+            header = json.loads(bytes(self.inbuf[8:8 + head_len]).decode("utf-8"))
+            body = bytes(self.inbuf[8 + head_len:4 + total])
+            del self.inbuf[:4 + total]
+            self.dispatch(header, body)
+
+    def dispatch(self, header, body):
+        op = header.get("op")
+        req_id = header.get("id")
+        try:
+            if op == "spawn":
+                self.op_spawn(req_id, header, body)
+            elif op == "stdin":
+                self.lookup(header).write_stdin(body)
+                self.send({"op": "ok", "id": req_id})
+            elif op == "eof":
+                self.lookup(header).close_stdin()
+                self.send({"op": "ok", "id": req_id})
+            elif op == "kill":
+                self.op_kill(req_id, header)
+            elif op == "read":
+                self.op_read(req_id, header["path"])
+            elif op == "write":
+                self.op_write(req_id, header["path"], body)
+            elif op == "stat":
+                self.op_stat(req_id, header["path"])
+            elif op == "ping":
+                self.send({"op": "pong", "id": req_id})
+            else:
+                self.send_error(req_id, "EINVAL", "unknown op %r" % (op,))
+        except OSError as err:
+            self.send_error(req_id, err)
+        except Exception as err:  # a bug here must not take the agent down
+            log("%s failed: %r" % (op, err))
+            self.send_error(req_id, "EIO", "%s failed: %s" % (op, err))
+
+    def lookup(self, header):
+        proc = self.procs.get(header.get("proc"))
+        if proc is None:
+            raise OSError(errno.ESRCH, "the process has exited")
+        return proc
+
+    # --- processes -------------------------------------------------------
+
+    def op_spawn(self, req_id, header, body):
+        if req_id in self.procs:
+            raise OSError(errno.EEXIST, "request id in use")
+        env = dict(self.base_env)
+        env.update(header.get("env") or {})
+        cwd = header.get("cwd") or "/"
+        if not os.path.isdir(cwd):
+            cwd = "/"
+        argv = ["bash", "-c", header["script"]]
+        if header.get("pty"):
+            master, slave = pty.openpty()
+            try:
+                fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", PTY_ROWS, PTY_COLS, 0, 0))
+                pid = self.fork_exec(argv, env, cwd, slave, slave, slave, ctty=slave)
+            except BaseException:
+                os.close(master)
+                os.close(slave)
+                raise
+            os.set_blocking(master, False)
+            proc = Proc(self, req_id, pid, [master], master, slave)
+        else:
+            in_r, in_w = os.pipe()
+            out_r, out_w = os.pipe()
+            err_r, err_w = os.pipe()
+            try:
+                # subprocess uses vfork here: several times faster than os.fork
+                # from Python, and this is every command's path.
+                popen = subprocess.Popen(argv, stdin=in_r, stdout=out_w, stderr=err_w, cwd=cwd, env=env,
+                                         start_new_session=True, close_fds=True, restore_signals=True)
+            except BaseException as err:
+                for fd in (in_w, out_r, err_r):
+                    os.close(fd)
+                if isinstance(err, OSError):
+                    raise OSError(err.errno, "cannot start bash: %s" % (err.strerror or err))
+                raise
+            finally:
+                for fd in (in_r, out_w, err_w):
+                    os.close(fd)
+            pid = popen.pid
+            for fd in (in_w, out_r, err_r):
+                os.set_blocking(fd, False)
+            proc = Proc(self, req_id, pid, [out_r, err_r], in_w, None)
+            proc.popen = popen
+        self.procs[req_id] = proc
+        self.by_pid[pid] = proc
+        for fd in proc.out_fds:
+            self.sel.register(fd, selectors.EVENT_READ, ("out", proc))
+        self.send({"op": "started", "id": req_id, "pid": pid})
+        if body:
+            proc.write_stdin(body)
+        if not header.get("keep_stdin"):
+            proc.close_stdin()
+
+    def fork_exec(self, argv, env, cwd, stdin_fd, stdout_fd, stderr_fd, ctty=None):
+        """Forks and execs; raises OSError when the exec failed. Our own fds
+        are close-on-exec (Python's default), so the child inherits only 0-2."""
+        err_r, err_w = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            try:
+                os.setsid()
+                if ctty is not None:
+                    fcntl.ioctl(ctty, termios.TIOCSCTTY, 0)
+                os.dup2(stdin_fd, 0)
+                os.dup2(stdout_fd, 1)
+                os.dup2(stderr_fd, 2)
+                # Python ignores SIGPIPE, and an ignored signal stays ignored across exec.
+                signal.set_wakeup_fd(-1)
+                for sig in (signal.SIGPIPE, signal.SIGXFSZ, signal.SIGCHLD, signal.SIGTERM, signal.SIGINT):
+                    signal.signal(sig, signal.SIG_DFL)
+                os.chdir(cwd)
+                os.execvpe(argv[0], argv, env)
+            except BaseException as err:
+                try:
+                    os.write(err_w, ("%s:%s" % (errno_name(err), getattr(err, "strerror", None) or err)).encode(
+                        "utf-8", "replace"))
+                finally:
+                    os._exit(127)
+        os.close(err_w)
+        failure = b""
+        while True:
+            try:
+                chunk = os.read(err_r, 4096)
+            except InterruptedError:
+                continue
+            if not chunk:
+                break
+            failure += chunk
+        os.close(err_r)
+        if failure:
+            while True:
+                try:
+                    os.waitpid(pid, 0)
+                    break
+                except InterruptedError:
+                    continue
+                except ChildProcessError:
+                    break
+            name, _, message = failure.decode("utf-8", "replace").partition(":")
+            raise OSError(getattr(errno, name, errno.EIO), "cannot start bash: %s" % message)
+        return pid
+
+    def on_output(self, proc, fd):
+        try:
+            data = os.read(fd, READ_CHUNK)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:
+            data = b""  # EIO from a PTY master whose terminal hung up
+        if data:
+            self.send({"op": "out", "id": proc.id}, data)
+            return
+        self.close_output(proc, fd)
+
+    def close_output(self, proc, fd):
+        if fd not in proc.out_fds:
+            return
+        proc.out_fds.discard(fd)
+        try:
+            self.sel.unregister(fd)
+        except (KeyError, ValueError):
+            pass
+        if fd == proc.stdin_fd:
+            proc.stdin_fd = None  # the PTY master carried both directions
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+        if proc.pty_slave is not None and not proc.out_fds:
+            os.close(proc.pty_slave)
+            proc.pty_slave = None
+        self.maybe_finish(proc)
+
+    def watch_stdin(self, proc, want):
+        fd = proc.stdin_fd
+        registered = fd is not None and fd in self.sel.get_map()
+        if want and fd is not None and not registered:
+            self.sel.register(fd, selectors.EVENT_WRITE, ("stdin", proc))
+        elif not want and registered:
+            self.sel.unregister(fd)
+
+    def watch_pty(self, proc, want):
+        fd = proc.stdin_fd
+        if fd is not None and fd in proc.out_fds:
+            events = selectors.EVENT_READ | (selectors.EVENT_WRITE if want else 0)
+            self.sel.modify(fd, events, ("out", proc))
+
+    def drop_stdin(self, proc):
+        """Closes a pipe stdin (EOF for the process)."""
+        fd = proc.stdin_fd
+        if fd is None or proc.is_pty:
+            return
+        self.watch_stdin(proc, False)
+        proc.stdin_fd = None
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+
+    def reap(self):
+        """Collects every exited child: ours, and orphans inherited as PID 1."""
+        while True:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            except InterruptedError:
+                continue
+            if pid == 0:
+                return
+            if os.WIFSIGNALED(status):
+                result = (None, os.WTERMSIG(status))
+            elif os.WIFEXITED(status):
+                result = (os.WEXITSTATUS(status), None)
+            else:
+                continue
+            proc = self.by_pid.get(pid)
+            if proc is None:
+                continue
+            proc.status = result
+            if proc.popen is not None:
+                # We reaped it: subprocess must never waitpid() this pid again (it may be reused).
+                proc.popen.returncode = result[0] if result[0] is not None else -result[1]
+            proc.stdin_queue = bytearray()
+            if proc.is_pty:
+                # Let the terminal hand over what the process wrote last.
+                proc.pty_settle = time.monotonic() + 0.02
+            else:
+                self.drop_stdin(proc)
+            self.maybe_finish(proc)
+
+    def maybe_finish(self, proc):
+        if proc.reported or proc.status is None or proc.out_fds or proc.kill_phase is not None:
+            return
+        proc.reported = True
+        code, sig = proc.status
+        self.send({"op": "exit", "id": proc.id, "code": code, "signal": sig})
+        del self.procs[proc.id]
+        self.by_pid.pop(proc.pid, None)
+
+    def op_kill(self, req_id, header):
+        proc = self.procs.get(header.get("proc"))
+        if proc is None:
+            # Its exit was reported already and nothing of it is left to kill.
+            self.send({"op": "ok", "id": req_id})
+            return
+        proc.kill_replies.append(req_id)
+        if proc.kill_phase is not None:
+            return
+        if not signal_tree(proc.pid, signal.SIGTERM):
+            self.kill_done(proc)
+            return
+        proc.kill_phase = "term"
+        proc.kill_until = time.monotonic() + max(0, int(header.get("grace_ms", 1000))) / 1000.0
+
+    def kill_done(self, proc):
+        proc.kill_phase = None
+        for req_id in proc.kill_replies:
+            self.send({"op": "ok", "id": req_id})
+        proc.kill_replies = []
+        if proc.out_fds and proc.pty_slave is None:
+            proc.drain_deadline = time.monotonic() + DRAIN_AFTER_KILL
+        self.maybe_finish(proc)
+
+    def on_timers(self):
+        now = time.monotonic()
+        for proc in list(self.procs.values()):
+            if proc.kill_phase is not None:
+                if not tree_members(proc.pid):
+                    self.kill_done(proc)
+                elif proc.kill_phase == "term" and now >= proc.kill_until:
+                    signal_tree(proc.pid, signal.SIGKILL)
+                    proc.kill_phase = "kill"
+                    proc.kill_until = now + 1.0
+                elif proc.kill_phase == "kill" and now >= proc.kill_until:
+                    log("process group %d survived SIGKILL" % proc.pid)
+                    self.kill_done(proc)
+            if proc.pty_settle is not None and now >= proc.pty_settle and proc.kill_phase is None:
+                proc.pty_settle = None
+                for fd in list(proc.out_fds):
+                    self.drain_now(proc, fd)
+            if proc.drain_deadline is not None and now >= proc.drain_deadline:
+                proc.drain_deadline = None
+                # Whoever still holds the pipes is outside the group; stop waiting for them.
+                for fd in list(proc.out_fds):
+                    self.close_output(proc, fd)
+
+    def drain_now(self, proc, fd):
+        """Forwards what is readable right now, then closes `fd`."""
+        while True:
+            try:
+                data = os.read(fd, READ_CHUNK)
+            except (BlockingIOError, InterruptedError, OSError):
+                break
+            if not data:
+                break
+            self.send({"op": "out", "id": proc.id}, data)
+        self.close_output(proc, fd)
+
+    # --- files -----------------------------------------------------------
+
+    def op_read(self, req_id, path):
+        with open(path, "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            if size > MAX_FILE:
+                raise OSError(errno.EFBIG, "%s is %d bytes; at most %d can be read at once" % (path, size, MAX_FILE))
+            data = f.read(MAX_FILE + 1)
+        if len(data) > MAX_FILE:
+            raise OSError(errno.EFBIG, "%s is larger than %d bytes" % (path, MAX_FILE))
+        self.send({"op": "data", "id": req_id}, data)
+
+    def op_write(self, req_id, path, body):
+        parent = os.path.dirname(path)
+        if parent and not os.path.isdir(parent):
+            os.makedirs(parent, exist_ok=True)
+        with open(path, "wb") as f:
+            f.write(body)
+        self.send({"op": "ok", "id": req_id})
+
+    def op_stat(self, req_id, path):
+        try:
+            info = os.stat(path)
+        except OSError as err:
+            if err.errno in (errno.ENOENT, errno.ENOTDIR):
+                self.send({"op": "stat", "id": req_id, "exists": False, "is_dir": False, "size": 0, "uid": -1})
+                return
+            raise
+        self.send({"op": "stat", "id": req_id, "exists": True, "is_dir": stat_module.S_ISDIR(info.st_mode),
+                   "size": info.st_size, "uid": info.st_uid})
+
+    # --- shutdown --------------------------------------------------------
+
+    def shutdown(self):
+        procs = list(self.procs.values())
+        for proc in procs:
+            signal_tree(proc.pid, signal.SIGTERM)
+        deadline = time.monotonic() + 1.0
+        while time.monotonic() < deadline and any(tree_members(p.pid) for p in procs):
+            time.sleep(0.05)
+            self.reap()
+        for proc in procs:
+            signal_tree(proc.pid, signal.SIGKILL)
+        try:
+            self.sock.close()
+        except OSError:
+            pass
+
+
+def connect(path, timeout):
+    deadline = time.monotonic() + timeout
+    while True:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            sock.connect(path)
+            return sock
+        except OSError as err:
+            sock.close()
+            if time.monotonic() >= deadline:
+                raise OSError(err.errno, "cannot connect to %s: %s" % (path, err.strerror))
+            time.sleep(0.05)
+
+
+def main():
+    path = sys.argv[1] if len(sys.argv) > 1 else os.environ.get("BERTH_AGENT_SOCKET", "/run/berth/agent.sock")
+    token = os.environ.get("BERTH_AGENT_TOKEN", "")
+    try:
+        sock = connect(path, 30.0)
+    except OSError as err:
+        log(str(err))
+        return 1
+    Agent(sock, token).run()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,275 @@
+/**
+ * Pure builders for task containers: names, labels, the create options
+ * handed to dockerode, the sandbox environment. No I/O, so the hardening is
+ * pinned by unit tests.
+ *
+ * Hardening (every container):
+ * - runs as uid:gid 1000:1000 (`sandbox`), never root;
+ * - all capabilities dropped, then CHOWN, DAC_OVERRIDE, FOWNER added back.
+ *   SETUID and SETGID are left out: they only matter to a root process
+ *   switching users (su, sudo), nothing here runs as root, and
+ *   no-new-privileges already stops setuid binaries from raising a
+ *   process's privileges. For uid 1000 the bounding set grants no effective
+ *   capability at all (CapEff is 0); a smaller set is still less to trust;
+ * - `no-new-privileges`, Docker's default seccomp profile (never unconfined);
+ * - pids limit (256), memory limit without swap, cpu quota;
+ * - tmpfs /tmp (512m), /var/tmp (256m, noexec), /run (64m); the per-task
+ *   host directory is bind-mounted at /run/berth, which Docker mounts after
+ *   /run because it sorts mounts by depth, so the tmpfs never hides it;
+ * - optional read-only root filesystem, network `none` or `bridge`,
+ *   optional gVisor (`runtime: runsc`);
+ * - Docker's init (tini) as PID 1 reaps orphans; the agent reaps its own.
+ */
+import { createHash } from 'node:crypto';
+import { posix } from 'node:path';
+import type Dockerode from 'dockerode';
+import { InvalidArgumentError } from '../../../common/errors.js';
+import type { TaskKey } from '../../backend.js';
+import { taskKeyString } from '../../backend.js';
+import { isProviderSecretName } from '../../shell-state-runner.js';
+
+/** Where the per-task host directory appears in the container. */
+export const SANDBOX_RPC_DIR = '/run/berth';
+/** The agent's socket, in the container's view. */
+export const AGENT_SOCKET_PATH = `${SANDBOX_RPC_DIR}/agent.sock`;
+/** File the entrypoint writes when the image cannot run the agent. */
+export const AGENT_UNAVAILABLE_FILE = 'agent-unavailable';
+/** The sandbox user. */
+export const SANDBOX_UID = 1000;
+export const SANDBOX_GID = 1000;
+
+export const LABEL = {
+  task: 'berth.task',
+  tenant: 'berth.tenant',
+  executor: 'berth.executor',
+  created: 'berth.created',
+  /** `1` on warm-pool containers: created before their task was known. */
+  pool: 'berth.pool',
+  /** Liveness of the executor that created the container (see executor-identity.ts). */
+  executorPid: 'berth.executor.pid',
+  executorStart: 'berth.executor.start',
+  executorPidNs: 'berth.executor.pidns',
+  stateRoot: 'berth.state_root',
+  /** Host path bind-mounted at /run/berth, so a sweep can remove it too. */
+  hostDir: 'berth.hostdir',
+} as const;
+
+/**
+ * The container's command: run the agent when the image has python3, else
+ * say so in a file the executor watches and stay up for `docker exec`. An
+ * agent that exits 0 (its executor went away) ends the container; one that
+ * fails (say, a python3 too old for it) leaves it up for `docker exec` too.
+ */
+export const AGENT_ENTRYPOINT_SCRIPT = [
+  'if command -v python3 >/dev/null 2>&1; then',
+  `  python3 ${SANDBOX_RPC_DIR}/berth_agent.py ${AGENT_SOCKET_PATH} && exit 0`,
+  `  echo "berth_agent.py exited with status $?" > ${SANDBOX_RPC_DIR}/${AGENT_UNAVAILABLE_FILE}`,
+  'else',
+  `  echo "python3 is not installed in this image" > ${SANDBOX_RPC_DIR}/${AGENT_UNAVAILABLE_FILE}`,
+  'fi',
+  'while :; do sleep 3600; done',
+].join('\n');
+
+/** Short stable hash of a task key: container, directory and volume names. */
+export function taskHash(key: TaskKey): string {
+  return createHash('sha256').update(taskKeyString(key)).digest('hex').slice(0, 24);
+}
+
+/** The container of a task: one name per task, so a leftover container of the same task is found by name. */
+export function taskContainerName(key: TaskKey): string {
+  return `berth-${taskHash(key)}`;
+}
+
+export interface PersistentVolumeNames {
+  readonly workspace: string;
+  readonly home: string;
+}
+
+/** Named volumes that keep a task's workspace and home across container restarts. */
+export function persistentVolumeNames(key: TaskKey): PersistentVolumeNames {
+  const hash = taskHash(key);
+  return { workspace: `berth-${hash}-workspace`, home: `berth-${hash}-home` };
+}
+
+/** Labels every container of one executor carries. */
+export interface ExecutorLabels {
+  readonly [LABEL.executor]: string;
+  readonly [LABEL.executorPid]: string;
+  readonly [LABEL.executorStart]: string;
+  readonly [LABEL.executorPidNs]: string;
+  readonly [LABEL.stateRoot]: string;
+}
+
+/** Labels of a task container. */
+export function taskLabels(key: TaskKey, executor: ExecutorLabels, hostDir: string, now: Date): Record<string, string> {
+  return {
+    ...executor,
+    [LABEL.task]: key.taskId,
+    [LABEL.tenant]: key.tenant,
+    [LABEL.created]: now.toISOString(),
+    [LABEL.hostDir]: hostDir,
+  };
+}
+
+/**
+ * Labels of a warm-pool container. Labels cannot change after create, so a
+ * pool container never gets `berth.task`/`berth.tenant`: when a task claims
+ * it, it is renamed to the task's container name and the binding is written
+ * to `task.json` in its /run/berth directory. The orphan sweep goes by
+ * `berth.executor`, which pool containers carry like any other.
+ */
+export function poolLabels(executor: ExecutorLabels, hostDir: string, now: Date): Record<string, string> {
+  return { ...executor, [LABEL.pool]: '1', [LABEL.created]: now.toISOString(), [LABEL.hostDir]: hostDir };
+}
+
+export interface SandboxEnvInput {
+  /** `terminal.docker_env`: literal values set by the operator. */
+  readonly dockerEnv: Readonly<Record<string, string>>;
+  /** `terminal.docker_forward_env`: names copied from the executor's environment. */
+  readonly forwardEnv: readonly string[];
+  /** The executor's environment (source of forwarded values). */
+  readonly baseEnv: Readonly<Record<string, string | undefined>>;
+  /** Secret-looking names that may nevertheless be forwarded. */
+  readonly envPassthrough: readonly string[];
+  readonly homeDir: string;
+}
+
+/**
+ * The container's environment. Nothing of the executor's own environment
+ * enters it except names listed in `docker_forward_env`, and of those a name
+ * that looks like a provider secret only when `env_passthrough` allows it.
+ * Returns the names it refused, for a warning.
+ */
+export function buildSandboxEnv(input: SandboxEnvInput): { env: Record<string, string>; refused: string[] } {
+  const env: Record<string, string> = { HOME: input.homeDir };
+  const allowed = new Set(input.envPassthrough);
+  const refused: string[] = [];
+  for (const name of input.forwardEnv) {
+    const value = input.baseEnv[name];
+    if (value === undefined) continue;
+    if (isProviderSecretName(name) && !allowed.has(name)) {
+      refused.push(name);
+      continue;
+    }
+    env[name] = value;
+  }
+  Object.assign(env, input.dockerEnv);
+  return { env, refused };
+}
+
+/** Validates one `docker_volumes` entry (`/host/path:/container/path[:ro|rw]`). */
+export function parseVolumeSpec(spec: string): string {
+  const parts = spec.split(':');
+  const [host, target, mode] = parts;
+  if (parts.length < 2 || parts.length > 3 || !host || !target) {
+    throw new InvalidArgumentError(`terminal.docker_volumes: "${spec}" is not HOST:CONTAINER[:ro|rw]`);
+  }
+  if (!posix.isAbsolute(target)) {
+    throw new InvalidArgumentError(`terminal.docker_volumes: "${spec}": the container path must be absolute`);
+  }
+  const normalized = posix.normalize(target);
+  if (normalized === SANDBOX_RPC_DIR || normalized.startsWith(`${SANDBOX_RPC_DIR}/`)) {
+    throw new InvalidArgumentError(`terminal.docker_volumes: "${spec}": ${SANDBOX_RPC_DIR} is reserved for Berth`);
+  }
+  if (mode !== undefined && mode !== 'ro' && mode !== 'rw') {
+    throw new InvalidArgumentError(`terminal.docker_volumes: "${spec}": mode must be ro or rw`);
+  }
+  return spec;
+}
+
+export interface ContainerSpecInput {
+  readonly name: string;
+  readonly image: string;
+  /** Host directory bind-mounted at /run/berth (agent, its socket, runner state). */
+  readonly hostDir: string;
+  /** Token the agent presents when it dials in; passed in its environment only. */
+  readonly agentToken: string;
+  readonly labels: Readonly<Record<string, string>>;
+  readonly env: Readonly<Record<string, string>>;
+  readonly memoryMiB: number;
+  readonly cpus: number;
+  readonly pidsLimit: number;
+  readonly network: 'none' | 'bridge';
+  readonly readOnlyRoot: boolean;
+  /** OCI runtime; empty for Docker's default (runc). */
+  readonly runtime: string;
+  /** Validated `docker_volumes` binds. */
+  readonly binds: readonly string[];
+  /** Named volumes for /workspace and home, when the task is persistent. */
+  readonly persistentVolumes?: PersistentVolumeNames;
+  /** Labels for volumes Docker creates on first use. */
+  readonly volumeLabels?: Readonly<Record<string, string>>;
+  readonly workspaceDir: string;
+  readonly homeDir: string;
+}
+
+const TMPFS: Readonly<Record<string, string>> = {
+  // Docker mounts tmpfs noexec unless told otherwise; /tmp is where builds and tests run.
+  '/tmp': 'rw,exec,nosuid,nodev,mode=1777,size=512m',
+  '/var/tmp': 'rw,noexec,nosuid,nodev,mode=1777,size=256m',
+  '/run': 'rw,nosuid,nodev,mode=755,size=64m',
+};
+
+/** The dockerode create options for a task or pool container. */
+export function buildContainerCreateOptions(input: ContainerSpecInput): Dockerode.ContainerCreateOptions {
+  const tmpfs: Record<string, string> = { ...TMPFS };
+  const mounts: Dockerode.MountSettings[] = [
+    { Type: 'bind', Source: input.hostDir, Target: SANDBOX_RPC_DIR, ReadOnly: false },
+  ];
+  if (input.persistentVolumes) {
+    for (const [target, source] of [
+      [input.workspaceDir, input.persistentVolumes.workspace],
+      [input.homeDir, input.persistentVolumes.home],
+    ] as const) {
+      mounts.push({
+        Type: 'volume',
+        Source: source,
+        Target: target,
+        ReadOnly: false,
+        // Docker copies the image's files (and their owner) into a new volume.
+        VolumeOptions: { NoCopy: false, Labels: { ...input.volumeLabels }, DriverConfig: { Name: 'local', Options: {} } },
+      });
+    }
+  } else if (input.readOnlyRoot) {
+    // Nothing else would be writable: the workspace and home live in memory.
+    const owner = `uid=${SANDBOX_UID},gid=${SANDBOX_GID}`;
+    tmpfs[input.workspaceDir] = `rw,nosuid,nodev,${owner},mode=755,size=1024m`;
+    tmpfs[input.homeDir] = `rw,nosuid,nodev,${owner},mode=755,size=256m`;
+  }
+  const hostConfig: Dockerode.HostConfig = {
+    Init: true,
+    CapDrop: ['ALL'],
+    CapAdd: ['CHOWN', 'DAC_OVERRIDE', 'FOWNER'],
+    SecurityOpt: ['no-new-privileges:true'],
+    PidsLimit: input.pidsLimit,
+    Memory: Math.round(input.memoryMiB * 1024 * 1024),
+    MemorySwap: Math.round(input.memoryMiB * 1024 * 1024),
+    NanoCpus: Math.round(input.cpus * 1e9),
+    NetworkMode: input.network,
+    ReadonlyRootfs: input.readOnlyRoot,
+    Tmpfs: tmpfs,
+    Mounts: mounts,
+    Binds: [...input.binds],
+    RestartPolicy: { Name: 'no' },
+    AutoRemove: false,
+  };
+  if (input.runtime) hostConfig.Runtime = input.runtime;
+  const env = { ...input.env, BERTH_AGENT_TOKEN: input.agentToken };
+  return {
+    name: input.name,
+    Image: input.image,
+    User: `${SANDBOX_UID}:${SANDBOX_GID}`,
+    WorkingDir: input.workspaceDir,
+    Entrypoint: ['/bin/sh', '-c', AGENT_ENTRYPOINT_SCRIPT, 'berth-sandbox'],
+    Cmd: [],
+    Env: Object.entries(env).map(([k, v]) => `${k}=${v}`),
+    Labels: { ...input.labels },
+    Tty: false,
+    OpenStdin: false,
+    AttachStdin: false,
+    AttachStdout: false,
+    AttachStderr: false,
+    StopTimeout: 1,
+    HostConfig: hostConfig,
+  };
+}

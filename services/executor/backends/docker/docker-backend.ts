@@ -1,0 +1,391 @@
+/**
+ * The `docker` backend: one long-lived, hardened container per task,
+ * created on first use, with commands run by an exec agent inside it (see
+ * sandbox-image/agent/berth_agent.py), or by `docker exec` for images that
+ * cannot run the agent. Talks to the Docker Engine API through dockerode;
+ * never runs the docker CLI and never pulls images.
+ *
+ * Lifecycle: TaskEnvironments releases idle tasks and EndTask releases a
+ * task; either way the environment's dispose removes the container. On
+ * start, and every minute, an orphan sweep removes containers of executors
+ * that are gone. A warm pool (docker.warm_pool) keeps started containers
+ * ready for new tasks.
+ */
+import { existsSync } from 'node:fs';
+import { chmod, lstat, mkdir, rm, writeFile } from 'node:fs/promises';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+import Dockerode from 'dockerode';
+import { FailedPreconditionError, UnavailableError } from '../../../common/errors.js';
+import type { Logger } from '../../../common/logging.js';
+import type { Backend, BackendCapabilities, BackendEnvironment, TaskKey } from '../../backend.js';
+import { taskKeyString } from '../../backend.js';
+import { defaultStateRoot } from '../local/local-backend.js';
+import {
+  LABEL,
+  buildSandboxEnv,
+  parseVolumeSpec,
+  persistentVolumeNames,
+  poolLabels,
+  taskContainerName,
+  taskHash,
+  taskLabels,
+  type ExecutorLabels,
+} from './container-spec.js';
+import { DockerEnvironment } from './docker-environment.js';
+import { describeDaemon, dockerError, isNotFound } from './docker-errors.js';
+import {
+  Heartbeat,
+  executorLabels,
+  hostProbes,
+  judgeExecutor,
+  newExecutorIdentity,
+  type ExecutorIdentity,
+} from './executor-identity.js';
+import { sweepOrphans, type SweepResult } from './orphan-sweep.js';
+import { ContainerFactory, removeContainer, type SandboxContainer } from './sandbox-container.js';
+import { WarmPool } from './warm-pool.js';
+
+export interface DockerBackendOptions {
+  /** The sandbox image (terminal.docker_image). It must exist on the Docker host. */
+  readonly image: string;
+  /** Docker API socket; empty/undefined: DOCKER_HOST or /var/run/docker.sock. */
+  readonly socketPath?: string;
+  /** Root of Berth's state on this host; per-task directories live under `<stateRoot>/docker`. */
+  readonly stateRoot?: string;
+  readonly network?: 'none' | 'bridge';
+  /** OCI runtime ('' = Docker's default; 'runsc' = gVisor). */
+  readonly runtime?: string;
+  readonly readOnlyRoot?: boolean;
+  /** Memory limit in MiB (terminal.container_memory); default 5120. */
+  readonly memoryMiB?: number;
+  /** CPU limit (terminal.container_cpu); default 1. */
+  readonly cpus?: number;
+  /** Process limit; default 256. */
+  readonly pidsLimit?: number;
+  /** Keep /workspace and home in per-task named volumes (terminal.container_persistent); default true. */
+  readonly persistent?: boolean;
+  /** terminal.docker_env. */
+  readonly dockerEnv?: Readonly<Record<string, string>>;
+  /** terminal.docker_forward_env: names taken from `baseEnv`. */
+  readonly forwardEnv?: readonly string[];
+  readonly envPassthrough?: readonly string[];
+  /** Source of forwarded variables; default process.env. */
+  readonly baseEnv?: Readonly<Record<string, string | undefined>>;
+  /** terminal.docker_volumes (`/host:/container[:ro]`). */
+  readonly volumes?: readonly string[];
+  /** terminal.docker_extra_args: docker CLI flags, which the Engine API cannot take; warned about. */
+  readonly extraArgs?: readonly string[];
+  /** docker.warm_pool: started containers kept ready. */
+  readonly warmPool?: number;
+  readonly workspaceDir?: string;
+  readonly homeDir?: string;
+  /** Between SIGTERM and SIGKILL of a command's process group; default 1000 ms. */
+  readonly killGraceMs?: number;
+  /** How long a new container's agent has to connect; default 30 s. */
+  readonly agentConnectTimeoutMs?: number;
+  /** berth_agent.py; default: sandbox-image/agent/berth_agent.py of this package. */
+  readonly agentScriptPath?: string;
+  /** Interval of the orphan sweep after the one at start; 0 disables it. Default 60 s. */
+  readonly sweepIntervalMs?: number;
+  /** Fixed executor id (tests); default random. */
+  readonly executorId?: string;
+  readonly logger: Logger;
+}
+
+/** Finds berth_agent.py of this package, from either the compiled or the source tree. */
+export function findAgentScript(): string {
+  let dir = path.dirname(fileURLToPath(import.meta.url));
+  for (let i = 0; i < 8; i++) {
+    const candidate = path.join(dir, 'sandbox-image', 'agent', 'berth_agent.py');
+    if (existsSync(candidate)) return candidate;
+    dir = path.dirname(dir);
+  }
+  throw new FailedPreconditionError('sandbox-image/agent/berth_agent.py was not found next to this Berth installation');
+}
+
+export class DockerBackend implements Backend {
+  readonly identity: ExecutorIdentity;
+  readonly #docker: Dockerode;
+  readonly #daemon: string;
+  readonly #logger: Logger;
+  readonly #factory: ContainerFactory;
+  readonly #labels: ExecutorLabels;
+  readonly #root: string;
+  readonly #persistent: boolean;
+  readonly #options: DockerBackendOptions;
+  readonly #heartbeat: Heartbeat;
+  readonly #probes: ReturnType<typeof hostProbes>;
+  readonly #environments = new Map<string, DockerEnvironment>();
+  readonly #pool: WarmPool | undefined;
+  /** Containers of ours whose removal failed (daemon down); retried by each sweep. */
+  readonly #leftovers = new Set<string>();
+  #sweepTimer: NodeJS.Timeout | undefined;
+  #sweeping: Promise<SweepResult> | undefined;
+  #closed = false;
+
+  private constructor(options: DockerBackendOptions, stateRoot: string) {
+    this.#options = options;
+    this.#logger = options.logger.child({ backend: 'docker' });
+    this.#docker = new Dockerode(options.socketPath ? { socketPath: options.socketPath } : undefined);
+    this.#daemon = describeDaemon(options.socketPath);
+    this.identity = newExecutorIdentity(stateRoot, options.executorId);
+    this.#labels = executorLabels(this.identity);
+    this.#root = path.join(stateRoot, 'docker');
+    this.#persistent = options.persistent ?? true;
+    this.#heartbeat = new Heartbeat(stateRoot, this.identity.id);
+    this.#probes = hostProbes(stateRoot);
+    const { env, refused } = buildSandboxEnv({
+      dockerEnv: options.dockerEnv ?? {},
+      forwardEnv: options.forwardEnv ?? [],
+      baseEnv: options.baseEnv ?? process.env,
+      envPassthrough: options.envPassthrough ?? [],
+      homeDir: options.homeDir ?? '/home/sandbox',
+    });
+    if (refused.length > 0) {
+      this.#logger.warn(
+        { names: refused },
+        'terminal.docker_forward_env: not forwarding variables that look like provider secrets (list them in env_passthrough to allow)',
+      );
+    }
+    if ((options.extraArgs ?? []).length > 0) {
+      this.#logger.warn(
+        { args: options.extraArgs },
+        'terminal.docker_extra_args is ignored: the docker backend uses the Engine API, not the docker CLI',
+      );
+    }
+    this.#factory = new ContainerFactory({
+      docker: this.#docker,
+      daemon: this.#daemon,
+      image: options.image,
+      network: options.network ?? 'bridge',
+      runtime: options.runtime ?? '',
+      readOnlyRoot: options.readOnlyRoot ?? false,
+      memoryMiB: options.memoryMiB ?? 5120,
+      cpus: options.cpus ?? 1,
+      pidsLimit: options.pidsLimit ?? 256,
+      env,
+      binds: (options.volumes ?? []).map(parseVolumeSpec),
+      workspaceDir: options.workspaceDir ?? '/workspace',
+      homeDir: options.homeDir ?? '/home/sandbox',
+      agentScriptPath: options.agentScriptPath ?? findAgentScript(),
+      agentConnectTimeoutMs: options.agentConnectTimeoutMs ?? 30_000,
+      logger: this.#logger,
+      resolveNameConflict: (name) => this.#resolveNameConflict(name),
+    });
+    const poolSize = options.warmPool ?? 0;
+    if (poolSize > 0 && this.#persistent) {
+      this.#logger.warn(
+        { warmPool: poolSize },
+        'docker.warm_pool is not used with terminal.container_persistent: true: a pool container is started before ' +
+          "its task is known, and the task's named volumes cannot be mounted into a running container",
+      );
+    }
+    this.#pool =
+      poolSize > 0 && !this.#persistent
+        ? new WarmPool({ size: poolSize, create: () => this.#startPoolContainer(), logger: this.#logger })
+        : undefined;
+  }
+
+  /**
+   * Creates the backend: prepares the state root, starts the heartbeat,
+   * sweeps orphans and starts filling the warm pool. A Docker daemon that
+   * does not answer yet is not fatal: calls fail with UNAVAILABLE until it
+   * does, and the sweep and pool catch up then.
+   */
+  static async start(options: DockerBackendOptions): Promise<DockerBackend> {
+    const stateRoot = path.resolve(options.stateRoot || defaultStateRoot());
+    const backend = new DockerBackend(options, stateRoot);
+    await backend.#ensureRoot(stateRoot);
+    await backend.#heartbeat.start();
+    try {
+      await backend.#docker.ping();
+      await backend.sweep();
+    } catch (err) {
+      backend.#logger.warn(
+        { err: dockerError(err, 'starting the docker backend', backend.#daemon).message },
+        'Docker is not answering; docker tasks fail with UNAVAILABLE until it does',
+      );
+    }
+    backend.#pool?.start();
+    const interval = options.sweepIntervalMs ?? 60_000;
+    if (interval > 0) {
+      backend.#sweepTimer = setInterval(() => {
+        backend.sweep().catch((err: unknown) => backend.#logger.debug({ err }, 'orphan sweep failed'));
+      }, interval);
+      backend.#sweepTimer.unref();
+    }
+    return backend;
+  }
+
+  get capabilities(): BackendCapabilities {
+    return { name: 'docker', pty: true, hostFilesystem: false };
+  }
+
+  /** The Docker client (tests inspect containers with it). */
+  get docker(): Dockerode {
+    return this.#docker;
+  }
+
+  get pool(): WarmPool | undefined {
+    return this.#pool;
+  }
+
+  /** Removes containers of executors that are gone, and retries our own failed removals. */
+  sweep(): Promise<SweepResult> {
+    this.#sweeping ??= (async () => {
+      for (const id of [...this.#leftovers]) {
+        await removeContainer(this.#docker.getContainer(id), this.#daemon);
+        this.#leftovers.delete(id);
+      }
+      return sweepOrphans({
+        docker: this.#docker,
+        daemon: this.#daemon,
+        identity: this.identity,
+        probes: this.#probes,
+        logger: this.#logger,
+      });
+    })().finally(() => {
+      this.#sweeping = undefined;
+    });
+    return this.#sweeping;
+  }
+
+  async createEnvironment(key: TaskKey): Promise<BackendEnvironment> {
+    if (this.#closed) throw new UnavailableError('the docker backend is shutting down');
+    const id = taskKeyString(key);
+    if (this.#environments.has(id)) {
+      throw new FailedPreconditionError(`an environment for task ${id} already exists on this executor`);
+    }
+    const name = taskContainerName(key);
+    const logger = this.#logger.child({ tenant: key.tenant, task: key.taskId, container: name });
+    const volumes = this.#persistent ? persistentVolumeNames(key) : undefined;
+    const volumeLabels = { [LABEL.task]: key.taskId, [LABEL.tenant]: key.tenant };
+    const started = Date.now();
+    let container = await this.#claimFromPool(key, name, logger);
+    const fromPool = container !== undefined;
+    if (!container) {
+      await this.#factory.ensureImage();
+      const hostDir = path.join(this.#root, 'tasks', taskHash(key));
+      // A directory left by a dead executor must not leak its snapshot into the new task.
+      await rm(hostDir, { recursive: true, force: true });
+      container = await this.#factory.start({
+        name,
+        hostDir,
+        labels: taskLabels(key, this.#labels, hostDir, new Date()),
+        ...(volumes ? { persistentVolumes: volumes, volumeLabels } : {}),
+      });
+    }
+    const hostDir = container.hostDir;
+    const environment = new DockerEnvironment(container, {
+      key,
+      containerName: name,
+      factory: this.#factory,
+      labels: () => taskLabels(key, this.#labels, hostDir, new Date()),
+      ...(volumes ? { persistentVolumes: volumes, volumeLabels } : {}),
+      initialCwd: this.#factory.options.workspaceDir,
+      homeDir: this.#factory.options.homeDir,
+      killGraceMs: this.#options.killGraceMs ?? 1000,
+      memoryMiB: this.#factory.options.memoryMiB,
+      pidsLimit: this.#factory.options.pidsLimit,
+      logger,
+      ownsHostDir: true,
+      onDisposed: () => this.#environments.delete(id),
+      onRemoveFailed: (containerId) => this.#leftovers.add(containerId),
+    });
+    this.#environments.set(id, environment);
+    await environment.init().catch(() => undefined);
+    logger.info(
+      { containerId: container.id.slice(0, 12), channel: container.channel.kind, fromPool, ms: Date.now() - started },
+      'task container ready',
+    );
+    return environment;
+  }
+
+  async close(): Promise<void> {
+    this.#closed = true;
+    clearInterval(this.#sweepTimer);
+    await this.#pool?.close();
+    await Promise.all([...this.#environments.values()].map((e) => e.dispose()));
+    await this.#sweeping?.catch(() => undefined);
+    for (const id of this.#leftovers) {
+      await removeContainer(this.#docker.getContainer(id), this.#daemon).catch(() => undefined);
+    }
+    await this.#heartbeat.stop();
+  }
+
+  async #startPoolContainer(): Promise<SandboxContainer> {
+    await this.#factory.ensureImage();
+    const poolId = `${Date.now().toString(36)}${Math.random().toString(36).slice(2, 8)}`;
+    const hostDir = path.join(this.#root, 'pool', poolId);
+    return this.#factory.start({
+      name: `berth-pool-${poolId}`,
+      hostDir,
+      labels: poolLabels(this.#labels, hostDir, new Date()),
+    });
+  }
+
+  /**
+   * Binds a ready pool container to the task: renamed to the task's
+   * container name, with the task written to task.json in its /run/berth.
+   */
+  async #claimFromPool(key: TaskKey, name: string, logger: Logger): Promise<SandboxContainer | undefined> {
+    const container = this.#pool?.take();
+    if (!container) return undefined;
+    try {
+      await container.rename(name);
+      await writeFile(
+        path.join(container.hostDir, 'task.json'),
+        `${JSON.stringify({ tenant: key.tenant, task: key.taskId, claimedAt: new Date().toISOString() })}\n`,
+      );
+      return container;
+    } catch (err) {
+      logger.warn({ err }, 'claiming a warm pool container failed; starting a new one');
+      await container.remove().catch(() => this.#leftovers.add(container.id));
+      await rm(container.hostDir, { recursive: true, force: true }).catch(() => undefined);
+      return undefined;
+    }
+  }
+
+  /**
+   * The task's container name is taken. A leftover of ours or of an
+   * executor that is gone is removed; a live executor's container is not
+   * touched (the task is being served there).
+   */
+  async #resolveNameConflict(name: string): Promise<void> {
+    let info: Dockerode.ContainerInspectInfo;
+    try {
+      info = await this.#docker.getContainer(name).inspect();
+    } catch (err) {
+      if (isNotFound(err)) return;
+      throw dockerError(err, `inspecting container ${name}`, this.#daemon);
+    }
+    await this.#probes.refresh();
+    const labels = info.Config.Labels ?? {};
+    const liveness = judgeExecutor(labels, this.identity, this.#probes);
+    if (liveness === 'self' || liveness === 'gone') {
+      this.#logger.info({ container: name, liveness }, 'removing a leftover container of the same task');
+      await removeContainer(this.#docker.getContainer(info.Id), this.#daemon);
+      return;
+    }
+    throw new FailedPreconditionError(
+      `container ${name} for this task already exists and belongs to ${
+        liveness === 'alive' ? `executor ${labels[LABEL.executor]}, which is still running` : 'something other than Berth'
+      }; refusing to replace it`,
+    );
+  }
+
+  /** The state root holds every task's directory: ours and private, not a planted symlink. */
+  async #ensureRoot(stateRoot: string): Promise<void> {
+    await mkdir(stateRoot, { recursive: true, mode: 0o700 });
+    const info = await lstat(stateRoot);
+    const uid = typeof process.getuid === 'function' ? process.getuid() : info.uid;
+    if (!info.isDirectory() || info.uid !== uid) {
+      throw new FailedPreconditionError(
+        `state root ${stateRoot} must be a directory owned by uid ${uid}; refusing to use it`,
+      );
+    }
+    if ((info.mode & 0o077) !== 0) await chmod(stateRoot, 0o700);
+    await mkdir(this.#root, { recursive: true, mode: 0o700 });
+  }
+}

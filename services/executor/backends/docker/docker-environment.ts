@@ -1,0 +1,351 @@
+/**
+ * One task's environment on the docker backend: a long-lived container and
+ * the channel into it. Exec semantics match the local backend: each command
+ * is `bash -c` in its own process group; on timeout or interrupt the whole
+ * group (and session) inside the container gets SIGTERM, then SIGKILL after
+ * the grace period, so nothing of it keeps running; 124 / 130 exit codes.
+ *
+ * When the container disappears (removed by hand, OOM-killed, daemon
+ * restart), the next operation starts a new one under the same name and the
+ * same host directory, so the shell snapshot survives, and says so in a
+ * notice with the next command's result.
+ */
+import { posix } from 'node:path';
+import { rm } from 'node:fs/promises';
+import { FailedPreconditionError, InvalidArgumentError } from '../../../common/errors.js';
+import type { Logger } from '../../../common/logging.js';
+import type {
+  BackendEnvironment,
+  BackgroundHandle,
+  BackgroundOptions,
+  ExecOptions,
+  ExecResult,
+  FileStat,
+  TaskKey,
+} from '../../backend.js';
+import { backgroundExitCode, foregroundExitCode } from './agent-protocol.js';
+import { OOM_KILLS, PIDS_LIMIT_HITS, parseCounter, type CgroupCounter } from './cgroup-counters.js';
+import { SANDBOX_RPC_DIR, type PersistentVolumeNames } from './container-spec.js';
+import type { ContainerFactory, ContainerFate, SandboxContainer } from './sandbox-container.js';
+import { SandboxLostError, type ProcessExit, type SandboxChannel, type SandboxProcess } from './sandbox-channel.js';
+
+/** setTimeout fires at once for delays beyond 2^31-1 ms; clamp instead. */
+const MAX_TIMER_MS = 2 ** 31 - 1;
+
+export interface DockerEnvironmentOptions {
+  readonly key: TaskKey;
+  readonly containerName: string;
+  readonly factory: ContainerFactory;
+  /** Labels for a replacement container (fresh `berth.created`). */
+  readonly labels: () => Readonly<Record<string, string>>;
+  readonly persistentVolumes?: PersistentVolumeNames;
+  readonly volumeLabels?: Readonly<Record<string, string>>;
+  readonly initialCwd: string;
+  readonly homeDir: string;
+  readonly killGraceMs: number;
+  readonly memoryMiB: number;
+  readonly pidsLimit: number;
+  readonly logger: Logger;
+  /** Removes the container's host directory on dispose (false for directories someone else owns). */
+  readonly ownsHostDir: boolean;
+  readonly onDisposed: () => void;
+  /** Called with a container id whose removal failed, for a later retry. */
+  readonly onRemoveFailed: (containerId: string) => void;
+}
+
+function describeFate(fate: ContainerFate | undefined): string {
+  if (!fate) return 'could not be reached';
+  if (!fate.exists) return 'was removed';
+  if (!fate.running) {
+    return fate.oomKilled
+      ? 'was stopped by the out-of-memory killer'
+      : `stopped (exit status ${fate.exitCode ?? 'unknown'})`;
+  }
+  return 'lost its exec agent';
+}
+
+export class DockerEnvironment implements BackendEnvironment {
+  readonly homeDir: string;
+  readonly initialCwd: string;
+  readonly stateDir = `${SANDBOX_RPC_DIR}/state`;
+  readonly rpcDir: { readonly hostPath: string; readonly sandboxPath: string };
+  readonly containerName: string;
+  readonly #o: DockerEnvironmentOptions;
+  #container: SandboxContainer;
+  #recreating: Promise<SandboxContainer> | undefined;
+  #notices: string[] = [];
+  #disposing: Promise<void> | undefined;
+  /** Counter values when last looked at, per counter; undefined where the file is unreadable. */
+  #counters = new Map<CgroupCounter, { path: string; value: number } | undefined>();
+
+  constructor(container: SandboxContainer, options: DockerEnvironmentOptions) {
+    this.#container = container;
+    this.#o = options;
+    this.containerName = options.containerName;
+    this.homeDir = options.homeDir;
+    this.initialCwd = options.initialCwd;
+    this.rpcDir = { hostPath: container.hostDir, sandboxPath: SANDBOX_RPC_DIR };
+  }
+
+  get description(): string {
+    return `docker:${this.containerName} (${this.#container.id.slice(0, 12)})`;
+  }
+
+  /** The current container (tests and the backend look at it). */
+  get container(): SandboxContainer {
+    return this.#container;
+  }
+
+  /** Notices gathered since the last call: a replaced container, a limit that killed a command. */
+  takeNotices(): string[] {
+    return this.#notices.splice(0);
+  }
+
+  /** Records the baselines of the OOM and pids counters; called once the container runs. */
+  async init(): Promise<void> {
+    this.#counters.clear();
+    await Promise.all([OOM_KILLS, PIDS_LIMIT_HITS].map((c) => this.#readCounter(this.#container.channel, c)));
+  }
+
+  async #readCounter(channel: SandboxChannel, counter: CgroupCounter): Promise<number | undefined> {
+    const known = this.#counters.get(counter);
+    const paths = known ? [known.path] : this.#counters.has(counter) ? [] : counter.paths;
+    for (const p of paths) {
+      const text = await channel.readFile(p).then(
+        (b) => b.toString('utf8'),
+        () => undefined,
+      );
+      const value = text === undefined ? undefined : parseCounter(text, counter.key);
+      if (value !== undefined) {
+        const previous = known?.value;
+        this.#counters.set(counter, { path: p, value });
+        return previous === undefined ? 0 : value - previous;
+      }
+    }
+    if (!known) this.#counters.set(counter, undefined);
+    return undefined;
+  }
+
+  /** After a failed command: did a limit of the container kill or hobble it? */
+  async #limitNotices(channel: SandboxChannel): Promise<void> {
+    const [oom, pids] = await Promise.all([
+      this.#readCounter(channel, OOM_KILLS).catch(() => undefined),
+      this.#readCounter(channel, PIDS_LIMIT_HITS).catch(() => undefined),
+    ]);
+    if (oom !== undefined && oom > 0) {
+      this.#notices.push(
+        `A process was killed by the out-of-memory killer: the container's memory limit is ${this.#o.memoryMiB} MiB.`,
+      );
+    }
+    if (pids !== undefined && pids > 0) {
+      this.#notices.push(
+        `The command hit the container's limit of ${this.#o.pidsLimit} processes: new processes could not be started.`,
+      );
+    }
+  }
+
+  #assertLive(): void {
+    if (this.#disposing) throw new FailedPreconditionError(`environment ${this.description} was released`);
+  }
+
+  /** The current container, replaced first if it was lost. */
+  async #ready(): Promise<SandboxContainer> {
+    this.#assertLive();
+    if (this.#recreating) return this.#recreating;
+    const current = this.#container;
+    return current.channel.isLost ? this.#recreate(current, '') : current;
+  }
+
+  /** Replaces a lost container (once, however many callers noticed). */
+  #recreate(lost: SandboxContainer, during: string): Promise<SandboxContainer> {
+    if (this.#container !== lost && !this.#recreating) return Promise.resolve(this.#container);
+    this.#recreating ??= (async () => {
+      const fate = await lost.fate().catch(() => undefined);
+      this.#o.logger.warn({ container: lost.name, fate }, 'task container lost; starting a new one');
+      await lost.remove().catch((err: unknown) => {
+        this.#o.logger.warn({ err }, 'removing the lost container failed');
+        this.#o.onRemoveFailed(lost.id);
+      });
+      this.#assertLive();
+      const next = await this.#o.factory.start({
+        name: this.containerName,
+        hostDir: lost.hostDir,
+        labels: this.#o.labels(),
+        ...(this.#o.persistentVolumes ? { persistentVolumes: this.#o.persistentVolumes } : {}),
+        ...(this.#o.volumeLabels ? { volumeLabels: this.#o.volumeLabels } : {}),
+      });
+      if (this.#disposing) {
+        await next.remove().catch(() => this.#o.onRemoveFailed(next.id));
+        this.#assertLive();
+      }
+      this.#container = next;
+      await this.init().catch(() => undefined);
+      const kept = this.#o.persistentVolumes
+        ? `files in ${this.initialCwd} and ${this.homeDir} were kept`
+        : 'files written in the old container are gone';
+      this.#notices.push(
+        `The task's container ${describeFate(fate)}${during}; a new container was started: ` +
+          `background processes were stopped and ${kept}.`,
+      );
+      return next;
+    })().finally(() => {
+      this.#recreating = undefined;
+    });
+    return this.#recreating;
+  }
+
+  /** Runs `fn` on the channel; once more on a new container if the old one was lost. */
+  async #withChannel<T>(fn: (channel: SandboxChannel) => Promise<T>): Promise<T> {
+    const container = await this.#ready();
+    try {
+      return await fn(container.channel);
+    } catch (err) {
+      if (!(err instanceof SandboxLostError) || this.#disposing) throw err;
+      const next = await this.#recreate(container, '');
+      return fn(next.channel);
+    }
+  }
+
+  #safeOutput(onOutput: ((chunk: Buffer) => void) | undefined, chunk: Buffer): void {
+    if (!onOutput || chunk.length === 0) return;
+    try {
+      onOutput(chunk);
+    } catch (err) {
+      this.#o.logger.warn({ err }, 'output consumer threw');
+    }
+  }
+
+  async exec(options: ExecOptions): Promise<ExecResult> {
+    this.#assertLive();
+    if (options.signal?.aborted) return { exitCode: 130, timedOut: false, interrupted: true };
+    let container = await this.#ready();
+    const spawn = (channel: SandboxChannel) =>
+      channel.spawn({
+        script: options.script,
+        cwd: this.initialCwd,
+        ...(options.env ? { env: options.env } : {}),
+        ...(options.pty ? { pty: true } : {}),
+        ...(options.stdin !== undefined ? { stdin: options.stdin } : {}),
+        onOutput: (chunk) => this.#safeOutput(options.onOutput, chunk),
+      });
+    let proc: SandboxProcess;
+    try {
+      proc = await spawn(container.channel);
+    } catch (err) {
+      if (!(err instanceof SandboxLostError) || this.#disposing) throw err;
+      container = await this.#recreate(container, '');
+      proc = await spawn(container.channel);
+    }
+
+    let timedOut = false;
+    let interrupted = false;
+    let killing: Promise<void> | undefined;
+    const kill = () => (killing ??= proc.kill(options.killGraceMs ?? this.#o.killGraceMs).catch(() => undefined));
+    const timer = setTimeout(() => {
+      timedOut = true;
+      void kill();
+    }, Math.min(options.timeoutMs, MAX_TIMER_MS));
+    const onAbort = () => {
+      if (!timedOut) interrupted = true;
+      void kill();
+    };
+    options.signal?.addEventListener('abort', onAbort, { once: true });
+    if (options.signal?.aborted) onAbort();
+
+    let exit: ProcessExit | undefined;
+    let lostError: unknown;
+    try {
+      exit = await proc.exited;
+    } catch (err) {
+      if (!(err instanceof SandboxLostError)) throw err;
+      lostError = err;
+    } finally {
+      clearTimeout(timer);
+      options.signal?.removeEventListener('abort', onAbort);
+    }
+    if (killing) await killing;
+
+    if (!exit) {
+      // The container went away under the command: nothing of it runs any more.
+      if (this.#disposing) throw lostError;
+      await this.#recreate(container, ' while the command ran');
+      return { exitCode: timedOut ? 124 : interrupted ? 130 : 137, timedOut, interrupted };
+    }
+    const exitCode = timedOut ? 124 : interrupted ? 130 : foregroundExitCode(exit.code, exit.signal);
+    if (exitCode !== 0 && !interrupted) await this.#limitNotices(container.channel);
+    return { exitCode, timedOut, interrupted };
+  }
+
+  async startBackground(options: BackgroundOptions): Promise<BackgroundHandle> {
+    this.#assertLive();
+    const proc = await this.#withChannel((channel) =>
+      channel.spawn({
+        script: options.script,
+        cwd: this.initialCwd,
+        ...(options.env ? { env: options.env } : {}),
+        ...(options.pty ? { pty: true } : {}),
+        keepStdin: true,
+        onOutput: (chunk) => this.#safeOutput(options.onOutput, chunk),
+      }),
+    );
+    let exited = false;
+    const exitReported = proc.exited
+      .then(
+        (e) => backgroundExitCode(e.code, e.signal),
+        // The container went away: the process died with it.
+        () => -9,
+      )
+      .then((code) => {
+        exited = true;
+        try {
+          options.onExit(code);
+        } catch (err) {
+          this.#o.logger.warn({ err }, 'exit consumer threw');
+        }
+      });
+    return {
+      pid: proc.pid,
+      write: (data) =>
+        exited ? Promise.reject(new FailedPreconditionError('the process has exited')) : proc.write(data),
+      closeStdin: () => (exited ? Promise.resolve() : proc.closeStdin().catch(() => undefined)),
+      kill: async () => {
+        if (!exited) await proc.kill(this.#o.killGraceMs).catch(() => undefined);
+        await Promise.race([exitReported, new Promise((r) => setTimeout(r, 2000))]);
+      },
+    };
+  }
+
+  async readFile(absPath: string): Promise<Buffer> {
+    assertAbsolute(absPath);
+    return this.#withChannel((channel) => channel.readFile(absPath));
+  }
+
+  async writeFile(absPath: string, data: Uint8Array): Promise<void> {
+    assertAbsolute(absPath);
+    return this.#withChannel((channel) => channel.writeFile(absPath, data));
+  }
+
+  async stat(absPath: string): Promise<FileStat> {
+    assertAbsolute(absPath);
+    const s = await this.#withChannel((channel) => channel.stat(absPath));
+    return { exists: s.exists, isDirectory: s.isDirectory, sizeBytes: s.sizeBytes };
+  }
+
+  dispose(): Promise<void> {
+    this.#disposing ??= (async () => {
+      await this.#recreating?.catch(() => undefined);
+      const container = this.#container;
+      await container.remove().catch((err: unknown) => {
+        this.#o.logger.warn({ err, container: container.name }, 'removing the task container failed; will retry');
+        this.#o.onRemoveFailed(container.id);
+      });
+      if (this.#o.ownsHostDir) await rm(container.hostDir, { recursive: true, force: true }).catch(() => undefined);
+      this.#o.onDisposed();
+    })();
+    return this.#disposing;
+  }
+}
+
+function assertAbsolute(absPath: string): void {
+  if (!posix.isAbsolute(absPath)) throw new InvalidArgumentError(`path must be absolute: ${absPath}`);
+}

@@ -1,0 +1,334 @@
+/**
+ * Starting and removing one sandbox container: prepare its host directory
+ * (agent script, socket, runner state), create and start it hardened, and
+ * wait until its exec agent dials in, or fall back to `docker exec` when the
+ * image cannot run the agent. A container whose start fails is removed, so
+ * none is left stuck in Created.
+ */
+import { randomBytes } from 'node:crypto';
+import { access, chmod, chown, copyFile, mkdir, readFile, rm } from 'node:fs/promises';
+import path from 'node:path';
+import type Dockerode from 'dockerode';
+import { UnavailableError } from '../../../common/errors.js';
+import type { Logger } from '../../../common/logging.js';
+import { AgentListener } from './agent-listener.js';
+import {
+  AGENT_UNAVAILABLE_FILE,
+  SANDBOX_GID,
+  SANDBOX_UID,
+  buildContainerCreateOptions,
+  type ContainerSpecInput,
+  type PersistentVolumeNames,
+} from './container-spec.js';
+import { DockerExecChannel } from './docker-exec-channel.js';
+import { dockerError, isConflict, isNotFound, missingImageError } from './docker-errors.js';
+import { DockerStreamDemuxer } from './docker-stream-demuxer.js';
+import type { SandboxChannel } from './sandbox-channel.js';
+
+/** Settings shared by every container of one backend. */
+export interface ContainerFactoryOptions {
+  readonly docker: Dockerode;
+  /** How error messages name the daemon. */
+  readonly daemon: string;
+  readonly image: string;
+  readonly network: 'none' | 'bridge';
+  readonly runtime: string;
+  readonly readOnlyRoot: boolean;
+  readonly memoryMiB: number;
+  readonly cpus: number;
+  readonly pidsLimit: number;
+  readonly env: Readonly<Record<string, string>>;
+  readonly binds: readonly string[];
+  readonly workspaceDir: string;
+  readonly homeDir: string;
+  /** berth_agent.py on the executor's host, copied into each host directory. */
+  readonly agentScriptPath: string;
+  readonly agentConnectTimeoutMs: number;
+  readonly logger: Logger;
+  /**
+   * Called when the container name is taken: removes the holder if it is a
+   * leftover, throws if a live executor owns it.
+   */
+  readonly resolveNameConflict: (name: string) => Promise<void>;
+}
+
+export interface StartParams {
+  readonly name: string;
+  readonly hostDir: string;
+  readonly labels: Readonly<Record<string, string>>;
+  readonly persistentVolumes?: PersistentVolumeNames;
+  readonly volumeLabels?: Readonly<Record<string, string>>;
+  readonly signal?: AbortSignal;
+}
+
+/** What `docker inspect` says about a container we lost. */
+export interface ContainerFate {
+  readonly exists: boolean;
+  readonly running: boolean;
+  readonly exitCode?: number;
+  readonly oomKilled?: boolean;
+}
+
+/** A started container and the channel into it. */
+export class SandboxContainer {
+  readonly id: string;
+  readonly hostDir: string;
+  readonly channel: SandboxChannel;
+  readonly startedAt: number;
+  #name: string;
+  readonly #container: Dockerode.Container;
+  readonly #listener: AgentListener;
+  readonly #factory: ContainerFactory;
+  #removing: Promise<void> | undefined;
+
+  constructor(
+    factory: ContainerFactory,
+    container: Dockerode.Container,
+    name: string,
+    hostDir: string,
+    listener: AgentListener,
+    channel: SandboxChannel,
+  ) {
+    this.#factory = factory;
+    this.#container = container;
+    this.id = container.id;
+    this.#name = name;
+    this.hostDir = hostDir;
+    this.#listener = listener;
+    this.channel = channel;
+    this.startedAt = Date.now();
+  }
+
+  get name(): string {
+    return this.#name;
+  }
+
+  /** Renames the container (a claimed pool container takes its task's name). */
+  async rename(name: string): Promise<void> {
+    const { docker, daemon } = this.#factory.options;
+    try {
+      await this.#container.rename({ name });
+    } catch (err) {
+      if (!isConflict(err)) throw dockerError(err, `renaming ${this.#name} to ${name}`, daemon);
+      await this.#factory.options.resolveNameConflict(name);
+      try {
+        await docker.getContainer(this.id).rename({ name });
+      } catch (again) {
+        throw dockerError(again, `renaming ${this.#name} to ${name}`, daemon);
+      }
+    }
+    this.#name = name;
+  }
+
+  /** Why the container is unusable: removed, stopped (OOM?), or still running. */
+  async fate(): Promise<ContainerFate> {
+    try {
+      const info = await this.#container.inspect();
+      return {
+        exists: true,
+        running: info.State.Running,
+        exitCode: info.State.ExitCode,
+        oomKilled: info.State.OOMKilled,
+      };
+    } catch (err) {
+      if (isNotFound(err)) return { exists: false, running: false };
+      throw dockerError(err, `inspecting ${this.#name}`, this.#factory.options.daemon);
+    }
+  }
+
+  /** Force-removes the container (killing everything in it). Idempotent; a missing container is fine. */
+  remove(): Promise<void> {
+    this.#removing ??= (async () => {
+      this.channel.close();
+      await this.#listener.close();
+      await removeContainer(this.#container, this.#factory.options.daemon);
+    })();
+    return this.#removing;
+  }
+}
+
+/** Force-removes a container; 404 means it is gone already. Never removes volumes. */
+export async function removeContainer(container: Dockerode.Container, daemon: string): Promise<void> {
+  try {
+    await container.remove({ force: true, v: false });
+  } catch (err) {
+    // 409 "removal already in progress" ends the same way.
+    if (isNotFound(err) || isConflict(err)) return;
+    throw dockerError(err, `removing container ${container.id}`, daemon);
+  }
+}
+
+/** Prepares host directories and starts containers with one backend's settings. */
+export class ContainerFactory {
+  readonly options: ContainerFactoryOptions;
+  readonly #fallbackLogged = new Set<string>();
+
+  constructor(options: ContainerFactoryOptions) {
+    this.options = options;
+  }
+
+  /** Fails with the image name and how to build it when the image is missing. Never pulls. */
+  async ensureImage(): Promise<void> {
+    const { docker, image, daemon } = this.options;
+    try {
+      await docker.getImage(image).inspect();
+    } catch (err) {
+      if (isNotFound(err)) throw missingImageError(image, daemon);
+      throw dockerError(err, `looking up the image ${image}`, daemon);
+    }
+  }
+
+  /**
+   * The host directory bind-mounted at /run/berth: owned by the sandbox user
+   * (or world-writable where the executor may not chown; its parent stays
+   * private to the executor), with the agent script and a `state` directory
+   * for the shell-state runner.
+   */
+  async prepareHostDir(hostDir: string): Promise<void> {
+    await mkdir(path.dirname(hostDir), { recursive: true, mode: 0o700 });
+    await mkdir(path.join(hostDir, 'state'), { recursive: true, mode: 0o755 });
+    for (const dir of [hostDir, path.join(hostDir, 'state')]) {
+      try {
+        await chown(dir, SANDBOX_UID, SANDBOX_GID);
+      } catch {
+        await chmod(dir, 0o777);
+      }
+    }
+    await rm(path.join(hostDir, AGENT_UNAVAILABLE_FILE), { force: true });
+    const agent = path.join(hostDir, 'berth_agent.py');
+    await copyFile(this.options.agentScriptPath, agent);
+    await chmod(agent, 0o644);
+  }
+
+  async start(params: StartParams): Promise<SandboxContainer> {
+    const o = this.options;
+    await this.prepareHostDir(params.hostDir);
+    const listener = await AgentListener.listen(
+      path.join(params.hostDir, 'agent.sock'),
+      params.name,
+      { uid: SANDBOX_UID, gid: SANDBOX_GID },
+      o.logger,
+    );
+    const token = randomBytes(16).toString('hex');
+    const spec: ContainerSpecInput = {
+      name: params.name,
+      image: o.image,
+      hostDir: params.hostDir,
+      agentToken: token,
+      labels: params.labels,
+      env: o.env,
+      memoryMiB: o.memoryMiB,
+      cpus: o.cpus,
+      pidsLimit: o.pidsLimit,
+      network: o.network,
+      readOnlyRoot: o.readOnlyRoot,
+      runtime: o.runtime,
+      binds: o.binds,
+      ...(params.persistentVolumes ? { persistentVolumes: params.persistentVolumes } : {}),
+      ...(params.volumeLabels ? { volumeLabels: params.volumeLabels } : {}),
+      workspaceDir: o.workspaceDir,
+      homeDir: o.homeDir,
+    };
+    let container: Dockerode.Container | undefined;
+    try {
+      container = await this.#create(spec);
+      try {
+        await container.start();
+      } catch (err) {
+        throw dockerError(err, `starting container ${params.name}`, o.daemon);
+      }
+      const channel = await this.#connect(container, params, listener, token);
+      return new SandboxContainer(this, container, params.name, params.hostDir, listener, channel);
+    } catch (err) {
+      await listener.close();
+      // Never leave a container stuck in Created (or running without its agent).
+      if (container) await removeContainer(container, o.daemon).catch(() => undefined);
+      throw err;
+    }
+  }
+
+  async #create(spec: ContainerSpecInput): Promise<Dockerode.Container> {
+    const o = this.options;
+    const options = buildContainerCreateOptions(spec);
+    try {
+      return await o.docker.createContainer(options);
+    } catch (err) {
+      if (isNotFound(err)) throw missingImageError(o.image, o.daemon);
+      if (!isConflict(err)) throw dockerError(err, `creating container ${spec.name}`, o.daemon);
+    }
+    // The name is taken: a leftover of this task. Clear it and try once more.
+    await o.resolveNameConflict(spec.name);
+    try {
+      return await o.docker.createContainer(options);
+    } catch (err) {
+      if (isNotFound(err)) throw missingImageError(o.image, o.daemon);
+      throw dockerError(err, `creating container ${spec.name}`, o.daemon);
+    }
+  }
+
+  /** Waits for the agent, the "cannot run the agent" marker, or the container's exit. */
+  async #connect(
+    container: Dockerode.Container,
+    params: StartParams,
+    listener: AgentListener,
+    token: string,
+  ): Promise<SandboxChannel> {
+    const o = this.options;
+    const stop = new AbortController();
+    const signal = params.signal ? AbortSignal.any([params.signal, stop.signal]) : stop.signal;
+    const marker = path.join(params.hostDir, AGENT_UNAVAILABLE_FILE);
+    const agent = listener.expect(token, o.agentConnectTimeoutMs, signal);
+    agent.catch(() => undefined);
+    const fallback = (async (): Promise<'fallback' | 'exited'> => {
+      let round = 0;
+      while (!signal.aborted) {
+        await new Promise((r) => setTimeout(r, 25));
+        if (await access(marker).then(() => true, () => false)) return 'fallback';
+        if (++round % 20 === 0) {
+          const info = await container.inspect().catch(() => undefined);
+          if (info && !info.State.Running) return 'exited';
+        }
+      }
+      return 'exited';
+    })();
+    try {
+      const first = await Promise.race([agent, fallback]);
+      if (first !== 'fallback' && first !== 'exited') return first;
+      if (first === 'fallback') {
+        const reason = await readFile(marker, 'utf8').catch(() => '');
+        if (!this.#fallbackLogged.has(o.image)) {
+          this.#fallbackLogged.add(o.image);
+          o.logger.warn(
+            { image: o.image, reason: reason.trim() },
+            'the image cannot run the exec agent; using docker exec for its containers (slower: ~45 ms a command)',
+          );
+        }
+        return new DockerExecChannel(container, params.name, o.daemon, o.logger);
+      }
+      throw new UnavailableError(
+        `container ${params.name} (image ${o.image}) stopped before its exec agent connected: ${await this.#logsTail(container)}`,
+      );
+    } catch (err) {
+      if (err instanceof UnavailableError && /did not connect/.test(err.message)) {
+        throw new UnavailableError(`${err.message}; container output: ${await this.#logsTail(container)}`, { cause: err });
+      }
+      throw err;
+    } finally {
+      stop.abort();
+    }
+  }
+
+  async #logsTail(container: Dockerode.Container): Promise<string> {
+    try {
+      const logs = (await container.logs({ stdout: true, stderr: true, tail: 20, follow: false })) as Buffer;
+      const text = new DockerStreamDemuxer()
+        .push(logs)
+        .map((part) => part.data.toString('utf8'))
+        .join('')
+        .trim();
+      return text || '(no output)';
+    } catch {
+      return '(no output)';
+    }
+  }
+}
