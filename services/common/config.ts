@@ -248,6 +248,11 @@ export function parseConfig(raw: unknown, source = 'config'): BerthConfig {
         'container backend, or set allow_local_multi_tenant: true to accept that',
     );
   }
+  const smartUsers = [config.approvals.mode, ...config.tenants.map((t) => t.approvals?.mode)].includes('smart');
+  const { base_url: smartUrl, model: smartModel } = config.approvals.smart;
+  if (smartUsers && (smartUrl === '' || smartModel === '')) {
+    problems.push("approvals.smart: mode 'smart' needs approvals.smart.base_url and approvals.smart.model");
+  }
   if (problems.length > 0) throw new ConfigError(`invalid ${source}:\n${problems.map((p) => `✖ ${p}`).join('\n')}`);
   return config;
 }

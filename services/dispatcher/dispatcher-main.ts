@@ -5,6 +5,7 @@ import { CHANNEL_OPTIONS, createBerthServer, EXECUTOR_SECRET_HEADER } from '../c
 import type { Logger } from '../common/logging.js';
 import { DispatcherDefinition } from '../gen/berth/v1/dispatcher.js';
 import { ExecutorDefinition } from '../gen/berth/v1/executor.js';
+import { ApprovalService } from './approval/approval-service.js';
 import { executeCodeLimitsFromConfig, executeCodeSchemaPatcher } from './code-execution/execute-code-tool.js';
 import { Dispatcher } from './dispatcher.js';
 import { createDispatcherService } from './dispatcher-service.js';
@@ -26,6 +27,8 @@ export interface DispatcherStartOptions {
   readonly host: string;
   readonly port: number;
   readonly executors: readonly ExecutorTarget[];
+  /** The config file the config came from; "always" approvals are written back to it (none: memory only). */
+  readonly configPath?: string;
 }
 
 export interface RunningDispatcher {
@@ -64,11 +67,19 @@ export async function startDispatcher(options: DispatcherStartOptions): Promise<
   const router = new ExecutorRouter(endpoints, (tenant) => tenants.policyFor(tenant));
   const registry = new ToolRegistry({ logger });
   registerBuiltinTools(registry, config);
+  const approvals = new ApprovalService({
+    config,
+    logger,
+    ...(options.configPath === undefined ? {} : { configPath: options.configPath }),
+    // The key stays in the environment; config names only the variable.
+    smartApiKey: process.env[config.approvals.smart.api_key_env] ?? '',
+  });
   const dispatcher = new Dispatcher({
     registry,
     router,
     terminal: config.terminal,
     logger,
+    approvals,
     executeCodeSchema: executeCodeSchemaPatcher(executeCodeLimitsFromConfig(config)),
   });
 

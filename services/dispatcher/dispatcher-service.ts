@@ -2,15 +2,19 @@
  * gRPC adapter for the Dispatcher service: converts messages and wires the
  * Session stream; the work happens in {@link Dispatcher}.
  */
-import type { CallContext } from 'nice-grpc';
+import { Status, type CallContext } from 'nice-grpc';
 import { AsyncQueue } from '../common/async-queue.js';
-import { InvalidArgumentError, NotFoundError } from '../common/errors.js';
+import { InvalidArgumentError, UnavailableError } from '../common/errors.js';
 import type { Logger } from '../common/logging.js';
 import type {
   DispatcherServiceImplementation,
   SessionClientMessage,
   SessionServerMessage,
 } from '../gen/berth/v1/dispatcher.js';
+import { INTERACTIVE_HEADER, isInteractive } from './approval/approval-service.js';
+import type { ApprovalSurface } from './approval/approval-types.js';
+import { approveParkedCall } from './approval/approve-parked-call.js';
+import { StreamApprovals } from './approval/stream-approvals.js';
 import type { Dispatcher } from './dispatcher.js';
 import { toServerError } from '../common/grpc-errors.js';
 import type { TenantContext } from './tenants.js';
@@ -24,6 +28,10 @@ export function createDispatcherService(
   shutdownSignal: AbortSignal,
 ): DispatcherServiceImplementation<TenantContext> {
   const callSignal = (context: CallContext) => AbortSignal.any([context.signal, shutdownSignal]);
+  const interactive = (context: CallContext) => {
+    const value = context.metadata.get(INTERACTIVE_HEADER);
+    return isInteractive(typeof value === 'string' ? value : undefined);
+  };
 
   return {
     async listTools(request) {
@@ -43,7 +51,8 @@ export function createDispatcherService(
           taskId: request.taskId,
           sessionId: request.sessionId,
         },
-        { signal: callSignal(context) },
+        // Nobody can be asked during a unary call: park it for Approve (or follow non_interactive).
+        { signal: callSignal(context), approvalSurface: { kind: interactive(context) ? 'defer' : 'none' } },
       );
       return { resultJson };
     },
@@ -52,12 +61,31 @@ export function createDispatcherService(
       const out = new AsyncQueue<SessionServerMessage>();
       const signal = callSignal(context);
       const running = new Set<Promise<void>>();
+      const approvals = new StreamApprovals((callId, prompt) =>
+        out.push({
+          message: {
+            $case: 'approvalRequest',
+            value: {
+              approvalId: prompt.approvalId,
+              callId,
+              command: prompt.command,
+              description: prompt.description,
+              patternKey: prompt.patternKey,
+              choices: [...prompt.choices],
+              timeoutSeconds: prompt.timeoutSec,
+            },
+          },
+        }),
+      );
+      const surfaceFor = (callId: string): ApprovalSurface =>
+        interactive(context) ? { kind: 'ask', asker: approvals.askerFor(callId) } : { kind: 'none' };
 
       const runCall = async (callId: string, msg: NonNullable<SessionClientMessage['message']>) => {
         if (msg.$case !== 'call') return;
         const req = msg.value.request;
         if (!req) throw new InvalidArgumentError('SessionToolCall.request is required');
         let resultJson: string;
+        let errorStatus = '';
         try {
           resultJson = await dispatcher.callTool(
             context.tenant,
@@ -65,14 +93,16 @@ export function createDispatcherService(
             {
               signal,
               onOutput: (text) => out.push({ message: { $case: 'output', value: { callId, text } } }),
+              approvalSurface: surfaceFor(callId),
             },
           );
         } catch (err) {
           // A failed call must not end the whole stream: report it on this call only.
           const status = toServerError(err, logger, 'Session/call');
           resultJson = JSON.stringify({ error: status.details });
+          errorStatus = Status[status.code];
         }
-        out.push({ message: { $case: 'result', value: { callId, resultJson } } });
+        out.push({ message: { $case: 'result', value: { callId, resultJson, errorStatus } } });
       };
 
       const pump = (async () => {
@@ -92,6 +122,7 @@ export function createDispatcherService(
                         resultJson: JSON.stringify({
                           error: `Too many concurrent calls on this session (max ${MAX_SESSION_CONCURRENCY})`,
                         }),
+                        errorStatus: 'RESOURCE_EXHAUSTED',
                       },
                     },
                   });
@@ -104,27 +135,48 @@ export function createDispatcherService(
               case 'interrupt':
                 await dispatcher.interrupt(context.tenant, msg.value.taskId);
                 break;
-              case 'approvalAnswer':
-                throw new NotFoundError(`no pending approval with id '${msg.value.approvalId}'`);
+              case 'approvalAnswer': {
+                const { approvalId, choice } = msg.value;
+                const answered = approvals.answer(approvalId, choice);
+                // A late answer (the ask timed out) is normal; it must not end the stream.
+                if (answered !== 'answered') logger.info({ approvalId, choice, answered }, 'approval answer not applied');
+                break;
+              }
+              case 'settings':
+                dispatcher.approvals?.setYolo(context.tenant, msg.value.sessionId, msg.value.yolo);
+                break;
             }
           }
+          // The client stopped sending: nobody can answer approval requests any more.
+          approvals.close();
           await Promise.all(running);
         } finally {
           out.close();
         }
       })();
 
+      // On shutdown the stream ends UNAVAILABLE at once, so clients know to retry elsewhere.
+      const onShutdown = () => out.close();
+      shutdownSignal.addEventListener('abort', onShutdown, { once: true });
       try {
         yield* out;
       } finally {
-        await pump;
+        shutdownSignal.removeEventListener('abort', onShutdown);
+        approvals.close();
+        if (shutdownSignal.aborted) pump.catch(() => undefined);
+        else await pump;
       }
+      if (shutdownSignal.aborted) throw new UnavailableError('Berth is shutting down; retry the call');
     },
 
-    async approve(request) {
-      throw new NotFoundError(
-        `no pending approval with id '${request.approvalId}' for task '${request.taskId}'`,
+    async approve(request, context) {
+      const resultJson = await approveParkedCall(
+        dispatcher,
+        context.tenant,
+        { approvalId: request.approvalId, choice: request.choice, taskId: request.taskId, sessionId: request.sessionId },
+        callSignal(context),
       );
+      return { resultJson };
     },
 
     async interrupt(request, context) {

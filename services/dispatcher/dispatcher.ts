@@ -7,6 +7,9 @@ import { performance } from 'node:perf_hooks';
 import type { TerminalConfig } from '../common/config.js';
 import { InvalidArgumentError } from '../common/errors.js';
 import type { Logger } from '../common/logging.js';
+import type { ApprovalGrant } from './approval/approval-guard.js';
+import type { ApprovalService } from './approval/approval-service.js';
+import type { ApprovalSurface } from './approval/approval-types.js';
 import type { ExecutorRouter } from './executor-router.js';
 import { ExecutorTaskClient } from './executor-task-client.js';
 import type { ToolRegistry } from './registry.js';
@@ -33,6 +36,10 @@ export interface CallOptions {
   /** Client gone or server shutting down: in-flight work is cancelled. */
   readonly signal: AbortSignal;
   readonly onOutput?: (text: string) => void;
+  /** Who answers approval requests; default `defer` (unary: park the call for the Approve RPC). */
+  readonly approvalSurface?: ApprovalSurface;
+  /** Lets the one command an Approve answer approved through (re-run of a parked call). */
+  readonly approvalGrant?: ApprovalGrant;
 }
 
 export interface DispatcherOptions {
@@ -42,6 +49,8 @@ export interface DispatcherOptions {
   readonly logger: Logger;
   /** Rewrites the execute_code schema for the sandbox tools a listing keeps (configured limits). */
   readonly executeCodeSchema?: ExecuteCodeSchemaBuilder;
+  /** The approval flow; without it only hardline rules guard commands. */
+  readonly approvals?: ApprovalService;
 }
 
 /** Parses a CallTool argument string the way models send them; never throws. */
@@ -59,6 +68,7 @@ export class Dispatcher {
   readonly #router: ExecutorRouter;
   readonly #logger: Logger;
   readonly #executeCodeSchema: ExecuteCodeSchemaBuilder | undefined;
+  readonly #approvals: ApprovalService | undefined;
   /** Which executor holds each task's environment, to notice when it moved (its executor died). */
   readonly #placements = new Map<string, string>();
 
@@ -67,6 +77,11 @@ export class Dispatcher {
     this.#router = options.router;
     this.#logger = options.logger;
     this.#executeCodeSchema = options.executeCodeSchema;
+    this.#approvals = options.approvals;
+  }
+
+  get approvals(): ApprovalService | undefined {
+    return this.#approvals;
   }
 
   get registry(): ToolRegistry {
@@ -127,6 +142,22 @@ export class Dispatcher {
         signal: options.signal,
         logger: log,
         ...(options.onOutput ? { onOutput: options.onOutput } : {}),
+        ...(this.#approvals
+          ? {
+              approval: this.#approvals.hookFor({
+                tenant,
+                taskId,
+                sessionId: input.sessionId,
+                surface: options.approvalSurface ?? { kind: 'defer' },
+                signal: options.signal,
+                logger: log,
+                executorId,
+                executor: client,
+                parked: { ...input, taskId },
+                ...(options.approvalGrant ? { grant: options.approvalGrant } : {}),
+              }),
+            }
+          : {}),
       };
       const result = await this.#registry.dispatch(input.name, parsed.args, context);
       if (result.startsWith('{"error"')) outcome = 'tool_error';
@@ -167,6 +198,7 @@ export class Dispatcher {
     const id = Dispatcher.checkTaskId(taskId);
     const { client } = this.#router.route(tenant, id);
     this.#placements.delete(`${tenant}/${id}`);
+    this.#approvals?.guard.forgetTask(tenant, id);
     const r = await client.releaseTask({ task: { tenant, taskId: id } });
     this.#logger.info({ tenant, task: id, released: r.released }, 'end task');
     return r.released;

@@ -157,7 +157,7 @@ describe('berth serve (local backend)', () => {
     const call = serve.client.callTool(
       {
         name: 'terminal',
-        argumentsJson: JSON.stringify({ command: `sh -c 'echo $$ > ${pidFile}; exec sleep 1000'`, timeout: 600 }),
+        argumentsJson: JSON.stringify({ command: `(echo $BASHPID > ${pidFile}; exec sleep 1000)`, timeout: 600 }),
         taskId: 'disconnect',
         sessionId: '',
       },
@@ -174,7 +174,7 @@ describe('berth serve (local backend)', () => {
     const pidFile = join(scratch, 'interrupt.pid');
     const call = serve.client.callTool({
       name: 'terminal',
-      argumentsJson: JSON.stringify({ command: `echo started; sh -c 'echo $$ > ${pidFile}; exec sleep 1000'` }),
+      argumentsJson: JSON.stringify({ command: `echo started; (echo $BASHPID > ${pidFile}; exec sleep 1000)` }),
       taskId: 'intr',
       sessionId: '',
     });
@@ -379,7 +379,7 @@ describe('berth serve shutdown', () => {
       const pidFile = join(dir, 'pid');
       const call = serve.client.callTool({
         name: 'terminal',
-        argumentsJson: JSON.stringify({ command: `sh -c 'echo $$ > ${pidFile}; exec sleep 1000'` }),
+        argumentsJson: JSON.stringify({ command: `(echo $BASHPID > ${pidFile}; exec sleep 1000)` }),
         taskId: 'shutdown',
         sessionId: '',
       });

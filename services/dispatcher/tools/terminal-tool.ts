@@ -5,6 +5,7 @@
  * protocol (spec/tool-runtime.md §3); the executor does the running, ANSI
  * stripping and output truncation.
  */
+import { requestCommandApproval } from '../approval/guard-hook.js';
 import type { TaskExecResult } from '../task-client.js';
 import type { ToolArgs, ToolContext, ToolRegistration, ToolSchema } from '../tool-types.js';
 import {
@@ -174,7 +175,7 @@ function readStringList(raw: unknown): string[] | undefined {
   return strings.length > 0 ? strings : undefined;
 }
 
-function foregroundResult(command: string, result: TaskExecResult, timeoutSec: number): string {
+function foregroundResult(command: string, result: TaskExecResult, timeoutSec: number, approval?: string): string {
   // Trailing newlines carry nothing for the model; suffixes then start on their own line.
   let output = result.output.replace(/\s+$/, '');
   let exitCode = result.exitCode;
@@ -191,6 +192,7 @@ function foregroundResult(command: string, result: TaskExecResult, timeoutSec: n
     output,
     exit_code: exitCode,
     error: null,
+    ...(approval === undefined ? {} : { approval }),
     ...(meaning === undefined ? {} : { exit_code_meaning: meaning }),
   });
 }
@@ -211,6 +213,9 @@ async function runTerminal(args: ToolArgs, ctx: ToolContext, options: TerminalTo
   const pty = typeof args.pty === 'boolean' ? args.pty : undefined;
 
   if (args.background === true) {
+    // Background commands need the same approval as foreground ones: running later is still running.
+    const verdict = await requestCommandApproval(ctx, 'terminal', rawCommand);
+    if (!verdict.allowed) return verdict.result;
     const watchPatterns = readStringList(args.watch_patterns);
     const started = await ctx.task.startBackground({
       command: rewriteBackgroundChain(rawCommand),
@@ -234,6 +239,9 @@ async function runTerminal(args: ToolArgs, ctx: ToolContext, options: TerminalTo
   if (overCap !== null) return refusal(overCap, 'error');
   const hazard = findForegroundHazard(rawCommand);
   if (hazard !== null) return refusal(hazard, 'error');
+  // Asked last, so nobody is asked about a command that would be refused anyway.
+  const verdict = await requestCommandApproval(ctx, 'terminal', rawCommand);
+  if (!verdict.allowed) return verdict.result;
 
   // The guardrail lets a foreground `&` through only when it backgrounds a
   // --help/--version command; the rewrite keeps the rest of such a chain in
@@ -248,7 +256,7 @@ async function runTerminal(args: ToolArgs, ctx: ToolContext, options: TerminalTo
     signal: ctx.signal,
     ...(ctx.onOutput === undefined ? {} : { onOutput: ctx.onOutput }),
   });
-  return foregroundResult(command, result, timeoutSec.value);
+  return foregroundResult(command, result, timeoutSec.value, verdict.note);
 }
 
 /**

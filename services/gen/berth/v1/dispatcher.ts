@@ -87,6 +87,12 @@ export interface SessionToolOutput {
 export interface SessionToolResult {
   callId: string;
   resultJson: string;
+  /**
+   * Set when the call itself failed rather than the tool (bad request, executor
+   * unreachable, ...): the gRPC status name, e.g. INVALID_ARGUMENT, UNAVAILABLE.
+   * result_json then holds {"error": details}. Empty for every tool result.
+   */
+  errorStatus: string;
 }
 
 export interface ApprovalRequest {
@@ -1145,7 +1151,7 @@ export const SessionToolOutput: MessageFns<SessionToolOutput> = {
 };
 
 function createBaseSessionToolResult(): SessionToolResult {
-  return { callId: "", resultJson: "" };
+  return { callId: "", resultJson: "", errorStatus: "" };
 }
 
 export const SessionToolResult: MessageFns<SessionToolResult> = {
@@ -1155,6 +1161,9 @@ export const SessionToolResult: MessageFns<SessionToolResult> = {
     }
     if (message.resultJson !== "") {
       writer.uint32(18).string(message.resultJson);
+    }
+    if (message.errorStatus !== "") {
+      writer.uint32(26).string(message.errorStatus);
     }
     return writer;
   },
@@ -1188,6 +1197,14 @@ export const SessionToolResult: MessageFns<SessionToolResult> = {
             message.resultJson = reader.string();
             continue;
           }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.errorStatus = reader.string();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -1212,6 +1229,11 @@ export const SessionToolResult: MessageFns<SessionToolResult> = {
         : isSet(object.result_json)
         ? globalThis.String(object.result_json)
         : "",
+      errorStatus: isSet(object.errorStatus)
+        ? globalThis.String(object.errorStatus)
+        : isSet(object.error_status)
+        ? globalThis.String(object.error_status)
+        : "",
     };
   },
 
@@ -1223,6 +1245,9 @@ export const SessionToolResult: MessageFns<SessionToolResult> = {
     if (message.resultJson !== "") {
       obj.resultJson = message.resultJson;
     }
+    if (message.errorStatus !== "") {
+      obj.errorStatus = message.errorStatus;
+    }
     return obj;
   },
 
@@ -1233,6 +1258,7 @@ export const SessionToolResult: MessageFns<SessionToolResult> = {
     const message = createBaseSessionToolResult();
     message.callId = object.callId ?? "";
     message.resultJson = object.resultJson ?? "";
+    message.errorStatus = object.errorStatus ?? "";
     return message;
   },
 };
