@@ -1,0 +1,103 @@
+import assert from 'node:assert/strict';
+import { describe, it } from 'node:test';
+import { shapeExecuteCodeResult, type ExecuteCodeOutcome } from '../../services/dispatcher/code-execution/execute-code-result.js';
+import {
+  ScriptToolPolicy,
+  stripTerminalArgs,
+  toolCallLimitError,
+  toolNotAvailableError,
+} from '../../services/dispatcher/code-execution/execute-code-tool.js';
+
+const base: ExecuteCodeOutcome = {
+  stdout: 'out\n',
+  stderr: '',
+  exitCode: 0,
+  timedOut: false,
+  interrupted: false,
+  toolCallsMade: 3,
+  durationMs: 1234.567,
+  timeoutSec: 300,
+};
+
+describe('shapeExecuteCodeResult', () => {
+  it('success: status, output, tool_calls_made, duration_seconds with 2 decimals, no error', () => {
+    assert.deepEqual(shapeExecuteCodeResult(base), {
+      status: 'success',
+      output: 'out\n',
+      tool_calls_made: 3,
+      duration_seconds: 1.23,
+    });
+  });
+
+  it('timeout: the ⏰ message after stdout, or alone when stdout is empty', () => {
+    const r = shapeExecuteCodeResult({ ...base, timedOut: true, exitCode: 124, timeoutSec: 7 });
+    assert.equal(r.status, 'timeout');
+    assert.equal(r.error, 'Script timed out after 7s and was killed.');
+    assert.equal(r.output, 'out\n\n\n⏰ Script timed out after 7s and was killed.');
+    const empty = shapeExecuteCodeResult({ ...base, stdout: '', timedOut: true, exitCode: 124 });
+    assert.equal(empty.output, '⏰ Script timed out after 300s and was killed.');
+  });
+
+  it('interrupt: the exact suffix', () => {
+    const r = shapeExecuteCodeResult({ ...base, interrupted: true, exitCode: 130 });
+    assert.equal(r.status, 'interrupted');
+    assert.equal(r.output, 'out\n\n[execution interrupted — user sent a new message]');
+    assert.ok(r.error);
+  });
+
+  it('non-zero exit: stderr as the error and after the separator, else the exit code', () => {
+    const r = shapeExecuteCodeResult({ ...base, exitCode: 1, stderr: 'Traceback ...\nValueError: x\n' });
+    assert.equal(r.status, 'error');
+    assert.equal(r.error, 'Traceback ...\nValueError: x\n');
+    assert.equal(r.output, 'out\n\n--- stderr ---\nTraceback ...\nValueError: x\n');
+    const silent = shapeExecuteCodeResult({ ...base, exitCode: 3 });
+    assert.equal(silent.error, 'Script exited with code 3');
+    assert.equal(silent.output, 'out\n');
+  });
+
+  it('carries notices (where the script ran) in `notice`', () => {
+    const r = shapeExecuteCodeResult({ ...base, notices: ['Ran on the host.'] });
+    assert.equal(r.notice, 'Ran on the host.');
+  });
+});
+
+describe('ScriptToolPolicy', () => {
+  it('refuses tools outside the whitelist with the sorted list, without counting them', () => {
+    const policy = new ScriptToolPolicy(['terminal', 'read_file', 'patch'], 2);
+    assert.equal(
+      policy.admit('execute_code'),
+      JSON.stringify({ error: "Tool 'execute_code' is not available in execute_code. Available: patch, read_file, terminal" }),
+    );
+    assert.equal(policy.callsMade, 0);
+  });
+
+  it('admits up to the limit, then refuses with the exact message', () => {
+    const policy = new ScriptToolPolicy(['terminal'], 2);
+    assert.equal(policy.admit('terminal'), undefined);
+    assert.equal(policy.admit('terminal'), undefined);
+    assert.equal(
+      policy.admit('terminal'),
+      JSON.stringify({ error: 'Tool call limit reached (2). No more tool calls allowed in this execution.' }),
+    );
+    assert.equal(policy.callsMade, 2);
+    assert.equal(toolCallLimitError(50), '{"error":"Tool call limit reached (50). No more tool calls allowed in this execution."}');
+    assert.equal(toolNotAvailableError('x', []), '{"error":"Tool \'x\' is not available in execute_code. Available: "}');
+  });
+});
+
+describe('stripTerminalArgs', () => {
+  it('removes background, pty, notify_on_complete and watch_patterns only', () => {
+    assert.deepEqual(
+      stripTerminalArgs({
+        command: 'ls',
+        timeout: 5,
+        workdir: '/tmp',
+        background: true,
+        pty: true,
+        notify_on_complete: true,
+        watch_patterns: ['x'],
+      }),
+      { command: 'ls', timeout: 5, workdir: '/tmp' },
+    );
+  });
+});
