@@ -1,0 +1,528 @@
+/**
+ * The `ssh` backend: runs tasks on a remote host over ssh (ssh2, in-process).
+ *
+ * - One multiplexed connection per (tenant, host, user), shared by that
+ *   tenant's tasks, re-established transparently when it drops; a channel
+ *   per command.
+ * - Each task gets its own directory on the host,
+ *   `~/.berth/tasks/<hash>/{work,state,bg}`; a preflight at task start checks
+ *   the connection, bash and setsid, and says exactly what failed.
+ * - Foreground commands run under `setsid`; a timeout or interrupt kills the
+ *   remote process group over a fresh channel (TERM, grace, KILL).
+ * - Background processes are detached (nohup/log/exit/pid files), survive a
+ *   dropped connection, and are polled over SFTP.
+ * - Files go over SFTP.
+ */
+import { randomBytes } from 'node:crypto';
+import { posix } from 'node:path';
+import type { ClientChannel } from 'ssh2';
+import { FailedPreconditionError, InvalidArgumentError, UnavailableError } from '../../../common/errors.js';
+import type { Logger } from '../../../common/logging.js';
+import type {
+  Backend,
+  BackendCapabilities,
+  BackendEnvironment,
+  BackgroundHandle,
+  BackgroundOptions,
+  ExecOptions,
+  ExecResult,
+  FileStat,
+  TaskKey,
+} from '../../backend.js';
+import { taskKeyString } from '../../backend.js';
+import { KnownHostsFile } from './known-hosts.js';
+import { BackgroundProcesses, runShort } from './ssh-background.js';
+import { SshConnection, type HostKeyPolicy } from './ssh-connection.js';
+import { sftpReadFile, sftpStat, sftpWriteFile } from './ssh-files.js';
+import {
+  buildExecCommand,
+  buildKillCommand,
+  buildPreflightCommand,
+  buildRemoveCommand,
+  DEFAULT_TASKS_DIR,
+  pgidLinePrefix,
+  PREFLIGHT_EXIT,
+  taskDirName,
+} from './ssh-scripts.js';
+
+export interface SshBackendOptions {
+  readonly host: string;
+  /** Default 22. */
+  readonly port?: number;
+  readonly user: string;
+  /** The private key (OpenSSH or PEM text). */
+  readonly privateKey: Buffer | string;
+  readonly passphrase?: string;
+  /** Where the key came from, for error messages (a path); default "the configured key". */
+  readonly keyName?: string;
+  /** known_hosts file holding the pinned host keys. */
+  readonly knownHostsPath: string;
+  /** Default accept-new: pin on first contact, refuse a changed key. */
+  readonly hostKeyPolicy?: HostKeyPolicy;
+  /** Default 10,000 ms. */
+  readonly connectTimeoutMs?: number;
+  /** Default 15,000 ms; a connection is dropped after `keepaliveCountMax` (3) unanswered ones. */
+  readonly keepaliveIntervalMs?: number;
+  readonly keepaliveCountMax?: number;
+  /** The host's sshd MaxSessions (channels per connection); default 10. */
+  readonly maxSessions?: number;
+  /** Between SIGTERM and SIGKILL of a process group; default 1000 ms. */
+  readonly killGraceMs?: number;
+  /** After a kill, how long to wait for the channel to close before closing it ourselves; default 1000 ms. */
+  readonly pipeDrainMs?: number;
+  /** How often background processes are polled; default 250 ms. */
+  readonly pollIntervalMs?: number;
+  /** Task directories, relative to the remote home; default `.berth/tasks`. */
+  readonly tasksDir?: string;
+  /** A tenant's connection is closed this long after its last task is released; default 60,000 ms. */
+  readonly connectionIdleMs?: number;
+  readonly logger?: Logger;
+}
+
+interface PooledConnection {
+  readonly connection: SshConnection;
+  refs: number;
+  idleTimer: NodeJS.Timeout | undefined;
+}
+
+/** Runs tasks on one ssh host. */
+export class SshBackend implements Backend {
+  readonly #options: SshBackendOptions;
+  readonly #port: number;
+  readonly #knownHosts: KnownHostsFile;
+  readonly #pool = new Map<string, PooledConnection>();
+  readonly #environments = new Map<string, SshEnvironment>();
+  #closed = false;
+
+  constructor(options: SshBackendOptions) {
+    if (!options.host) throw new InvalidArgumentError('the ssh backend needs a host (terminal.ssh_host)');
+    if (!options.user) throw new InvalidArgumentError('the ssh backend needs a user (terminal.ssh_user)');
+    const tasksDir = options.tasksDir ?? DEFAULT_TASKS_DIR;
+    if (tasksDir.startsWith('/') || tasksDir.split('/').includes('..') || tasksDir === '') {
+      throw new InvalidArgumentError(`the ssh tasks directory must be relative to the home directory: ${tasksDir}`);
+    }
+    this.#options = options;
+    this.#port = options.port ?? 22;
+    this.#knownHosts = new KnownHostsFile(options.knownHostsPath);
+  }
+
+  get capabilities(): BackendCapabilities {
+    // The host is a real machine, not a throwaway container: approval is never skipped.
+    return { name: 'ssh', pty: true, hostFilesystem: true };
+  }
+
+  /** The connection a tenant's tasks share (created on first use). Exposed for tests and the bench. */
+  connectionFor(tenant: string): SshConnection {
+    return this.#acquire(tenant, false).connection;
+  }
+
+  async createEnvironment(key: TaskKey): Promise<BackendEnvironment> {
+    if (this.#closed) throw new UnavailableError('the ssh backend is closed');
+    const id = taskKeyString(key);
+    if (this.#environments.has(id)) {
+      throw new FailedPreconditionError(`an environment for task ${id} already exists on this executor`);
+    }
+    const pooled = this.#acquire(key.tenant, true);
+    try {
+      const environment = await this.#preflight(pooled.connection, key);
+      environment.onDisposed = () => {
+        this.#environments.delete(id);
+        this.#releaseConnection(key.tenant);
+      };
+      this.#environments.set(id, environment);
+      return environment;
+    } catch (err) {
+      this.#releaseConnection(key.tenant);
+      throw err;
+    }
+  }
+
+  async close(): Promise<void> {
+    this.#closed = true;
+    await Promise.all([...this.#environments.values()].map((e) => e.dispose()));
+    await Promise.all(
+      [...this.#pool.values()].map(async (p) => {
+        clearTimeout(p.idleTimer);
+        await p.connection.close();
+      }),
+    );
+    this.#pool.clear();
+  }
+
+  #poolKey(tenant: string): string {
+    return `${tenant}\0${this.#options.user}@${this.#options.host}:${this.#port}`;
+  }
+
+  #acquire(tenant: string, ref: boolean): PooledConnection {
+    const poolKey = this.#poolKey(tenant);
+    let pooled = this.#pool.get(poolKey);
+    if (!pooled) {
+      const o = this.#options;
+      pooled = {
+        connection: new SshConnection({
+          host: o.host,
+          port: this.#port,
+          user: o.user,
+          privateKey: o.privateKey,
+          ...(o.passphrase !== undefined ? { passphrase: o.passphrase } : {}),
+          keyName: o.keyName ?? 'the configured key',
+          knownHosts: this.#knownHosts,
+          hostKeyPolicy: o.hostKeyPolicy ?? 'accept-new',
+          connectTimeoutMs: o.connectTimeoutMs ?? 10_000,
+          keepaliveIntervalMs: o.keepaliveIntervalMs ?? 15_000,
+          keepaliveCountMax: o.keepaliveCountMax ?? 3,
+          ...(o.maxSessions !== undefined ? { maxSessions: o.maxSessions } : {}),
+          ...(o.logger ? { logger: o.logger.child({ backend: 'ssh', tenant }) } : {}),
+        }),
+        refs: 0,
+        idleTimer: undefined,
+      };
+      this.#pool.set(poolKey, pooled);
+    }
+    if (ref) {
+      pooled.refs += 1;
+      clearTimeout(pooled.idleTimer);
+      pooled.idleTimer = undefined;
+    }
+    return pooled;
+  }
+
+  #releaseConnection(tenant: string): void {
+    const poolKey = this.#poolKey(tenant);
+    const pooled = this.#pool.get(poolKey);
+    if (!pooled) return;
+    pooled.refs = Math.max(0, pooled.refs - 1);
+    if (pooled.refs > 0 || this.#closed) return;
+    clearTimeout(pooled.idleTimer);
+    pooled.idleTimer = setTimeout(() => {
+      if (pooled.refs > 0 || this.#pool.get(poolKey) !== pooled) return;
+      this.#pool.delete(poolKey);
+      void pooled.connection.close();
+    }, this.#options.connectionIdleMs ?? 60_000);
+    pooled.idleTimer.unref();
+  }
+
+  /** Connects (if needed), checks the host and makes the task's directories. */
+  async #preflight(connection: SshConnection, key: TaskKey): Promise<SshEnvironment> {
+    const tasksDir = this.#options.tasksDir ?? DEFAULT_TASKS_DIR;
+    const dirName = taskDirName(key);
+    const { exitCode, output } = await runShort(connection, buildPreflightCommand(tasksDir, dirName), {
+      timeoutMs: (this.#options.connectTimeoutMs ?? 10_000) + 20_000,
+    });
+    const where = `${this.#options.user}@${this.#options.host}:${this.#port}`;
+    const message = output.trim();
+    switch (exitCode) {
+      case 0:
+        break;
+      case PREFLIGHT_EXIT.noBash:
+      case PREFLIGHT_EXIT.noSetsid:
+      case PREFLIGHT_EXIT.cannotCreateDirs:
+        throw new FailedPreconditionError(`ssh host ${where} cannot run tasks: ${message.replace(/^berth: /, '')}`);
+      default:
+        throw new UnavailableError(`ssh preflight on ${where} failed (exit ${exitCode ?? 'none'}): ${message || 'no output'}`);
+    }
+    const home = /^berth-home:(.*)$/m.exec(output)?.[1];
+    if (!home || !home.startsWith('/')) {
+      throw new UnavailableError(`ssh preflight on ${where} did not report a home directory: ${message || 'no output'}`);
+    }
+    const taskDir = posix.join(home, tasksDir, dirName);
+    return new SshEnvironment({
+      connection,
+      description: `ssh:${where}:${taskDir}`,
+      homeDir: home,
+      taskDir,
+      killGraceMs: this.#options.killGraceMs ?? 1000,
+      pipeDrainMs: this.#options.pipeDrainMs ?? 1000,
+      pollIntervalMs: this.#options.pollIntervalMs ?? 250,
+      logger: this.#options.logger?.child({ backend: 'ssh', task: taskKeyString(key) }),
+    });
+  }
+}
+
+interface EnvironmentSetup {
+  readonly connection: SshConnection;
+  readonly description: string;
+  readonly homeDir: string;
+  readonly taskDir: string;
+  readonly killGraceMs: number;
+  readonly pipeDrainMs: number;
+  readonly pollIntervalMs: number;
+  readonly logger: Logger | undefined;
+}
+
+/** setTimeout fires at once for delays beyond 2^31-1 ms; clamp instead. */
+const MAX_TIMER_MS = 2 ** 31 - 1;
+
+/**
+ * Removes the group-id line from a foreground command's stdout. Whatever the
+ * login shell prints before it (a chatty ~/.bashrc) is dropped too.
+ */
+export class PgidLineFilter {
+  readonly #prefix: Buffer;
+  #pending: Buffer = Buffer.alloc(0);
+  #pgid: number | undefined;
+
+  constructor(prefix: string) {
+    this.#prefix = Buffer.from(prefix);
+  }
+
+  get pgid(): number | undefined {
+    return this.#pgid;
+  }
+
+  /** Returns what to forward; `onPgid` runs once when the line is complete. */
+  push(chunk: Buffer, onPgid: (pgid: number) => void): Buffer {
+    if (this.#pgid !== undefined) return chunk;
+    const data = this.#pending.length > 0 ? Buffer.concat([this.#pending, chunk]) : chunk;
+    const at = data.indexOf(this.#prefix);
+    if (at < 0) {
+      // Keep only what could be the start of the prefix.
+      this.#pending = Buffer.from(data.subarray(Math.max(0, data.length - this.#prefix.length)));
+      return Buffer.alloc(0);
+    }
+    const eol = data.indexOf(0x0a, at);
+    if (eol < 0) {
+      this.#pending = Buffer.from(data.subarray(at));
+      return Buffer.alloc(0);
+    }
+    const digits = data.subarray(at + this.#prefix.length, eol).toString('latin1').replace(/\r$/, '');
+    this.#pending = Buffer.alloc(0);
+    this.#pgid = Number(digits);
+    onPgid(this.#pgid);
+    return data.subarray(eol + 1);
+  }
+}
+
+/** One task's directory on the ssh host. */
+class SshEnvironment implements BackendEnvironment {
+  readonly description: string;
+  readonly homeDir: string;
+  readonly initialCwd: string;
+  readonly stateDir: string;
+  onDisposed: (() => void) | undefined;
+
+  readonly #setup: EnvironmentSetup;
+  readonly #connection: SshConnection;
+  readonly #background: BackgroundProcesses;
+  /** Kill functions of foreground commands still running. */
+  readonly #running = new Set<() => Promise<void>>();
+  #disposing: Promise<void> | undefined;
+
+  constructor(setup: EnvironmentSetup) {
+    this.#setup = setup;
+    this.#connection = setup.connection;
+    this.description = setup.description;
+    this.homeDir = setup.homeDir;
+    this.initialCwd = posix.join(setup.taskDir, 'work');
+    this.stateDir = posix.join(setup.taskDir, 'state');
+    this.#background = new BackgroundProcesses(
+      {
+        connection: setup.connection,
+        logger: setup.logger,
+        killGraceMs: setup.killGraceMs,
+        pollIntervalMs: setup.pollIntervalMs,
+      },
+      posix.join(setup.taskDir, 'bg'),
+    );
+  }
+
+  #assertLive(): void {
+    if (this.#disposing) throw new FailedPreconditionError(`environment ${this.description} was released`);
+  }
+
+  #where(): string {
+    const e = this.#connection.endpoint;
+    return `${e.host}:${e.port}`;
+  }
+
+  async exec(options: ExecOptions): Promise<ExecResult> {
+    this.#assertLive();
+    if (options.signal?.aborted) return { exitCode: 130, timedOut: false, interrupted: true };
+    const nonce = randomBytes(8).toString('hex');
+    const command = buildExecCommand({
+      script: options.script,
+      cwd: this.initialCwd,
+      nonce,
+      ...(options.env ? { env: options.env } : {}),
+    });
+    let timedOut = false;
+    let interrupted = false;
+    // Aborts the wait for a channel when the command ends before it starts.
+    const opening = new AbortController();
+    let stop: () => void = () => opening.abort();
+    const timer = setTimeout(() => {
+      timedOut = true;
+      stop();
+    }, Math.min(options.timeoutMs, MAX_TIMER_MS));
+    const onAbort = () => {
+      if (!timedOut) interrupted = true;
+      stop();
+    };
+    options.signal?.addEventListener('abort', onAbort, { once: true });
+    const cleanup = () => {
+      clearTimeout(timer);
+      options.signal?.removeEventListener('abort', onAbort);
+    };
+
+    let channel: ClientChannel;
+    try {
+      ({ channel } = await this.#connection.exec(command, { ...(options.pty ? { pty: true } : {}), signal: opening.signal }));
+    } catch (err) {
+      cleanup();
+      if (timedOut || interrupted) return { exitCode: timedOut ? 124 : 130, timedOut, interrupted };
+      throw err;
+    }
+
+    return new Promise<ExecResult>((resolve, reject) => {
+      const filter = new PgidLineFilter(pgidLinePrefix(nonce));
+      let exitCode: number | null = null;
+      let exitSignal: string | undefined;
+      let killing: Promise<void> | undefined;
+      let killWanted = false;
+      let closed = false;
+      let drainTimer: NodeJS.Timeout | undefined;
+
+      const emit = (chunk: Buffer) => {
+        if (chunk.length === 0 || !options.onOutput) return;
+        try {
+          options.onOutput(chunk);
+        } catch (err) {
+          this.#setup.logger?.warn({ err }, 'output consumer threw');
+        }
+      };
+      const kill = (): Promise<void> => {
+        const pgid = filter.pgid;
+        if (pgid === undefined) {
+          // Not started yet: kill as soon as its group id arrives.
+          killWanted = true;
+          return Promise.resolve();
+        }
+        killing ??= runShort(this.#connection, buildKillCommand(pgid, this.#setup.killGraceMs), {
+          control: true,
+          timeoutMs: this.#setup.killGraceMs + 30_000,
+        })
+          .then(
+            () => undefined,
+            (err: unknown) => this.#setup.logger?.warn({ err, pgid }, 'killing a remote process group failed'),
+          )
+          .then(() => {
+            if (closed) return;
+            // Whoever still holds the channel's output is outside the group; stop waiting for them.
+            drainTimer = setTimeout(() => channel.close(), this.#setup.pipeDrainMs);
+          });
+        return killing;
+      };
+      stop = () => void kill();
+      this.#running.add(kill);
+
+      const sendStdin = () => {
+        const bytes = options.stdin === undefined ? Buffer.alloc(0) : Buffer.from(options.stdin);
+        if (options.pty) {
+          // A terminal has no half-close: type the input, then EOF (^D; twice after an unterminated line).
+          if (bytes.length > 0) channel.write(bytes);
+          channel.write(bytes.length === 0 || bytes[bytes.length - 1] === 0x0a ? '\x04' : '\x04\x04');
+        } else {
+          channel.end(bytes.length > 0 ? bytes : undefined);
+        }
+      };
+
+      channel.on('data', (chunk: Buffer) =>
+        emit(
+          filter.push(chunk, () => {
+            sendStdin();
+            if (killWanted || timedOut || interrupted) void kill();
+          }),
+        ),
+      );
+      channel.stderr.on('data', (chunk: Buffer) => emit(chunk));
+      channel.on('exit', (code: number | null, signal?: string) => {
+        exitCode = code;
+        exitSignal = signal;
+      });
+      channel.once('close', () => {
+        closed = true;
+        cleanup();
+        if (drainTimer) clearTimeout(drainTimer);
+        const settle = () => {
+          this.#running.delete(kill);
+          if (timedOut || interrupted) {
+            resolve({ exitCode: timedOut ? 124 : 130, timedOut, interrupted });
+          } else if (exitCode !== null) {
+            resolve({ exitCode, timedOut, interrupted });
+          } else if (exitSignal !== undefined) {
+            resolve({ exitCode: 128 + (signalNumbers[exitSignal] ?? 0), timedOut, interrupted });
+          } else {
+            // The connection dropped: the command may still run; make sure it does not.
+            if (filter.pgid !== undefined) void kill();
+            reject(
+              new UnavailableError(
+                `the ssh connection to ${this.#where()} was lost while the command ran; it was stopped`,
+              ),
+            );
+          }
+        };
+        if (killing) void killing.then(settle);
+        else settle();
+      });
+    });
+  }
+
+  async startBackground(options: BackgroundOptions): Promise<BackgroundHandle> {
+    this.#assertLive();
+    return this.#background.start(options, this.initialCwd);
+  }
+
+  #assertAbsolute(absPath: string): void {
+    if (!posix.isAbsolute(absPath)) throw new InvalidArgumentError(`path must be absolute: ${absPath}`);
+  }
+
+  async readFile(absPath: string): Promise<Buffer> {
+    this.#assertAbsolute(absPath);
+    return sftpReadFile(await this.#connection.sftp(), absPath, this.#where());
+  }
+
+  async writeFile(absPath: string, data: Uint8Array): Promise<void> {
+    this.#assertAbsolute(absPath);
+    await sftpWriteFile(await this.#connection.sftp(), absPath, data, this.#where());
+  }
+
+  async stat(absPath: string): Promise<FileStat> {
+    this.#assertAbsolute(absPath);
+    return sftpStat(await this.#connection.sftp(), absPath, this.#where());
+  }
+
+  dispose(): Promise<void> {
+    this.#disposing ??= (async () => {
+      await Promise.all([...this.#running].map((kill) => kill().catch(() => undefined)));
+      await this.#background.killAll();
+      this.#background.stop();
+      try {
+        const removed = await runShort(this.#connection, buildRemoveCommand(this.#setup.taskDir), { timeoutMs: 30_000 });
+        if (removed.exitCode !== 0) {
+          this.#setup.logger?.warn({ output: removed.output, dir: this.#setup.taskDir }, 'removing the task directory failed');
+        }
+      } catch (err) {
+        this.#setup.logger?.warn({ err, dir: this.#setup.taskDir }, 'cannot remove the task directory (host unreachable?)');
+      }
+      this.onDisposed?.();
+    })();
+    return this.#disposing;
+  }
+}
+
+/** Signal numbers on Linux, for an exit reported as a signal name. */
+const signalNumbers: Readonly<Record<string, number>> = {
+  HUP: 1,
+  INT: 2,
+  QUIT: 3,
+  ILL: 4,
+  ABRT: 6,
+  FPE: 8,
+  KILL: 9,
+  SEGV: 11,
+  PIPE: 13,
+  ALRM: 14,
+  TERM: 15,
+  USR1: 10,
+  USR2: 12,
+};

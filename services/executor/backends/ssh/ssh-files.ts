@@ -1,0 +1,165 @@
+/**
+ * File transfer over SFTP: binary-safe, and streamed in chunks with several
+ * requests in flight, so a large file costs a few round trips, not one per
+ * 32 KiB.
+ */
+import { posix } from 'node:path';
+import type { SFTPWrapper, Stats } from 'ssh2';
+import {
+  BerthError,
+  InvalidArgumentError,
+  NotFoundError,
+  PermissionDeniedError,
+  UnavailableError,
+} from '../../../common/errors.js';
+import type { FileStat } from '../../backend.js';
+
+/** SFTP status codes (draft-ietf-secsh-filexfer-02 §7). */
+const SFTP_NO_SUCH_FILE = 2;
+const SFTP_PERMISSION_DENIED = 3;
+
+/** Bytes per read or write request: below every server's limit. */
+const CHUNK_BYTES = 32 * 1024;
+/** Requests in flight at once per transfer. */
+const IN_FLIGHT = 16;
+
+function sftpCode(err: unknown): number | undefined {
+  const code = (err as { code?: unknown } | null)?.code;
+  return typeof code === 'number' ? code : undefined;
+}
+
+/** Maps an SFTP failure on `absPath` to a domain error. */
+export function sftpError(err: unknown, absPath: string, where: string): BerthError {
+  if (err instanceof BerthError) return err;
+  switch (sftpCode(err)) {
+    case SFTP_NO_SUCH_FILE:
+      return new NotFoundError(`File not found: ${absPath}`, { cause: err });
+    case SFTP_PERMISSION_DENIED:
+      return new PermissionDeniedError(`Permission denied: ${absPath}`, { cause: err });
+    default:
+      return new UnavailableError(
+        `file operation on ${absPath} at ${where} failed: ${err instanceof Error ? err.message : String(err)}`,
+        { cause: err },
+      );
+  }
+}
+
+const call = <T>(fn: (cb: (err: Error | undefined | null, value: T) => void) => void): Promise<T> =>
+  new Promise<T>((resolve, reject) => fn((err, value) => (err ? reject(err) : resolve(value))));
+
+function statPath(sftp: SFTPWrapper, absPath: string): Promise<Stats> {
+  return call<Stats>((cb) => sftp.stat(absPath, cb));
+}
+
+/** `stat`, following symlinks; missing is not an error. */
+export async function sftpStat(sftp: SFTPWrapper, absPath: string, where: string): Promise<FileStat> {
+  try {
+    const info = await statPath(sftp, absPath);
+    return { exists: true, isDirectory: info.isDirectory(), sizeBytes: info.size };
+  } catch (err) {
+    if (sftpCode(err) === SFTP_NO_SUCH_FILE) return { exists: false, isDirectory: false, sizeBytes: 0 };
+    throw sftpError(err, absPath, where);
+  }
+}
+
+/** Reads a whole file: chunked reads, {@link IN_FLIGHT} at a time, until end of file. */
+export async function sftpReadFile(sftp: SFTPWrapper, absPath: string, where: string): Promise<Buffer> {
+  let handle: Buffer;
+  try {
+    const info = await statPath(sftp, absPath);
+    if (info.isDirectory()) throw new InvalidArgumentError(`${absPath} is a directory`);
+    handle = await call<Buffer>((cb) => sftp.open(absPath, 'r', cb));
+  } catch (err) {
+    throw sftpError(err, absPath, where);
+  }
+  try {
+    return await readAll(sftp, handle);
+  } catch (err) {
+    throw sftpError(err, absPath, where);
+  } finally {
+    await call<void>((cb) => sftp.close(handle, (err) => cb(err, undefined))).catch(() => undefined);
+  }
+}
+
+/**
+ * Reads from `handle` from `start` to end of file. Chunks are requested in
+ * rounds that double in width (1, 2, 4, ... {@link IN_FLIGHT}), so a small
+ * read costs one request and a large one keeps many in flight. The first
+ * short read marks the end: a file that grows while we read (a log) keeps
+ * the rest for the next read.
+ */
+export async function readAll(sftp: SFTPWrapper, handle: Buffer, start = 0): Promise<Buffer> {
+  const readChunk = (position: number) =>
+    new Promise<Buffer>((resolve, reject) => {
+      const buf = Buffer.allocUnsafe(CHUNK_BYTES);
+      sftp.read(handle, buf, 0, CHUNK_BYTES, position, (err, bytesRead) => {
+        // ssh2 reports end of file as an error with code EOF (1).
+        if (err && sftpCode(err) !== 1) reject(err);
+        else resolve(buf.subarray(0, err ? 0 : bytesRead));
+      });
+    });
+  const out: Buffer[] = [];
+  let position = start;
+  for (let width = 1; ; width = Math.min(width * 2, IN_FLIGHT)) {
+    const round = await Promise.all(Array.from({ length: width }, (_, i) => readChunk(position + i * CHUNK_BYTES)));
+    for (const chunk of round) {
+      out.push(chunk);
+      position += chunk.length;
+      if (chunk.length < CHUNK_BYTES) return Buffer.concat(out);
+    }
+  }
+}
+
+/** Creates `dir` and its missing parents, like `mkdir -p`. */
+async function mkdirp(sftp: SFTPWrapper, dir: string): Promise<void> {
+  try {
+    await call<void>((cb) => sftp.mkdir(dir, (err) => cb(err, undefined)));
+    return;
+  } catch (err) {
+    if (sftpCode(err) === SFTP_NO_SUCH_FILE && dir !== '/') {
+      await mkdirp(sftp, posix.dirname(dir));
+      await call<void>((cb) => sftp.mkdir(dir, (e) => cb(e, undefined))).catch(async (again: unknown) => {
+        // Someone else made it meanwhile.
+        if (!(await statPath(sftp, dir).then((s) => s.isDirectory(), () => false))) throw again;
+      });
+      return;
+    }
+    const info = await statPath(sftp, dir).catch(() => undefined);
+    if (info?.isDirectory()) return;
+    if (info) throw new InvalidArgumentError(`cannot create ${dir}: a parent path is not a directory`);
+    throw err;
+  }
+}
+
+/** Writes a whole file (truncating), creating parent directories. */
+export async function sftpWriteFile(sftp: SFTPWrapper, absPath: string, data: Uint8Array, where: string): Promise<void> {
+  let handle: Buffer;
+  try {
+    const parent = posix.dirname(absPath);
+    const parentInfo = await statPath(sftp, parent).catch(() => undefined);
+    if (!parentInfo) await mkdirp(sftp, parent);
+    else if (!parentInfo.isDirectory()) {
+      throw new InvalidArgumentError(`cannot create ${absPath}: a parent path is not a directory`);
+    }
+    handle = await call<Buffer>((cb) => sftp.open(absPath, 'w', cb));
+  } catch (err) {
+    throw sftpError(err, absPath, where);
+  }
+  try {
+    const bytes = Buffer.from(data.buffer, data.byteOffset, data.byteLength);
+    let next = 0;
+    const worker = async () => {
+      while (next < bytes.length) {
+        const position = next;
+        next += CHUNK_BYTES;
+        const length = Math.min(CHUNK_BYTES, bytes.length - position);
+        await call<void>((cb) => sftp.write(handle, bytes, position, length, position, (err) => cb(err, undefined)));
+      }
+    };
+    await Promise.all(Array.from({ length: IN_FLIGHT }, worker));
+  } catch (err) {
+    throw sftpError(err, absPath, where);
+  } finally {
+    await call<void>((cb) => sftp.close(handle, (err) => cb(err, undefined))).catch(() => undefined);
+  }
+}
