@@ -216,7 +216,10 @@ export function buildRunScript(spec: RunScriptSpec): string {
     inline: `__berth_rc=$?; \\builtin set +x +e +u; __berth_saved=1; ${body} \\builtin exit "$__berth_rc"`,
   });
 
-  const lines: string[] = ['{', '\\builtin exec 2>&1'];
+  // Plain `exec`: `builtin exec 2>&1` applies the redirection to the builtin
+  // call only and undoes it, leaving stderr on its own pipe (out of order).
+  // Nothing user-defined exists yet at this line: the snapshot comes after.
+  const lines: string[] = ['{', 'exec 2>&1'];
   lines.push(`if [ -r ${snap} ]; then \\builtin . ${snap} >/dev/null 2>&1; fi`);
 
   let evalLine: string;
