@@ -22,8 +22,10 @@ executor -> agent
     spawn  {id, script, env, cwd, pty, keep_stdin}  body: first stdin bytes.
            `bash -c script` in a new session (its own process group).
            Replies: started {id, pid}; then out {id} with output bodies;
-           then exit {id, code, signal} once the process exited and its
-           output reached EOF. Or error {id, errno, message}.
+           then exit {id, code, signal, counters} once the process exited
+           and its output reached EOF; counters holds the container's
+           cgroup `oom_kill` and `pids_max` event counts. Or error
+           {id, errno, message}.
     stdin  {id, proc}  body: bytes for process `proc`'s stdin -> ok | error
     eof    {id, proc}  close `proc`'s stdin (^D under a PTY) -> ok | error
     kill   {id, proc, grace_ms}  SIGTERM to the process group and session,
@@ -64,6 +66,35 @@ READ_CHUNK = 64 * 1024
 # group still holds before closing them ourselves.
 DRAIN_AFTER_KILL = 1.0
 PTY_ROWS, PTY_COLS = 50, 200
+# Counters reported with every exit, so the executor can tell that a limit
+# of the container (memory, pids) hit the command: name -> (files, line key).
+COUNTERS = {
+    "oom_kill": (("/sys/fs/cgroup/memory.events", "/sys/fs/cgroup/memory/memory.oom_control"), "oom_kill"),
+    "pids_max": (("/sys/fs/cgroup/pids.events", "/sys/fs/cgroup/pids/pids.events"), "max"),
+}
+
+
+def read_counter(path, key):
+    try:
+        with open(path, "rb") as f:
+            for line in f.read().decode("ascii", "replace").splitlines():
+                parts = line.split()
+                if len(parts) == 2 and parts[0] == key and parts[1].isdigit():
+                    return int(parts[1])
+    except OSError:
+        pass
+    return None
+
+
+def find_counters():
+    """The first readable file of each counter (cgroup v2, then v1)."""
+    found = {}
+    for name, (paths, key) in COUNTERS.items():
+        for path in paths:
+            if read_counter(path, key) is not None:
+                found[name] = (path, key)
+                break
+    return found
 
 
 def log(message):
@@ -212,6 +243,7 @@ class Agent(object):
         for name in ("BERTH_AGENT_TOKEN", "BERTH_AGENT_SOCKET"):
             self.base_env.pop(name, None)
         self.running = True
+        self.counters = find_counters()
         # Signals only wake the loop: the wakeup fd receives the signal number.
         self.wake_r, self.wake_w = os.pipe()
         os.set_blocking(self.wake_r, False)
@@ -548,7 +580,12 @@ class Agent(object):
             return
         proc.reported = True
         code, sig = proc.status
-        self.send({"op": "exit", "id": proc.id, "code": code, "signal": sig})
+        counters = {}
+        for name, (path, key) in self.counters.items():
+            value = read_counter(path, key)
+            if value is not None:
+                counters[name] = value
+        self.send({"op": "exit", "id": proc.id, "code": code, "signal": sig, "counters": counters})
         del self.procs[proc.id]
         self.by_pid.pop(proc.pid, None)
 

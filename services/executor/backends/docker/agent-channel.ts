@@ -231,11 +231,20 @@ export class AgentChannel implements SandboxChannel {
     }
     const pid = Number(startedFrame.header.pid);
     const exited = exitFrame.then(
-      (frame): ProcessExit => ({
-        code: typeof frame.header.code === 'number' ? frame.header.code : null,
-        signal: typeof frame.header.signal === 'number' ? frame.header.signal : null,
-      }),
+      (frame): ProcessExit => {
+        const c = (frame.header.counters ?? {}) as { oom_kill?: unknown; pids_max?: unknown };
+        return {
+          code: typeof frame.header.code === 'number' ? frame.header.code : null,
+          signal: typeof frame.header.signal === 'number' ? frame.header.signal : null,
+          counters: {
+            ...(typeof c.oom_kill === 'number' ? { oomKills: c.oom_kill } : {}),
+            ...(typeof c.pids_max === 'number' ? { pidsMaxHits: c.pids_max } : {}),
+          },
+        };
+      },
     );
+    // The caller awaits it later; a connection lost in between must not count as unhandled.
+    exited.catch(() => undefined);
     const procOp = async (op: string, fields: Record<string, unknown>, body?: Uint8Array): Promise<void> => {
       try {
         await this.#request(op, { ...fields, proc: id }, body);

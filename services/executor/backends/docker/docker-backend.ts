@@ -231,6 +231,11 @@ export class DockerBackend implements Backend {
     return this.#pool;
   }
 
+  /** The live environment of a task, if this backend has one. */
+  environmentOf(key: TaskKey): DockerEnvironment | undefined {
+    return this.#environments.get(taskKeyString(key));
+  }
+
   /** Removes containers of executors that are gone, and retries our own failed removals. */
   sweep(): Promise<SweepResult> {
     this.#sweeping ??= (async () => {

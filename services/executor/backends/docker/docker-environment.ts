@@ -75,8 +75,8 @@ export class DockerEnvironment implements BackendEnvironment {
   #recreating: Promise<SandboxContainer> | undefined;
   #notices: string[] = [];
   #disposing: Promise<void> | undefined;
-  /** Counter values when last looked at, per counter; undefined where the file is unreadable. */
-  #counters = new Map<CgroupCounter, { path: string; value: number } | undefined>();
+  /** Counter values when last looked at; undefined where the container has no such file. */
+  readonly #counters = new Map<CgroupCounter, number | undefined>();
 
   constructor(container: SandboxContainer, options: DockerEnvironmentOptions) {
     this.#container = container;
@@ -104,44 +104,57 @@ export class DockerEnvironment implements BackendEnvironment {
   /** Records the baselines of the OOM and pids counters; called once the container runs. */
   async init(): Promise<void> {
     this.#counters.clear();
-    await Promise.all([OOM_KILLS, PIDS_LIMIT_HITS].map((c) => this.#readCounter(this.#container.channel, c)));
+    const channel = this.#container.channel;
+    const [oom, pids] = await Promise.all([OOM_KILLS, PIDS_LIMIT_HITS].map((c) => this.#readCounter(channel, c)));
+    this.#counters.set(OOM_KILLS, oom);
+    this.#counters.set(PIDS_LIMIT_HITS, pids);
   }
 
   async #readCounter(channel: SandboxChannel, counter: CgroupCounter): Promise<number | undefined> {
-    const known = this.#counters.get(counter);
-    const paths = known ? [known.path] : this.#counters.has(counter) ? [] : counter.paths;
-    for (const p of paths) {
+    for (const p of counter.paths) {
       const text = await channel.readFile(p).then(
         (b) => b.toString('utf8'),
         () => undefined,
       );
       const value = text === undefined ? undefined : parseCounter(text, counter.key);
-      if (value !== undefined) {
-        const previous = known?.value;
-        this.#counters.set(counter, { path: p, value });
-        return previous === undefined ? 0 : value - previous;
-      }
+      if (value !== undefined) return value;
     }
-    if (!known) this.#counters.set(counter, undefined);
     return undefined;
   }
 
-  /** After a failed command: did a limit of the container kill or hobble it? */
-  async #limitNotices(channel: SandboxChannel): Promise<void> {
-    const [oom, pids] = await Promise.all([
-      this.#readCounter(channel, OOM_KILLS).catch(() => undefined),
-      this.#readCounter(channel, PIDS_LIMIT_HITS).catch(() => undefined),
-    ]);
-    if (oom !== undefined && oom > 0) {
+  /** Compares counters with the last values seen; a rise becomes a notice. */
+  #applyCounters(values: { oomKills?: number | undefined; pidsMaxHits?: number | undefined }): void {
+    const rise = (counter: CgroupCounter, value: number | undefined): boolean => {
+      if (value === undefined) return false;
+      const before = this.#counters.get(counter);
+      this.#counters.set(counter, value);
+      return before !== undefined && value > before;
+    };
+    if (rise(OOM_KILLS, values.oomKills)) {
       this.#notices.push(
         `A process was killed by the out-of-memory killer: the container's memory limit is ${this.#o.memoryMiB} MiB.`,
       );
     }
-    if (pids !== undefined && pids > 0) {
+    if (rise(PIDS_LIMIT_HITS, values.pidsMaxHits)) {
       this.#notices.push(
         `The command hit the container's limit of ${this.#o.pidsLimit} processes: new processes could not be started.`,
       );
     }
+  }
+
+  /** After a command: did a limit of the container kill or hobble it? */
+  async #limitNotices(channel: SandboxChannel, exit: ProcessExit, exitCode: number): Promise<void> {
+    if (exit.counters) {
+      this.#applyCounters(exit.counters);
+      return;
+    }
+    // The docker exec fallback reports no counters: read them, but only after a failure.
+    if (exitCode === 0) return;
+    const [oomKills, pidsMaxHits] = await Promise.all([
+      this.#readCounter(channel, OOM_KILLS).catch(() => undefined),
+      this.#readCounter(channel, PIDS_LIMIT_HITS).catch(() => undefined),
+    ]);
+    this.#applyCounters({ oomKills, pidsMaxHits });
   }
 
   #assertLive(): void {
@@ -272,7 +285,7 @@ export class DockerEnvironment implements BackendEnvironment {
       return { exitCode: timedOut ? 124 : interrupted ? 130 : 137, timedOut, interrupted };
     }
     const exitCode = timedOut ? 124 : interrupted ? 130 : foregroundExitCode(exit.code, exit.signal);
-    if (exitCode !== 0 && !interrupted) await this.#limitNotices(container.channel);
+    await this.#limitNotices(container.channel, exit, exitCode);
     return { exitCode, timedOut, interrupted };
   }
 

@@ -35,6 +35,12 @@ export interface ProcessExit {
   /** Exit status, or null when a signal ended the process. */
   readonly code: number | null;
   readonly signal: number | null;
+  /**
+   * The container's cgroup event counters when the process ended (the agent
+   * reports them; the docker exec fallback does not): OOM kills and forks
+   * refused at the pids limit.
+   */
+  readonly counters?: { readonly oomKills?: number; readonly pidsMaxHits?: number };
 }
 
 /** A process started in the container. */

@@ -147,15 +147,30 @@ export class SandboxContainer {
   }
 }
 
-/** Force-removes a container; 404 means it is gone already. Never removes volumes. */
+/**
+ * Force-removes a container and returns once it is gone (its name is free
+ * again); 404 means it is gone already. Never removes volumes.
+ */
 export async function removeContainer(container: Dockerode.Container, daemon: string): Promise<void> {
   try {
     await container.remove({ force: true, v: false });
+    return;
   } catch (err) {
-    // 409 "removal already in progress" ends the same way.
-    if (isNotFound(err) || isConflict(err)) return;
-    throw dockerError(err, `removing container ${container.id}`, daemon);
+    if (isNotFound(err)) return;
+    if (!isConflict(err)) throw dockerError(err, `removing container ${container.id}`, daemon);
   }
+  // 409: someone else's removal is in progress; wait for it to finish.
+  const deadline = Date.now() + 30_000;
+  while (Date.now() < deadline) {
+    try {
+      await container.inspect();
+    } catch (err) {
+      if (isNotFound(err)) return;
+      throw dockerError(err, `inspecting container ${container.id}`, daemon);
+    }
+    await new Promise((r) => setTimeout(r, 50));
+  }
+  throw new UnavailableError(`${daemon} did not finish removing container ${container.id} within 30 s`);
 }
 
 /** Prepares host directories and starts containers with one backend's settings. */

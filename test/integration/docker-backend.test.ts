@@ -1,0 +1,476 @@
+/**
+ * The docker backend against the real engine: hardening seen from inside
+ * the container, shell state, kills of the in-container process tree,
+ * lifecycle (release, lost containers, orphan sweep), warm pool, bad input,
+ * contained abuse, the docker exec fallback and gVisor.
+ *
+ * Every container and volume is labelled with this run's tenant or state
+ * root and removed in `after`.
+ */
+import assert from 'node:assert/strict';
+import { spawn } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
+import { existsSync } from 'node:fs';
+import { mkdtemp, rm, writeFile } from 'node:fs/promises';
+import os from 'node:os';
+import path from 'node:path';
+import { after, before, describe, it } from 'node:test';
+import { fileURLToPath, pathToFileURL } from 'node:url';
+import Dockerode from 'dockerode';
+import { BerthError } from '../../services/common/errors.js';
+import { silentLogger } from '../../services/common/logging.js';
+import type { TaskKey } from '../../services/executor/backend.js';
+import { LABEL, taskContainerName } from '../../services/executor/backends/docker/container-spec.js';
+import { DockerBackend, type DockerBackendOptions } from '../../services/executor/backends/docker/docker-backend.js';
+import type { DockerEnvironment } from '../../services/executor/backends/docker/docker-environment.js';
+import { TaskEnvironments } from '../../services/executor/task-environment.js';
+import {
+  SANDBOX_IMAGE,
+  cleanupDocker,
+  containerState,
+  countProcessesWithArg,
+  dockerUnavailableReason,
+  hasRuntime,
+} from '../support/docker-fixtures.js';
+
+const docker = new Dockerode();
+const unavailable = await dockerUnavailableReason(docker);
+const RUN = randomBytes(4).toString('hex');
+const TENANT = `docker-it-${RUN}`;
+const stateRoots: string[] = [];
+const backends: DockerBackend[] = [];
+let taskNo = 0;
+
+const newKey = (): TaskKey => ({ tenant: TENANT, taskId: `t${++taskNo}` });
+
+async function newBackend(options: Partial<DockerBackendOptions> = {}): Promise<DockerBackend> {
+  const stateRoot = options.stateRoot ?? (await mkdtemp(path.join(os.tmpdir(), 'berth-docker-it-')));
+  if (!stateRoots.includes(stateRoot)) stateRoots.push(stateRoot);
+  const backend = await DockerBackend.start({
+    image: SANDBOX_IMAGE,
+    stateRoot,
+    persistent: false,
+    memoryMiB: 1024,
+    sweepIntervalMs: 0,
+    logger: silentLogger(),
+    ...options,
+  });
+  backends.push(backend);
+  return backend;
+}
+
+function newEnvs(backend: DockerBackend): TaskEnvironments {
+  return new TaskEnvironments({ backend, logger: silentLogger(), lifetimeSeconds: 0 });
+}
+
+const sleepSeconds = () => 900_000 + Math.floor(Math.random() * 99_999);
+
+describe('docker backend (real engine)', { skip: unavailable }, () => {
+  let backend: DockerBackend;
+  let envs: TaskEnvironments;
+
+  before(async () => {
+    backend = await newBackend();
+    envs = newEnvs(backend);
+  });
+
+  after(async () => {
+    await envs?.closeAll();
+    await Promise.all(backends.map((b) => b.close().catch(() => undefined)));
+    await cleanupDocker(docker, TENANT, stateRoots);
+    await Promise.all(stateRoots.map((r) => rm(r, { recursive: true, force: true })));
+    const left = await docker.listContainers({ all: true, filters: { label: [`${LABEL.tenant}=${TENANT}`] } });
+    assert.equal(left.length, 0, 'containers left behind');
+  });
+
+  const run = (e: TaskEnvironments, key: TaskKey, command: string, extra: { timeoutMs?: number; pty?: boolean } = {}) =>
+    e.exec(key, { command, timeoutMs: extra.timeoutMs ?? 30_000, ...(extra.pty ? { pty: true } : {}) });
+
+  it('hardening is visible from inside: uid 1000, no capabilities, no-new-privileges, seccomp, pids limit', async () => {
+    const key = newKey();
+    const r = await run(
+      envs,
+      key,
+      [
+        'id -u; id -g',
+        'grep -E "^(CapEff|CapBnd|NoNewPrivs|Seccomp):" /proc/self/status',
+        'cat /sys/fs/cgroup/pids.max 2>/dev/null || cat /sys/fs/cgroup/pids/pids.max',
+        'cat /sys/fs/cgroup/memory.max 2>/dev/null || cat /sys/fs/cgroup/memory/memory.limit_in_bytes',
+        'findmnt -rno TARGET,OPTIONS /tmp /var/tmp /run /run/berth 2>/dev/null || mount | grep -E " on /(tmp|var/tmp|run|run/berth) "',
+        'test -S /run/berth/agent.sock && echo agent-socket-visible',
+        'touch /etc/berth-probe 2>&1 | head -1 || true',
+      ].join('; '),
+    );
+    assert.equal(r.exitCode, 0, r.output);
+    const lines = r.output.split('\n');
+    assert.equal(lines[0], '1000');
+    assert.equal(lines[1], '1000');
+    assert.match(r.output, /CapEff:\s+0000000000000000/);
+    // CHOWN (0), DAC_OVERRIDE (1), FOWNER (3): the bounding set holds nothing else.
+    assert.match(r.output, /CapBnd:\s+000000000000000b/);
+    assert.match(r.output, /NoNewPrivs:\s+1/);
+    assert.match(r.output, /Seccomp:\s+2/);
+    assert.match(r.output, /^256$/m);
+    assert.match(r.output, new RegExp(`^${1024 * 1024 * 1024}$`, 'm'));
+    assert.match(r.output, /\/var\/tmp[^\n]*noexec/);
+    assert.match(r.output, /agent-socket-visible/);
+    const env = backendEnvOf(backend, key);
+    const info = await docker.getContainer(env.container.id).inspect();
+    assert.equal(info.Config.Labels[LABEL.task], key.taskId);
+    assert.equal(info.Config.Labels[LABEL.tenant], TENANT);
+    assert.equal(info.Config.Labels[LABEL.executor], backend.identity.id);
+    assert.ok(!Number.isNaN(Date.parse(info.Config.Labels[LABEL.created] ?? '')));
+    assert.equal(info.HostConfig.NetworkMode, 'bridge');
+    assert.equal(env.container.channel.kind, 'agent');
+  });
+
+  it('keeps cwd, exports and functions through the shell-state runner', async () => {
+    const key = newKey();
+    await run(envs, key, 'mkdir -p /tmp/a\\ b && cd "/tmp/a b" && export FOO=bar && greet() { echo "hi $1"; }');
+    const r = await run(envs, key, 'pwd; echo $FOO; greet you');
+    assert.deepEqual([r.output, r.exitCode], ['/tmp/a b\nbar\nhi you\n', 0]);
+    assert.equal(await envs.cwd(key), '/tmp/a b');
+  });
+
+  it('a timeout kills the whole process tree inside the container (124), even what ignores SIGTERM', async () => {
+    const key = newKey();
+    const a = sleepSeconds();
+    const b = sleepSeconds();
+    const started = Date.now();
+    const r = await run(envs, key, `echo before; (trap '' TERM; sleep ${a}) & sleep ${b}; echo never`, { timeoutMs: 1500 });
+    assert.equal(r.exitCode, 124);
+    assert.equal(r.timedOut, true);
+    assert.match(r.output, /before/);
+    assert.doesNotMatch(r.output, /never/);
+    assert.ok(Date.now() - started < 10_000);
+    for (const n of [a, b]) {
+      const ps = await run(envs, key, countProcessesWithArg(String(n)));
+      assert.equal(ps.output.trim(), 'count=0', `sleep ${n} survived the timeout`);
+    }
+    const all = await run(envs, key, 'ps -eo args');
+    assert.doesNotMatch(all.output, new RegExp(`sleep (${a}|${b})`));
+  });
+
+  it('an interrupt kills the command in the container (130)', async () => {
+    const key = newKey();
+    await run(envs, key, 'true');
+    const n = sleepSeconds();
+    const pending = run(envs, key, `sleep ${n}`);
+    await new Promise((r) => setTimeout(r, 500));
+    assert.equal(envs.interrupt(key), 1);
+    const r = await pending;
+    assert.equal(r.exitCode, 130);
+    const ps = await run(envs, key, countProcessesWithArg(String(n)));
+    assert.equal(ps.output.trim(), 'count=0');
+  });
+
+  it('runs background processes: stdin, output, kill with -15', async () => {
+    const key = newKey();
+    const { sessionId } = await envs.startBackground(key, { command: 'while read -r l; do echo "got $l"; done' });
+    await envs.process(key, { action: 'write', sessionId, data: 'one\n' });
+    let seen = '';
+    for (let i = 0; i < 100 && !seen.includes('got one'); i++) {
+      seen += (JSON.parse(await envs.process(key, { action: 'poll', sessionId })) as { output?: string }).output ?? '';
+      await new Promise((r) => setTimeout(r, 50));
+    }
+    assert.match(seen, /got one/);
+    const killed = JSON.parse(await envs.process(key, { action: 'kill', sessionId })) as { status?: string };
+    assert.ok(killed.status);
+    const waited = JSON.parse(await envs.process(key, { action: 'wait', sessionId, timeoutMs: 10_000 })) as { exit_code?: number };
+    assert.equal(waited.exit_code, -15);
+  });
+
+  it('runs under a PTY', async () => {
+    const key = newKey();
+    const r = await run(envs, key, 'test -t 1 && echo is-a-tty; tput cols 2>/dev/null || stty size; exit 5', { pty: true });
+    assert.equal(r.exitCode, 5);
+    assert.match(r.output, /is-a-tty/);
+  });
+
+  it('file tools: spaces in paths, binary content and a 5 MB file', async () => {
+    const key = newKey();
+    const binary = Buffer.from(Array.from({ length: 256 }, (_, i) => i));
+    const big = randomBytes(5 * 1024 * 1024);
+    const w = await envs.writeFile(key, '/workspace/dir with space/bin file.dat', binary);
+    assert.equal(w.dirsCreated, true);
+    assert.ok((await envs.readFile(key, '/workspace/dir with space/bin file.dat')).content.equals(binary));
+    await envs.writeFile(key, 'big.bin', big);
+    assert.ok((await envs.readFile(key, '/workspace/big.bin')).content.equals(big));
+    const st = await envs.stat(key, '/workspace/big.bin');
+    assert.deepEqual([st.exists, st.isDirectory, st.sizeBytes], [true, false, big.length]);
+    const sum = await run(envs, key, 'sha256sum < /workspace/big.bin | cut -d" " -f1');
+    const { createHash } = await import('node:crypto');
+    assert.equal(sum.output.trim(), createHash('sha256').update(big).digest('hex'));
+    await assert.rejects(envs.readFile(key, '/workspace/missing'), (err: unknown) => (err as BerthError).code === 'NOT_FOUND');
+    await assert.rejects(envs.readFile(key, '/workspace'), (err: unknown) => (err as BerthError).code === 'INVALID_ARGUMENT');
+  });
+
+  it('release (EndTask) removes the container and its host directory', async () => {
+    const key = newKey();
+    await run(envs, key, 'true');
+    const env = backendEnvOf(backend, key);
+    const name = taskContainerName(key);
+    assert.equal(await containerState(docker, name), 'running');
+    assert.equal(await envs.release(key), true);
+    assert.equal(await containerState(docker, name), undefined);
+    assert.equal(existsSync(env.rpcDir.hostPath), false);
+  });
+
+  it('a container removed mid-task is recreated, with a notice, keeping the shell state', async () => {
+    const key = newKey();
+    await run(envs, key, 'export KEPT=yes; cd /tmp');
+    const env = backendEnvOf(backend, key);
+    await docker.getContainer(env.container.id).remove({ force: true });
+    const r = await run(envs, key, 'echo "$KEPT"; pwd');
+    assert.equal(r.exitCode, 0, r.output);
+    assert.equal(r.output, 'yes\n/tmp\n');
+    assert.ok(r.notices.some((n) => /was removed.*new container was started/.test(n)), JSON.stringify(r.notices));
+    assert.equal(await containerState(docker, taskContainerName(key)), 'running');
+    const again = await run(envs, key, 'true');
+    assert.deepEqual(again.notices, []);
+  });
+
+  it('a container removed while a command runs: the command ends, the next call works', async () => {
+    const key = newKey();
+    await run(envs, key, 'true');
+    const env = backendEnvOf(backend, key);
+    const pending = run(envs, key, 'sleep 60');
+    await new Promise((r) => setTimeout(r, 500));
+    await docker.getContainer(env.container.id).remove({ force: true });
+    const r = await pending;
+    assert.equal(r.exitCode, 137);
+    assert.ok(r.notices.some((n) => /while the command ran/.test(n)), JSON.stringify(r.notices));
+    assert.equal((await run(envs, key, 'echo ok')).output, 'ok\n');
+  });
+
+  it('a fork bomb hits the pids limit, is killed on timeout and reported; other tasks keep working', async () => {
+    const key = newKey();
+    const other = newKey();
+    await run(envs, other, 'true');
+    const bomb = run(envs, key, 'bomb() { bomb | bomb; }; bomb', { timeoutMs: 4000 });
+    await new Promise((r) => setTimeout(r, 1000));
+    assert.equal((await run(envs, other, 'echo alive')).output, 'alive\n');
+    const r = await bomb;
+    assert.equal(r.exitCode, 124);
+    assert.ok(r.notices.some((n) => /limit of 256 processes/.test(n)), JSON.stringify(r.notices));
+    const after = await run(envs, key, 'echo recovered', { timeoutMs: 20_000 });
+    assert.equal(after.output, 'recovered\n');
+  });
+
+  it('an output flood is capped and killed on timeout; the executor keeps serving', async () => {
+    const key = newKey();
+    const r = await envs.exec(key, { command: 'yes flood', timeoutMs: 2000, maxOutputChars: 10_000 });
+    assert.equal(r.exitCode, 124);
+    assert.ok(r.output.length < 12_000);
+    assert.match(r.output, /OUTPUT TRUNCATED/);
+    assert.equal((await run(envs, key, 'echo fine')).output, 'fine\n');
+  });
+
+  it('a memory hog is OOM-killed inside the container and reported', async () => {
+    const small = await newBackend({ memoryMiB: 128 });
+    const e = newEnvs(small);
+    const key = newKey();
+    try {
+      const r = await run(e, key, 'python3 -c "b = bytearray(512 * 1024 * 1024); print(len(b))"; echo "status $?"');
+      assert.match(r.output, /status 137/);
+      assert.ok(r.notices.some((n) => /out-of-memory killer.*128 MiB/.test(n)), JSON.stringify(r.notices));
+      assert.equal((await run(e, key, 'echo still-here')).output, 'still-here\n');
+    } finally {
+      await e.closeAll();
+    }
+  });
+
+  it('persistent mode keeps /workspace and home in named volumes across a container restart', async () => {
+    const persistent = await newBackend({ persistent: true });
+    const e = newEnvs(persistent);
+    const key = newKey();
+    try {
+      await run(e, key, 'echo data > /workspace/keep.txt; echo rc > ~/.berthrc; echo gone > /etc/../tmp/lost.txt');
+      const env = backendEnvOf(persistent, key);
+      await docker.getContainer(env.container.id).remove({ force: true });
+      const r = await run(e, key, 'cat /workspace/keep.txt ~/.berthrc; cat /tmp/lost.txt 2>&1 | head -c 40');
+      assert.match(r.output, /^data\nrc\n.*No such file/s);
+      assert.ok(r.notices.some((n) => /files in \/workspace and \/home\/sandbox were kept/.test(n)));
+      const { Volumes } = await docker.listVolumes({ filters: { label: [`${LABEL.task}=${key.taskId}`] } });
+      assert.equal((Volumes ?? []).filter((v) => v.Labels?.[LABEL.tenant] === TENANT).length, 2);
+    } finally {
+      await e.closeAll();
+    }
+  });
+
+  it('read-only root: the image is not writable, /workspace, home and /tmp are', async () => {
+    const ro = await newBackend({ readOnlyRoot: true, network: 'none' });
+    const e = newEnvs(ro);
+    const key = newKey();
+    try {
+      const r = await run(
+        e,
+        key,
+        'touch /usr/probe 2>/dev/null && echo root-writable || echo root-readonly; ' +
+          'touch /workspace/w ~/h /tmp/t && echo writable; cat /sys/class/net/*/operstate 2>/dev/null | wc -l',
+      );
+      assert.match(r.output, /root-readonly\nwritable\n/);
+      const env = backendEnvOf(ro, key);
+      const info = await docker.getContainer(env.container.id).inspect();
+      assert.equal(info.HostConfig.ReadonlyRootfs, true);
+      assert.equal(info.HostConfig.NetworkMode, 'none');
+    } finally {
+      await e.closeAll();
+    }
+  });
+
+  it('warm pool: a new task claims a started container, renamed and bound to it; the pool refills', async () => {
+    const pooled = await newBackend({ warmPool: 1 });
+    await pooled.pool!.whenFull();
+    const e = newEnvs(pooled);
+    const key = newKey();
+    try {
+      const started = performance.now();
+      const r = await run(e, key, 'cat /run/berth/task.json');
+      const firstCallMs = performance.now() - started;
+      assert.equal(r.exitCode, 0);
+      assert.deepEqual(
+        { tenant: JSON.parse(r.output).tenant, task: JSON.parse(r.output).task },
+        { tenant: TENANT, task: key.taskId },
+      );
+      const env = backendEnvOf(pooled, key);
+      const info = await docker.getContainer(env.container.id).inspect();
+      assert.equal(info.Name, `/${taskContainerName(key)}`);
+      assert.equal(info.Config.Labels[LABEL.pool], '1');
+      assert.equal(info.Config.Labels[LABEL.executor], pooled.identity.id);
+      await pooled.pool!.whenFull();
+      assert.equal(pooled.pool!.readyCount, 1);
+      console.log(`warm pool first call: ${firstCallMs.toFixed(0)} ms`);
+    } finally {
+      await e.closeAll();
+    }
+  });
+
+  it('orphan sweep: after kill -9 of an executor, a restarted one removes its containers', async () => {
+    const stateRoot = await mkdtemp(path.join(os.tmpdir(), 'berth-docker-orphan-'));
+    stateRoots.push(stateRoot);
+    const script = path.join(stateRoot, 'doomed-executor.mjs');
+    const modules = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../../services');
+    await writeFile(
+      script,
+      [
+        `import { DockerBackend } from ${JSON.stringify(pathToFileURL(path.join(modules, 'executor/backends/docker/docker-backend.js')).href)};`,
+        `import { silentLogger } from ${JSON.stringify(pathToFileURL(path.join(modules, 'common/logging.js')).href)};`,
+        `const b = await DockerBackend.start({ image: ${JSON.stringify(SANDBOX_IMAGE)}, stateRoot: ${JSON.stringify(stateRoot)}, persistent: false, warmPool: 1, sweepIntervalMs: 0, logger: silentLogger() });`,
+        `const env = await b.createEnvironment({ tenant: ${JSON.stringify(TENANT)}, taskId: 'doomed' });`,
+        'await b.pool.whenFull();',
+        "console.log('READY ' + env.containerName);",
+        'setInterval(() => {}, 1000);',
+      ].join('\n'),
+    );
+    const child = spawn(process.execPath, [script], { stdio: ['ignore', 'pipe', 'inherit'] });
+    const name = await new Promise<string>((resolve, reject) => {
+      let out = '';
+      child.stdout.on('data', (d: Buffer) => {
+        out += d.toString();
+        const m = /READY (\S+)/.exec(out);
+        if (m) resolve(m[1]!);
+      });
+      child.once('exit', (code) => reject(new Error(`doomed executor exited early (${code})`)));
+    });
+    const orphans = await docker.listContainers({ all: true, filters: { label: [`${LABEL.stateRoot}=${stateRoot}`] } });
+    assert.equal(orphans.length, 2, 'one task container and one pool container');
+    assert.equal(await containerState(docker, name), 'running');
+    child.kill('SIGKILL');
+    await new Promise((r) => child.once('exit', r));
+
+    const restarted = await newBackend({ stateRoot });
+    const left = await docker.listContainers({ all: true, filters: { label: [`${LABEL.stateRoot}=${stateRoot}`] } });
+    assert.deepEqual(
+      left.filter((c) => c.Labels[LABEL.executor] !== restarted.identity.id).map((c) => c.Names),
+      [],
+      'containers of the killed executor survived the sweep',
+    );
+    // A live executor's containers are never swept by another.
+    const keeper = await newBackend({ stateRoot });
+    const e = newEnvs(keeper);
+    const key = newKey();
+    try {
+      await run(e, key, 'true');
+      const result = await restarted.sweep();
+      assert.ok(!result.removed.includes(taskContainerName(key)));
+      assert.equal(await containerState(docker, taskContainerName(key)), 'running');
+    } finally {
+      await e.closeAll();
+    }
+  });
+
+  it('a missing image fails with its name and how to build it', async () => {
+    const bad = await newBackend({ image: `berth-no-such-image-${RUN}:latest` });
+    await assert.rejects(bad.createEnvironment(newKey()), (err: unknown) => {
+      assert.ok(err instanceof BerthError);
+      assert.equal(err.code, 'FAILED_PRECONDITION');
+      assert.match(err.message, new RegExp(`berth-no-such-image-${RUN}:latest`));
+      assert.match(err.message, /make image/);
+      return true;
+    });
+  });
+
+  it('a dead Docker daemon gives UNAVAILABLE naming the socket; the backend still starts', async () => {
+    const socketPath = path.join(os.tmpdir(), `berth-no-docker-${RUN}.sock`);
+    const dead = await newBackend({ socketPath });
+    await assert.rejects(dead.createEnvironment(newKey()), (err: unknown) => {
+      assert.ok(err instanceof BerthError);
+      assert.equal(err.code, 'UNAVAILABLE');
+      assert.match(err.message, new RegExp(socketPath.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')));
+      return true;
+    });
+  });
+
+  it('images without python3 fall back to docker exec, with kills inside the container', async () => {
+    const plain = await newBackend({ image: 'debian:bookworm-slim' });
+    const e = newEnvs(plain);
+    const key = newKey();
+    try {
+      const r = await run(e, key, 'cd /tmp && export X=1; echo out; echo err >&2; exit 3');
+      assert.deepEqual([r.output, r.exitCode], ['out\nerr\n', 3]);
+      assert.equal(backendEnvOf(plain, key).container.channel.kind, 'docker-exec');
+      assert.equal((await run(e, key, 'echo "$X $(pwd)"')).output, '1 /tmp\n');
+      const n = sleepSeconds();
+      const t = await run(e, key, `sleep ${n} & sleep ${n + 1}`, { timeoutMs: 1500 });
+      assert.equal(t.exitCode, 124);
+      const ps = await run(e, key, countProcessesWithArg(String(n)));
+      assert.equal(ps.output.trim(), 'count=0');
+      await e.writeFile(key, '/tmp/with space.bin', Buffer.from([0, 1, 255]));
+      assert.deepEqual([...(await e.readFile(key, '/tmp/with space.bin')).content], [0, 1, 255]);
+      await assert.rejects(e.readFile(key, '/tmp/none'), (err: unknown) => (err as BerthError).code === 'NOT_FOUND');
+    } finally {
+      await e.closeAll();
+    }
+  });
+
+  it('gVisor (runtime runsc): the agent connects and commands run under the gVisor kernel', async (t) => {
+    if (!(await hasRuntime(docker, 'runsc'))) {
+      t.skip('runsc is not registered with this Docker daemon (scripts/ensure-docker.sh registers it where Debian ships it)');
+      return;
+    }
+    const gvisor = await newBackend({ runtime: 'runsc' });
+    const e = newEnvs(gvisor);
+    const key = newKey();
+    try {
+      const r = await run(e, key, 'dmesg 2>/dev/null | head -1; uname -r; id -u; cd /tmp; export G=1');
+      assert.equal(r.exitCode, 0, r.output);
+      assert.match(r.output, /gVisor/);
+      assert.equal(backendEnvOf(gvisor, key).container.channel.kind, 'agent');
+      assert.equal((await run(e, key, 'echo $G; pwd')).output, '1\n/tmp\n');
+      const n = sleepSeconds();
+      const killed = await run(e, key, `sleep ${n}`, { timeoutMs: 1000 });
+      assert.equal(killed.exitCode, 124);
+      assert.equal((await run(e, key, countProcessesWithArg(String(n)))).output.trim(), 'count=0');
+    } finally {
+      await e.closeAll();
+    }
+  });
+});
+
+/** The DockerEnvironment the backend made for `key`. */
+function backendEnvOf(backend: DockerBackend, key: TaskKey): DockerEnvironment {
+  const env = backend.environmentOf(key);
+  assert.ok(env, `no environment for ${key.taskId}`);
+  return env;
+}

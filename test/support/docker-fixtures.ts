@@ -1,0 +1,67 @@
+/**
+ * Helpers for tests against the real Docker engine: whether it answers, and
+ * cleanup by label so no test leaves a container or volume behind.
+ */
+import Dockerode from 'dockerode';
+import { LABEL } from '../../services/executor/backends/docker/container-spec.js';
+
+export const SANDBOX_IMAGE = process.env.BERTH_TEST_IMAGE ?? 'berth-sandbox:latest';
+
+/**
+ * Why docker tests cannot run here, or undefined when they can. In CI a
+ * missing engine or image is a failure, not a skip: .ci/run provides both.
+ */
+export async function dockerUnavailableReason(docker = new Dockerode()): Promise<string | undefined> {
+  let reason: string | undefined;
+  try {
+    await docker.ping();
+    await docker.getImage(SANDBOX_IMAGE).inspect();
+  } catch (err) {
+    reason = `Docker or ${SANDBOX_IMAGE} is not available (${(err as Error).message}); run \`make image\``;
+  }
+  if (reason && process.env.CI) throw new Error(reason);
+  return reason;
+}
+
+/** Whether the daemon has the named OCI runtime registered. */
+export async function hasRuntime(docker: Dockerode, name: string): Promise<boolean> {
+  const info = (await docker.info()) as { Runtimes?: Record<string, unknown> };
+  return Object.hasOwn(info.Runtimes ?? {}, name);
+}
+
+/** Force-removes every container, then every volume, carrying `label=value`. */
+export async function removeLabelled(docker: Dockerode, label: string, value: string): Promise<number> {
+  const filters = { label: [`${label}=${value}`] };
+  const containers = await docker.listContainers({ all: true, filters });
+  await Promise.all(
+    containers.map((c) => docker.getContainer(c.Id).remove({ force: true }).catch(() => undefined)),
+  );
+  const { Volumes } = await docker.listVolumes({ filters });
+  await Promise.all((Volumes ?? []).map((v) => docker.getVolume(v.Name).remove().catch(() => undefined)));
+  return containers.length + (Volumes ?? []).length;
+}
+
+/** Removes everything created under a test's state roots and tenant. */
+export async function cleanupDocker(docker: Dockerode, tenant: string, stateRoots: readonly string[]): Promise<void> {
+  await removeLabelled(docker, LABEL.tenant, tenant);
+  for (const root of stateRoots) await removeLabelled(docker, LABEL.stateRoot, root);
+}
+
+/** State of a container by name or id, or undefined when it does not exist. */
+export async function containerState(docker: Dockerode, nameOrId: string): Promise<string | undefined> {
+  try {
+    return (await docker.getContainer(nameOrId).inspect()).State.Status;
+  } catch {
+    return undefined;
+  }
+}
+
+/**
+ * A script printing `count=N`: live processes with an argument exactly
+ * `arg` (digits or letters). Zombies have an empty command line and do not
+ * count; the bracketed pattern never matches the grep itself.
+ */
+export function countProcessesWithArg(arg: string): string {
+  if (!/^[A-Za-z0-9_.-]+$/.test(arg)) throw new Error(`unsupported argument: ${arg}`);
+  return `echo "count=$(grep -lzx -e '[${arg[0]}]${arg.slice(1).replaceAll('.', '\\.')}' /proc/[0-9]*/cmdline 2>/dev/null | wc -l)"`;
+}

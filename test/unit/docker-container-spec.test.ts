@@ -1,0 +1,173 @@
+/** The docker backend's pure builders: create options (hardening), labels, names, env, volumes. */
+import assert from 'node:assert/strict';
+import { describe, test } from 'node:test';
+import { BerthError } from '../../services/common/errors.js';
+import {
+  AGENT_ENTRYPOINT_SCRIPT,
+  LABEL,
+  buildContainerCreateOptions,
+  buildSandboxEnv,
+  parseVolumeSpec,
+  persistentVolumeNames,
+  poolLabels,
+  taskContainerName,
+  taskLabels,
+  type ContainerSpecInput,
+  type ExecutorLabels,
+} from '../../services/executor/backends/docker/container-spec.js';
+
+const executor: ExecutorLabels = {
+  [LABEL.executor]: 'ex-abc',
+  [LABEL.executorPid]: '42',
+  [LABEL.executorStart]: '1234',
+  [LABEL.executorPidNs]: 'boot/pid:[1]',
+  [LABEL.stateRoot]: '/var/lib/berth',
+};
+
+function input(overrides: Partial<ContainerSpecInput> = {}): ContainerSpecInput {
+  return {
+    name: 'berth-task',
+    image: 'berth-sandbox:latest',
+    hostDir: '/var/lib/berth/docker/tasks/abc',
+    agentToken: 'tok',
+    labels: { a: 'b' },
+    env: { HOME: '/home/sandbox', FOO: 'bar' },
+    memoryMiB: 512,
+    cpus: 1.5,
+    pidsLimit: 256,
+    network: 'none',
+    readOnlyRoot: false,
+    runtime: '',
+    binds: [],
+    workspaceDir: '/workspace',
+    homeDir: '/home/sandbox',
+    ...overrides,
+  };
+}
+
+describe('buildContainerCreateOptions', () => {
+  test('pins the hardening: user, capabilities, no-new-privileges, limits, init', () => {
+    const o = buildContainerCreateOptions(input());
+    assert.equal(o.User, '1000:1000');
+    const h = o.HostConfig!;
+    assert.deepEqual(h.CapDrop, ['ALL']);
+    assert.deepEqual(h.CapAdd, ['CHOWN', 'DAC_OVERRIDE', 'FOWNER']);
+    assert.deepEqual(h.SecurityOpt, ['no-new-privileges:true']);
+    assert.ok(!h.SecurityOpt!.some((s) => s.startsWith('seccomp')), 'the default seccomp profile applies');
+    assert.equal(h.Privileged, undefined);
+    assert.equal(h.PidsLimit, 256);
+    assert.equal(h.Memory, 512 * 1024 * 1024);
+    assert.equal(h.MemorySwap, 512 * 1024 * 1024, 'no swap beyond the memory limit');
+    assert.equal(h.NanoCpus, 1_500_000_000);
+    assert.equal(h.NetworkMode, 'none');
+    assert.equal(h.ReadonlyRootfs, false);
+    assert.equal(h.Init, true);
+    assert.equal(h.Runtime, undefined);
+    assert.equal(h.AutoRemove, false);
+  });
+
+  test('tmpfs mounts with the spec sizes; /var/tmp noexec; /run/berth is a bind under the /run tmpfs', () => {
+    const h = buildContainerCreateOptions(input()).HostConfig!;
+    assert.match(h.Tmpfs!['/tmp']!, /size=512m/);
+    assert.match(h.Tmpfs!['/tmp']!, /(^|,)exec(,|$)/);
+    assert.match(h.Tmpfs!['/var/tmp']!, /size=256m/);
+    assert.match(h.Tmpfs!['/var/tmp']!, /noexec/);
+    assert.match(h.Tmpfs!['/run']!, /size=64m/);
+    assert.deepEqual(h.Mounts, [
+      { Type: 'bind', Source: '/var/lib/berth/docker/tasks/abc', Target: '/run/berth', ReadOnly: false },
+    ]);
+  });
+
+  test('runs the agent entrypoint with the token only in the environment', () => {
+    const o = buildContainerCreateOptions(input());
+    assert.deepEqual(o.Entrypoint, ['/bin/sh', '-c', AGENT_ENTRYPOINT_SCRIPT, 'berth-sandbox']);
+    assert.deepEqual(o.Cmd, []);
+    assert.ok(o.Env!.includes('BERTH_AGENT_TOKEN=tok'));
+    assert.ok(o.Env!.includes('FOO=bar'));
+    assert.equal(o.WorkingDir, '/workspace');
+    assert.deepEqual(o.Labels, { a: 'b' });
+    assert.match(AGENT_ENTRYPOINT_SCRIPT, /python3 \/run\/berth\/berth_agent\.py \/run\/berth\/agent\.sock/);
+  });
+
+  test('persistent tasks mount named volumes at the workspace and home', () => {
+    const h = buildContainerCreateOptions(
+      input({ persistentVolumes: { workspace: 'v-ws', home: 'v-home' }, volumeLabels: { [LABEL.task]: 't' } }),
+    ).HostConfig!;
+    const volumes = h.Mounts!.filter((m) => m.Type === 'volume').map((m) => [m.Source, m.Target, m.VolumeOptions?.Labels]);
+    assert.deepEqual(volumes, [
+      ['v-ws', '/workspace', { [LABEL.task]: 't' }],
+      ['v-home', '/home/sandbox', { [LABEL.task]: 't' }],
+    ]);
+  });
+
+  test('a read-only root without persistence puts the workspace and home on tmpfs owned by the sandbox user', () => {
+    const h = buildContainerCreateOptions(input({ readOnlyRoot: true })).HostConfig!;
+    assert.equal(h.ReadonlyRootfs, true);
+    assert.match(h.Tmpfs!['/workspace']!, /uid=1000,gid=1000/);
+    assert.match(h.Tmpfs!['/home/sandbox']!, /uid=1000,gid=1000/);
+  });
+
+  test('gVisor, bridge networking and extra binds are passed through', () => {
+    const h = buildContainerCreateOptions(input({ runtime: 'runsc', network: 'bridge', binds: ['/data:/data:ro'] }))
+      .HostConfig!;
+    assert.equal(h.Runtime, 'runsc');
+    assert.equal(h.NetworkMode, 'bridge');
+    assert.deepEqual(h.Binds, ['/data:/data:ro']);
+  });
+});
+
+describe('names and labels', () => {
+  const key = { tenant: 'acme', taskId: 'task/1 with spaces' };
+
+  test('container and volume names are stable, docker-safe and per task', () => {
+    const name = taskContainerName(key);
+    assert.match(name, /^berth-[0-9a-f]{24}$/);
+    assert.equal(taskContainerName(key), name);
+    assert.notEqual(taskContainerName({ tenant: 'other', taskId: key.taskId }), name);
+    const v = persistentVolumeNames(key);
+    assert.equal(v.workspace, `${name}-workspace`);
+    assert.equal(v.home, `${name}-home`);
+  });
+
+  test('task containers carry task, tenant, executor and created labels', () => {
+    const labels = taskLabels(key, executor, '/h', new Date('2026-01-02T03:04:05Z'));
+    assert.equal(labels[LABEL.task], 'task/1 with spaces');
+    assert.equal(labels[LABEL.tenant], 'acme');
+    assert.equal(labels[LABEL.executor], 'ex-abc');
+    assert.equal(labels[LABEL.created], '2026-01-02T03:04:05.000Z');
+    assert.equal(labels[LABEL.hostDir], '/h');
+    assert.equal(labels[LABEL.pool], undefined);
+  });
+
+  test('pool containers carry berth.pool and the executor, never a task', () => {
+    const labels = poolLabels(executor, '/h', new Date(0));
+    assert.equal(labels[LABEL.pool], '1');
+    assert.equal(labels[LABEL.executor], 'ex-abc');
+    assert.equal(labels[LABEL.task], undefined);
+    assert.equal(labels[LABEL.tenant], undefined);
+  });
+});
+
+describe('buildSandboxEnv', () => {
+  test('forwards only listed names, never secret-looking ones unless passed through', () => {
+    const { env, refused } = buildSandboxEnv({
+      dockerEnv: { LANG: 'C.UTF-8' },
+      forwardEnv: ['TZ', 'OPENAI_API_KEY', 'GITHUB_TOKEN', 'MISSING'],
+      baseEnv: { TZ: 'UTC', OPENAI_API_KEY: 'sk-x', GITHUB_TOKEN: 'gh', PATH: '/host/bin', AWS_SECRET_ACCESS_KEY: 's' },
+      envPassthrough: ['GITHUB_TOKEN'],
+      homeDir: '/home/sandbox',
+    });
+    assert.deepEqual(env, { HOME: '/home/sandbox', TZ: 'UTC', GITHUB_TOKEN: 'gh', LANG: 'C.UTF-8' });
+    assert.deepEqual(refused, ['OPENAI_API_KEY']);
+  });
+});
+
+describe('parseVolumeSpec', () => {
+  test('accepts host:container[:mode] and refuses /run/berth, relative targets and bad modes', () => {
+    assert.equal(parseVolumeSpec('/data:/data:ro'), '/data:/data:ro');
+    assert.equal(parseVolumeSpec('/a b:/c'), '/a b:/c');
+    for (const bad of ['/data', '/x:/run/berth', '/x:/run/berth/sub', '/x:relative', '/x:/y:rx', ':/y']) {
+      assert.throws(() => parseVolumeSpec(bad), (err: unknown) => err instanceof BerthError && err.code === 'INVALID_ARGUMENT', bad);
+    }
+  });
+});
