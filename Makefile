@@ -41,6 +41,9 @@ proto: node_modules/.package-lock.json ## Regenerate services/gen from proto/
 proto-check: proto ## Fail if the committed generated code differs from proto/
 	@git diff --exit-code --stat -- services/gen || { echo "services/gen is stale: run 'make proto' and commit"; exit 1; }
 
+image: ## Build the sandbox image (starts Docker and builds its base without a registry where needed)
+	scripts/build-image.sh
+
 bench: setup ## Benchmarks beside their baselines into test/bench/results/ (BENCH_FLAGS=--quick)
 	bin/berth bench $(BENCH_FLAGS)
 
