@@ -253,6 +253,11 @@ export function parseConfig(raw: unknown, source = 'config'): BerthConfig {
   if (smartUsers && (smartUrl === '' || smartModel === '')) {
     problems.push("approvals.smart: mode 'smart' needs approvals.smart.base_url and approvals.smart.model");
   }
+  if (config.terminal.backend === 'ssh') {
+    for (const key of ['ssh_host', 'ssh_user', 'ssh_key'] as const) {
+      if (config.terminal[key] === '') problems.push(`terminal.${key}: the ssh backend needs it`);
+    }
+  }
   if (problems.length > 0) throw new ConfigError(`invalid ${source}:\n${problems.map((p) => `✖ ${p}`).join('\n')}`);
   return config;
 }

@@ -40,10 +40,14 @@ export async function createBackend(config: BerthConfig, logger: Logger): Promis
         logger,
       });
     }
+    case 'ssh': {
+      const { createSshBackend } = await import('./ssh/create-ssh-backend.js');
+      return createSshBackend(config, logger);
+    }
     default:
       // Never fall back to a weaker sandbox: a backend that is not here is an error.
       throw new FailedPreconditionError(
-        `the ${name} backend is not available in this version of Berth; available: local, docker`,
+        `the ${name} backend is not available in this version of Berth; available: local, docker, ssh`,
       );
   }
 }

@@ -452,8 +452,8 @@ class SshEnvironment implements BackendEnvironment {
           } else if (exitSignal !== undefined) {
             resolve({ exitCode: 128 + (signalNumbers[exitSignal] ?? 0), timedOut, interrupted });
           } else {
-            // The connection dropped: the command may still run; make sure it does not.
-            if (filter.pgid !== undefined) void kill();
+            // The connection dropped: the command may still run; kill it once the host is back.
+            if (filter.pgid !== undefined) void this.#killAfterDrop(filter.pgid);
             reject(
               new UnavailableError(
                 `the ssh connection to ${this.#where()} was lost while the command ran; it was stopped`,
@@ -465,6 +465,31 @@ class SshEnvironment implements BackendEnvironment {
         else settle();
       });
     });
+  }
+
+  /**
+   * Kills a group whose channel was lost with the connection. The host may
+   * be restarting sshd or briefly unreachable, so this keeps trying (with
+   * back-off, up to about a minute) until the kill command runs.
+   */
+  async #killAfterDrop(pgid: number): Promise<void> {
+    const command = buildKillCommand(pgid, this.#setup.killGraceMs);
+    const done = (async () => {
+      for (let delayMs = 250, waitedMs = 0; waitedMs < 60_000; waitedMs += delayMs, delayMs = Math.min(delayMs * 2, 5000)) {
+        try {
+          const r = await runShort(this.#connection, command, { control: true, timeoutMs: this.#setup.killGraceMs + 30_000 });
+          if (r.exitCode === 0) return;
+        } catch (err) {
+          this.#setup.logger?.debug({ err, pgid }, 'killing an orphaned remote group failed; retrying');
+        }
+        await new Promise((resolve) => setTimeout(resolve, delayMs));
+      }
+      this.#setup.logger?.warn({ pgid }, 'gave up killing a remote process group after the connection dropped');
+    })();
+    const entry = () => done;
+    this.#running.add(entry);
+    await done;
+    this.#running.delete(entry);
   }
 
   async startBackground(options: BackgroundOptions): Promise<BackgroundHandle> {

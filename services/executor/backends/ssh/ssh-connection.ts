@@ -105,6 +105,14 @@ function isDeadConnection(err: unknown): boolean {
   return /not connected|no response from server|channel open failure: connection closed|socket|ECONNRESET|EPIPE/i.test(message);
 }
 
+/** sshd refused a channel because MaxSessions is reached (reason 2, administratively prohibited). */
+function isServerFull(err: unknown): boolean {
+  return (err as { reason?: unknown } | null)?.reason === 2 && /open failed/i.test(String(err));
+}
+
+/** How often a channel refused for MaxSessions is retried (about 10 s in all). */
+const SERVER_FULL_RETRIES = 50;
+
 export class SshConnection {
   readonly #options: SshConnectionOptions;
   readonly #general: Slots;
@@ -158,6 +166,11 @@ export class SshConnection {
         } catch (err) {
           if (attempt === 0 && isDeadConnection(err)) {
             this.#drop(client, 'channel open failed on a dead connection');
+            continue;
+          }
+          if (isServerFull(err) && attempt < SERVER_FULL_RETRIES) {
+            // sshd frees a session slot a moment after the channel closed; wait for it.
+            await new Promise((resolve) => setTimeout(resolve, Math.min(25 * (attempt + 1), 250)));
             continue;
           }
           throw new UnavailableError(

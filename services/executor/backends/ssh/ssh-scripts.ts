@@ -112,19 +112,16 @@ export function buildExecCommand(spec: ExecCommandSpec): string {
 export function buildKillCommand(pgid: number, graceMs: number, exitFile?: string): string {
   if (!Number.isInteger(pgid) || pgid <= 1) throw new Error(`refusing to kill process group ${pgid}`);
   const steps = Math.max(1, Math.ceil(graceMs / 50));
-  const writeExit = exitFile
-    ? `[ -e ${shellQuote(exitFile)} ] || printf '137\\n' > ${shellQuote(exitFile)}`
-    : ':';
   const script = [
     `p=${pgid}`,
     'kill -TERM -- -$p 2>/dev/null || exit 0',
     `for ((i = 0; i < ${steps}; i++)); do sleep 0.05; kill -0 -- -$p 2>/dev/null || exit 0; done`,
     'kill -KILL -- -$p 2>/dev/null',
     'for ((i = 0; i < 40; i++)); do kill -0 -- -$p 2>/dev/null || break; sleep 0.01; done',
-    writeExit,
+    `if [ -n "$1" ] && [ ! -e "$1" ]; then printf '137\\n' > "$1"; fi`,
     'exit 0',
   ].join('\n');
-  return bashCommand(script);
+  return bashCommand(script, exitFile ?? '');
 }
 
 /** The files of one background process, all in its own directory. */
