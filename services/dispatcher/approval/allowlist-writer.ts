@@ -4,6 +4,8 @@
  * tenant. The file is edited as a YAML document (comments, order and layout
  * of everything else stay as they were) and replaced atomically: written to
  * a temporary file in the same directory, then renamed over the original.
+ * (The one normalisation the YAML library applies: one space before a
+ * trailing comment.)
  * Without a config file the approval is kept in memory only, and the outcome
  * says so.
  */
@@ -47,7 +49,8 @@ export function addToAllowlistYaml(text: string, location: AllowlistLocation, ke
   } else {
     throw new Error(`${path.join('.')} is not a list`);
   }
-  return doc.toString();
+  // lineWidth 0: never re-fold long lines or flow collections the user wrote on one line.
+  return doc.toString({ lineWidth: 0 });
 }
 
 /** Persists into a config file, one write at a time. */

@@ -73,8 +73,11 @@ export interface GuardCall {
   readonly grant?: ApprovalGrant;
 }
 
+/** The policy lookups the guard uses ({@link ApprovalPolicies} in production). */
+export type ApprovalPolicySource = Pick<ApprovalPolicies, 'policyFor' | 'allowlistFor' | 'locationFor' | 'addToAllowlist'>;
+
 export interface ApprovalGuardOptions {
-  readonly policies: ApprovalPolicies;
+  readonly policies: ApprovalPolicySource;
   readonly sessions: SessionApprovals;
   readonly pending: PendingApprovals;
   /** Absent: `smart` mode has no model configured and asks the user directly. */
@@ -251,6 +254,7 @@ export class ApprovalGuard {
     sessionKey: string,
     decide: (decision: string, verdict: GuardVerdict) => GuardVerdict,
   ): Promise<GuardVerdict> {
+    call.signal.throwIfAborted();
     const timeoutSec = Math.max(1, Math.round(timeoutMs / 1000));
     const timer = new AbortController();
     const handle = setTimeout(() => timer.abort(new Error('approval timed out')), timeoutMs);
