@@ -253,6 +253,9 @@ export function parseConfig(raw: unknown, source = 'config'): BerthConfig {
   if (smartUsers && (smartUrl === '' || smartModel === '')) {
     problems.push("approvals.smart: mode 'smart' needs approvals.smart.base_url and approvals.smart.model");
   }
+  if (config.terminal.backend === 'singularity' && config.terminal.singularity_image === '') {
+    problems.push('terminal.singularity_image: the singularity backend needs it (a SIF path or docker://IMAGE)');
+  }
   if (config.terminal.backend === 'ssh') {
     for (const key of ['ssh_host', 'ssh_user', 'ssh_key'] as const) {
       if (config.terminal[key] === '') problems.push(`terminal.${key}: the ssh backend needs it`);

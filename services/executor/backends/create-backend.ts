@@ -44,10 +44,14 @@ export async function createBackend(config: BerthConfig, logger: Logger): Promis
       const { createSshBackend } = await import('./ssh/create-ssh-backend.js');
       return createSshBackend(config, logger);
     }
+    case 'singularity': {
+      const { createSingularityBackend } = await import('./singularity/create-singularity-backend.js');
+      return createSingularityBackend(config, logger);
+    }
     default:
       // Never fall back to a weaker sandbox: a backend that is not here is an error.
       throw new FailedPreconditionError(
-        `the ${name} backend is not available in this version of Berth; available: local, docker, ssh`,
+        `the ${name} backend is not available in this version of Berth; available: local, docker, ssh, singularity`,
       );
   }
 }

@@ -1,0 +1,54 @@
+/**
+ * The apptainer test double (test/fixtures/apptainer-double/apptainer): where
+ * it is, whether this machine can run it, and a state directory per test run.
+ */
+import { spawnSync } from 'node:child_process';
+import { mkdtemp, readFile } from 'node:fs/promises';
+import os from 'node:os';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+
+const here = path.dirname(fileURLToPath(import.meta.url));
+/** The double's path, from dist/test/support or test/support alike. */
+export const APPTAINER_DOUBLE = path.resolve(
+  here,
+  '..',
+  '..',
+  ...(here.includes(`${path.sep}dist${path.sep}`) ? ['..'] : []),
+  'test',
+  'fixtures',
+  'apptainer-double',
+  'apptainer',
+);
+
+/** The image the tests convert (from the local Docker daemon; nothing is pulled). */
+export const DOUBLE_IMAGE = 'docker://berth-sandbox:latest';
+
+/** Why the double cannot run here, or undefined when it can. */
+export function doubleUnavailableReason(): string | undefined {
+  if (typeof process.getuid === 'function' && process.getuid() !== 0) return 'the apptainer test double needs root (mount, nsenter)';
+  for (const tool of ['bwrap', 'nsenter', 'unshare', 'docker']) {
+    if (spawnSync('sh', ['-c', `command -v ${tool}`]).status !== 0) {
+      return `${tool} is not installed${tool === 'bwrap' ? ' (apt-get install -y bubblewrap)' : ''}`;
+    }
+  }
+  if (spawnSync('docker', ['image', 'inspect', 'berth-sandbox:latest'], { stdio: 'ignore' }).status !== 0) {
+    return 'the berth-sandbox:latest image is missing (make image)';
+  }
+  return undefined;
+}
+
+/**
+ * A state directory for the double. The exported root filesystem is shared
+ * by all runs (under the OS temp dir, keyed by image id), since exporting it
+ * takes seconds; instances and the call log are per run.
+ */
+export async function doubleState(): Promise<{ stateDir: string; env: Record<string, string>; calls: () => Promise<string[]> }> {
+  const stateDir = await mkdtemp(path.join(os.tmpdir(), 'berth-apptainer-double-'));
+  return {
+    stateDir,
+    env: { APPTAINER_DOUBLE_STATE: stateDir, APPTAINER_DOUBLE_ROOTFS: path.join(os.tmpdir(), 'berth-apptainer-double-rootfs') },
+    calls: async () =>
+      (await readFile(path.join(stateDir, 'calls.log'), 'utf8').catch(() => '')).split('\n').filter((l) => l !== ''),
+  };
+}
