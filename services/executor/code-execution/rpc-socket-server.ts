@@ -171,9 +171,10 @@ export class RpcSocketServer implements AsyncDisposable {
       if (this.#closed || socket.destroyed) return;
       let response: string;
       if ('tooLong' in line) {
-        response = `${invalidRequest(`request line longer than ${this.#maxLineBytes} bytes`)}\n`;
-        await write(socket, response);
-        socket.end();
+        // Answer, then discard whatever else the client sends so its blocked write can finish and it can read this.
+        socket.on('data', () => undefined);
+        socket.resume();
+        socket.end(`${invalidRequest(`request line longer than ${this.#maxLineBytes} bytes`)}\n`);
         return;
       }
       const text = line.text;
@@ -223,7 +224,7 @@ async function* readLines(socket: net.Socket, maxBytes: number): AsyncGenerator<
     wake = undefined;
     w?.();
   };
-  socket.on('data', (chunk: Buffer) => {
+  const onData = (chunk: Buffer) => {
     let start = 0;
     for (let nl = chunk.indexOf(0x0a, start); nl >= 0; nl = chunk.indexOf(0x0a, start)) {
       pending.push(chunk.subarray(start, nl));
@@ -245,23 +246,30 @@ async function* readLines(socket: net.Socket, maxBytes: number): AsyncGenerator<
     }
     if (ready.length > 0) socket.pause();
     notify();
-  });
+  };
   const finish = () => {
     ended = true;
     notify();
   };
+  socket.on('data', onData);
   socket.once('end', finish);
   socket.once('close', finish);
   socket.resume();
-  for (;;) {
-    const line = ready.shift();
-    if (line !== undefined) {
-      yield line;
-      if ('tooLong' in line) return;
-      continue;
+  try {
+    for (;;) {
+      const line = ready.shift();
+      if (line !== undefined) {
+        yield line;
+        if ('tooLong' in line) return;
+        continue;
+      }
+      if (ended || socket.destroyed) return;
+      socket.resume();
+      await new Promise<void>((resolve) => (wake = resolve));
     }
-    if (ended || socket.destroyed) return;
-    socket.resume();
-    await new Promise<void>((resolve) => (wake = resolve));
+  } finally {
+    socket.off('data', onData);
+    socket.off('end', finish);
+    socket.off('close', finish);
   }
 }
