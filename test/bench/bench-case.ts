@@ -36,7 +36,11 @@ export interface BenchContext {
   server(options?: BenchServerOptions): Promise<BenchServer>;
   /** Runs scripts/ensure-docker.sh once; resolves to a reason when Docker cannot be used. */
   dockerUnavailable(): Promise<string | undefined>;
-  /** Resolves to a reason when the backend is not built into this version (undefined: it is). */
+  /**
+   * Resolves to a reason when the backend is not built into this version
+   * (its folder is absent or createBackend refuses the name), or when it needs
+   * Docker and Docker is unavailable; undefined when it is there.
+   */
   backendMissing(name: BackendName): Promise<string | undefined>;
   /** A line for the person watching (shown above the progress bar). */
   note(message: string): void;

@@ -4,7 +4,7 @@
  * A separate process, like a real deployment: the client's event loop and
  * the server's do not share one thread.
  */
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -40,6 +40,20 @@ export interface BenchServer {
 
 const ENTRY = fileURLToPath(new URL('./bench-server.js', import.meta.url));
 
+/**
+ * The environment of a server under measurement. The user's own setup must
+ * not change what is measured: no BERTH_CONFIG, and an empty HOME, because a
+ * new local task starts from a login shell, and a login profile that runs,
+ * say, `pyenv init` costs seconds per task that Berth did not spend.
+ */
+export function benchServerEnv(scratch: string): NodeJS.ProcessEnv {
+  const home = join(scratch, 'home');
+  mkdirSync(home, { recursive: true });
+  const env: NodeJS.ProcessEnv = { ...process.env, HOME: home, BERTH_STATE_ROOT: join(scratch, 'state') };
+  delete env.BERTH_CONFIG;
+  return env;
+}
+
 export async function startBenchServer(options: BenchServerOptions = {}): Promise<BenchServer> {
   const scratch = mkdtempSync(join(tmpdir(), 'berth-bench-'));
   const logPath = join(scratch, 'server.log');
@@ -50,9 +64,7 @@ export async function startBenchServer(options: BenchServerOptions = {}): Promis
     writeFileSync(configPath, JSON.stringify(options.config));
     args.push('--config', configPath);
   }
-  const env: NodeJS.ProcessEnv = { ...process.env, BERTH_STATE_ROOT: join(scratch, 'state') };
-  // A user's own config must not change what the benchmarks measure.
-  delete env.BERTH_CONFIG;
+  const env = benchServerEnv(scratch);
   let child: ListeningChild;
   try {
     child = await startListeningChild({ name: `bench server (${options.backend ?? 'local'})`, args, env, cwd: scratch });

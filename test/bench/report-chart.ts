@@ -24,8 +24,8 @@ interface ChartRow {
 
 const COLOR_A = '#1d4ed8';
 const COLOR_B = '#6b7280';
-const WIDTH = 1000;
-const LABEL_W = 340;
+const WIDTH = 1060;
+const LABEL_W = 390;
 const PLOT_X = LABEL_W + 10;
 const PLOT_W = 500;
 const ROW_H = 18;
@@ -117,12 +117,9 @@ export function renderChart(report: BenchReport): string {
         stroke: major ? '#d1d5db' : '#eef0f3',
         'stroke-width': 1,
       }),
-      text(x(t), TOP + plotH + 14, tickLabel(t), {
-        'text-anchor': 'middle',
-        fill: major ? '#111827' : '#6b7280',
-        'font-size': major ? 11 : 9,
-      }),
     );
+    // Only powers of ten get a label: the 2 and 5 lines are too close to them to carry text.
+    if (major) parts.push(text(x(t), TOP + plotH + 14, tickLabel(t), { 'text-anchor': 'middle', fill: '#111827' }));
   }
 
   rows.forEach((r, i) => {
@@ -168,7 +165,7 @@ function drawSeries(
   rowIndex: number,
 ): void {
   parts.push(
-    text(isA ? 12 : 24, cy + 4, truncate(isA ? s.label : `vs ${s.label}`, isA ? 54 : 52), {
+    text(isA ? 12 : 24, cy + 4, truncate(isA ? s.label : `vs ${s.label}`, isA ? 54 : 58), {
       fill: isA ? '#111827' : '#4b5563',
       'font-weight': isA ? 'bold' : undefined,
     }),

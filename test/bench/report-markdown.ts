@@ -58,7 +58,9 @@ function loadTable(cases: readonly CaseResult[]): string | undefined {
   if (load.length === 0) return undefined;
   // The cost curve: each suite's p50 against the same suite at its lowest concurrency.
   const lowest = new Map<string, CaseResult>();
+  const perSuite = new Map<string, number>();
   for (const c of load) {
+    perSuite.set(c.suite, (perSuite.get(c.suite) ?? 0) + 1);
     const prev = lowest.get(c.suite);
     if (prev === undefined || c.load!.concurrency < prev.load!.concurrency) lowest.set(c.suite, c);
   }
@@ -76,7 +78,7 @@ function loadTable(cases: readonly CaseResult[]): string | undefined {
       formatMs(l.a.latency.p50),
       formatMs(l.a.latency.p99),
       formatRatio(ratio(l.a.latency.p99, l.a.latency.p50)),
-      formatRatio(ratio(l.a.latency.p50, first.a.latency.p50)),
+      perSuite.get(c.suite)! > 1 ? formatRatio(ratio(l.a.latency.p50, first.a.latency.p50)) : '—',
       formatMs(l.b.latency.p50),
       formatMs(l.b.latency.p99),
       formatRatio(l.ratioP50),

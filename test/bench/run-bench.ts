@@ -22,6 +22,14 @@ export const REPO_ROOT = fileURLToPath(new URL('../../../', import.meta.url));
 const CASES_DIR = fileURLToPath(new URL('./cases/', import.meta.url));
 export const RESULTS_DIR = join(REPO_ROOT, 'test', 'bench', 'results');
 
+/**
+ * --quick aims at two minutes in all. Each case may measure for at most half
+ * of its fair share of what is left (the other half goes to set-up, warm-up
+ * and teardown), so a slow machine trims pairs rather than overrunning; the
+ * cases' minimum pairs still run.
+ */
+const QUICK_TOTAL_MS = 110_000;
+
 /** A wrong --only and the like: the CLI exits 2 with the message. */
 export class BenchUsageError extends Error {}
 
@@ -113,10 +121,13 @@ export async function runBench(options: BenchOptions): Promise<number> {
   process.on('SIGINT', onSignal);
   process.on('SIGTERM', onSignal);
   try {
-    for (const { suite, benchCase } of chosen) {
+    const deadlineMs = Date.now() + QUICK_TOTAL_MS;
+    for (const [i, { suite, benchCase }] of chosen.entries()) {
       current = benchCase;
       progress.startCase(benchCase.name);
-      const r = await runCase(benchCase, { suite, ctx, progress });
+      const budgetCapMs =
+        options.mode === 'quick' ? Math.max(0, (deadlineMs - Date.now()) / (chosen.length - i) / 2) : undefined;
+      const r = await runCase(benchCase, { suite, ctx, progress, ...(budgetCapMs !== undefined ? { budgetCapMs } : {}) });
       current = undefined;
       results.push(r);
       progress.endCase(summaryLine(r));

@@ -76,14 +76,14 @@ export interface CaseResult {
 
 const DEFAULT_PLANS: Readonly<Record<BenchCase['kind'], Readonly<Record<BenchMode, RunPlan>>>> = {
   latency: {
-    smoke: { warmupPairs: 1, pairs: 3, minPairs: 3, budgetMs: 10_000 },
-    quick: { warmupPairs: 20, pairs: 400, minPairs: 30, budgetMs: 6_000 },
+    smoke: { warmupPairs: 0, pairs: 2, minPairs: 2, budgetMs: 0 },
+    quick: { warmupPairs: 20, pairs: 400, minPairs: 20, budgetMs: 5_000 },
     full: { warmupPairs: 100, pairs: 3000, minPairs: 300, budgetMs: 60_000 },
   },
   load: {
     smoke: { warmupPairs: 0, pairs: 1, minPairs: 1, budgetMs: 0 },
-    quick: { warmupPairs: 1, pairs: 3, minPairs: 2, budgetMs: 10_000 },
-    full: { warmupPairs: 2, pairs: 10, minPairs: 5, budgetMs: 90_000 },
+    quick: { warmupPairs: 0, pairs: 3, minPairs: 1, budgetMs: 6_000 },
+    full: { warmupPairs: 1, pairs: 10, minPairs: 5, budgetMs: 90_000 },
   },
   gauge: {
     smoke: { warmupPairs: 0, pairs: 1, minPairs: 1, budgetMs: 0 },
@@ -92,9 +92,10 @@ const DEFAULT_PLANS: Readonly<Record<BenchCase['kind'], Readonly<Record<BenchMod
   },
 };
 
-export function planFor(c: BenchCase, mode: BenchMode): RunPlan {
+/** The case's plan for `mode` over the defaults; `budgetCapMs` lowers the time budget (never the minimum pairs). */
+export function planFor(c: BenchCase, mode: BenchMode, budgetCapMs = Number.POSITIVE_INFINITY): RunPlan {
   const plan = { ...DEFAULT_PLANS[c.kind][mode], ...c.plan?.[mode] };
-  return { ...plan, minPairs: Math.min(plan.minPairs, plan.pairs) };
+  return { ...plan, minPairs: Math.min(plan.minPairs, plan.pairs), budgetMs: Math.min(plan.budgetMs, budgetCapMs) };
 }
 
 /**
@@ -203,6 +204,8 @@ export interface RunCaseOptions {
   readonly suite: string;
   readonly ctx: BenchContext;
   readonly progress: Progress;
+  /** Upper bound on the case's measuring time, from the run's overall budget. */
+  readonly budgetCapMs?: number;
 }
 
 export async function runCase(c: BenchCase, options: RunCaseOptions): Promise<CaseResult> {
@@ -216,7 +219,7 @@ export async function runCase(c: BenchCase, options: RunCaseOptions): Promise<Ca
     if (isSkip(setup)) {
       result = { ...base, status: 'skipped', reason: setup.skip, durationMs: elapsed() };
     } else {
-      const plan = planFor(c, ctx.mode);
+      const plan = planFor(c, ctx.mode, options.budgetCapMs);
       const onProgress = (f: number, p: string) => progress.update(f, p);
       progress.update(0, plan.warmupPairs > 0 ? 'warm-up' : 'running');
       switch (c.kind) {

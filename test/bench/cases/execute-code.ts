@@ -88,7 +88,7 @@ export default function cases(): BenchCase[] {
       name: `execute_code, ${CALLS_PER_SCRIPT} × read_file from the script, timed in it`,
       baselineName: `${CALLS_PER_SCRIPT} × CallTool read_file from the client`,
       concurrency: 1,
-      plan: { quick: { pairs: 8, minPairs: 3 } },
+      plan: { quick: { warmupPairs: 1, pairs: 8, minPairs: 3 }, full: { warmupPairs: 2 } },
       async setup(ctx) {
         const s = await codeServer(ctx);
         if ('skip' in s) return s;

@@ -1,9 +1,11 @@
 /**
  * Resident memory of the executor and the dispatcher, each as its own
  * `bin/berth executor` / `bin/berth dispatcher` process (so /proc tells them
- * apart): idle, then with 50 live tasks on the local backend, and the
- * difference per task. The baseline is a bare Node process, the floor any
- * Node service starts from.
+ * apart): just started; idle (no live tasks, after one round of 50 tasks
+ * came and went, so idle and loaded readings share their compiled code and
+ * heap history); with 50 live tasks on the local backend; and the difference
+ * per task. The baseline is a bare Node process, the floor of any Node
+ * service.
  */
 import { randomBytes } from 'node:crypto';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
@@ -13,6 +15,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { createChannel, createClient, type Channel } from 'nice-grpc';
 import { DispatcherDefinition, type DispatcherClient } from '../../../services/gen/berth/v1/dispatcher.js';
 import type { BenchCase, BenchMode } from '../bench-case.js';
+import { benchServerEnv } from '../bench-server-process.js';
 import { checkTerminalResult } from '../case-helpers.js';
 import { median } from '../stats.js';
 import { rssKiB, startListeningChild, type ListeningChild } from '../listening-child.js';
@@ -42,6 +45,21 @@ export default function cases(mode: BenchMode): BenchCase[] {
   let bareNode: ListeningChild | undefined;
   let channel: Channel | undefined;
   let client: DispatcherClient | undefined;
+  let startedExec = 0;
+  let startedDisp = 0;
+
+  /** Starts `liveTasks` tasks (one command each), runs `whileLive`, then ends them. */
+  const liveTaskCycle = async (whileLive: () => Promise<void>) => {
+    const ids = Array.from({ length: liveTasks }, (_, i) => `bench-mem-${i}`);
+    await Promise.all(
+      ids.map(async (taskId) => {
+        const r = await client!.callTool({ name: 'terminal', argumentsJson: '{"command":"true"}', taskId, sessionId: '' });
+        checkTerminalResult(r.resultJson);
+      }),
+    );
+    await whileLive();
+    await Promise.all(ids.map((taskId) => client!.endTask({ taskId })));
+  };
 
   return [
     {
@@ -49,6 +67,8 @@ export default function cases(mode: BenchMode): BenchCase[] {
       name: `executor and dispatcher RSS, idle and with ${liveTasks} live tasks`,
       baselineName: 'bare node process',
       gauges: [
+        { key: 'executor RSS, just started', unit: 'MiB', baselineKey: 'bare node RSS' },
+        { key: 'dispatcher RSS, just started', unit: 'MiB', baselineKey: 'bare node RSS' },
         { key: 'executor RSS, idle', unit: 'MiB', baselineKey: 'bare node RSS' },
         { key: 'dispatcher RSS, idle', unit: 'MiB', baselineKey: 'bare node RSS' },
         { key: `executor RSS, ${liveTasks} live tasks`, unit: 'MiB', baselineKey: 'bare node RSS' },
@@ -60,8 +80,7 @@ export default function cases(mode: BenchMode): BenchCase[] {
         scratch = mkdtempSync(join(tmpdir(), 'berth-bench-mem-'));
         const secret = randomBytes(16).toString('hex');
         const bin = join(ctx.repoRoot, 'bin', 'berth');
-        const env: NodeJS.ProcessEnv = { ...process.env, BERTH_STATE_ROOT: join(scratch, 'state') };
-        delete env.BERTH_CONFIG;
+        const env = benchServerEnv(scratch);
         executor = await startListeningChild({
           name: 'berth executor',
           args: [bin, 'executor', '--backend', 'local', '--port', '0', '--log-level', 'warn'],
@@ -86,29 +105,30 @@ export default function cases(mode: BenchMode): BenchCase[] {
         });
         channel = createChannel(dispatcher.address);
         client = createClient(DispatcherDefinition, channel);
-        // One call first, so "idle" means started and used once, not never touched.
-        checkTerminalResult((await client.callTool({ name: 'terminal', argumentsJson: '{"command":"true"}', taskId: 'bench-mem-0', sessionId: '' })).resultJson);
-        await client.endTask({ taskId: 'bench-mem-0' });
+        [startedExec, startedDisp] = await Promise.all([
+          settledRssKiB(executor.pid, readings),
+          settledRssKiB(dispatcher.pid, readings),
+        ]);
+        // One full cycle first (tasks created, used, ended), so that idle and loaded readings share the
+        // same code paths compiled and the same heap history, and differ only by the live tasks.
+        await liveTaskCycle(async () => {});
       },
       async runA() {
         const [idleExec, idleDisp] = await Promise.all([
           settledRssKiB(executor!.pid, readings),
           settledRssKiB(dispatcher!.pid, readings),
         ]);
-        const ids = Array.from({ length: liveTasks }, (_, i) => `bench-mem-${i + 1}`);
-        await Promise.all(
-          ids.map(async (taskId) =>
-            checkTerminalResult(
-              (await client!.callTool({ name: 'terminal', argumentsJson: '{"command":"true"}', taskId, sessionId: '' })).resultJson,
-            ),
-          ),
-        );
-        const [liveExec, liveDisp] = await Promise.all([
-          settledRssKiB(executor!.pid, readings),
-          settledRssKiB(dispatcher!.pid, readings),
-        ]);
-        await Promise.all(ids.map((taskId) => client!.endTask({ taskId })));
+        let liveExec = 0;
+        let liveDisp = 0;
+        await liveTaskCycle(async () => {
+          [liveExec, liveDisp] = await Promise.all([
+            settledRssKiB(executor!.pid, readings),
+            settledRssKiB(dispatcher!.pid, readings),
+          ]);
+        });
         return {
+          'executor RSS, just started': startedExec / MIB,
+          'dispatcher RSS, just started': startedDisp / MIB,
           'executor RSS, idle': idleExec / MIB,
           'dispatcher RSS, idle': idleDisp / MIB,
           [`executor RSS, ${liveTasks} live tasks`]: liveExec / MIB,

@@ -1,24 +1,78 @@
 /**
- * A trivial command on the ssh backend against the same command over a
- * plain ssh2 exec to the same sshd. Waits for the ssh backend and its sshd
- * fixture; until both are here it is skipped with the reason.
+ * A trivial command on a warm ssh task, through the whole stack, against
+ * `true` run over an already open ssh2 connection to the same sshd (the
+ * real OpenSSH server of the test fixture, in a container).
  */
+import { chmodSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import type { Client } from 'ssh2';
 import type { BenchCase } from '../bench-case.js';
+import type { BenchServer } from '../bench-server-process.js';
+import { runTerminal } from '../case-helpers.js';
+
+const TASK = 'bench-ssh-warm';
+
+function sshExec(conn: Client, command: string): Promise<void> {
+  return new Promise((resolve, reject) => {
+    conn.exec(command, (err, stream) => {
+      if (err) return reject(err);
+      stream.on('close', (code: number | null) =>
+        code === 0 ? resolve() : reject(new Error(`${command} exited ${code} over ssh2`)),
+      );
+      stream.resume();
+      stream.stderr.resume();
+    });
+  });
+}
 
 export default function cases(): BenchCase[] {
+  let sshd: { stop(): Promise<void> } | undefined;
+  let conn: Client | undefined;
+  let server: BenchServer | undefined;
+  let scratch: string | undefined;
   return [
     {
       kind: 'latency',
       name: 'terminal `true`, ssh backend, warm task',
-      baselineName: 'ssh2 exec `true`, same sshd',
+      baselineName: 'ssh2 exec `true` on an open connection, same sshd',
       async setup(ctx) {
-        const missing = await ctx.backendMissing('ssh');
+        const missing = (await ctx.backendMissing('ssh')) ?? (await ctx.dockerUnavailable());
         if (missing !== undefined) return { skip: missing };
-        return { skip: 'ssh backend present, but this case is not wired to its sshd fixture yet' };
+        // Loaded only here: the fixture pulls in testcontainers.
+        const fixture = await import('../../support/sshd-container.js');
+        const started = await fixture.startSshd();
+        sshd = started;
+        scratch = mkdtempSync(join(tmpdir(), 'berth-bench-ssh-'));
+        const keyPath = join(scratch, 'id_ed25519');
+        writeFileSync(keyPath, started.keys.privateKey);
+        chmodSync(keyPath, 0o600);
+        server = await ctx.server({
+          backend: 'ssh',
+          config: {
+            terminal: { ssh_host: started.host, ssh_port: started.port, ssh_user: started.user, ssh_key: keyPath },
+          },
+        });
+        await runTerminal(server, TASK, 'true');
+        const { default: ssh2 } = await import('ssh2');
+        const client = new ssh2.Client();
+        conn = client;
+        await new Promise<void>((resolve, reject) => {
+          client.once('ready', () => resolve());
+          client.once('error', reject);
+          client.connect({ host: started.host, port: started.port, username: started.user, privateKey: started.keys.privateKey });
+        });
+        await sshExec(client, 'true');
+        return undefined;
       },
-      async runA() {},
-      async runB() {},
-      async teardown() {},
+      runA: () => runTerminal(server!, TASK, 'true'),
+      runB: () => sshExec(conn!, 'true'),
+      async teardown() {
+        conn?.end();
+        await server?.endTask(TASK).catch(() => undefined);
+        await sshd?.stop();
+        if (scratch !== undefined) rmSync(scratch, { recursive: true, force: true });
+      },
     },
   ];
 }

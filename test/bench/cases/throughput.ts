@@ -16,7 +16,7 @@ const SIZES: Readonly<Record<BenchMode, { readonly tasks: readonly number[]; rea
   full: { tasks: [1, 10, 50], perTask: 20 },
 };
 
-function loadCase(tasks: number, perTask: number, rounds: { quick: number; full: number }): LoadCase {
+function loadCase(tasks: number, perTask: number, rounds: { quick: number; quickMin: number; full: number }): LoadCase {
   let server: BenchServer | undefined;
   const taskId = (i: number) => `bench-load-${tasks}-${i}`;
   return {
@@ -25,11 +25,13 @@ function loadCase(tasks: number, perTask: number, rounds: { quick: number; full:
     baselineName: `${tasks} at once × ${perTask} × spawn bash -c true`,
     concurrency: tasks,
     plan: {
-      quick: { pairs: rounds.quick, minPairs: Math.min(2, rounds.quick) },
+      quick: { pairs: rounds.quick, minPairs: rounds.quickMin },
       full: { pairs: rounds.full, minPairs: Math.min(5, rounds.full) },
     },
     async setup(ctx) {
       server = await ctx.server();
+      // Each task's first command creates its environment; rounds measure live tasks only.
+      await Promise.all(Array.from({ length: tasks }, (_, i) => runTerminal(server!, taskId(i), 'true')));
     },
     runA: () => concurrentRound(tasks, perTask, (t) => runTerminal(server!, taskId(t), 'true')),
     runB: () => concurrentRound(tasks, perTask, () => spawnBash('true')),
@@ -43,6 +45,10 @@ function loadCase(tasks: number, perTask: number, rounds: { quick: number; full:
 export default function cases(mode: BenchMode): BenchCase[] {
   const { tasks, perTask } = SIZES[mode];
   // Fewer rounds where one round already holds many calls.
-  const rounds = [{ quick: 10, full: 40 }, { quick: 4, full: 15 }, { quick: 3, full: 10 }];
+  const rounds = [
+    { quick: 10, quickMin: 3, full: 40 },
+    { quick: 4, quickMin: 1, full: 15 },
+    { quick: 3, quickMin: 1, full: 10 },
+  ];
   return tasks.map((n, i) => loadCase(n, perTask, rounds[i]!));
 }
