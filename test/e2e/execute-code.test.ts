@@ -1,0 +1,373 @@
+/**
+ * execute_code end to end: `bin/berth serve` as a child process, scripts in
+ * real python3 calling tools back over the real socket and RunCode stream,
+ * results through a real gRPC client. Covers the seed document's examples,
+ * the secrets a script must never see, the script-call policy, interrupt,
+ * timeout and concurrency.
+ */
+import assert from 'node:assert/strict';
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { after, before, describe, test } from 'node:test';
+import { startServe, type ServeProcess } from '../support/serve-process.js';
+import { pythonBinDir } from '../support/python-bin.js';
+
+interface CodeResult {
+  status: string;
+  output: string;
+  tool_calls_made: number;
+  duration_seconds: number;
+  error?: string;
+  notice?: string;
+}
+
+function isAlive(pid: number): boolean {
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+    return stat.slice(stat.lastIndexOf(')') + 2)[0] !== 'Z';
+  } catch {
+    return false;
+  }
+}
+
+async function waitFor<T>(what: string, fn: () => T | undefined, timeoutMs = 30_000): Promise<T> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const v = fn();
+    if (v !== undefined) return v;
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+    await sleep(50);
+  }
+}
+
+/** A scratch dir, a config file and the environment of one `berth serve`. */
+function serveSetup(prefix: string, codeExecution: string) {
+  const scratch = mkdtempSync(join(tmpdir(), prefix));
+  const work = join(scratch, 'work');
+  mkdirSync(work);
+  const config = join(scratch, 'config.yaml');
+  writeFileSync(
+    config,
+    `terminal:\n  cwd: ${JSON.stringify(work)}\n  env_passthrough: [OPENAI_API_KEY]\ncode_execution:\n${codeExecution}`,
+  );
+  const env = {
+    PATH: `${pythonBinDir(scratch)}:${process.env.PATH ?? ''}`,
+    // No login profile: each new task's shell starts at once, whatever this machine's profile does.
+    HOME: scratch,
+    BERTH_CANARY_SECRET: 'canary-secret-4f1c',
+    CANARY_PLAIN: 'canary-plain-9d2e',
+    OPENAI_API_KEY: 'sk-canary-provider-7a3b',
+  };
+  return { scratch, work, config, env };
+}
+
+describe('execute_code through berth serve', () => {
+  let serve: ServeProcess;
+  let setup: ReturnType<typeof serveSetup>;
+
+  before(async () => {
+    setup = serveSetup('berth-e2e-code-', '  timeout: 60\n  max_tool_calls: 8\n');
+    serve = await startServe(['--config', setup.config], { env: setup.env });
+  });
+
+  after(async () => {
+    await serve.stop();
+    rmSync(setup.scratch, { recursive: true, force: true });
+  });
+
+  async function runCode(code: string, taskId: string): Promise<CodeResult> {
+    const r = await serve.client.callTool({ name: 'execute_code', argumentsJson: JSON.stringify({ code }), taskId, sessionId: 's' });
+    return JSON.parse(r.resultJson) as CodeResult;
+  }
+
+  async function tool(name: string, args: unknown, taskId: string): Promise<Record<string, unknown>> {
+    const r = await serve.client.callTool({ name, argumentsJson: JSON.stringify(args), taskId, sessionId: 's' });
+    return JSON.parse(r.resultJson) as Record<string, unknown>;
+  }
+
+  test('the listed schema names the enabled functions and the configured limits', async () => {
+    const r = await serve.cli(['tools', '--toolsets', 'code_execution,terminal']);
+    assert.equal(r.code, 0, r.stderr);
+    const tools = JSON.parse(r.stdout) as Array<{ function: { name: string; description: string; parameters: { required: string[] } } }>;
+    const schema = tools.find((t) => t.function.name === 'execute_code')?.function;
+    assert.ok(schema);
+    assert.deepEqual(schema.parameters.required, ['code']);
+    assert.match(schema.description, /: terminal\(command, timeout=None, workdir=None\), json_parse\(text\)/);
+    assert.ok(!schema.description.includes('read_file'));
+    assert.match(schema.description, /1-minute timeout, 50KB stdout cap, max 8 tool calls per script/);
+  });
+
+  test('empty code is refused with the spec error', async () => {
+    assert.deepEqual(await runCode('   ', 'empty'), { error: 'No code provided.' });
+  });
+
+  test('seed: find the *.yaml files that mention the database and preview them', async () => {
+    const project = join(setup.work, 'configs');
+    mkdirSync(project);
+    writeFileSync(join(project, 'app.yaml'), 'database:\n  host: db.internal\n  port: 5432\n');
+    writeFileSync(join(project, 'worker.yaml'), 'queue: redis\ndatabase: { host: replica }\n');
+    writeFileSync(join(project, 'other.yml'), 'database: not matched by the glob\n');
+    writeFileSync(join(project, 'notes.txt'), 'the database is fine\n');
+    const code = `from hermes_tools import search_files, read_file
+import json
+# Find every config file and pull out the database settings
+matches = search_files("database", path=${JSON.stringify(project)}, file_glob="*.yaml", limit=20)
+configs = []
+for match in matches.get("matches", []):
+    content = read_file(match["path"])
+    configs.append({"file": match["path"], "preview": content["content"][:200]})
+
+print(json.dumps(configs, indent=2))
+`;
+    const r = await runCode(code, 'seed-yaml');
+    assert.equal(r.status, 'success', JSON.stringify(r));
+    const configs = JSON.parse(r.output) as Array<{ file: string; preview: string }>;
+    assert.deepEqual(configs.map((c) => c.file.split('/').pop()).sort(), ['app.yaml', 'worker.yaml']);
+    assert.match(configs.find((c) => c.file.endsWith('app.yaml'))?.preview ?? '', /host: db\.internal/);
+    assert.equal(r.tool_calls_made, 3);
+    assert.match(r.notice ?? '', /subprocess on the executor host \(local backend, single-user mode\)/);
+  });
+
+  test('seed: batch refactor with search_files and patch(replace_all=True)', async () => {
+    const src = join(setup.work, 'refactor', 'src');
+    mkdirSync(src, { recursive: true });
+    writeFileSync(join(src, 'a.py'), 'x = old_api_call(1)\n');
+    writeFileSync(join(src, 'b.py'), 'def f():\n    return old_api_call(2) + old_api_call(3)\n');
+    writeFileSync(join(src, 'c.py'), 'y = old_api_call(4)\nz = 1\nw = old_api_call(5)\n');
+    writeFileSync(join(src, 'd.py'), 'print("untouched")\n');
+    const code = `from hermes_tools import search_files, read_file, patch
+# Find every Python file that uses the deprecated API and fix it
+matches = search_files("old_api_call", path="src/", file_glob="*.py")
+fixed = 0
+for match in matches.get("matches", []):
+    result = patch(
+        path=match["path"],
+        old_string="old_api_call(",
+        new_string="new_api_call(",
+        replace_all=True
+    )
+    if "error" not in str(result):
+        fixed += 1
+
+print(f"Fixed {fixed} files out of {len(matches.get('matches', []))} matches")
+`;
+    // The script's relative paths resolve against the task's cwd, as terminal() would.
+    const cd = await tool('terminal', { command: `cd ${join(setup.work, 'refactor')}` }, 'seed-refactor');
+    assert.equal(cd.exit_code, 0);
+    const r = await runCode(code, 'seed-refactor');
+    assert.equal(r.status, 'success', JSON.stringify(r));
+    // c.py matches on two lines: its second patch finds nothing left to replace.
+    assert.equal(r.output, 'Fixed 3 files out of 4 matches\n');
+    assert.equal(r.tool_calls_made, 5);
+    for (const name of ['a.py', 'b.py', 'c.py']) {
+      const text = readFileSync(join(src, name), 'utf8');
+      assert.ok(!text.includes('old_api_call'), `${name}: ${text}`);
+      assert.ok(text.includes('new_api_call('), name);
+    }
+    assert.equal(readFileSync(join(src, 'b.py'), 'utf8'), 'def f():\n    return new_api_call(2) + new_api_call(3)\n');
+  });
+
+  test('seed: build-and-test pipeline through terminal() reporting passed/failed counts', async () => {
+    const project = join(setup.work, 'project');
+    mkdirSync(project);
+    writeFileSync(join(project, 'mathlib.py'), 'def add(a, b):\n    return a + b\n');
+    writeFileSync(
+      join(project, 'test_mathlib.py'),
+      'from mathlib import add\n\ndef test_add():\n    assert add(1, 2) == 3\n\n' +
+        'def test_add_negative():\n    assert add(-1, -1) == -2\n\ndef test_wrong():\n    assert add(2, 2) == 5\n',
+    );
+    // Where pytest is not installed the project's own tiny runner prints the same summary line.
+    writeFileSync(
+      join(project, 'run_tests.py'),
+      'import importlib, sys, traceback\nsys.path.insert(0, ".")\nm = importlib.import_module("test_mathlib")\n' +
+        'passed = failed = 0\nfor name in sorted(n for n in dir(m) if n.startswith("test_")):\n' +
+        '    try:\n        getattr(m, name)()\n        passed += 1\n' +
+        '    except AssertionError:\n        failed += 1\n        print(f"FAILED test_mathlib.py::{name}")\n' +
+        'print(f"{failed} failed, {passed} passed")\nsys.exit(1 if failed else 0)\n',
+    );
+    const command =
+      `cd ${project} && if python3 -m pytest --version >/dev/null 2>&1; then python3 -m pytest --tb=short -q -p no:cacheprovider 2>&1; ` +
+      'else python3 run_tests.py 2>&1; fi';
+    const code = `from hermes_tools import terminal, read_file
+import json, re
+# Run the tests, parse the results and report
+result = terminal(${JSON.stringify(command)}, timeout=120)
+output = result.get("output", "")
+def count(word):
+    m = re.search(r"(\\d+) " + word, output)
+    return int(m.group(1)) if m else 0
+
+report = {
+    "passed": count("passed"),
+    "failed": count("failed"),
+    "errors": count("error"),
+    "exit_code": result.get("exit_code", -1),
+    "summary": output[-500:] if len(output) > 500 else output
+}
+
+print(json.dumps(report, indent=2))
+`;
+    const r = await runCode(code, 'seed-tests');
+    assert.equal(r.status, 'success', JSON.stringify(r));
+    const report = JSON.parse(r.output) as { passed: number; failed: number; errors: number; exit_code: number; summary: string };
+    assert.equal(report.passed, 2, report.summary);
+    assert.equal(report.failed, 1, report.summary);
+    assert.equal(report.errors, 0, report.summary);
+    assert.equal(report.exit_code, 1);
+    assert.match(report.summary, /test_wrong/);
+  });
+
+  test('a secret in the server environment is never visible to a script', async () => {
+    const code = `import json, os
+from hermes_tools import terminal
+print(json.dumps({"env": dict(os.environ), "terminal": terminal("echo plain=$CANARY_PLAIN")["output"]}))
+`;
+    const r = await runCode(code, 'canary');
+    assert.equal(r.status, 'success', JSON.stringify(r));
+    const seen = JSON.parse(r.output) as { env: Record<string, string>; terminal: string };
+    assert.equal(seen.env.BERTH_CANARY_SECRET, undefined);
+    assert.equal(seen.env.OPENAI_API_KEY, undefined, 'provider keys never pass, even when passed through for terminal');
+    assert.equal(seen.env.CANARY_PLAIN, undefined);
+    assert.ok(!JSON.stringify(seen.env).includes('canary'));
+    // The task's terminal still has what terminal is configured to see.
+    assert.equal(seen.terminal, 'plain=canary-plain-9d2e');
+  });
+
+  test('the tool-call limit stops dispatching, and only dispatched calls count', async () => {
+    const code = `from hermes_tools import terminal
+import hermes_tools
+refused = hermes_tools._call("process", {"action": "list"})
+results = [terminal("true") for _ in range(10)]
+errors = [r["error"] for r in results if r.get("error")]
+print(len(errors))
+print(errors[0])
+print(refused["error"])
+`;
+    const r = await runCode(code, 'limit');
+    assert.equal(r.status, 'success', JSON.stringify(r));
+    assert.deepEqual(r.output.trim().split('\n'), [
+      '2',
+      'Tool call limit reached (8). No more tool calls allowed in this execution.',
+      "Tool 'process' is not available in execute_code. Available: patch, read_file, search_files, terminal, write_file",
+    ]);
+    assert.equal(r.tool_calls_made, 8);
+  });
+
+  test('scripts cannot call execute_code or any tool outside the sandbox set', async () => {
+    const code = `import hermes_tools
+for name in ("execute_code", "process", "memory", "mcp-x_tool"):
+    print(hermes_tools._call(name, {"code": "print(1)"})["error"])
+`;
+    const r = await runCode(code, 'whitelist');
+    assert.equal(r.status, 'success', JSON.stringify(r));
+    const available = 'Available: patch, read_file, search_files, terminal, write_file';
+    assert.deepEqual(r.output.trim().split('\n'), [
+      `Tool 'execute_code' is not available in execute_code. ${available}`,
+      `Tool 'process' is not available in execute_code. ${available}`,
+      `Tool 'memory' is not available in execute_code. ${available}`,
+      `Tool 'mcp-x_tool' is not available in execute_code. ${available}`,
+    ]);
+    assert.equal(r.tool_calls_made, 0);
+  });
+
+  test('a bad token and a malformed line get their errors; terminal arguments that leave the foreground are dropped', async () => {
+    const code = `import json, os, socket
+from hermes_tools import terminal
+s = socket.socket(socket.AF_UNIX); s.connect(os.environ["HERMES_RPC_SOCKET"]); f = s.makefile("rb")
+s.sendall(b'{"tool": "terminal", "args": {"command": "true"}, "token": "guess"}\\n'); print(f.readline().decode().strip())
+s.sendall(b'{"tool": "terminal", "args"\\n'); print(f.readline().decode().strip()[:40])
+r = terminal("echo foreground")
+bg = __import__("hermes_tools")._call("terminal", {"command": "echo still-foreground", "background": True, "pty": True, "notify_on_complete": True, "watch_patterns": ["x"]})
+print(r["output"], bg["output"], "session_id" in bg)
+`;
+    const r = await runCode(code, 'socket-errors');
+    assert.equal(r.status, 'success', JSON.stringify(r));
+    assert.deepEqual(r.output.trim().split('\n'), [
+      '{"error":"Unauthorized RPC request"}',
+      '{"error":"Invalid RPC request: not valid',
+      'foreground still-foreground False',
+    ]);
+    assert.equal(r.tool_calls_made, 2);
+  });
+
+  test('1 MB of arguments reaches the tool whole', async () => {
+    const target = join(setup.work, 'big.txt');
+    const code = `from hermes_tools import write_file, terminal
+w = write_file(${JSON.stringify(target)}, "0123456789abcdef" * 65536)
+print(w.get("bytes_written"), terminal("wc -c < ${target}")["output"].strip())
+`;
+    const r = await runCode(code, 'megabyte');
+    assert.equal(r.status, 'success', JSON.stringify(r));
+    assert.equal(r.output.trim(), '1048576 1048576');
+  });
+
+  test('non-zero exit reports stderr under the separator', async () => {
+    const r = await runCode('print("partial")\nraise ValueError("boom")', 'traceback');
+    assert.equal(r.status, 'error');
+    assert.match(r.error ?? '', /ValueError: boom/);
+    assert.match(r.output, /^partial\n\n--- stderr ---\nTraceback \(most recent call last\):[\s\S]*ValueError: boom\n$/);
+  });
+
+  test('concurrent scripts on different tasks keep their own state', async () => {
+    const tasks = ['conc-a', 'conc-b', 'conc-c'];
+    await Promise.all(tasks.map((t) => tool('terminal', { command: `export WHO=${t}` }, t)));
+    const results = await Promise.all(
+      tasks.map((t) =>
+        runCode(`from hermes_tools import terminal\nprint("|".join(terminal("echo $WHO")["output"] for _ in range(5)))`, t),
+      ),
+    );
+    assert.deepEqual(
+      results.map((r) => r.output.trim()),
+      tasks.map((t) => Array(5).fill(t).join('|')),
+    );
+  });
+
+  test('Interrupt for the task stops a running script', async () => {
+    const marker = join(setup.scratch, 'interrupt.marker');
+    const code = `import time
+print("working", flush=True)
+open(${JSON.stringify(marker)}, "w").write("x")
+time.sleep(300)
+`;
+    const call = runCode(code, 'code-intr');
+    await waitFor('the script to start', () => (existsSync(marker) ? true : undefined));
+    const i = await serve.client.interrupt({ taskId: 'code-intr' });
+    assert.equal(i.interrupted, 1);
+    const r = await call;
+    assert.equal(r.status, 'interrupted');
+    assert.equal(r.output, 'working\n\n[execution interrupted — user sent a new message]');
+  });
+});
+
+describe('execute_code timeout through berth serve', () => {
+  let serve: ServeProcess;
+  let setup: ReturnType<typeof serveSetup>;
+
+  before(async () => {
+    setup = serveSetup('berth-e2e-code-timeout-', '  timeout: 4\n  mode: strict\n');
+    serve = await startServe(['--config', setup.config], { env: setup.env });
+  });
+
+  after(async () => {
+    await serve.stop();
+    rmSync(setup.scratch, { recursive: true, force: true });
+  });
+
+  test('kills the whole process group and says so with ⏰', async () => {
+    const pidFile = join(setup.scratch, 'grandchild.pid');
+    const code = `import subprocess, time
+p = subprocess.Popen(["bash", "-c", "sleep 300 & echo $! > ${pidFile}; wait"])
+print("spawned", flush=True)
+time.sleep(300)
+`;
+    const r = await serve.client.callTool({ name: 'execute_code', argumentsJson: JSON.stringify({ code }), taskId: 'to', sessionId: '' });
+    const result = JSON.parse(r.resultJson) as CodeResult;
+    assert.equal(result.status, 'timeout');
+    assert.equal(result.error, 'Script timed out after 4s and was killed.');
+    assert.equal(result.output, 'spawned\n\n\n⏰ Script timed out after 4s and was killed.');
+    const grandchild = await waitFor('the pid file', () => (existsSync(pidFile) ? Number(readFileSync(pidFile, 'utf8')) : undefined));
+    await waitFor('the grandchild to die', () => (isAlive(grandchild) ? undefined : true), 10_000);
+  });
+});
