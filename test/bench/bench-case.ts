@@ -9,6 +9,7 @@
  * the suite name `berth bench --only NAME` selects.
  */
 import type { BackendName } from '../../services/common/config.js';
+import type { CaseResult } from './bench-result.js';
 import type { BenchServer, BenchServerOptions } from './bench-server-process.js';
 
 /** smoke: a few runs, only errors matter; quick: under two minutes; full: tighter percentiles. */
@@ -48,11 +49,24 @@ export interface BenchContext {
   scaled<T>(values: Readonly<Record<BenchMode, T>>): T;
 }
 
+/**
+ * A performance goal, judged against the case's result and reported beside
+ * it. Never a test: nothing fails on a missed target.
+ */
+export interface Target {
+  /** What is aimed at, e.g. "terminal on a warm docker task: p50 ≤ 5 ms". */
+  readonly target: string;
+  /** Called only when the case ran; `measured` is the figure the target is about, as text. */
+  judge(result: CaseResult): { readonly measured: string; readonly met: boolean };
+}
+
 interface CaseBase {
   /** What is measured, e.g. "terminal `true`, local backend". */
   readonly name: string;
   /** What it is measured against, e.g. "spawn bash -c true". */
   readonly baselineName: string;
+  /** Goals this case measures; shown as "not measured yet" while the case is skipped. */
+  readonly targets?: readonly Target[];
   /** Plans per mode; the runner's defaults for the case's kind fill the gaps. */
   readonly plan?: Partial<Readonly<Record<BenchMode, Partial<RunPlan>>>>;
   setup(ctx: BenchContext): Promise<void | Skip>;

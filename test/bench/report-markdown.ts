@@ -1,6 +1,6 @@
 /** The markdown form of a bench run: the tables the README quotes. */
 import type { BenchReport } from './report.js';
-import type { CaseResult } from './runner.js';
+import type { CaseResult } from './bench-result.js';
 import { formatMs, formatRatio, ratio } from './stats.js';
 
 function row(cells: readonly string[]): string {
@@ -118,15 +118,24 @@ function gaugeTable(cases: readonly CaseResult[]): string | undefined {
   return table(['measurement', 'value', 'baseline', 'ratio'], rows);
 }
 
+/** Every case's targets beside what was measured. */
+export function renderTargets(report: BenchReport): string | undefined {
+  const rows = report.cases.flatMap((c) =>
+    (c.targets ?? []).map((t) => [t.target, t.measured, t.met === null ? '—' : t.met ? 'met' : 'not met']),
+  );
+  if (rows.length === 0) return undefined;
+  return table(['target', 'measured', ''], rows);
+}
+
 /** The tables alone (latency, load, levels, skipped, failed), for the README. */
 export function renderTables(report: BenchReport): string {
   const parts: string[] = [];
   const latency = latencyTable(report.cases);
-  if (latency) parts.push(latency);
+  if (latency) parts.push(`Latency, one operation at a time:\n\n${latency}`);
   const load = loadTable(report.cases);
-  if (load) parts.push(load);
+  if (load) parts.push(`Under load (latency of each call in a round; calls/s per round, median over rounds):\n\n${load}`);
   const gauge = gaugeTable(report.cases);
-  if (gauge) parts.push(gauge);
+  if (gauge) parts.push(`Memory:\n\n${gauge}`);
   const skipped = report.cases.filter((c) => c.status === 'skipped');
   if (skipped.length > 0) {
     parts.push(`Skipped:\n\n${skipped.map((c) => `- ${c.name} vs ${c.baselineName}: ${c.reason}`).join('\n')}`);
@@ -138,18 +147,26 @@ export function renderTables(report: BenchReport): string {
   return `${parts.join('\n\n')}\n`;
 }
 
+function runTime(report: BenchReport): string {
+  const s = Math.round((Date.parse(report.finishedAt) - Date.parse(report.startedAt)) / 1000);
+  return s >= 60 ? `${Math.floor(s / 60)} min ${s % 60} s` : `${s} s`;
+}
+
 export function renderMarkdown(report: BenchReport, chartFile?: string): string {
   const lines = [
     `# Berth benchmarks, ${report.startedAt.slice(0, 10)} (${report.source.sha})`,
     '',
     `Machine: ${machineLine(report)}.`,
     '',
-    `Reproduce: \`${report.command}\`. Every figure was measured beside its baseline in the same run, ` +
+    `Reproduce: \`${report.command}\` (this run took ${runTime(report)}). ` +
+      'Every figure was measured beside its baseline in the same run, ' +
       'interleaved A B A B after a warm-up. A/B is the ratio of A to B; paired Δ is the median of A − B ' +
       'over back-to-back pairs. Absolute times on a shared machine are for orientation only.',
     '',
     renderTables(report).trimEnd(),
   ];
+  const targets = renderTargets(report);
+  if (targets !== undefined) lines.push('', '## Targets', '', targets);
   if (chartFile !== undefined) lines.push('', `![latency distributions](${chartFile})`);
   return `${lines.join('\n')}\n`;
 }

@@ -1,7 +1,7 @@
 /** The record of one bench run, and its JSON form. */
 import type { BenchMode } from './bench-case.js';
 import type { MachineInfo, SourceInfo } from './machine.js';
-import type { CaseResult } from './runner.js';
+import type { CaseResult } from './bench-result.js';
 
 export interface BenchReport {
   readonly schema: 'berth-bench/1';

@@ -15,7 +15,8 @@ import { Progress, type ProgressStream } from './progress.js';
 import { renderChart } from './report-chart.js';
 import { renderMarkdown } from './report-markdown.js';
 import { dateStamp, reportToJson, type BenchReport } from './report.js';
-import { runCase, type CaseResult } from './runner.js';
+import type { CaseResult } from './bench-result.js';
+import { runCase } from './runner.js';
 import { formatMs, formatRatio } from './stats.js';
 
 export const REPO_ROOT = fileURLToPath(new URL('../../../', import.meta.url));

@@ -6,73 +6,9 @@
 import { performance } from 'node:perf_hooks';
 import type { BenchCase, BenchContext, BenchMode, GaugeCase, LatencyCase, LoadCase, LoadRound, RunPlan } from './bench-case.js';
 import { isSkip } from './bench-case.js';
+import type { CaseResult, GaugeResult, GaugeRow, LatencyResult, LoadResult, LoadSide, TargetResult } from './bench-result.js';
 import type { Progress } from './progress.js';
-import { median, pairedMedianDelta, ratio, summarize, type Summary } from './stats.js';
-
-export interface LatencyResult {
-  readonly warmupPairs: number;
-  readonly pairs: number;
-  readonly a: Summary;
-  readonly b: Summary;
-  /** p50(A) / p50(B), and the same for p90 and p99. */
-  readonly ratioP50: number;
-  readonly ratioP90: number;
-  readonly ratioP99: number;
-  /** Median of per-pair differences A - B, ms. */
-  readonly pairedDeltaP50: number;
-  readonly samplesA: readonly number[];
-  readonly samplesB: readonly number[];
-}
-
-export interface LoadSide {
-  readonly latency: Summary;
-  /** Median over rounds of successful calls per second. */
-  readonly callsPerSec: number;
-  readonly errors: number;
-  readonly firstError?: string;
-  readonly rounds: readonly { readonly calls: number; readonly errors: number; readonly elapsedMs: number }[];
-  readonly samples: readonly number[];
-}
-
-export interface LoadResult {
-  readonly concurrency: number;
-  readonly warmupRounds: number;
-  readonly a: LoadSide;
-  readonly b: LoadSide;
-  readonly ratioP50: number;
-  /** callsPerSec(A) / callsPerSec(B). */
-  readonly throughputRatio: number;
-}
-
-export interface GaugeRow {
-  readonly key: string;
-  readonly unit: string;
-  readonly value: number;
-  readonly baselineKey?: string;
-  readonly baselineValue?: number;
-  readonly ratio?: number;
-}
-
-export interface GaugeResult {
-  readonly rounds: number;
-  readonly rows: readonly GaugeRow[];
-}
-
-export interface CaseResult {
-  readonly suite: string;
-  readonly name: string;
-  readonly baselineName: string;
-  readonly kind: BenchCase['kind'];
-  readonly status: 'ok' | 'skipped' | 'error';
-  /** Why it was skipped. */
-  readonly reason?: string;
-  /** Why it failed. */
-  readonly error?: string;
-  readonly durationMs: number;
-  readonly latency?: LatencyResult;
-  readonly load?: LoadResult;
-  readonly gauge?: GaugeResult;
-}
+import { median, pairedMedianDelta, ratio, summarize } from './stats.js';
 
 const DEFAULT_PLANS: Readonly<Record<BenchCase['kind'], Readonly<Record<BenchMode, RunPlan>>>> = {
   latency: {
@@ -254,5 +190,24 @@ export async function runCase(c: BenchCase, options: RunCaseOptions): Promise<Ca
   } catch (err) {
     if (result.status !== 'error') result = { ...base, status: 'error', error: `teardown: ${message(err)}`, durationMs: 0 };
   }
-  return { ...result, durationMs: elapsed() };
+  const targets = judgeTargets(c, result);
+  return { ...result, durationMs: elapsed(), ...(targets !== undefined ? { targets } : {}) };
+}
+
+/** "docker backend not built yet" reads better in a target row as "needs the docker backend". */
+function notMeasured(result: CaseResult): string {
+  if (result.status === 'error') return `not measured (the case failed: ${result.error})`;
+  const m = /^(\w+) backend not built yet$/.exec(result.reason ?? '');
+  return `not measured yet (${m ? `needs the ${m[1]} backend` : result.reason})`;
+}
+
+function judgeTargets(c: BenchCase, result: CaseResult): TargetResult[] | undefined {
+  return c.targets?.map((t): TargetResult => {
+    if (result.status !== 'ok') return { target: t.target, measured: notMeasured(result), met: null };
+    try {
+      return { target: t.target, ...t.judge(result) };
+    } catch (err) {
+      return { target: t.target, measured: `cannot judge: ${message(err)}`, met: null };
+    }
+  });
 }

@@ -9,7 +9,8 @@ import { Progress } from '../bench/progress.js';
 import { logTicks, renderChart } from '../bench/report-chart.js';
 import { renderMarkdown } from '../bench/report-markdown.js';
 import { reportToJson, type BenchReport } from '../bench/report.js';
-import { planFor, runCase, type CaseResult } from '../bench/runner.js';
+import type { CaseResult } from '../bench/bench-result.js';
+import { planFor, runCase } from '../bench/runner.js';
 import { formatMs, formatRatio, pairedMedianDelta, quantile, summarize } from '../bench/stats.js';
 import { escapeXml } from '../bench/svg.js';
 
@@ -175,6 +176,28 @@ describe('bench runner', () => {
     assert.equal(quick.load?.throughputRatio, 0.5);
   });
 
+  test('targets are judged when the case ran, and say why not when it was skipped', async () => {
+    const target = {
+      target: 'p50 ≤ 5 ms',
+      judge: (r: CaseResult) => ({ measured: `p50 ${r.latency!.a.p50} ms`, met: r.latency!.a.p50 <= 5 }),
+    };
+    const ran: LatencyCase = {
+      kind: 'latency',
+      name: 'a',
+      baselineName: 'b',
+      targets: [target],
+      setup: async () => {},
+      runA: async () => 7,
+      runB: async () => 1,
+      teardown: async () => {},
+    };
+    const r1 = await runCase(ran, { suite: 's', ctx: fakeContext(), progress: quietProgress().progress });
+    assert.deepEqual(r1.targets, [{ target: 'p50 ≤ 5 ms', measured: 'p50 7 ms', met: false }]);
+    const skipped: LatencyCase = { ...ran, setup: async (ctx) => ({ skip: (await ctx.backendMissing('docker'))! }) };
+    const r2 = await runCase(skipped, { suite: 's', ctx: fakeContext(), progress: quietProgress().progress });
+    assert.deepEqual(r2.targets, [{ target: 'p50 ≤ 5 ms', measured: 'not measured yet (needs the docker backend)', met: null }]);
+  });
+
   test('a plan never asks for fewer pairs than its minimum allows', () => {
     const c: LatencyCase = {
       kind: 'latency',
@@ -200,6 +223,7 @@ describe('bench reports', () => {
     kind: 'latency',
     status: 'ok',
     durationMs: 1000,
+    targets: [{ target: 'dispatch overhead: p50 ≤ 0.5 ms', measured: '1.40 ms', met: false }],
     latency: {
       warmupPairs: 1,
       pairs: 3,
@@ -234,6 +258,7 @@ describe('bench reports', () => {
     assert.match(md, /\| CallTool <noop> & co \| health Check \| 3 \| 2\.00 ms \|/);
     assert.match(md, /docker vs docker exec: docker backend not built yet/);
     assert.match(md, /!\[latency distributions\]\(x\.svg\)/);
+    assert.match(md, /\| dispatch overhead: p50 ≤ 0\.5 ms \| 1\.40 ms \| not met \|/);
   });
 
   test('the chart is one SVG document with labels escaped', () => {

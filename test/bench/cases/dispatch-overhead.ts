@@ -7,6 +7,7 @@
 import type { BenchCase } from '../bench-case.js';
 import type { BenchServer } from '../bench-server-process.js';
 import { NOOP_RESULT, NOOP_TOOL } from '../noop-tool.js';
+import { formatMs } from '../stats.js';
 
 export default function cases(): BenchCase[] {
   let server: BenchServer | undefined;
@@ -20,6 +21,15 @@ export default function cases(): BenchCase[] {
       name: 'CallTool of a no-op tool',
       baselineName: 'gRPC health Check, same channel',
       plan: { quick: { pairs: 1500, budgetMs: 5_000 } },
+      targets: [
+        {
+          target: 'dispatch overhead over a bare gRPC call: p50 ≤ 0.5 ms',
+          judge: (r) => {
+            const delta = r.latency!.pairedDeltaP50;
+            return { measured: `${formatMs(delta)} (paired Δ p50)`, met: delta <= 0.5 };
+          },
+        },
+      ],
       async setup(ctx) {
         server = await ctx.server();
         await callNoop();

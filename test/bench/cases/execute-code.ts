@@ -12,6 +12,7 @@ import { performance } from 'node:perf_hooks';
 import type { BenchCase, BenchContext, Skip } from '../bench-case.js';
 import type { BenchServer } from '../bench-server-process.js';
 import { concurrentRound, runTerminal } from '../case-helpers.js';
+import { formatMs } from '../stats.js';
 
 const CALLS_PER_SCRIPT = 20;
 const FILE = '/tmp/berth-bench-roundtrip.txt';
@@ -89,6 +90,20 @@ export default function cases(): BenchCase[] {
       baselineName: `${CALLS_PER_SCRIPT} × CallTool read_file from the client`,
       concurrency: 1,
       plan: { quick: { warmupPairs: 1, pairs: 8, minPairs: 3 }, full: { warmupPairs: 2 } },
+      targets: [
+        {
+          // B, the same tool by CallTool from the client, stands for "the tool's cost" (plus one client hop).
+          target: "in-script tool round trip: p50 ≤ 2 ms plus the tool's cost",
+          judge: (r) => {
+            const a = r.load!.a.latency.p50;
+            const b = r.load!.b.latency.p50;
+            return {
+              measured: `p50 ${formatMs(a)} in the script; the same read_file by CallTool ${formatMs(b)} (${a >= b ? '+' : '−'}${formatMs(Math.abs(a - b))})`,
+              met: a - b <= 2,
+            };
+          },
+        },
+      ],
       async setup(ctx) {
         const s = await codeServer(ctx);
         if ('skip' in s) return s;

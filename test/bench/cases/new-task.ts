@@ -12,10 +12,11 @@ import { readFileSync } from 'node:fs';
 import { performance } from 'node:perf_hooks';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { promisify } from 'node:util';
-import type { BenchCase, BenchContext, LatencyCase } from '../bench-case.js';
+import type { BenchCase, BenchContext, LatencyCase, Target } from '../bench-case.js';
 import type { BenchServer, BenchServerOptions } from '../bench-server-process.js';
 import { runProcess, runTerminal } from '../case-helpers.js';
 import { BENCH_LABEL, SANDBOX_IMAGE } from '../docker-helpers.js';
+import { formatMs } from '../stats.js';
 
 const WARM_POOL = 2;
 /** Pause after each cold task ends, for its container's removal to finish. */
@@ -62,7 +63,7 @@ function servedFromPool(logPath: string, task: string): boolean | undefined {
   return undefined;
 }
 
-function newTaskCase(name: string, serverOptions: BenchServerOptions, pool: number): LatencyCase {
+function newTaskCase(name: string, serverOptions: BenchServerOptions, pool: number, targets: readonly Target[] = []): LatencyCase {
   let server: BenchServer | undefined;
   let ctx: BenchContext | undefined;
   let n = 0;
@@ -71,6 +72,7 @@ function newTaskCase(name: string, serverOptions: BenchServerOptions, pool: numb
     kind: 'latency',
     name,
     baselineName: '`docker run --rm IMAGE true` (CLI)',
+    targets,
     plan: {
       smoke: { pairs: 1 },
       quick: { warmupPairs: 1, pairs: 25, minPairs: 6, budgetMs: 12_000 },
@@ -111,6 +113,12 @@ export default function cases(): BenchCase[] {
       `new task, first \`true\`, docker warm pool (${WARM_POOL})`,
       { backend: 'docker', config: { terminal, docker: { warm_pool: WARM_POOL } } },
       WARM_POOL,
+      [
+        {
+          target: 'first command of a new task from the warm pool: p50 ≤ 50 ms',
+          judge: (r) => ({ measured: `p50 ${formatMs(r.latency!.a.p50)}`, met: r.latency!.a.p50 <= 50 }),
+        },
+      ],
     ),
     newTaskCase('new task, first `true`, docker cold', { backend: 'docker', config: { terminal } }, 0),
   ];

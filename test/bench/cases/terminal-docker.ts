@@ -5,14 +5,19 @@
  * API (dockerode). Target: p50 ≤ 5 ms and ≥ 10× faster than `docker exec`.
  */
 import type Docker from 'dockerode';
-import type { BenchCase, LatencyCase } from '../bench-case.js';
+import type { BenchCase, LatencyCase, Target } from '../bench-case.js';
 import type { BenchServer } from '../bench-server-process.js';
 import { runProcess, runTerminal } from '../case-helpers.js';
 import { dockerClient, dockerodeExec, startSleeper, type Sleeper } from '../docker-helpers.js';
+import { formatMs } from '../stats.js';
 
 const TASK = 'bench-docker-warm';
 
-function dockerCase(baselineName: string, baseline: (docker: Docker, sleeper: Sleeper) => Promise<void>): LatencyCase {
+function dockerCase(
+  baselineName: string,
+  baseline: (docker: Docker, sleeper: Sleeper) => Promise<void>,
+  targets: readonly Target[] = [],
+): LatencyCase {
   let server: BenchServer | undefined;
   let sleeper: Sleeper | undefined;
   let docker: Docker | undefined;
@@ -21,6 +26,7 @@ function dockerCase(baselineName: string, baseline: (docker: Docker, sleeper: Sl
     name: 'terminal `true`, docker backend, warm task',
     baselineName,
     plan: { quick: { pairs: 150, minPairs: 20, budgetMs: 12_000 } },
+    targets,
     async setup(ctx) {
       const missing = await ctx.backendMissing('docker');
       if (missing !== undefined) return { skip: missing };
@@ -43,7 +49,26 @@ function dockerCase(baselineName: string, baseline: (docker: Docker, sleeper: Sl
 
 export default function cases(): BenchCase[] {
   return [
-    dockerCase('`docker exec CTR true` (CLI)', (_docker, sleeper) => runProcess('docker', ['exec', sleeper.id, 'true'])),
+    dockerCase(
+      '`docker exec CTR true` (CLI)',
+      (_docker, sleeper) => runProcess('docker', ['exec', sleeper.id, 'true']),
+      [
+        {
+          target: 'terminal on a warm docker task: p50 ≤ 5 ms',
+          judge: (r) => ({ measured: `p50 ${formatMs(r.latency!.a.p50)}`, met: r.latency!.a.p50 <= 5 }),
+        },
+        {
+          target: 'terminal on a warm docker task: ≥ 10× faster than `docker exec` (p50)',
+          judge: (r) => {
+            const speedup = r.latency!.b.p50 / r.latency!.a.p50;
+            return {
+              measured: `${speedup.toFixed(1)}× (${formatMs(r.latency!.a.p50)} vs ${formatMs(r.latency!.b.p50)})`,
+              met: speedup >= 10,
+            };
+          },
+        },
+      ],
+    ),
     dockerCase('exec `true` through dockerode', (docker, sleeper) => dockerodeExec(docker, sleeper.id, ['true'])),
   ];
 }

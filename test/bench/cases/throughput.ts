@@ -5,9 +5,10 @@
  * the client, so the ratio shows what Berth adds under load, and the same
  * suite at 1, 10 and 50 tasks gives the cost curve (how p50 grows).
  */
-import type { BenchCase, BenchMode, LoadCase } from '../bench-case.js';
+import type { BenchCase, BenchMode, LoadCase, Target } from '../bench-case.js';
 import type { BenchServer } from '../bench-server-process.js';
 import { concurrentRound, runTerminal, spawnBash } from '../case-helpers.js';
+import { formatMs } from '../stats.js';
 
 /** Smoke runs a small load: it only has to prove the case still works. */
 const SIZES: Readonly<Record<BenchMode, { readonly tasks: readonly number[]; readonly perTask: number }>> = {
@@ -16,7 +17,27 @@ const SIZES: Readonly<Record<BenchMode, { readonly tasks: readonly number[]; rea
   full: { tasks: [1, 10, 50], perTask: 20 },
 };
 
-function loadCase(tasks: number, perTask: number, rounds: { quick: number; quickMin: number; full: number }): LoadCase {
+/** The targets for the largest load. */
+const LOAD_TARGETS: readonly Target[] = [
+  {
+    target: '50 concurrent tasks: zero errors',
+    judge: (r) => ({ measured: `${r.load!.a.errors} errors in ${r.load!.a.samples.length + r.load!.a.errors} calls`, met: r.load!.a.errors === 0 }),
+  },
+  {
+    target: '50 concurrent tasks: p99 ≤ 10× p50',
+    judge: (r) => {
+      const { p50, p99 } = r.load!.a.latency;
+      return { measured: `p99/p50 ${(p99 / p50).toFixed(2)} (${formatMs(p99)} / ${formatMs(p50)})`, met: p99 <= 10 * p50 };
+    },
+  },
+];
+
+function loadCase(
+  tasks: number,
+  perTask: number,
+  rounds: { quick: number; quickMin: number; full: number },
+  targets: readonly Target[] = [],
+): LoadCase {
   let server: BenchServer | undefined;
   const taskId = (i: number) => `bench-load-${tasks}-${i}`;
   return {
@@ -24,6 +45,7 @@ function loadCase(tasks: number, perTask: number, rounds: { quick: number; quick
     name: `${tasks} task${tasks === 1 ? '' : 's'} at once × ${perTask} × terminal \`true\`, local backend`,
     baselineName: `${tasks} at once × ${perTask} × spawn bash -c true`,
     concurrency: tasks,
+    targets,
     plan: {
       quick: { pairs: rounds.quick, minPairs: rounds.quickMin },
       full: { pairs: rounds.full, minPairs: Math.min(5, rounds.full) },
@@ -50,5 +72,5 @@ export default function cases(mode: BenchMode): BenchCase[] {
     { quick: 4, quickMin: 1, full: 15 },
     { quick: 3, quickMin: 1, full: 10 },
   ];
-  return tasks.map((n, i) => loadCase(n, perTask, rounds[i]!));
+  return tasks.map((n, i) => loadCase(n, perTask, rounds[i]!, i === tasks.length - 1 ? LOAD_TARGETS : []));
 }
