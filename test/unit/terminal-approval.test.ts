@@ -5,6 +5,7 @@ import { silentLogger } from '../../services/common/logging.js';
 import type { GuardedAction, GuardVerdict } from '../../services/dispatcher/approval/approval-types.js';
 import type { TaskClient } from '../../services/dispatcher/task-client.js';
 import type { ToolContext } from '../../services/dispatcher/tool-types.js';
+import { processToolRegistration } from '../../services/dispatcher/tools/process-tool.js';
 import { terminalToolRegistration } from '../../services/dispatcher/tools/terminal-tool.js';
 
 /** Records what reached the executor; answers exec and startBackground. */
@@ -84,5 +85,26 @@ describe('terminal asks the approval guard', () => {
     assert.equal(result.status, 'blocked');
     assert.match(result.error, /^BLOCKED \(hardline\)/);
     assert.deepEqual(ran, []);
+  });
+});
+
+describe('process asks the approval guard about input it sends', () => {
+  const processHandler = processToolRegistration().handler;
+
+  it('write and submit are guarded: a shell in the background cannot be used to skip approval', async () => {
+    let sent = 0;
+    const task = { process: async () => (sent++, '{"status":"ok"}') } as unknown as TaskClient;
+    const asked: GuardedAction[] = [];
+    const refuse = async (a: GuardedAction) => (asked.push(a), { allowed: false as const, result: REFUSAL });
+    for (const action of ['write', 'submit']) {
+      assert.equal(await processHandler({ action, session_id: 'proc_1', data: 'rm -rf ~/src\n' }, context(task, refuse)), REFUSAL);
+    }
+    assert.deepEqual(asked.map((a) => a.tool), ['process', 'process']);
+    assert.equal(sent, 0);
+    // Pressing Enter and reading need no approval.
+    await processHandler({ action: 'submit', session_id: 'proc_1', data: '' }, context(task, refuse));
+    await processHandler({ action: 'poll', session_id: 'proc_1' }, context(task, refuse));
+    assert.equal(asked.length, 2);
+    assert.equal(sent, 2);
   });
 });

@@ -3,6 +3,7 @@
  * started. The dispatcher only validates the call and converts units; the
  * executor's process registry does the work and writes the result JSON.
  */
+import { requestApproval } from '../approval/guard-hook.js';
 import type { TaskProcessRequest } from '../task-client.js';
 import type { ToolArgs, ToolContext, ToolRegistration, ToolSchema } from '../tool-types.js';
 
@@ -100,6 +101,12 @@ async function runProcess(args: ToolArgs, ctx: ToolContext): Promise<string> {
   if (typeof offset === 'string') return errorResult(offset);
   const limit = readInteger(args.limit, 'limit');
   if (typeof limit === 'string') return errorResult(limit);
+
+  // Input to a background process may be a shell's next command line: it needs the same approval as terminal.
+  if (typeof data === 'string' && INPUT_ACTIONS.has(action) && data.trim() !== '') {
+    const verdict = await requestApproval(ctx, { tool: 'process', command: data });
+    if (!verdict.allowed) return verdict.result;
+  }
 
   const request: TaskProcessRequest = {
     action,
