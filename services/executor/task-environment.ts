@@ -254,7 +254,7 @@ export class TaskEnvironments {
           env: state.env,
           runner: state.runner,
           signal: signal ? AbortSignal.any([signal, controller.signal]) : controller.signal,
-          notices: state.pendingNotices.splice(0),
+          notices: [...state.pendingNotices.splice(0), ...(state.env.takeNotices?.() ?? [])],
         });
       } finally {
         state.foreground.delete(controller);

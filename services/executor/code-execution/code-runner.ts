@@ -179,6 +179,8 @@ export class CodeRunner {
         onOutput: (chunk) => stdout.push(chunk),
       });
       await server.close();
+      // A limit that killed the script (out of memory, too many processes) is reported with its result.
+      meta.notices.push(...(task.env.takeNotices?.() ?? []));
       const stderrBytes = await readFile(path.join(hostDir, 'stderr')).catch(() => Buffer.alloc(0));
       const outcome: TaskCodeRunResult = {
         stdout: stdout.text(),
