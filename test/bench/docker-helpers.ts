@@ -8,6 +8,13 @@ import { parseConfig } from '../../services/common/config.js';
 /** The image tasks run in by default (`terminal.docker_image`). */
 export const SANDBOX_IMAGE = parseConfig({}).terminal.docker_image;
 
+/**
+ * Bench servers on the docker backend run tasks without named volumes: the
+ * warm pool serves only such tasks, and sharing one config lets the cases
+ * share one server. Calls on a running container do not depend on it.
+ */
+export const DOCKER_SERVER = { backend: 'docker', config: { terminal: { container_persistent: false } } } as const;
+
 /** Label on every container the benchmarks start, so a stray one is easy to find and remove. */
 export const BENCH_LABEL = 'berth-bench=1';
 

@@ -12,6 +12,7 @@ import { performance } from 'node:perf_hooks';
 import type { BenchCase, BenchContext, Skip } from '../bench-case.js';
 import type { BenchServer } from '../bench-server-process.js';
 import { concurrentRound, runTerminal } from '../case-helpers.js';
+import { DOCKER_SERVER } from '../docker-helpers.js';
 import { formatMs } from '../stats.js';
 
 const CALLS_PER_SCRIPT = 20;
@@ -39,8 +40,8 @@ async function writeFile(server: BenchServer, task: string, path: string, conten
 }
 
 async function codeServer(ctx: BenchContext): Promise<BenchServer | Skip> {
-  const backend = (await ctx.backendMissing('docker')) === undefined ? 'docker' : 'local';
-  const server = await ctx.server({ backend });
+  const docker = (await ctx.backendMissing('docker')) === undefined;
+  const server = await ctx.server(docker ? DOCKER_SERVER : {});
   if (!(await server.offers('execute_code', ['code_execution']))) return { skip: 'execute_code tool not registered yet' };
   return server;
 }

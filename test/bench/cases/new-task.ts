@@ -15,7 +15,7 @@ import { promisify } from 'node:util';
 import type { BenchCase, BenchContext, LatencyCase, Target } from '../bench-case.js';
 import type { BenchServer, BenchServerOptions } from '../bench-server-process.js';
 import { runProcess, runTerminal } from '../case-helpers.js';
-import { BENCH_LABEL, SANDBOX_IMAGE } from '../docker-helpers.js';
+import { BENCH_LABEL, DOCKER_SERVER, SANDBOX_IMAGE } from '../docker-helpers.js';
 import { formatMs } from '../stats.js';
 
 const WARM_POOL = 2;
@@ -107,7 +107,7 @@ function newTaskCase(name: string, serverOptions: BenchServerOptions, pool: numb
 export default function cases(): BenchCase[] {
   // The pool only serves non-persistent tasks (a persistent task's named volumes cannot be mounted into a
   // container started before the task was known), so both sides run that way and differ by the pool alone.
-  const terminal = { container_persistent: false };
+  const { terminal } = DOCKER_SERVER.config;
   return [
     newTaskCase(
       `new task, first \`true\`, docker warm pool (${WARM_POOL})`,
@@ -120,6 +120,6 @@ export default function cases(): BenchCase[] {
         },
       ],
     ),
-    newTaskCase('new task, first `true`, docker cold', { backend: 'docker', config: { terminal } }, 0),
+    newTaskCase('new task, first `true`, docker cold', DOCKER_SERVER, 0),
   ];
 }

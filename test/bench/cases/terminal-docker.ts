@@ -8,7 +8,7 @@ import type Docker from 'dockerode';
 import type { BenchCase, LatencyCase, Target } from '../bench-case.js';
 import type { BenchServer } from '../bench-server-process.js';
 import { runProcess, runTerminal } from '../case-helpers.js';
-import { dockerClient, dockerodeExec, startSleeper, type Sleeper } from '../docker-helpers.js';
+import { DOCKER_SERVER, dockerClient, dockerodeExec, startSleeper, type Sleeper } from '../docker-helpers.js';
 import { formatMs } from '../stats.js';
 
 const TASK = 'bench-docker-warm';
@@ -30,7 +30,7 @@ function dockerCase(
     async setup(ctx) {
       const missing = await ctx.backendMissing('docker');
       if (missing !== undefined) return { skip: missing };
-      server = await ctx.server({ backend: 'docker' });
+      server = await ctx.server(DOCKER_SERVER);
       // The first call creates the task's container; every measured call finds it warm.
       await runTerminal(server, TASK, 'true');
       sleeper = await startSleeper();
