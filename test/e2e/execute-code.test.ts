@@ -292,6 +292,21 @@ print(r["output"], bg["output"], "session_id" in bg)
     assert.equal(r.tool_calls_made, 2);
   });
 
+  test('terminal calls from a script go through the same approval guard as top-level calls', async () => {
+    const victim = join(setup.work, 'keep-me');
+    mkdirSync(join(victim, 'inner'), { recursive: true });
+    const code = `import os
+from hermes_tools import terminal
+r = terminal("rm -rf ${victim}")
+print(r.get("status"), r.get("approval_pending"), r.get("exit_code"))
+print(os.path.isdir(${JSON.stringify(victim)}))
+`;
+    const r = await runCode(code, 'approval');
+    assert.equal(r.status, 'success', JSON.stringify(r));
+    assert.deepEqual(r.output.trim().split('\n'), ['pending_approval True -1', 'True']);
+    assert.ok(existsSync(join(victim, 'inner')));
+  });
+
   test('1 MB of arguments reaches the tool whole', async () => {
     const target = join(setup.work, 'big.txt');
     const code = `from hermes_tools import write_file, terminal
