@@ -337,7 +337,12 @@ class SingularityEnvironment implements BackendEnvironment {
    */
   #startGroup(
     script: string,
-    options: { readonly env?: Readonly<Record<string, string>>; readonly pty?: boolean; readonly onOutput?: (chunk: Buffer) => void },
+    options: {
+      readonly env?: Readonly<Record<string, string>>;
+      readonly pty?: boolean;
+      readonly onOutput?: (chunk: Buffer) => void;
+      readonly killGraceMs?: number;
+    },
     onStarted: (run: GroupRun) => void,
   ): GroupRun {
     const nonce = randomBytes(8).toString('hex');
@@ -365,9 +370,10 @@ class SingularityEnvironment implements BackendEnvironment {
       kill: () =>
         (killing ??= (async () => {
           const pgid = filter.pgid;
+          const graceMs = options.killGraceMs ?? this.#setup.killGraceMs;
           if (pgid !== undefined) {
-            const r = await runCli(this.#setup.cli, this.#exec(killGroupCommand(pgid, this.#setup.killGraceMs)), {
-              timeoutMs: this.#setup.killGraceMs + 60_000,
+            const r = await runCli(this.#setup.cli, this.#exec(killGroupCommand(pgid, graceMs)), {
+              timeoutMs: graceMs + 60_000,
             }).catch((err: unknown) => {
               this.#setup.logger?.warn({ err, pgid }, 'killing a process group in the instance failed');
               return undefined;
@@ -424,7 +430,12 @@ class SingularityEnvironment implements BackendEnvironment {
       try {
         run = this.#startGroup(
           options.script,
-          { ...(options.env ? { env: options.env } : {}), ...(options.pty ? { pty: true } : {}), ...(options.onOutput ? { onOutput: options.onOutput } : {}) },
+          {
+            ...(options.env ? { env: options.env } : {}),
+            ...(options.pty ? { pty: true } : {}),
+            ...(options.onOutput ? { onOutput: options.onOutput } : {}),
+            ...(options.killGraceMs !== undefined ? { killGraceMs: options.killGraceMs } : {}),
+          },
           (started) => {
             sendStdin(started);
             if (timedOut || interrupted) void started.kill();

@@ -358,9 +358,10 @@ class SshEnvironment implements BackendEnvironment {
           killWanted = true;
           return Promise.resolve();
         }
-        killing ??= runShort(this.#connection, buildKillCommand(pgid, this.#setup.killGraceMs), {
+        const graceMs = options.killGraceMs ?? this.#setup.killGraceMs;
+        killing ??= runShort(this.#connection, buildKillCommand(pgid, graceMs), {
           control: true,
-          timeoutMs: this.#setup.killGraceMs + 30_000,
+          timeoutMs: graceMs + 30_000,
         })
           .then(
             () => undefined,
