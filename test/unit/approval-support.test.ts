@@ -158,13 +158,17 @@ describe('smart approval', () => {
     assert.equal(await approver.assess('x', 'd', signal), 'escalate');
     standIn.reply({ status: 500 });
     assert.equal(await approver.assess('x', 'd', signal), 'escalate');
+
+    standIn.reply({ content: 'APPROVE' });
+    const keyless = new ChatCompletionsSmartApprover({ baseUrl: standIn.baseUrl, model: 'm', apiKey: '', timeoutMs: 5000, logger: silentLogger() });
+    assert.equal(await keyless.assess('x', 'd', signal), 'approve');
+    assert.equal(standIn.requests.at(-1)?.headers.authorization, undefined, 'no key, no header');
   });
 
   it('a slow endpoint escalates at the timeout; a cancelled call rejects', async () => {
     await using standIn = await startChatCompletionsStandIn({ delayMs: 5000, content: 'APPROVE' });
     const approver = new ChatCompletionsSmartApprover({ baseUrl: standIn.baseUrl, model: 'm', apiKey: '', timeoutMs: 100, logger: silentLogger() });
     assert.equal(await approver.assess('x', 'd', new AbortController().signal), 'escalate');
-    assert.equal(standIn.requests[0]!.headers.authorization, undefined, 'no key, no header');
     const abort = new AbortController();
     const pending = approver.assess('x', 'd', abort.signal);
     abort.abort(new Error('gone'));
