@@ -247,7 +247,8 @@ describe('docker backend (real engine)', { skip: unavailable }, () => {
     const key = newKey();
     const other = newKey();
     await run(envs, other, 'true');
-    const bomb = run(envs, key, 'bomb() { bomb | bomb; }; bomb', { timeoutMs: 4000 });
+    // Long enough for the bomb to reach the limit even on a loaded machine.
+    const bomb = run(envs, key, 'bomb() { bomb | bomb; }; bomb', { timeoutMs: 10_000 });
     await new Promise((r) => setTimeout(r, 1000));
     assert.equal((await run(envs, other, 'echo alive')).output, 'alive\n');
     const r = await bomb;
@@ -398,6 +399,17 @@ describe('docker backend (real engine)', { skip: unavailable }, () => {
     } finally {
       await e.closeAll();
     }
+  });
+
+  it('a container whose start fails is removed, not left in Created', async () => {
+    const stateRoot = await mkdtemp(path.join(os.tmpdir(), 'berth-docker-it-'));
+    // A directory bound over a file of the image: create succeeds, start fails.
+    const broken = await newBackend({ stateRoot, volumes: [`${stateRoot}:/usr/bin/env`] });
+    const key = newKey();
+    await assert.rejects(broken.createEnvironment(key), (err: unknown) => err instanceof BerthError);
+    assert.equal(await containerState(docker, taskContainerName(key)), undefined);
+    const left = await docker.listContainers({ all: true, filters: { label: [`${LABEL.stateRoot}=${stateRoot}`] } });
+    assert.deepEqual(left.map((c) => c.State), []);
   });
 
   it('a missing image fails with its name and how to build it', async () => {

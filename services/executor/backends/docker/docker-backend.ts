@@ -339,9 +339,13 @@ export class DockerBackend implements Backend {
     if (!container) return undefined;
     try {
       await container.rename(name);
+      // The sandbox can write in its host dir: never follow what may be a planted link.
+      const binding = path.join(container.hostDir, 'task.json');
+      await rm(binding, { force: true });
       await writeFile(
-        path.join(container.hostDir, 'task.json'),
+        binding,
         `${JSON.stringify({ tenant: key.tenant, task: key.taskId, claimedAt: new Date().toISOString() })}\n`,
+        { flag: 'wx', mode: 0o644 },
       );
       return container;
     } catch (err) {

@@ -6,7 +6,8 @@
  * none is left stuck in Created.
  */
 import { randomBytes } from 'node:crypto';
-import { access, chmod, chown, copyFile, mkdir, readFile, rm } from 'node:fs/promises';
+import { constants as fsConstants } from 'node:fs';
+import { access, chmod, copyFile, lchown, lstat, mkdir, readFile, rm } from 'node:fs/promises';
 import path from 'node:path';
 import type Dockerode from 'dockerode';
 import { UnavailableError } from '../../../common/errors.js';
@@ -200,18 +201,27 @@ export class ContainerFactory {
    * for the shell-state runner.
    */
   async prepareHostDir(hostDir: string): Promise<void> {
+    // Entries inside hostDir were writable by the previous container of the
+    // task (this runs with none running). Whatever it left there, symlinks
+    // to host files included, is replaced, never followed: rm removes links
+    // themselves and the agent is copied with COPYFILE_EXCL.
     await mkdir(path.dirname(hostDir), { recursive: true, mode: 0o700 });
-    await mkdir(path.join(hostDir, 'state'), { recursive: true, mode: 0o755 });
-    for (const dir of [hostDir, path.join(hostDir, 'state')]) {
+    await mkdir(hostDir, { recursive: true, mode: 0o755 });
+    const state = path.join(hostDir, 'state');
+    const stateInfo = await lstat(state).catch(() => undefined);
+    if (stateInfo && !stateInfo.isDirectory()) await rm(state, { force: true });
+    await mkdir(state, { recursive: true, mode: 0o755 });
+    for (const dir of [hostDir, state]) {
       try {
-        await chown(dir, SANDBOX_UID, SANDBOX_GID);
+        await lchown(dir, SANDBOX_UID, SANDBOX_GID);
       } catch {
         await chmod(dir, 0o777);
       }
     }
     await rm(path.join(hostDir, AGENT_UNAVAILABLE_FILE), { force: true });
     const agent = path.join(hostDir, 'berth_agent.py');
-    await copyFile(this.options.agentScriptPath, agent);
+    await rm(agent, { force: true });
+    await copyFile(this.options.agentScriptPath, agent, fsConstants.COPYFILE_EXCL);
     await chmod(agent, 0o644);
   }
 
