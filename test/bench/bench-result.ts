@@ -10,7 +10,11 @@ export interface TargetResult {
 
 export interface LatencyResult {
   readonly warmupPairs: number;
+  /** Pairs measured (failed ones excluded). */
   readonly pairs: number;
+  /** Pairs dropped because A or B failed; a few are tolerated outside smoke mode. */
+  readonly failedPairs: number;
+  readonly firstError?: string;
   readonly a: Summary;
   readonly b: Summary;
   /** p50(A) / p50(B), and the same for p90 and p99. */

@@ -1,7 +1,8 @@
 /** Operations several cases share: checked tool calls, baseline processes, load rounds. */
 import { spawn, type SpawnOptions } from 'node:child_process';
 import { performance } from 'node:perf_hooks';
-import type { LoadRound } from './bench-case.js';
+import { setTimeout as sleep } from 'node:timers/promises';
+import type { BenchContext, LoadRound } from './bench-case.js';
 import type { BenchServer } from './bench-server-process.js';
 
 /** Parses a terminal result and throws unless the command ran and exited 0. */
@@ -75,4 +76,22 @@ export async function concurrentRound(
     errors,
     ...(firstError !== undefined ? { firstError } : {}),
   };
+}
+
+/**
+ * Runs a step that is not measured (warming a task, cleaning up), retrying a
+ * failure twice after a pause. A loaded machine can make one such call fail
+ * (an executor's health check times out); that must not throw away the
+ * measurements around it, but it is noted in the report.
+ */
+export async function unmeasured<T>(ctx: BenchContext, what: string, step: () => Promise<T>, attempts = 3): Promise<T> {
+  for (let attempt = 1; ; attempt++) {
+    try {
+      return await step();
+    } catch (err) {
+      if (attempt >= attempts) throw err;
+      ctx.note(`${what} failed (${err instanceof Error ? err.message : String(err)}); retrying`);
+      await sleep(1000 * attempt);
+    }
+  }
 }

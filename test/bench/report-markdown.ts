@@ -34,7 +34,7 @@ function latencyTable(cases: readonly CaseResult[]): string | undefined {
       [
         c.name,
         c.baselineName,
-        String(l.pairs),
+        l.failedPairs > 0 ? `${l.pairs} (+${l.failedPairs} failed)` : String(l.pairs),
         formatMs(l.a.p50),
         formatMs(l.a.p90),
         formatMs(l.a.p99),
@@ -140,6 +140,7 @@ export function renderTables(report: BenchReport): string {
   if (skipped.length > 0) {
     parts.push(`Skipped:\n\n${skipped.map((c) => `- ${c.name} vs ${c.baselineName}: ${c.reason}`).join('\n')}`);
   }
+  if (report.notes.length > 0) parts.push(`Notes:\n\n${report.notes.map((n) => `- ${n}`).join('\n')}`);
   const failed = report.cases.filter((c) => c.status === 'error');
   if (failed.length > 0) {
     parts.push(`Failed:\n\n${failed.map((c) => `- ${c.name}: ${c.error}`).join('\n')}`);

@@ -13,6 +13,8 @@ export interface BenchReport {
   readonly source: SourceInfo;
   readonly machine: MachineInfo;
   readonly cases: readonly CaseResult[];
+  /** What happened along the way that a reader should know (retried steps, pool misses). */
+  readonly notes: readonly string[];
 }
 
 const SAMPLE_KEYS: ReadonlySet<string> = new Set(['samples', 'samplesA', 'samplesB']);

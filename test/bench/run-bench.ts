@@ -105,7 +105,12 @@ export async function runBench(options: BenchOptions): Promise<number> {
   const stdout = options.stdout ?? process.stdout;
   const chosen = select(await loadCases(options.mode), options.only);
   const progress = new Progress(stderr, chosen.length);
-  const ctx = createBenchContext({ mode: options.mode, repoRoot: REPO_ROOT, note: (m) => progress.note(m) });
+  const notes: string[] = [];
+  const note = (m: string) => {
+    notes.push(m);
+    progress.note(m);
+  };
+  const ctx = createBenchContext({ mode: options.mode, repoRoot: REPO_ROOT, note });
   const startedAt = new Date().toISOString();
   const results: CaseResult[] = [];
 
@@ -154,6 +159,7 @@ export async function runBench(options: BenchOptions): Promise<number> {
     source: sourceInfo(REPO_ROOT),
     machine,
     cases: results,
+    notes,
   };
 
   const failed = results.filter((r) => r.status === 'error').length;

@@ -66,20 +66,59 @@ async function interleave<T>(
   return { a, b };
 }
 
-async function timed(run: () => Promise<number | void>): Promise<number> {
+type Timed = { readonly ms: number } | { readonly error: string };
+
+async function timed(run: () => Promise<number | void>): Promise<Timed> {
   const t0 = performance.now();
-  const reported = await run();
-  const t1 = performance.now();
-  return typeof reported === 'number' ? reported : t1 - t0;
+  try {
+    const reported = await run();
+    const t1 = performance.now();
+    return { ms: typeof reported === 'number' ? reported : t1 - t0 };
+  } catch (err) {
+    return { error: message(err) };
+  }
 }
 
-async function runLatency(c: LatencyCase, plan: RunPlan, onProgress: (f: number, p: string) => void): Promise<LatencyResult> {
-  const { a, b } = await interleave(plan, () => timed(() => c.runA()), () => timed(() => c.runB()), onProgress);
+/** More failed pairs than this (at least 3, else a tenth) and the case fails rather than report thin data. */
+function tooManyFailures(failed: number, attempted: number): boolean {
+  return failed > Math.max(3, attempted / 10);
+}
+
+/**
+ * A failed run drops its whole pair (both halves, so pairs stay aligned) and
+ * is counted; in smoke mode any failure fails the case.
+ */
+async function runLatency(
+  c: LatencyCase,
+  plan: RunPlan,
+  mode: BenchMode,
+  onProgress: (f: number, p: string) => void,
+): Promise<LatencyResult> {
+  const runs = await interleave(plan, () => timed(() => c.runA()), () => timed(() => c.runB()), onProgress);
+  const a: number[] = [];
+  const b: number[] = [];
+  let failedPairs = 0;
+  let firstError: string | undefined;
+  runs.a.forEach((ra, i) => {
+    const rb = runs.b[i]!;
+    if ('ms' in ra && 'ms' in rb) {
+      a.push(ra.ms);
+      b.push(rb.ms);
+      return;
+    }
+    failedPairs += 1;
+    firstError ??= 'error' in ra ? `A: ${ra.error}` : 'error' in rb ? `B: ${rb.error}` : undefined;
+  });
+  if (failedPairs > 0 && (mode === 'smoke' || tooManyFailures(failedPairs, runs.a.length) || a.length === 0)) {
+    throw new Error(`${failedPairs} of ${runs.a.length} pairs failed; first: ${firstError}`);
+  }
   const sa = summarize(a);
   const sb = summarize(b);
   return {
     warmupPairs: plan.warmupPairs,
     pairs: a.length,
+    failedPairs,
+    ...(firstError !== undefined ? { firstError } : {}),
     a: sa,
     b: sb,
     ratioP50: ratio(sa.p50, sb.p50),
@@ -160,7 +199,7 @@ export async function runCase(c: BenchCase, options: RunCaseOptions): Promise<Ca
       progress.update(0, plan.warmupPairs > 0 ? 'warm-up' : 'running');
       switch (c.kind) {
         case 'latency':
-          result = { ...base, status: 'ok', durationMs: 0, latency: await runLatency(c, plan, onProgress) };
+          result = { ...base, status: 'ok', durationMs: 0, latency: await runLatency(c, plan, ctx.mode, onProgress) };
           break;
         case 'load': {
           const load = await runLoad(c, plan, onProgress);

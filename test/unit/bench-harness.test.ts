@@ -133,6 +133,29 @@ describe('bench runner', () => {
     assert.ok(tornDown);
   });
 
+  test('outside smoke mode a rare failed pair is dropped and counted, not fatal', async () => {
+    let n = 0;
+    const c: LatencyCase = {
+      kind: 'latency',
+      name: 'a',
+      baselineName: 'b',
+      plan: { quick: { warmupPairs: 0, pairs: 40, minPairs: 40 } },
+      setup: async () => {},
+      runA: async () => {
+        n += 1;
+        if (n === 5) throw new Error('UNAVAILABLE once');
+        return 2;
+      },
+      runB: async () => 1,
+      teardown: async () => {},
+    };
+    const r = await runCase(c, { suite: 's', ctx: fakeContext('quick'), progress: quietProgress().progress });
+    assert.equal(r.status, 'ok');
+    assert.equal(r.latency?.pairs, 39);
+    assert.equal(r.latency?.failedPairs, 1);
+    assert.match(r.latency?.firstError ?? '', /A: UNAVAILABLE once/);
+  });
+
   test('a throwing run fails the case with its message; teardown still runs', async () => {
     let tornDown = false;
     const c: LatencyCase = {
@@ -227,6 +250,7 @@ describe('bench reports', () => {
     latency: {
       warmupPairs: 1,
       pairs: 3,
+      failedPairs: 0,
       a: summarize([1, 2, 3]),
       b: summarize([0.5, 0.6, 0.7]),
       ratioP50: 2 / 0.6,
@@ -249,6 +273,7 @@ describe('bench reports', () => {
       latencyCase,
       { suite: 'terminal-docker', name: 'docker', baselineName: 'docker exec', kind: 'latency', status: 'skipped', reason: 'docker backend not built yet', durationMs: 1 },
     ],
+    notes: ['warming the task failed once; retrying'],
   };
 
   test('markdown has the machine, the reproduce command, the table row and the skip reason', () => {
@@ -257,6 +282,7 @@ describe('bench reports', () => {
     assert.match(md, /`bin\/berth bench --quick`/);
     assert.match(md, /\| CallTool <noop> & co \| health Check \| 3 \| 2\.00 ms \|/);
     assert.match(md, /docker vs docker exec: docker backend not built yet/);
+    assert.match(md, /- warming the task failed once; retrying/);
     assert.match(md, /!\[latency distributions\]\(x\.svg\)/);
     assert.match(md, /\| dispatch overhead: p50 ≤ 0\.5 ms \| 1\.40 ms \| not met \|/);
   });

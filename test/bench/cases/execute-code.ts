@@ -11,7 +11,7 @@
 import { performance } from 'node:perf_hooks';
 import type { BenchCase, BenchContext, Skip } from '../bench-case.js';
 import type { BenchServer } from '../bench-server-process.js';
-import { concurrentRound, runTerminal } from '../case-helpers.js';
+import { concurrentRound, runTerminal, unmeasured } from '../case-helpers.js';
 import { DOCKER_SERVER } from '../docker-helpers.js';
 import { formatMs } from '../stats.js';
 
@@ -73,7 +73,7 @@ export default function cases(): BenchCase[] {
         const s = await codeServer(ctx);
         if ('skip' in s) return s;
         helloServer = s;
-        await writeFile(s, helloTask, HELLO_FILE, `${HELLO}\n`);
+        await unmeasured(ctx, `writing ${HELLO_FILE}`, () => writeFile(s, helloTask, HELLO_FILE, `${HELLO}\n`));
         if ((await runCode(s, helloTask, HELLO)).trim() !== 'hello') throw new Error('hello script printed something else');
         return undefined;
       },
@@ -109,7 +109,7 @@ export default function cases(): BenchCase[] {
         const s = await codeServer(ctx);
         if ('skip' in s) return s;
         rtServer = s;
-        await writeFile(s, rtTask, FILE, 'hello\n');
+        await unmeasured(ctx, `writing ${FILE}`, () => writeFile(s, rtTask, FILE, 'hello\n'));
         return undefined;
       },
       async runA() {

@@ -14,9 +14,9 @@ import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { createChannel, createClient, type Channel } from 'nice-grpc';
 import { DispatcherDefinition, type DispatcherClient } from '../../../services/gen/berth/v1/dispatcher.js';
-import type { BenchCase, BenchMode } from '../bench-case.js';
+import type { BenchCase, BenchContext, BenchMode } from '../bench-case.js';
 import { benchServerEnv } from '../bench-server-process.js';
-import { checkTerminalResult } from '../case-helpers.js';
+import { checkTerminalResult, unmeasured } from '../case-helpers.js';
 import { median } from '../stats.js';
 import { rssKiB, startListeningChild, type ListeningChild } from '../listening-child.js';
 
@@ -45,6 +45,7 @@ export default function cases(mode: BenchMode): BenchCase[] {
   let bareNode: ListeningChild | undefined;
   let channel: Channel | undefined;
   let client: DispatcherClient | undefined;
+  let ctx: BenchContext | undefined;
   let startedExec = 0;
   let startedDisp = 0;
 
@@ -52,13 +53,15 @@ export default function cases(mode: BenchMode): BenchCase[] {
   const liveTaskCycle = async (whileLive: () => Promise<void>) => {
     const ids = Array.from({ length: liveTasks }, (_, i) => `bench-mem-${i}`);
     await Promise.all(
-      ids.map(async (taskId) => {
-        const r = await client!.callTool({ name: 'terminal', argumentsJson: '{"command":"true"}', taskId, sessionId: '' });
-        checkTerminalResult(r.resultJson);
-      }),
+      ids.map((taskId) =>
+        unmeasured(ctx!, `starting ${taskId}`, async () => {
+          const r = await client!.callTool({ name: 'terminal', argumentsJson: '{"command":"true"}', taskId, sessionId: '' });
+          checkTerminalResult(r.resultJson);
+        }),
+      ),
     );
     await whileLive();
-    await Promise.all(ids.map((taskId) => client!.endTask({ taskId })));
+    await Promise.all(ids.map((taskId) => unmeasured(ctx!, `ending ${taskId}`, () => client!.endTask({ taskId }))));
   };
 
   return [
@@ -76,10 +79,11 @@ export default function cases(mode: BenchMode): BenchCase[] {
         { key: 'executor RSS per live task', unit: 'KiB' },
         { key: 'dispatcher RSS per live task', unit: 'KiB' },
       ],
-      async setup(ctx) {
+      async setup(context) {
+        ctx = context;
         scratch = mkdtempSync(join(tmpdir(), 'berth-bench-mem-'));
         const secret = randomBytes(16).toString('hex');
-        const bin = join(ctx.repoRoot, 'bin', 'berth');
+        const bin = join(context.repoRoot, 'bin', 'berth');
         const env = benchServerEnv(scratch);
         executor = await startListeningChild({
           name: 'berth executor',

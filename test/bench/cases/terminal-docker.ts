@@ -7,7 +7,7 @@
 import type Docker from 'dockerode';
 import type { BenchCase, LatencyCase, Target } from '../bench-case.js';
 import type { BenchServer } from '../bench-server-process.js';
-import { runProcess, runTerminal } from '../case-helpers.js';
+import { runProcess, runTerminal, unmeasured } from '../case-helpers.js';
 import { DOCKER_SERVER, dockerClient, dockerodeExec, startSleeper, type Sleeper } from '../docker-helpers.js';
 import { formatMs } from '../stats.js';
 
@@ -30,9 +30,10 @@ function dockerCase(
     async setup(ctx) {
       const missing = await ctx.backendMissing('docker');
       if (missing !== undefined) return { skip: missing };
-      server = await ctx.server(DOCKER_SERVER);
+      const s = await ctx.server(DOCKER_SERVER);
+      server = s;
       // The first call creates the task's container; every measured call finds it warm.
-      await runTerminal(server, TASK, 'true');
+      await unmeasured(ctx, "creating the docker task's container", () => runTerminal(s, TASK, 'true'));
       sleeper = await startSleeper();
       docker = await dockerClient();
       await baseline(docker, sleeper);

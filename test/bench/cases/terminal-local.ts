@@ -5,7 +5,7 @@
  */
 import type { BenchCase } from '../bench-case.js';
 import type { BenchServer } from '../bench-server-process.js';
-import { runTerminal, spawnBash } from '../case-helpers.js';
+import { runTerminal, spawnBash, unmeasured } from '../case-helpers.js';
 
 export default function cases(): BenchCase[] {
   let server: BenchServer | undefined;
@@ -16,8 +16,9 @@ export default function cases(): BenchCase[] {
       name: 'terminal `true`, local backend',
       baselineName: "spawn('bash', ['-c', 'true'])",
       async setup(ctx) {
-        server = await ctx.server();
-        await runTerminal(server, task, 'true');
+        const s = await ctx.server();
+        server = s;
+        await unmeasured(ctx, 'warming the local task', () => runTerminal(s, task, 'true'));
       },
       runA: () => runTerminal(server!, task, 'true'),
       runB: () => spawnBash('true'),

@@ -9,7 +9,7 @@ import { join } from 'node:path';
 import type { Client } from 'ssh2';
 import type { BenchCase } from '../bench-case.js';
 import type { BenchServer } from '../bench-server-process.js';
-import { runTerminal } from '../case-helpers.js';
+import { runTerminal, unmeasured } from '../case-helpers.js';
 
 const TASK = 'bench-ssh-warm';
 
@@ -47,13 +47,14 @@ export default function cases(): BenchCase[] {
         const keyPath = join(scratch, 'id_ed25519');
         writeFileSync(keyPath, started.keys.privateKey);
         chmodSync(keyPath, 0o600);
-        server = await ctx.server({
+        const s = await ctx.server({
           backend: 'ssh',
           config: {
             terminal: { ssh_host: started.host, ssh_port: started.port, ssh_user: started.user, ssh_key: keyPath },
           },
         });
-        await runTerminal(server, TASK, 'true');
+        server = s;
+        await unmeasured(ctx, 'warming the ssh task', () => runTerminal(s, TASK, 'true'));
         const { default: ssh2 } = await import('ssh2');
         const client = new ssh2.Client();
         conn = client;

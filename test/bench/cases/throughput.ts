@@ -7,7 +7,7 @@
  */
 import type { BenchCase, BenchMode, LoadCase, Target } from '../bench-case.js';
 import type { BenchServer } from '../bench-server-process.js';
-import { concurrentRound, runTerminal, spawnBash } from '../case-helpers.js';
+import { concurrentRound, runTerminal, spawnBash, unmeasured } from '../case-helpers.js';
 import { formatMs } from '../stats.js';
 
 /** Smoke runs a small load: it only has to prove the case still works. */
@@ -51,9 +51,12 @@ function loadCase(
       full: { pairs: rounds.full, minPairs: Math.min(5, rounds.full) },
     },
     async setup(ctx) {
-      server = await ctx.server();
+      const s = await ctx.server();
+      server = s;
       // Each task's first command creates its environment; rounds measure live tasks only.
-      await Promise.all(Array.from({ length: tasks }, (_, i) => runTerminal(server!, taskId(i), 'true')));
+      await Promise.all(
+        Array.from({ length: tasks }, (_, i) => unmeasured(ctx, `creating task ${taskId(i)}`, () => runTerminal(s, taskId(i), 'true'))),
+      );
     },
     runA: () => concurrentRound(tasks, perTask, (t) => runTerminal(server!, taskId(t), 'true')),
     runB: () => concurrentRound(tasks, perTask, () => spawnBash('true')),
