@@ -1,7 +1,7 @@
 /** What the benchmarks ran on, and from which commit; recorded beside every result. */
 import { execFileSync } from 'node:child_process';
 import { readFileSync } from 'node:fs';
-import { availableParallelism, release, totalmem } from 'node:os';
+import { availableParallelism, loadavg, release, totalmem } from 'node:os';
 
 export interface MachineInfo {
   /** Logical CPUs this process may use (`nproc`). */
@@ -12,6 +12,13 @@ export interface MachineInfo {
   readonly node: string;
   /** Docker engine version, when the run used Docker. */
   docker?: string;
+  /** 1-minute load average when the run started and ended: how busy the machine was besides us. */
+  loadAverage?: { readonly start: number; readonly end: number };
+}
+
+/** The 1-minute load average, one decimal. */
+export function loadAverage1m(): number {
+  return Math.round((loadavg()[0] ?? 0) * 10) / 10;
 }
 
 export interface SourceInfo {

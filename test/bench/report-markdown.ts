@@ -20,9 +20,10 @@ function formatValue(value: number, unit: string): string {
 export function machineLine(report: BenchReport): string {
   const m = report.machine;
   const docker = m.docker !== undefined ? `, Docker ${m.docker}` : '';
+  const load = m.loadAverage !== undefined ? `, load average ${m.loadAverage.start} at start and ${m.loadAverage.end} at end` : '';
   return (
     `nproc ${m.nproc}, ${m.cpuModel}, ${m.memoryGiB} GiB RAM, Linux ${m.kernel}, ` +
-    `Node ${m.node}${docker}; commit ${report.source.describe}, ${report.mode} mode, ${report.startedAt.slice(0, 16)}Z`
+    `Node ${m.node}${docker}${load}; commit ${report.source.describe}, ${report.mode} mode, ${report.startedAt.slice(0, 16)}Z`
   );
 }
 

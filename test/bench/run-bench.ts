@@ -10,7 +10,7 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import type { BenchCase, BenchMode, CaseFactory } from './bench-case.js';
 import { createBenchContext } from './bench-context.js';
-import { dockerVersion, machineInfo, sourceInfo } from './machine.js';
+import { dockerVersion, loadAverage1m, machineInfo, sourceInfo } from './machine.js';
 import { Progress, type ProgressStream } from './progress.js';
 import { renderChart } from './report-chart.js';
 import { renderMarkdown } from './report-markdown.js';
@@ -112,6 +112,7 @@ export async function runBench(options: BenchOptions): Promise<number> {
   };
   const ctx = createBenchContext({ mode: options.mode, repoRoot: REPO_ROOT, note });
   const startedAt = new Date().toISOString();
+  const loadAtStart = loadAverage1m();
   const results: CaseResult[] = [];
 
   // Ctrl-C mid-run: tear down the running case and the servers, so no child or container outlives us.
@@ -146,6 +147,7 @@ export async function runBench(options: BenchOptions): Promise<number> {
   }
 
   const machine = machineInfo();
+  machine.loadAverage = { start: loadAtStart, end: loadAverage1m() };
   if (results.some((r) => r.status === 'ok' && /docker/i.test(`${r.name} ${r.baselineName}`))) {
     const v = dockerVersion();
     if (v !== undefined) machine.docker = v;
