@@ -24,8 +24,17 @@ export const APPTAINER_DOUBLE = path.resolve(
 /** The image the tests convert (from the local Docker daemon; nothing is pulled). */
 export const DOUBLE_IMAGE = 'docker://berth-sandbox:latest';
 
-/** Why the double cannot run here, or undefined when it can. */
+/**
+ * Why the double cannot run here, or undefined when it can. In CI a missing
+ * tool is a failure, not a skip: .ci/run installs bubblewrap.
+ */
 export function doubleUnavailableReason(): string | undefined {
+  const reason = unavailableReason();
+  if (reason && process.env.CI) throw new Error(`apptainer test double cannot run: ${reason}`);
+  return reason;
+}
+
+function unavailableReason(): string | undefined {
   if (typeof process.getuid === 'function' && process.getuid() !== 0) return 'the apptainer test double needs root (mount, nsenter)';
   for (const tool of ['bwrap', 'nsenter', 'unshare', 'docker']) {
     if (spawnSync('sh', ['-c', `command -v ${tool}`]).status !== 0) {
