@@ -397,11 +397,10 @@ class SshEnvironment implements BackendEnvironment {
         ),
       );
       channel.stderr.on('data', (chunk: Buffer) => emit(chunk));
-      channel.on('exit', (code: number | null, signal?: string) => {
-        exitCode = code;
+      // The exit status comes with 'close': an 'exit' event may fire before our listener is attached.
+      channel.once('close', (code?: number | null, signal?: string) => {
+        exitCode = typeof code === 'number' ? code : null;
         exitSignal = signal;
-      });
-      channel.once('close', () => {
         closed = true;
         cleanup();
         if (drainTimer) clearTimeout(drainTimer);

@@ -27,12 +27,13 @@ export async function runShort(
   connection: SshConnection,
   command: string,
   options: { readonly stdin?: Uint8Array | string; readonly control?: boolean; readonly timeoutMs?: number } = {},
-): Promise<{ exitCode: number | null; output: string }> {
+): Promise<{ exitCode: number | null; signal?: string; output: string }> {
   const signal = AbortSignal.timeout(options.timeoutMs ?? 30_000);
   const { channel } = await connection.exec(command, { ...(options.control ? { control: true } : {}), signal });
   return new Promise((resolve, reject) => {
     const chunks: Buffer[] = [];
     let exitCode: number | null = null;
+    let exitSignal: string | undefined;
     const onTimeout = () => {
       channel.close();
       reject(new UnavailableError(`an ssh helper command on ${connection.endpoint.host} did not finish in time`));
@@ -40,12 +41,12 @@ export async function runShort(
     signal.addEventListener('abort', onTimeout, { once: true });
     channel.on('data', (chunk: Buffer) => chunks.push(chunk));
     channel.stderr.on('data', (chunk: Buffer) => chunks.push(chunk));
-    channel.on('exit', (code: number | null) => {
-      exitCode = code;
-    });
-    channel.once('close', () => {
+    // The exit status comes with 'close': an 'exit' event may fire before our listener is attached.
+    channel.once('close', (code?: number | null, signalName?: string) => {
+      exitCode = typeof code === 'number' ? code : null;
+      exitSignal = signalName;
       signal.removeEventListener('abort', onTimeout);
-      resolve({ exitCode, output: Buffer.concat(chunks).toString('utf8') });
+      resolve({ exitCode, ...(exitSignal ? { signal: exitSignal } : {}), output: Buffer.concat(chunks).toString('utf8') });
     });
     channel.end(options.stdin === undefined ? undefined : Buffer.from(options.stdin));
   });

@@ -28,9 +28,9 @@ export async function sshRoundTrips(connection: SshConnection, count: number, op
   const samples: number[] = [];
   for (let i = 0; i < count; i++) {
     const started = performance.now();
-    const { exitCode, output } = await runShort(connection, command);
+    const { exitCode, signal, output } = await runShort(connection, command);
     samples.push(performance.now() - started);
-    if (exitCode !== 0) throw new Error(`round trip ${i + 1} failed with exit ${exitCode}: ${output.trim()}`);
+    if (exitCode !== 0) throw new Error(`round trip ${i + 1} failed with exit ${exitCode ?? signal}: ${output.trim()}`);
   }
   return samples;
 }
