@@ -219,7 +219,8 @@ export class DockerBackend implements Backend {
   }
 
   get capabilities(): BackendCapabilities {
-    return { name: 'docker', pty: true, hostFilesystem: false };
+    // Host paths bound in with terminal.docker_volumes are host access: approval must not be skipped then.
+    return { name: 'docker', pty: true, hostFilesystem: (this.#options.volumes ?? []).length > 0 };
   }
 
   /** The Docker client (tests inspect containers with it). */
