@@ -30,7 +30,7 @@ const PLOT_X = LABEL_W + 10;
 const PLOT_W = 500;
 const ROW_H = 18;
 const PAIR_GAP = 14;
-const TOP = 64;
+const TOP = 80;
 const MAX_DOTS = 400;
 
 function rowsOf(report: BenchReport): ChartRow[] {
@@ -99,7 +99,12 @@ export function renderChart(report: BenchReport): string {
       'font-weight': 'bold',
     }),
   );
-  parts.push(text(12, 40, truncate(machineLine(report), 170), { fill: '#374151' }));
+  // The machine on one line, the commit and mode on the next: one line would run off the picture.
+  const [hardware = '', ...rest] = machineLine(report).split('; ');
+  parts.push(
+    text(12, 40, truncate(hardware, 175), { fill: '#374151' }),
+    text(12, 55, truncate(rest.join('; '), 175), { fill: '#374151' }),
+  );
   parts.push(
     text(PLOT_X + PLOT_W + 12, TOP - 8, 'p50, A/B', { fill: '#374151', 'font-weight': 'bold' }),
     text(PLOT_X, TOP - 8, 'latency, log scale', { fill: '#374151', 'font-weight': 'bold' }),
