@@ -2,7 +2,9 @@ import assert from 'node:assert/strict';
 import { execFile } from 'node:child_process';
 import { writeFileSync } from 'node:fs';
 import { describe, it } from 'node:test';
+import { BerthError } from '../../services/common/errors.js';
 import { buildCodeEnv, encodeEnvRecords } from '../../services/executor/code-execution/code-env.js';
+import { sandboxOwner } from '../../services/executor/code-execution/code-runner.js';
 import {
   buildLauncherScript,
   buildProbeScript,
@@ -246,5 +248,18 @@ describe('RPC request lines', () => {
   it('frames a result with newlines as one JSON string line', () => {
     assert.equal(responseLine('{"a":1}'), '{"a":1}\n');
     assert.equal(responseLine('{"a":1}\n\n... [RESULT TRUNCATED]'), `${JSON.stringify('{"a":1}\n\n... [RESULT TRUNCATED]')}\n`);
+  });
+});
+
+describe('sandboxOwner', () => {
+  it('hands files to a different sandbox user only as root, and refuses clearly otherwise', () => {
+    assert.equal(sandboxOwner({ uid: 0, gid: 0 }, 0), undefined);
+    assert.equal(sandboxOwner({ uid: 1000, gid: 1000 }, 1000), undefined);
+    assert.deepEqual(sandboxOwner({ uid: 1000, gid: 1001 }, 0), { uid: 1000, gid: 1001 });
+    assert.equal(sandboxOwner({ uid: undefined, gid: undefined }, 0), undefined);
+    assert.throws(
+      () => sandboxOwner({ uid: 1000, gid: 1000 }, 1234),
+      (err: unknown) => err instanceof BerthError && err.code === 'FAILED_PRECONDITION' && /uid 1000/.test(err.message),
+    );
   });
 });

@@ -268,7 +268,8 @@ export function buildExecuteCodeSchema(tools: Iterable<string>, limits: ExecuteC
     `${toolLines}\n` +
     '  json_parse(text): json.loads that tolerates control characters; shell_quote(s): quote for terminal(); ' +
     'retry(fn, max_attempts=3, delay=2): call fn with exponential backoff.\n' +
-    'Each tool function returns the tool\'s parsed JSON result (a dict; check for an "error" key).\n\n' +
+    'Each tool function returns the tool\'s parsed JSON result, usually a dict; failures carry a message in ' +
+    'result.get("error").\n\n' +
     `Limits: ${describeLimits(limits)}. ` +
     'terminal() is foreground only. Print your final answer to stdout.';
   return {

@@ -249,9 +249,18 @@ export class CodeRunner {
   }
 }
 
-/** The sandbox user, when the executor runs as root and the sandbox as someone else (files must be theirs). */
-function sandboxOwner(probe: ProbeResult): { uid: number; gid: number } | undefined {
-  const ourUid = process.getuid?.();
-  if (ourUid !== 0 || probe.uid === undefined || probe.uid === 0) return undefined;
+/**
+ * The sandbox user, when it differs from the executor's: the run dir and the
+ * socket must be theirs (mode 0600 admits nobody else). Only root can hand
+ * them over; otherwise the script could not even reach its socket, so say so.
+ */
+export function sandboxOwner(probe: Pick<ProbeResult, 'uid' | 'gid'>, ourUid = process.getuid?.()): { uid: number; gid: number } | undefined {
+  if (ourUid === undefined || probe.uid === undefined || probe.uid === ourUid) return undefined;
+  if (ourUid !== 0) {
+    throw new FailedPreconditionError(
+      `execute_code cannot give its socket to the sandbox user (uid ${probe.uid}): the executor runs as uid ${ourUid} ` +
+        'and only root can change a file\'s owner. Run the executor as root, or the sandbox as the executor\'s user.',
+    );
+  }
   return { uid: probe.uid, gid: probe.gid ?? probe.uid };
 }
