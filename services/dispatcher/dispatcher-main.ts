@@ -59,7 +59,7 @@ export async function startDispatcher(options: DispatcherStartOptions): Promise<
   }));
   const health = new ExecutorHealthWatcher(
     endpoints.map((endpoint, i) => ({ endpoint, channel: channels[i]! })),
-    { intervalMs: 2000, timeoutMs: 1500, logger },
+    { intervalMs: 1000, timeoutMs: 2000, failuresBeforeDown: 3, logger },
   );
   await health.checkAll();
   health.start();

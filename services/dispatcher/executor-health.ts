@@ -15,30 +15,43 @@ const SERVING = 1;
 export interface HealthWatcherOptions {
   readonly intervalMs: number;
   readonly timeoutMs: number;
+  /** Consecutive failed checks before an executor is taken out of rotation (a busy machine misses some). */
+  readonly failuresBeforeDown: number;
   readonly logger: Logger;
 }
 
 export class ExecutorHealthWatcher {
-  readonly #targets: Array<{ endpoint: ExecutorEndpoint; health: ReturnType<typeof createClient<typeof HealthDefinition>> }>;
+  readonly #targets: Array<{
+    endpoint: ExecutorEndpoint;
+    health: ReturnType<typeof createClient<typeof HealthDefinition>>;
+    failures: number;
+  }>;
   readonly #options: HealthWatcherOptions;
   #timer: NodeJS.Timeout | undefined;
 
   constructor(targets: ReadonlyArray<{ endpoint: ExecutorEndpoint; channel: Channel }>, options: HealthWatcherOptions) {
-    this.#targets = targets.map((t) => ({ endpoint: t.endpoint, health: createClient(HealthDefinition, t.channel) }));
+    this.#targets = targets.map((t) => ({
+      endpoint: t.endpoint,
+      health: createClient(HealthDefinition, t.channel),
+      failures: 0,
+    }));
     this.#options = options;
   }
 
   /** One round of checks; exported for tests and for a check right at start. */
   async checkAll(): Promise<void> {
     await Promise.all(
-      this.#targets.map(async ({ endpoint, health }) => {
-        let healthy = false;
+      this.#targets.map(async (target) => {
+        const { endpoint, health } = target;
+        let answered = false;
         try {
           const r = await health.check({ service: '' }, { signal: AbortSignal.timeout(this.#options.timeoutMs) });
-          healthy = r.status === SERVING;
+          answered = r.status === SERVING;
         } catch {
-          healthy = false;
+          answered = false;
         }
+        target.failures = answered ? 0 : target.failures + 1;
+        const healthy = answered || (endpoint.healthy && target.failures < this.#options.failuresBeforeDown);
         if (healthy !== endpoint.healthy) {
           this.#options.logger[healthy ? 'info' : 'warn'](
             { executor: endpoint.id, backend: endpoint.backend, healthy },

@@ -65,13 +65,13 @@ export class ExecutorRouter {
           'and list it under executors: in the dispatcher config',
       );
     }
-    const chosen = rendezvousPick(
-      ofBackend.filter((e) => e.healthy),
-      `${tenant}/${taskId}`,
-    );
-    if (!chosen) {
-      throw new UnavailableError(`every executor of the ${policy.backend} backend is unhealthy; retry shortly`);
-    }
+    // Health only steers when there is somewhere else to go: with every
+    // executor marked down (often just a saturated machine missing health
+    // checks) the call goes to its usual executor and fails on its own if
+    // that executor is really gone.
+    const healthy = ofBackend.filter((e) => e.healthy);
+    const chosen = rendezvousPick(healthy.length > 0 ? healthy : ofBackend, `${tenant}/${taskId}`);
+    if (!chosen) throw new UnavailableError(`no executor of the ${policy.backend} backend`);
     return { backend: chosen.backend, client: chosen.client, executorId: chosen.id };
   }
 }
