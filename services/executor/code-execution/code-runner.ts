@@ -6,7 +6,9 @@
  * 1. A probe, run where the script will run, reports the interpreter, the
  *    sandbox user, the directory and the environment a process gets there.
  * 2. A fresh run dir in the rpcDir gets hermes_tools.py, script.py and
- *    `rpc.sock` (0600, owned by the sandbox user); it is private until then.
+ *    `rpc.sock` (0600, owned by the sandbox user); it is private until then
+ *    and handled through a descriptor, never a path the sandbox could
+ *    redirect (run-dir.ts).
  * 3. The launcher starts the script with the scrubbed environment, in its own
  *    process group (the backend's exec): stdout capped head + tail, stderr's
  *    head in a file. Timeout and interrupt kill the group: SIGTERM, 5 s, SIGKILL.
@@ -18,7 +20,6 @@
  * running the script somewhere else.
  */
 import { randomBytes } from 'node:crypto';
-import { chown, mkdir, readFile, rm, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { performance } from 'node:perf_hooks';
 import { FailedPreconditionError, InvalidArgumentError } from '../../common/errors.js';
@@ -30,6 +31,7 @@ import { buildCodeEnv, encodeEnvRecords } from './code-env.js';
 import { buildLauncherScript, buildProbeScript, parseProbeOutput, type ProbeResult } from './code-launch.js';
 import { decodeStderrHead, StdoutCapture } from './code-output.js';
 import { RpcSocketServer } from './rpc-socket-server.js';
+import { RunDir } from './run-dir.js';
 
 /** Between SIGTERM and SIGKILL of a script's process group (spec §6). */
 export const CODE_KILL_GRACE_MS = 5000;
@@ -117,20 +119,16 @@ export class CodeRunner {
     if (probe === 'interrupted') return interruptedResult('');
 
     const runName = `code-${randomBytes(8).toString('hex')}`;
-    const hostDir = path.join(rpcDir.hostPath, runName);
     const sandboxDir = path.posix.join(rpcDir.sandboxPath, runName);
     const owner = sandboxOwner(probe);
     const token = randomBytes(32).toString('hex');
+    const dir = await RunDir.create(rpcDir.hostPath, runName);
     let server: RpcSocketServer | undefined;
     try {
-      await mkdir(hostDir, { mode: 0o700 });
-      await writeFile(path.join(hostDir, 'hermes_tools.py'), request.stubModule, { mode: 0o600 });
-      await writeFile(path.join(hostDir, 'script.py'), request.code, { mode: 0o600 });
-      if (owner) {
-        for (const name of ['hermes_tools.py', 'script.py', '.']) await chown(path.join(hostDir, name), owner.uid, owner.gid);
-      }
+      await dir.writeNew('hermes_tools.py', request.stubModule);
+      await dir.writeNew('script.py', request.code);
       server = await RpcSocketServer.listen({
-        path: path.join(hostDir, 'rpc.sock'),
+        path: dir.entry('rpc.sock'),
         token,
         ...(owner ? { owner } : {}),
         logger: meta.logger,
@@ -142,6 +140,9 @@ export class CodeRunner {
           }
         },
       });
+
+      // Only now may the sandbox user touch the dir: everything in it is ours until here.
+      if (owner) await dir.handTo(owner, ['hermes_tools.py', 'script.py']);
 
       const { env, droppedHermes, refusedPassthrough } = buildCodeEnv({
         base: probe.env,
@@ -181,7 +182,7 @@ export class CodeRunner {
       await server.close();
       // A limit that killed the script (out of memory, too many processes) is reported with its result.
       meta.notices.push(...(task.env.takeNotices?.() ?? []));
-      const stderrBytes = await readFile(path.join(hostDir, 'stderr')).catch(() => Buffer.alloc(0));
+      const stderrBytes = await dir.readHead('stderr', request.maxStderrBytes);
       const outcome: TaskCodeRunResult = {
         stdout: stdout.text(),
         stderr: decodeStderrHead(stderrBytes, request.maxStderrBytes),
@@ -209,8 +210,8 @@ export class CodeRunner {
       return outcome;
     } finally {
       await server?.close();
-      await rm(hostDir, { recursive: true, force: true }).catch((err: unknown) =>
-        meta.logger.warn({ err, dir: hostDir }, 'could not remove the execute_code run dir'),
+      await dir.remove().catch((err: unknown) =>
+        meta.logger.warn({ err, dir: dir.hostPath }, 'could not remove the execute_code run dir'),
       );
     }
   }

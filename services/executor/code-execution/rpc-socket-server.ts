@@ -10,7 +10,7 @@
  * calls still in flight.
  */
 import { createHash, timingSafeEqual } from 'node:crypto';
-import { chmod, chown } from 'node:fs/promises';
+import { chmod, lchown } from 'node:fs/promises';
 import net from 'node:net';
 import { FailedPreconditionError } from '../../common/errors.js';
 import type { Logger } from '../../common/logging.js';
@@ -80,7 +80,7 @@ export function responseLine(result: string): string {
 }
 
 export interface RpcSocketServerOptions {
-  /** Where to listen, as the executor sees it. */
+  /** Where to listen, as the executor sees it (in a directory only we can write to yet). */
   readonly path: string;
   readonly token: string;
   /** chown the socket to this owner (the sandbox user) when it differs from ours. */
@@ -129,7 +129,7 @@ export class RpcSocketServer implements AsyncDisposable {
       // The run dir is private (0700) until here, so nobody could connect in between.
       await chmod(options.path, 0o600);
       const owner = options.owner;
-      if (owner && process.getuid?.() === 0 && owner.uid !== 0) await chown(options.path, owner.uid, owner.gid);
+      if (owner && process.getuid?.() === 0 && owner.uid !== 0) await lchown(options.path, owner.uid, owner.gid);
     } catch (err) {
       await rpc.close();
       throw err;
