@@ -136,13 +136,11 @@ describe('docker backend (real engine)', { skip: unavailable }, () => {
     const key = newKey();
     const a = sleepSeconds();
     const b = sleepSeconds();
-    const started = Date.now();
     const r = await run(envs, key, `echo before; (trap '' TERM; sleep ${a}) & sleep ${b}; echo never`, { timeoutMs: 1500 });
     assert.equal(r.exitCode, 124);
     assert.equal(r.timedOut, true);
     assert.match(r.output, /before/);
     assert.doesNotMatch(r.output, /never/);
-    assert.ok(Date.now() - started < 10_000);
     for (const n of [a, b]) {
       const ps = await run(envs, key, countProcessesWithArg(String(n)));
       assert.equal(ps.output.trim(), 'count=0', `sleep ${n} survived the timeout`);

@@ -151,7 +151,6 @@ describe('LocalBackend', () => {
 
   it('on timeout kills the whole group, keeps partial output and exits 124', async () => {
     const e = await fresh();
-    const started = Date.now();
     const r = await run(e, {
       script:
         'sleep 1000 & echo pid:$!; ' +
@@ -165,7 +164,6 @@ describe('LocalBackend', () => {
     assert.equal(pids.length, 2, r.output);
     assert.deepEqual([r.exitCode, r.timedOut, r.interrupted], [124, true, false]);
     assert.ok(r.output.includes('partial output\n'), r.output);
-    assert.ok(Date.now() - started < 5000);
     for (const pid of pids) assert.equal(isAlive(pid), false, `pid ${pid} survived the timeout`);
   });
 
@@ -198,13 +196,14 @@ describe('LocalBackend', () => {
     assert.equal(existsSync(marker), false);
   });
 
-  it('does not hang when a process outside the group holds the output pipe', async () => {
+  // Waiting for the straggler instead of the drain limit would hang until the test's own timeout.
+  it('does not hang when a process outside the group holds the output pipe', { timeout: 60_000 }, async () => {
     const e = await fresh();
-    const started = Date.now();
-    const r = await run(e, { script: 'echo before; setsid sleep 3 & echo after', timeoutMs: 300 });
-    assert.equal(r.output, 'before\nafter\n');
+    const r = await run(e, { script: 'echo before; setsid sleep 1000 & echo "straggler $!"; echo after', timeoutMs: 300 });
+    const straggler = Number(/straggler (\d+)/.exec(r.output)?.[1]);
+    if (straggler > 0) leftovers.push(straggler);
+    assert.equal(r.output, `before\nstraggler ${straggler}\nafter\n`);
     assert.equal(r.timedOut, true);
-    assert.ok(Date.now() - started < 2900, 'waited for the straggler instead of the drain limit');
   });
 
   it('keeps every byte of a large output', async () => {
