@@ -8,9 +8,11 @@ import { parseArgs } from 'node:util';
 export const BENCH_HELP = `  berth bench [--quick] [--only NAME[,NAME]] [--smoke]
       Measure Berth beside baselines (bare gRPC, bash, docker exec, ...),
       interleaved on this machine; write test/bench/results/<date>-<sha>.
-      {json,md,svg}. --quick: under two minutes; --smoke: each case a few
-      times, no files, non-zero only if a case fails (run by 'make test').
-      Needs a source checkout. Also 'make bench'.`;
+      {json,md,svg}. --quick: a two-minute budget (its minimum work takes
+      longer on a busy machine); --only: suites (case file names) or parts
+      of case names; --smoke: each case a few times, no files, non-zero only
+      if a case fails (run by 'make test'). Needs a source checkout.
+      Also 'make bench [BENCH_FLAGS=--quick]'.`;
 
 export class BenchUsageError extends Error {}
 
