@@ -113,6 +113,8 @@ export async function runBench(options: BenchOptions): Promise<number> {
   const ctx = createBenchContext({ mode: options.mode, repoRoot: REPO_ROOT, note });
   const startedAt = new Date().toISOString();
   const loadAtStart = loadAverage1m();
+  // Read now: commits that land while the run goes on were not measured.
+  const source = sourceInfo(REPO_ROOT);
   const results: CaseResult[] = [];
 
   // Ctrl-C mid-run: tear down the running case and the servers, so no child or container outlives us.
@@ -158,7 +160,7 @@ export async function runBench(options: BenchOptions): Promise<number> {
     command: options.command,
     startedAt,
     finishedAt: new Date().toISOString(),
-    source: sourceInfo(REPO_ROOT),
+    source,
     machine,
     cases: results,
     notes,
