@@ -23,7 +23,7 @@ build: dist/.built ## Compile TypeScript to dist/
 run: setup ## Start berth serve: dispatcher + local executor on 127.0.0.1:7700
 	bin/berth serve
 
-test: setup ## Run every test tier; non-zero on any failure
+test: setup image ## Run every test tier (starts Docker, builds the sandbox image first); non-zero on any failure
 	bash test/run.sh
 
 test-unit: setup ## Unit tests only (fast)
