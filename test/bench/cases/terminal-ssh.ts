@@ -9,7 +9,7 @@ import { join } from 'node:path';
 import { execFile } from 'node:child_process';
 import { promisify } from 'node:util';
 import type { Client } from 'ssh2';
-import type { BenchCase } from '../bench-case.js';
+import type { BenchCase, BenchContext } from '../bench-case.js';
 import type { BenchServer } from '../bench-server-process.js';
 import { runTerminal, unmeasured } from '../case-helpers.js';
 
@@ -30,6 +30,53 @@ function sshExec(conn: Client, command: string): Promise<void> {
 
 const run = promisify(execFile);
 
+interface WarmSshTask {
+  sshd: { stop(): Promise<void> };
+  server: BenchServer;
+  scratch: string;
+  keyPath: string;
+  host: string;
+  port: number;
+  user: string;
+  privateKey: string;
+}
+
+/** The sshd fixture, a key file for it, and a server whose ssh task is already warm. */
+async function startWarmSshTask(ctx: BenchContext, scratchPrefix: string): Promise<WarmSshTask> {
+  // Loaded only here: the fixture pulls in testcontainers.
+  const fixture = await import('../../support/sshd-container.js');
+  const started = await fixture.startSshd();
+  const scratch = mkdtempSync(join(tmpdir(), scratchPrefix));
+  const keyPath = join(scratch, 'id_ed25519');
+  writeFileSync(keyPath, started.keys.privateKey);
+  chmodSync(keyPath, 0o600);
+  const server = await ctx.server({
+    backend: 'ssh',
+    config: {
+      terminal: { ssh_host: started.host, ssh_port: started.port, ssh_user: started.user, ssh_key: keyPath },
+    },
+  });
+  await unmeasured(ctx, 'warming the ssh task', () => runTerminal(server, TASK, 'true'));
+  return {
+    sshd: started,
+    server,
+    scratch,
+    keyPath,
+    host: started.host,
+    port: started.port,
+    user: started.user,
+    privateKey: started.keys.privateKey,
+  };
+}
+
+async function stopWarmSshTask(task: WarmSshTask | undefined): Promise<void> {
+  if (!task) return;
+  await task.server.endTask(TASK).catch(() => undefined);
+  await task.sshd.stop();
+  rmSync(task.scratch, { recursive: true, force: true });
+}
+
+
 /** The `ssh` CLI's options for a ControlMaster connection to the fixture (host key not pinned: a throwaway container). */
 function sshCliArgs(controlPath: string, keyPath: string, port: number): string[] {
   return [
@@ -45,9 +92,7 @@ function sshCliArgs(controlPath: string, keyPath: string, port: number): string[
 
 /** The same warm ssh task measured against OpenSSH's own multiplexing: `ssh` with a ControlMaster already up. */
 function controlMasterCase(): BenchCase {
-  let sshd: { stop(): Promise<void> } | undefined;
-  let server: BenchServer | undefined;
-  let scratch: string | undefined;
+  let task: WarmSshTask | undefined;
   let cli: { args: string[]; target: string } | undefined;
   return {
     kind: 'latency',
@@ -56,44 +101,26 @@ function controlMasterCase(): BenchCase {
     async setup(ctx) {
       const missing = (await ctx.backendMissing('ssh')) ?? (await ctx.dockerUnavailable());
       if (missing !== undefined) return { skip: missing };
-      const fixture = await import('../../support/sshd-container.js');
-      const started = await fixture.startSshd();
-      sshd = started;
-      scratch = mkdtempSync(join(tmpdir(), 'berth-bench-ssh-cm-'));
-      const keyPath = join(scratch, 'id_ed25519');
-      writeFileSync(keyPath, started.keys.privateKey);
-      chmodSync(keyPath, 0o600);
-      const s = await ctx.server({
-        backend: 'ssh',
-        config: {
-          terminal: { ssh_host: started.host, ssh_port: started.port, ssh_user: started.user, ssh_key: keyPath },
-        },
-      });
-      server = s;
-      await unmeasured(ctx, 'warming the ssh task', () => runTerminal(s, TASK, 'true'));
-      cli = { args: sshCliArgs(join(scratch, 'cm'), keyPath, started.port), target: `${started.user}@${started.host}` };
+      task = await startWarmSshTask(ctx, 'berth-bench-ssh-cm-');
+      cli = { args: sshCliArgs(join(task.scratch, 'cm'), task.keyPath, task.port), target: `${task.user}@${task.host}` };
       await run('ssh', [...cli.args, '-o', 'ControlMaster=yes', '-o', 'ControlPersist=120', '-fN', cli.target]);
       await run('ssh', [...cli.args, cli.target, 'true']);
       return undefined;
     },
-    runA: () => runTerminal(server!, TASK, 'true'),
+    runA: () => runTerminal(task!.server, TASK, 'true'),
     runB: async () => {
       await run('ssh', [...cli!.args, cli!.target, 'true']);
     },
     async teardown() {
       if (cli) await run('ssh', [...cli.args, '-O', 'exit', cli.target]).catch(() => undefined);
-      await server?.endTask(TASK).catch(() => undefined);
-      await sshd?.stop();
-      if (scratch !== undefined) rmSync(scratch, { recursive: true, force: true });
+      await stopWarmSshTask(task);
     },
   };
 }
 
 export default function cases(): BenchCase[] {
-  let sshd: { stop(): Promise<void> } | undefined;
+  let task: WarmSshTask | undefined;
   let conn: Client | undefined;
-  let server: BenchServer | undefined;
-  let scratch: string | undefined;
   return [
     {
       kind: 'latency',
@@ -102,40 +129,24 @@ export default function cases(): BenchCase[] {
       async setup(ctx) {
         const missing = (await ctx.backendMissing('ssh')) ?? (await ctx.dockerUnavailable());
         if (missing !== undefined) return { skip: missing };
-        // Loaded only here: the fixture pulls in testcontainers.
-        const fixture = await import('../../support/sshd-container.js');
-        const started = await fixture.startSshd();
-        sshd = started;
-        scratch = mkdtempSync(join(tmpdir(), 'berth-bench-ssh-'));
-        const keyPath = join(scratch, 'id_ed25519');
-        writeFileSync(keyPath, started.keys.privateKey);
-        chmodSync(keyPath, 0o600);
-        const s = await ctx.server({
-          backend: 'ssh',
-          config: {
-            terminal: { ssh_host: started.host, ssh_port: started.port, ssh_user: started.user, ssh_key: keyPath },
-          },
-        });
-        server = s;
-        await unmeasured(ctx, 'warming the ssh task', () => runTerminal(s, TASK, 'true'));
+        const t = await startWarmSshTask(ctx, 'berth-bench-ssh-');
+        task = t;
         const { default: ssh2 } = await import('ssh2');
         const client = new ssh2.Client();
         conn = client;
         await new Promise<void>((resolve, reject) => {
           client.once('ready', () => resolve());
           client.once('error', reject);
-          client.connect({ host: started.host, port: started.port, username: started.user, privateKey: started.keys.privateKey });
+          client.connect({ host: t.host, port: t.port, username: t.user, privateKey: t.privateKey });
         });
         await sshExec(client, 'true');
         return undefined;
       },
-      runA: () => runTerminal(server!, TASK, 'true'),
+      runA: () => runTerminal(task!.server, TASK, 'true'),
       runB: () => sshExec(conn!, 'true'),
       async teardown() {
         conn?.end();
-        await server?.endTask(TASK).catch(() => undefined);
-        await sshd?.stop();
-        if (scratch !== undefined) rmSync(scratch, { recursive: true, force: true });
+        await stopWarmSshTask(task);
       },
     },
     controlMasterCase(),
