@@ -90,7 +90,7 @@ export function utf16Length(bytes: Uint8Array): number {
 }
 
 /** Bytes at the end of `bytes` that start a UTF-8 sequence the buffer does not complete. */
-function incompleteTailBytes(bytes: Uint8Array): number {
+export function incompleteTailBytes(bytes: Uint8Array): number {
   // A sequence is at most 4 bytes; look back over up to 3 continuation bytes.
   for (let back = 1; back <= Math.min(4, bytes.length); back++) {
     const b = bytes[bytes.length - back] ?? 0;
@@ -102,7 +102,7 @@ function incompleteTailBytes(bytes: Uint8Array): number {
 }
 
 /** Continuation bytes at the start of `bytes` (the rest of a character that was cut off). */
-function leadingContinuationBytes(bytes: Uint8Array): number {
+export function leadingContinuationBytes(bytes: Uint8Array): number {
   let n = 0;
   while (n < Math.min(3, bytes.length) && ((bytes[n] ?? 0) & 0xc0) === 0x80) n++;
   return n;

@@ -3,7 +3,7 @@
  * rolling last 60% of `maxBytes` with a notice between them, so a script that
  * prints gigabytes never sits in memory; stderr keeps its head only.
  */
-import { HeadTailBuffer } from '../output.js';
+import { HeadTailBuffer, incompleteTailBytes, leadingContinuationBytes } from '../output.js';
 
 const HEAD_SHARE = 0.4;
 
@@ -18,23 +18,6 @@ export function stdoutTruncationNotice(omitted: number, total: number): string {
     `\n\n... [OUTPUT TRUNCATED - ${withThousandsSeparators(omitted)} chars omitted ` +
     `out of ${withThousandsSeparators(total)} total] ...\n\n`
   );
-}
-
-/** Bytes at the end of `bytes` that begin a UTF-8 sequence cut off by the end. */
-export function incompleteUtf8TailBytes(bytes: Uint8Array): number {
-  for (let back = 1; back <= Math.min(4, bytes.length); back++) {
-    const b = bytes[bytes.length - back] ?? 0;
-    if ((b & 0xc0) === 0x80) continue;
-    const need = b >= 0xf0 ? 4 : b >= 0xe0 ? 3 : b >= 0xc0 ? 2 : 1;
-    return need > back ? back : 0;
-  }
-  return 0;
-}
-
-function leadingContinuationBytes(bytes: Uint8Array): number {
-  let n = 0;
-  while (n < Math.min(3, bytes.length) && ((bytes[n] ?? 0) & 0xc0) === 0x80) n++;
-  return n;
 }
 
 /** Collects a script's stdout within the cap. */
@@ -63,7 +46,7 @@ export class StdoutCapture {
   text(): string {
     const { head, tail } = this.#buffer.bytes();
     if (!this.#buffer.truncated) return Buffer.concat([head, tail]).toString('utf8');
-    const headKept = head.subarray(0, head.length - incompleteUtf8TailBytes(head));
+    const headKept = head.subarray(0, head.length - incompleteTailBytes(head));
     const tailKept = tail.subarray(leadingContinuationBytes(tail));
     const total = this.#buffer.totalBytes;
     const omitted = total - headKept.length - tailKept.length;
@@ -74,6 +57,6 @@ export class StdoutCapture {
 /** Decodes stderr that was cut at `maxBytes`, without a broken last character. */
 export function decodeStderrHead(bytes: Uint8Array, maxBytes: number): string {
   const head = Buffer.from(bytes.buffer, bytes.byteOffset, Math.min(bytes.byteLength, maxBytes));
-  const cut = head.length === maxBytes ? incompleteUtf8TailBytes(head) : 0;
+  const cut = head.length === maxBytes ? incompleteTailBytes(head) : 0;
   return head.subarray(0, head.length - cut).toString('utf8');
 }
