@@ -6,17 +6,26 @@
  * 1. Once per environment a login shell (`bash -l`) writes a snapshot
  *    (`export -p`, `declare -f`, `alias -p`, `shopt -s expand_aliases`) to a
  *    file in `env.stateDir`.
- * 2. Each command's script sources the snapshot, `cd`s to the saved cwd (exit
- *    126 with a message when it is gone), evals the command with stderr merged
- *    into stdout, re-saves the snapshot atomically (temp file + `mv`, also
- *    from an EXIT trap so `exit N` saves too) and prints a cwd marker line
- *    carrying a per-environment random nonce.
+ * 2. Each command's script sources the current snapshot, `cd`s to the saved
+ *    cwd (exit 126 with a message when it is gone), evals the command with
+ *    stderr merged into stdout, saves the state to a new snapshot file of its
+ *    own (also from an EXIT trap, so `exit N` saves too) and prints a marker
+ *    line carrying a per-environment random nonce, whether the save
+ *    succeeded, and the cwd.
  * 3. The runner strips the marker from the output, also when it arrives split
- *    across chunks, and records the cwd it carries.
+ *    across chunks, records the cwd and makes the new file the current
+ *    snapshot. Superseded files are removed in batches by a later command's
+ *    script, once nothing can still read them.
+ *
+ * Only bash builtins run on a command's path: no `mv` or `rm` per call. A
+ * fork and exec of one costs as much as the `bash -c` itself (measured in
+ * the sandbox image: about twice the time of the whole call), and giving each
+ * command its own file is what makes the rename unnecessary: nobody reads a
+ * file while it is written, so it is never seen torn.
  *
  * Concurrency: calls may overlap (each is its own bash). Each starts from the
- * cwd and snapshot current when it starts; whichever finishes last writes the
- * cwd and the snapshot (last writer wins; the snapshot file is never torn).
+ * cwd and snapshot current when it starts; whichever finishes last decides
+ * the cwd and the snapshot (last writer wins).
  */
 import { randomBytes } from 'node:crypto';
 import { posix } from 'node:path';
@@ -76,9 +85,10 @@ const MAX_MARKER_BODY_BYTES = 16 * 1024;
 
 /**
  * Streaming filter that removes cwd marker lines from output and remembers
- * the last cwd seen. A marker is `\n`, start, the cwd as `pwd` prints it
- * (newline included), end, `\n`; `\r\n` is accepted too, for PTYs. Only
- * bytes that could begin a marker are held back, so live output keeps flowing.
+ * the last one seen. A marker is `\n`, start, `+` (state saved) or `-` (the
+ * save failed), the cwd as `pwd` prints it (newline included), end, `\n`;
+ * `\r\n` is accepted too, for PTYs. Only bytes that could begin a marker
+ * are held back, so live output keeps flowing.
  */
 export class CwdMarkerFilter {
   readonly #start: Buffer;
@@ -86,6 +96,7 @@ export class CwdMarkerFilter {
   readonly #prefixes: readonly Buffer[];
   #pending: Buffer = Buffer.alloc(0);
   #cwd: string | undefined;
+  #saved: boolean | undefined;
 
   constructor(marker: CwdMarker) {
     this.#start = Buffer.from(marker.start);
@@ -96,6 +107,11 @@ export class CwdMarkerFilter {
   /** The cwd carried by the last complete marker, if any. */
   get cwd(): string | undefined {
     return this.#cwd;
+  }
+
+  /** Whether the last complete marker said the state was saved; undefined when none arrived. */
+  get saved(): boolean | undefined {
+    return this.#saved;
   }
 
   /** Feeds a chunk; returns the bytes that can be forwarded now. */
@@ -151,7 +167,9 @@ export class CwdMarkerFilter {
       }
       if (data[after] === CR && data[after + 1] === LF) after += 2;
       else if (data[after] === LF) after += 1;
-      this.#cwd = parseCwdBody(data.subarray(bodyStart, e));
+      const body = parseMarkerBody(data.subarray(bodyStart, e));
+      this.#cwd = body.cwd;
+      this.#saved = body.saved;
       out.push(data.subarray(0, r));
       data = data.subarray(after);
     }
@@ -159,12 +177,14 @@ export class CwdMarkerFilter {
   }
 }
 
-/** The marker body is `pwd`'s output: the path plus its newline (`\r\n` under a PTY). */
-function parseCwdBody(body: Buffer): string {
+/** The marker body is the save flag, then `pwd`'s output: the path plus its newline (`\r\n` under a PTY). */
+function parseMarkerBody(body: Buffer): { saved: boolean; cwd: string } {
   let text = body.toString('utf8');
+  const saved = text.startsWith('+');
+  if (text.startsWith('+') || text.startsWith('-')) text = text.slice(1);
   if (text.endsWith('\r\n')) text = text.slice(0, -2);
   else if (text.endsWith('\n')) text = text.slice(0, -1);
-  return text;
+  return { saved, cwd: text };
 }
 
 /** What the script does with the task's state. */
@@ -182,7 +202,12 @@ export type RunMode =
   | { readonly kind: 'stateless'; readonly dir: string; readonly isWorkdir: boolean };
 
 export interface RunScriptSpec {
+  /** The snapshot the command starts from. */
   readonly snapshotPath: string;
+  /** A new file to save the state to (`task` and `workdir` modes); never one anybody reads yet. */
+  readonly saveTo?: string;
+  /** Superseded snapshot files to delete first (no one reads them any more). */
+  readonly remove?: readonly string[];
   readonly marker: CwdMarker;
   readonly mode: RunMode;
   /** The command itself, or a file holding it (for commands too long for one argv string). */
@@ -192,18 +217,23 @@ export interface RunScriptSpec {
 /**
  * Builds the `bash -c` script for one command. Pure, so it is tested without
  * a shell. Internal commands are spelled `\builtin`/`\command` so that the
- * user's aliases and functions (cd, mv, printf, ...) cannot hijack them; the
+ * user's aliases and functions (cd, rm, printf, ...) cannot hijack them; the
  * whole script is one `{ ... }` group, parsed before the snapshot defines any
- * alias.
+ * alias. Apart from `rm` for a batch of old snapshots now and then, only
+ * builtins run besides the command.
  */
 export function buildRunScript(spec: RunScriptSpec): string {
   const snap = shellQuote(spec.snapshotPath);
-  const tmp = `${shellQuote(`${spec.snapshotPath}.tmp.`)}$$`;
-  const save =
-    `{ \\builtin export -p; \\builtin declare -f; \\builtin alias -p; \\builtin printf '%s\\n' 'shopt -s expand_aliases'; } >${tmp} 2>/dev/null` +
-    ` && \\command mv -f -- ${tmp} ${snap} 2>/dev/null || \\command rm -f -- ${tmp} 2>/dev/null`;
+  // `2>/dev/null` first: a failing `>|` reports on the stderr current when it is applied.
+  const save = (target: string) =>
+    `if { \\builtin export -p; \\builtin declare -f; \\builtin alias -p; \\builtin printf '%s\\n' 'shopt -s expand_aliases'; } 2>/dev/null >|${shellQuote(target)};` +
+    ' then __berth_f=+; else __berth_f=-; fi;';
+  const remove =
+    spec.remove && spec.remove.length > 0
+      ? `\\command rm -f -- ${spec.remove.map(shellQuote).join(' ')} 2>/dev/null;`
+      : '';
   const mark =
-    `\\builtin printf '\\n%s' ${shellQuote(spec.marker.start)}; ` +
+    `\\builtin printf '\\n%s%s' ${shellQuote(spec.marker.start)} "$__berth_f"; ` +
     `\\builtin pwd -P 2>/dev/null || \\builtin printf '%s\\n' "$PWD"; \\builtin printf '%s\\n' ${shellQuote(spec.marker.end)};`;
   /**
    * Saving runs once: inline after the command, or from our EXIT trap when
@@ -220,7 +250,8 @@ export function buildRunScript(spec: RunScriptSpec): string {
   // call only and undoes it, leaving stderr on its own pipe (out of order).
   // Nothing user-defined exists yet at this line: the snapshot comes after.
   const lines: string[] = ['{', 'exec 2>&1'];
-  lines.push(`if [ -r ${snap} ]; then \\builtin . ${snap} >/dev/null 2>&1; fi`);
+  // `__berth_saved` is cleared after the snapshot: under `set -a` it could have been saved in it.
+  lines.push(`if [ -r ${snap} ]; then \\builtin . ${snap} >/dev/null 2>&1; fi; __berth_saved=`);
 
   let evalLine: string;
   if ('text' in spec.command) {
@@ -235,6 +266,10 @@ export function buildRunScript(spec: RunScriptSpec): string {
   }
 
   const mode = spec.mode;
+  const saveTo = () => {
+    if (spec.saveTo === undefined) throw new Error(`a ${mode.kind} run needs a file to save the state to`);
+    return spec.saveTo;
+  };
   const cdOrFail = (dir: string, message: string) =>
     `\\builtin cd -- ${shellQuote(dir)} 2>/dev/null || { \\builtin printf '%s\\n' ${shellQuote(message)}; \\builtin exit 126; }`;
   switch (mode.kind) {
@@ -247,13 +282,14 @@ export function buildRunScript(spec: RunScriptSpec): string {
           `The working directory has been reset to %s; run the command again.\\n' ${shellQuote(mode.cwd)} "$__berth_to";` +
           ' \\builtin exit 126; }',
       );
-      const finish = finishers(`${save}; ${mark}`);
+      const finish = finishers(`${remove} ${save(saveTo())} ${mark}`);
       lines.push(`\\builtin trap ${shellQuote(finish.trap)} EXIT`, evalLine, finish.inline);
       break;
     }
     case 'workdir': {
+      // The marker reports the save; its cwd is the workdir's, which the task does not keep.
       lines.push(cdOrFail(mode.workdir, `berth: cannot run the command: workdir ${mode.workdir} is not a directory.`));
-      const finish = finishers(`${save};`);
+      const finish = finishers(`${remove} ${save(saveTo())} ${mark}`);
       lines.push(`\\builtin trap ${shellQuote(finish.trap)} EXIT`, evalLine, finish.inline);
       break;
     }
@@ -295,7 +331,9 @@ export function buildBootstrapScript(snapshotPath: string, initialCwd: string, l
  * The script for a background command: snapshot and cwd (or workdir), no
  * state saved, stderr merged.
  */
-export function buildBackgroundScript(spec: Omit<RunScriptSpec, 'mode'> & { readonly dir: string; readonly isWorkdir: boolean }): string {
+export function buildBackgroundScript(
+  spec: Omit<RunScriptSpec, 'mode' | 'saveTo' | 'remove'> & { readonly dir: string; readonly isWorkdir: boolean },
+): string {
   return buildRunScript({ ...spec, mode: { kind: 'stateless', dir: spec.dir, isWorkdir: spec.isWorkdir } });
 }
 
@@ -342,6 +380,13 @@ export interface ShellStateRunnerOptions {
   readonly stagingThresholdBytes?: number;
 }
 
+/** How long a snapshot a background command started from is kept after it is superseded. */
+const BACKGROUND_SNAPSHOT_HOLD_MS = 60_000;
+/** Superseded snapshots are deleted once this many have gathered... */
+const SNAPSHOT_CLEANUP_BATCH = 16;
+/** ...and at most this many by one command. */
+const SNAPSHOT_CLEANUP_MAX = 256;
+
 /**
  * Persistent shell semantics for one {@link BackendEnvironment}. Create one
  * per environment; it only uses `env.exec` and `env.startBackground`.
@@ -352,7 +397,17 @@ export class ShellStateRunner {
   readonly #bootstrapTimeoutMs: number;
   readonly #stagingThresholdBytes: number;
   readonly #marker: CwdMarker;
-  readonly #snapshotPath: string;
+  /** The snapshot new commands start from. */
+  #snapshotPath: string;
+  #snapshotSeq = 0;
+  /** Snapshot files in use by running commands: path → how many. */
+  readonly #readers = new Map<string, number>();
+  /** Background commands may source their snapshot after starting: path → not deleted before (epoch ms). */
+  readonly #backgroundHolds = new Map<string, number>();
+  /** Superseded snapshot files: path → not deleted before (epoch ms). */
+  readonly #retired = new Map<string, number>();
+  /** Retired files handed to a running command's script to delete. */
+  readonly #removing = new Set<string>();
   #cwd: string;
   #bootstrap: Promise<void> | undefined;
 
@@ -371,6 +426,7 @@ export class ShellStateRunner {
     return this.#cwd;
   }
 
+  /** The snapshot file new commands start from (a new one after each command that saves). */
   get snapshotPath(): string {
     return this.#snapshotPath;
   }
@@ -428,20 +484,45 @@ export class ShellStateRunner {
         ? { kind: 'workdir', workdir: request.workdir }
         : { kind: 'task', cwd: startCwd, resetCwds: [this.#env.initialCwd, this.#env.homeDir] };
     const command = await this.#stage(request.command, request.signal);
+    const source = this.#snapshotPath;
+    const saveTo = mode.kind === 'stateless' ? undefined : this.#nextSnapshotPath();
+    const remove = saveTo === undefined ? [] : this.#takeRemovable();
     const filter = new CwdMarkerFilter(this.#marker);
     const forward = (bytes: Buffer) => {
       if (bytes.length > 0) request.onOutput?.(bytes);
     };
-    const result = await this.#env.exec({
-      script: buildRunScript({ snapshotPath: this.#snapshotPath, marker: this.#marker, mode, command }),
-      timeoutMs: request.timeoutMs,
-      ...(request.stdin !== undefined ? { stdin: request.stdin } : {}),
-      ...(request.signal ? { signal: request.signal } : {}),
-      ...(request.env ? { env: request.env } : {}),
-      ...(request.pty ? { pty: true } : {}),
-      onOutput: (chunk) => forward(filter.push(chunk)),
-    });
-    forward(filter.end());
+    this.#readers.set(source, (this.#readers.get(source) ?? 0) + 1);
+    let result: ExecResult;
+    try {
+      result = await this.#env.exec({
+        script: buildRunScript({
+          snapshotPath: source,
+          ...(saveTo !== undefined ? { saveTo } : {}),
+          remove,
+          marker: this.#marker,
+          mode,
+          command,
+        }),
+        timeoutMs: request.timeoutMs,
+        ...(request.stdin !== undefined ? { stdin: request.stdin } : {}),
+        ...(request.signal ? { signal: request.signal } : {}),
+        ...(request.env ? { env: request.env } : {}),
+        ...(request.pty ? { pty: true } : {}),
+        onOutput: (chunk) => forward(filter.push(chunk)),
+      });
+      forward(filter.end());
+    } finally {
+      this.#release(source);
+      // A marker means the script got past the `rm`.
+      for (const file of remove) {
+        this.#removing.delete(file);
+        if (filter.saved !== undefined) this.#retired.delete(file);
+      }
+      if (saveTo !== undefined) {
+        if (filter.saved === true) this.#adopt(saveTo);
+        else this.#retire(saveTo); // a cut-off or failed save: maybe a partial file
+      }
+    }
 
     if (mode.kind !== 'task') return { ...result, cwd: this.#cwd };
     // An empty cwd means the directory was deleted under the shell; the next call resets it.
@@ -466,8 +547,11 @@ export class ShellStateRunner {
   async startBackground(request: ShellBackgroundRequest): Promise<BackgroundHandle> {
     await this.bootstrap();
     const command = await this.#stage(request.command);
+    const source = this.#snapshotPath;
+    // The process sources the file some time after it starts; keep the file a while.
+    this.#backgroundHolds.set(source, Date.now() + BACKGROUND_SNAPSHOT_HOLD_MS);
     const script = buildBackgroundScript({
-      snapshotPath: this.#snapshotPath,
+      snapshotPath: source,
       marker: this.#marker,
       command,
       dir: request.workdir ?? this.#cwd,
@@ -480,6 +564,47 @@ export class ShellStateRunner {
       onOutput: request.onOutput,
       onExit: request.onExit,
     });
+  }
+
+  #nextSnapshotPath(): string {
+    this.#snapshotSeq += 1;
+    return posix.join(this.#env.stateDir, `shell-snapshot.${this.#snapshotSeq}.sh`);
+  }
+
+  /** A finished command's snapshot becomes the current one (last writer wins). */
+  #adopt(path: string): void {
+    const previous = this.#snapshotPath;
+    this.#snapshotPath = path;
+    this.#retire(previous);
+  }
+
+  #retire(path: string): void {
+    if (path === this.#snapshotPath) return;
+    const hold = this.#backgroundHolds.get(path);
+    this.#backgroundHolds.delete(path);
+    this.#retired.set(path, Math.max(Date.now(), hold ?? 0));
+  }
+
+  #release(path: string): void {
+    const count = (this.#readers.get(path) ?? 1) - 1;
+    if (count > 0) this.#readers.set(path, count);
+    else this.#readers.delete(path);
+  }
+
+  /**
+   * Retired files nobody reads any more, once there are enough of them to be
+   * worth one `rm` (amortised: one fork per {@link SNAPSHOT_CLEANUP_BATCH} commands).
+   */
+  #takeRemovable(): string[] {
+    const now = Date.now();
+    const ready: string[] = [];
+    for (const [path, notBefore] of this.#retired) {
+      if (notBefore <= now && !this.#readers.has(path) && !this.#removing.has(path)) ready.push(path);
+      if (ready.length >= SNAPSHOT_CLEANUP_MAX) break;
+    }
+    if (ready.length < SNAPSHOT_CLEANUP_BATCH) return [];
+    for (const path of ready) this.#removing.add(path);
+    return ready;
   }
 
   /** Long commands go through a file in the state dir, written by `cat` from stdin (no argv limit). */

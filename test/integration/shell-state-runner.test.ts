@@ -20,7 +20,7 @@ import { TaskEnvironments } from '../../services/executor/task-environment.js';
 
 describe('CwdMarkerFilter', () => {
   const marker = cwdMarker('0123456789abcdef');
-  const markerLine = (cwd: string, nl = '\n') => `${nl}${marker.start}${cwd}${nl}${marker.end}${nl}`;
+  const markerLine = (cwd: string, nl = '\n') => `${nl}${marker.start}+${cwd}${nl}${marker.end}${nl}`;
 
   function feed(stream: Buffer, chunkSize: number): { out: string; cwd: string | undefined } {
     const filter = new CwdMarkerFilter(marker);
@@ -77,16 +77,29 @@ describe('CwdMarkerFilter', () => {
 });
 
 describe('buildRunScript', () => {
+  const base = {
+    snapshotPath: "/state/it's/snap.sh",
+    saveTo: '/state/snap.2.sh',
+    marker: cwdMarker('n'),
+    mode: { kind: 'task', cwd: '/w', resetCwds: ['/', '/root'] },
+    command: { text: "echo 'hi' \"$X\" `date`" },
+  } as const;
+
   it('quotes the command as one word and never uses hijackable names', () => {
-    const script = buildRunScript({
-      snapshotPath: "/state/it's/snap.sh",
-      marker: cwdMarker('n'),
-      mode: { kind: 'task', cwd: '/w', resetCwds: ['/', '/root'] },
-      command: { text: "echo 'hi' \"$X\" `date`" },
-    });
+    const script = buildRunScript({ ...base, remove: ['/state/old 1.sh'] });
     assert.ok(script.includes(`\\builtin eval ${shellQuote("echo 'hi' \"$X\" `date`")}`));
     assert.ok(script.includes(shellQuote("/state/it's/snap.sh")));
-    assert.ok(!/(^|[;{|&]\s*)(cd|mv|printf|pwd|eval|trap) /m.test(script), script);
+    assert.ok(script.includes(`\\command rm -f -- ${shellQuote('/state/old 1.sh')}`));
+    assert.ok(!/(^|[;{|&]\s*)(cd|mv|rm|printf|pwd|eval|trap) /m.test(script), script);
+  });
+
+  it('runs no program besides bash and the command when there is nothing to clean up', () => {
+    // Every external program is a fork + exec: as costly as the whole call.
+    for (const mode of [base.mode, { kind: 'workdir', workdir: '/w' } as const]) {
+      const script = buildRunScript({ ...base, mode });
+      assert.ok(!script.includes('\\command'), script);
+      assert.ok(!script.includes('$('), script);
+    }
   });
 });
 
@@ -261,6 +274,29 @@ describe('ShellStateRunner', () => {
     const [a, b] = await Promise.all([sh('sleep 0.4; cd /usr; echo a'), sh('cd /var; echo b')]);
     assert.deepEqual([a.output, b.output], ['a\n', 'b\n']);
     assert.equal(runner.cwd, '/usr');
+  });
+
+  it('deletes superseded snapshots in batches, keeping the state dir small', async () => {
+    for (let i = 1; i <= 60; i++) await sh(`export COUNT=${i}`);
+    assert.equal((await sh('echo "$COUNT"')).output, '60\n');
+    const snapshots = readdirSync(env.stateDir).filter((f) => f.startsWith('shell-snapshot'));
+    assert.ok(snapshots.length <= 20, `${snapshots.length} snapshot files left: ${snapshots.join(' ')}`);
+    assert.ok(snapshots.includes(path.basename(runner.snapshotPath)));
+  });
+
+  it('gives a background command the state current when it starts, while later commands move on', async () => {
+    await sh('export PHASE=before');
+    const output: Buffer[] = [];
+    const exited = new Promise<number>((resolve) => {
+      void runner.startBackground({
+        command: 'sleep 0.3; echo "bg:$PHASE"',
+        onOutput: (c) => output.push(c),
+        onExit: resolve,
+      });
+    });
+    for (let i = 0; i < 40; i++) await sh(`export PHASE=after-${i}`);
+    assert.equal(await exited, 0);
+    assert.equal(Buffer.concat(output).toString(), 'bg:before\n');
   });
 
   it('reports timeouts (124) and keeps the partial output', async () => {
