@@ -1,6 +1,11 @@
 /** Docker baselines: a long-running container to exec into, and exec through the CLI or dockerode. */
 import { execFile } from 'node:child_process';
+import { chmod, mkdtemp, rm } from 'node:fs/promises';
+import { createConnection, type Socket } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { finished } from 'node:stream/promises';
+import { setTimeout as sleep } from 'node:timers/promises';
 import { promisify } from 'node:util';
 import type Docker from 'dockerode';
 import { parseConfig } from '../../services/common/config.js';
@@ -55,4 +60,75 @@ export async function dockerodeExec(docker: Docker, containerId: string, cmd: re
   await finished(stream);
   const info = await exec.inspect();
   if (info.ExitCode !== 0) throw new Error(`${cmd.join(' ')} exited ${info.ExitCode} in ${containerId.slice(0, 12)}`);
+}
+
+/**
+ * The floor of any in-container exec path: a resident process in a running
+ * container that forks `bash -c true` when asked over a Unix socket in a
+ * bind-mounted directory, and answers when it exited. Berth's docker path is
+ * this plus gRPC, the dispatcher and the shell-state wrapper.
+ */
+export interface ForkServer {
+  /** One `bash -c true` in the container, round trip included. */
+  request(): Promise<void>;
+  remove(): Promise<void>;
+}
+
+const FORK_SERVER_PY = [
+  'import os, socket, subprocess',
+  's = socket.socket(socket.AF_UNIX); s.bind("/bench/fork.sock"); s.listen(1)',
+  'c, _ = s.accept()',
+  'while c.recv(1):',
+  '    subprocess.run(["bash", "-c", "true"], stdin=subprocess.DEVNULL, close_fds=True)',
+  '    c.sendall(b".")',
+].join('\n');
+
+export async function startForkServer(image = SANDBOX_IMAGE): Promise<ForkServer> {
+  const dir = await mkdtemp(join(tmpdir(), 'berth-bench-fork-'));
+  await chmod(dir, 0o777);
+  const remove = async () => {
+    if (id !== undefined) await run('docker', ['rm', '-f', id]).catch(() => undefined);
+    await rm(dir, { recursive: true, force: true });
+  };
+  let id: string | undefined;
+  try {
+    const { stdout } = await run('docker', [
+      'run', '-d', '--rm', '--label', BENCH_LABEL, '-v', `${dir}:/bench`, image, 'python3', '-c', FORK_SERVER_PY,
+    ]);
+    id = stdout.trim();
+    const socketPath = join(dir, 'fork.sock');
+    const deadline = Date.now() + 30_000;
+    let socket: Socket | undefined;
+    while (socket === undefined) {
+      socket = await new Promise<Socket | undefined>((resolve) => {
+        const s = createConnection(socketPath);
+        s.once('connect', () => resolve(s));
+        s.once('error', () => resolve(undefined));
+      });
+      if (socket === undefined) {
+        if (Date.now() > deadline) throw new Error(`the fork server in ${id.slice(0, 12)} did not listen within 30 s`);
+        await sleep(50);
+      }
+    }
+    const connected = socket;
+    return {
+      request: () =>
+        new Promise<void>((resolve, reject) => {
+          const onError = (err: Error) => reject(err);
+          connected.once('error', onError);
+          connected.once('data', () => {
+            connected.off('error', onError);
+            resolve();
+          });
+          connected.write('x');
+        }),
+      async remove() {
+        connected.destroy();
+        await remove();
+      },
+    };
+  } catch (err) {
+    await remove();
+    throw err;
+  }
 }

@@ -1,26 +1,28 @@
 /**
  * A trivial command on a warm docker task (its container already running),
  * through the whole stack, against running the same command in a running
- * container with `docker exec` (the CLI) and with an exec through the Engine
- * API (dockerode). Target: p50 ≤ 5 ms and ≥ 10× faster than `docker exec`.
+ * container with `docker exec` (the CLI), with an exec through the Engine API
+ * (dockerode), and against the floor of any in-container path: a resident
+ * process forking `bash -c true` on request over a Unix socket, no Berth.
+ * Target: p50 ≤ 5 ms and ≥ 10× faster than `docker exec`.
  */
-import type Docker from 'dockerode';
 import type { BenchCase, LatencyCase, Target } from '../bench-case.js';
 import type { BenchServer } from '../bench-server-process.js';
 import { runProcess, runTerminal, unmeasured } from '../case-helpers.js';
-import { DOCKER_SERVER, dockerClient, dockerodeExec, startSleeper, type Sleeper } from '../docker-helpers.js';
+import { DOCKER_SERVER, dockerClient, dockerodeExec, startForkServer, startSleeper } from '../docker-helpers.js';
 import { formatMs } from '../stats.js';
 
 const TASK = 'bench-docker-warm';
 
-function dockerCase(
-  baselineName: string,
-  baseline: (docker: Docker, sleeper: Sleeper) => Promise<void>,
-  targets: readonly Target[] = [],
-): LatencyCase {
+/** A baseline operation and what to remove afterwards. */
+interface Baseline {
+  run(): Promise<void>;
+  remove(): Promise<void>;
+}
+
+function dockerCase(baselineName: string, startBaseline: () => Promise<Baseline>, targets: readonly Target[] = []): LatencyCase {
   let server: BenchServer | undefined;
-  let sleeper: Sleeper | undefined;
-  let docker: Docker | undefined;
+  let baseline: Baseline | undefined;
   return {
     kind: 'latency',
     name: 'terminal `true`, docker backend, warm task',
@@ -34,25 +36,30 @@ function dockerCase(
       server = s;
       // The first call creates the task's container; every measured call finds it warm.
       await unmeasured(ctx, "creating the docker task's container", () => runTerminal(s, TASK, 'true'));
-      sleeper = await startSleeper();
-      docker = await dockerClient();
-      await baseline(docker, sleeper);
+      baseline = await startBaseline();
+      await baseline.run();
       return undefined;
     },
     runA: () => runTerminal(server!, TASK, 'true'),
-    runB: () => baseline(docker!, sleeper!),
+    runB: () => baseline!.run(),
     async teardown() {
-      await sleeper?.remove();
+      await baseline?.remove();
       await server?.endTask(TASK);
     },
   };
+}
+
+/** Exec of `true` in a sleeping container, through `exec`. */
+async function execBaseline(exec: (containerId: string) => Promise<void>): Promise<Baseline> {
+  const sleeper = await startSleeper();
+  return { run: () => exec(sleeper.id), remove: () => sleeper.remove() };
 }
 
 export default function cases(): BenchCase[] {
   return [
     dockerCase(
       '`docker exec CTR true` (CLI)',
-      (_docker, sleeper) => runProcess('docker', ['exec', sleeper.id, 'true']),
+      () => execBaseline((id) => runProcess('docker', ['exec', id, 'true'])),
       [
         {
           target: 'terminal on a warm docker task: p50 ≤ 5 ms',
@@ -70,6 +77,13 @@ export default function cases(): BenchCase[] {
         },
       ],
     ),
-    dockerCase('exec `true` through dockerode', (docker, sleeper) => dockerodeExec(docker, sleeper.id, ['true'])),
+    dockerCase('exec `true` through dockerode', async () => {
+      const docker = await dockerClient();
+      return execBaseline((id) => dockerodeExec(docker, id, ['true']));
+    }),
+    dockerCase('a resident process in a container forks `bash -c true` on a socket request (no Berth)', async () => {
+      const server = await startForkServer();
+      return { run: () => server.request(), remove: () => server.remove() };
+    }),
   ];
 }
