@@ -19,7 +19,8 @@ const MIN_PYTHON = '(3, 8)';
 /**
  * The probe script. Output: NUL-separated records between two `nonce`
  * records: interpreter, uid, gid, cwd, then `NAME=VALUE` per exported
- * variable. Uses bash builtins for the environment (no `env -0` needed).
+ * variable. Only bash builtins run (no `env -0`, no `id`): every fork here
+ * is on each execute_code call's path.
  */
 export function buildProbeScript(nonce: string, mode: CodeMode): string {
   const lines = ['__berth_py=python3'];
@@ -35,7 +36,8 @@ export function buildProbeScript(nonce: string, mode: CodeMode): string {
   }
   lines.push(
     `__berth_n=${shellQuote(nonce)}`,
-    `\\builtin printf '%s\\0%s\\0%s\\0%s\\0%s\\0' "$__berth_n" "$__berth_py" "$(\\command id -u 2>/dev/null)" "$(\\command id -g 2>/dev/null)" "$PWD"`,
+    // $EUID and GROUPS[0] (bash puts the primary group first) instead of `id -u`/`id -g`: two forks less.
+    `\\builtin printf '%s\\0%s\\0%s\\0%s\\0%s\\0' "$__berth_n" "$__berth_py" "\${EUID-}" "\${GROUPS[0]-}" "$PWD"`,
     'for __berth_v in $(\\builtin compgen -e); do \\builtin printf \'%s=%s\\0\' "$__berth_v" "${!__berth_v}"; done',
     `\\builtin printf '%s\\0' "$__berth_n"`,
   );
@@ -44,7 +46,7 @@ export function buildProbeScript(nonce: string, mode: CodeMode): string {
 
 export interface ProbeResult {
   readonly interpreter: string;
-  /** Undefined when `id` is missing in the environment. */
+  /** Undefined when the shell did not say (not bash). */
   readonly uid: number | undefined;
   readonly gid: number | undefined;
   readonly cwd: string;
