@@ -3,6 +3,11 @@
  * one yet, so a new task's first call skips the cold start. Claiming takes a
  * ready container at once; refilling runs in the background, one container
  * at a time, backing off while Docker fails (say, the daemon is down).
+ *
+ * Refilling starts a moment after a claim, not at once: starting a container
+ * keeps dockerd and containerd busy for about a second of CPU, and on a small
+ * machine that would land on the claimed container's first commands, the
+ * very calls the pool is there to make fast.
  */
 import type { Logger } from '../../../common/logging.js';
 import { AgentChannel } from './agent-channel.js';
@@ -15,7 +20,11 @@ export interface WarmPoolOptions {
   readonly logger: Logger;
   /** First delay after a failed creation; doubles up to 30 s. Default 1000 ms. */
   readonly retryDelayMs?: number;
+  /** Delay between a claim and the refill it causes. Default {@link DEFAULT_REFILL_DELAY_MS}. */
+  readonly refillDelayMs?: number;
 }
+
+export const DEFAULT_REFILL_DELAY_MS = 1000;
 
 export class WarmPool {
   readonly #o: WarmPoolOptions;
@@ -24,6 +33,7 @@ export class WarmPool {
   #closed = false;
   #failures = 0;
   #retryTimer: NodeJS.Timeout | undefined;
+  #refillTimer: NodeJS.Timeout | undefined;
   readonly #waiters: (() => void)[] = [];
 
   constructor(options: WarmPoolOptions) {
@@ -51,7 +61,7 @@ export class WarmPool {
       if (!container.channel.isLost) break;
       void container.remove().catch(() => undefined);
     }
-    this.#fill();
+    this.#scheduleRefill();
     return container;
   }
 
@@ -65,10 +75,20 @@ export class WarmPool {
   async close(): Promise<void> {
     this.#closed = true;
     clearTimeout(this.#retryTimer);
+    clearTimeout(this.#refillTimer);
     await this.#filling?.catch(() => undefined);
     const ready = this.#ready.splice(0);
     await Promise.all(ready.map((c) => c.remove().catch(() => undefined)));
     for (const w of this.#waiters.splice(0)) w();
+  }
+
+  #scheduleRefill(): void {
+    if (this.#closed || this.#refillTimer) return;
+    this.#refillTimer = setTimeout(() => {
+      this.#refillTimer = undefined;
+      this.#fill();
+    }, this.#o.refillDelayMs ?? DEFAULT_REFILL_DELAY_MS);
+    this.#refillTimer.unref();
   }
 
   #fill(): void {
