@@ -139,6 +139,15 @@ describe('names and labels', () => {
     assert.equal(labels[LABEL.pool], undefined);
   });
 
+  test('code containers have their own name per task and the same labels plus berth.role=code', () => {
+    const name = taskContainerName(key, 'code');
+    assert.equal(name, taskContainerName(key).replace(/^berth-/, 'berth-code-'));
+    const now = new Date(0);
+    const labels = taskLabels(key, executor, '/h', now, 'code');
+    assert.deepEqual(labels, { ...taskLabels(key, executor, '/h', now), [LABEL.role]: 'code' });
+    assert.equal(taskLabels(key, executor, '/h', now)[LABEL.role], undefined);
+  });
+
   test('pool containers carry berth.pool and the executor, never a task', () => {
     const labels = poolLabels(executor, '/h', new Date(0));
     assert.equal(labels[LABEL.pool], '1');

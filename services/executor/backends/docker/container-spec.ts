@@ -52,7 +52,17 @@ export const LABEL = {
   stateRoot: 'berth.state_root',
   /** Host path bind-mounted at /run/berth, so a sweep can remove it too. */
   hostDir: 'berth.hostdir',
+  /** `code` on execute_code's code containers (see {@link ContainerRole}); absent on task containers. */
+  role: 'berth.role',
 } as const;
+
+/**
+ * What a container is for: `task`, a task's own environment on the docker
+ * backend; `code`, execute_code's per-task code container beside a backend
+ * whose environments share no directory with the executor (ssh,
+ * singularity). Both carry the same task, tenant and executor labels.
+ */
+export type ContainerRole = 'task' | 'code';
 
 /**
  * The container's command: run the agent when the image has python3, else
@@ -75,9 +85,9 @@ export function taskHash(key: TaskKey): string {
   return createHash('sha256').update(taskKeyString(key)).digest('hex').slice(0, 24);
 }
 
-/** The container of a task: one name per task, so a leftover container of the same task is found by name. */
-export function taskContainerName(key: TaskKey): string {
-  return `berth-${taskHash(key)}`;
+/** The container of a task: one name per task and role, so a leftover container of the same task is found by name. */
+export function taskContainerName(key: TaskKey, role: ContainerRole = 'task'): string {
+  return role === 'code' ? `berth-code-${taskHash(key)}` : `berth-${taskHash(key)}`;
 }
 
 export interface PersistentVolumeNames {
@@ -100,14 +110,21 @@ export interface ExecutorLabels {
   readonly [LABEL.stateRoot]: string;
 }
 
-/** Labels of a task container. */
-export function taskLabels(key: TaskKey, executor: ExecutorLabels, hostDir: string, now: Date): Record<string, string> {
+/** Labels of a task container (or of a task's code container). */
+export function taskLabels(
+  key: TaskKey,
+  executor: ExecutorLabels,
+  hostDir: string,
+  now: Date,
+  role: ContainerRole = 'task',
+): Record<string, string> {
   return {
     ...executor,
     [LABEL.task]: key.taskId,
     [LABEL.tenant]: key.tenant,
     [LABEL.created]: now.toISOString(),
     [LABEL.hostDir]: hostDir,
+    ...(role === 'code' ? { [LABEL.role]: role } : {}),
   };
 }
 

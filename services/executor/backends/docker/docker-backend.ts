@@ -30,6 +30,7 @@ import {
   taskContainerName,
   taskHash,
   taskLabels,
+  type ContainerRole,
   type ExecutorLabels,
 } from './container-spec.js';
 import { DockerEnvironment } from './docker-environment.js';
@@ -90,6 +91,13 @@ export interface DockerBackendOptions {
   readonly sweepIntervalMs?: number;
   /** Fixed executor id (tests); default random. */
   readonly executorId?: string;
+  /**
+   * `code`: the containers are execute_code's per-task code containers for a
+   * backend without a shared directory (see code-containers.ts): named
+   * `berth-code-<hash>`, labelled `berth.role=code`, host directories under
+   * `<stateRoot>/docker/code`, and no warm pool. Default `task`.
+   */
+  readonly role?: ContainerRole;
   readonly logger: Logger;
 }
 
@@ -113,6 +121,7 @@ export class DockerBackend implements Backend {
   readonly #labels: ExecutorLabels;
   readonly #root: string;
   readonly #persistent: boolean;
+  readonly #role: ContainerRole;
   readonly #options: DockerBackendOptions;
   readonly #heartbeat: Heartbeat;
   readonly #probes: ReturnType<typeof hostProbes>;
@@ -133,6 +142,7 @@ export class DockerBackend implements Backend {
     this.#labels = executorLabels(this.identity);
     this.#root = path.join(stateRoot, 'docker');
     this.#persistent = options.persistent ?? true;
+    this.#role = options.role ?? 'task';
     this.#heartbeat = new Heartbeat(stateRoot, this.identity.id);
     this.#probes = hostProbes(stateRoot);
     const { env, refused } = buildSandboxEnv({
@@ -173,7 +183,8 @@ export class DockerBackend implements Backend {
       logger: this.#logger,
       resolveNameConflict: (name) => this.#resolveNameConflict(name),
     });
-    const poolSize = options.warmPool ?? 0;
+    // A pool container is renamed to its task's name when claimed, but its labels cannot change: task containers only.
+    const poolSize = this.#role === 'task' ? (options.warmPool ?? 0) : 0;
     if (poolSize > 0 && this.#persistent) {
       this.#logger.warn(
         { warmPool: poolSize },
@@ -263,7 +274,7 @@ export class DockerBackend implements Backend {
     if (this.#environments.has(id)) {
       throw new FailedPreconditionError(`an environment for task ${id} already exists on this executor`);
     }
-    const name = taskContainerName(key);
+    const name = taskContainerName(key, this.#role);
     const logger = this.#logger.child({ tenant: key.tenant, task: key.taskId, container: name });
     const volumes = this.#persistent ? persistentVolumeNames(key) : undefined;
     const volumeLabels = { [LABEL.task]: key.taskId, [LABEL.tenant]: key.tenant };
@@ -272,13 +283,13 @@ export class DockerBackend implements Backend {
     const fromPool = container !== undefined;
     if (!container) {
       await this.#factory.ensureImage();
-      const hostDir = path.join(this.#root, 'tasks', taskHash(key));
+      const hostDir = path.join(this.#root, this.#role === 'code' ? 'code' : 'tasks', taskHash(key));
       // A directory left by a dead executor must not leak its snapshot into the new task.
       await rm(hostDir, { recursive: true, force: true });
       container = await this.#factory.start({
         name,
         hostDir,
-        labels: taskLabels(key, this.#labels, hostDir, new Date()),
+        labels: taskLabels(key, this.#labels, hostDir, new Date(), this.#role),
         ...(volumes ? { persistentVolumes: volumes, volumeLabels } : {}),
       });
     }
@@ -287,7 +298,7 @@ export class DockerBackend implements Backend {
       key,
       containerName: name,
       factory: this.#factory,
-      labels: () => taskLabels(key, this.#labels, hostDir, new Date()),
+      labels: () => taskLabels(key, this.#labels, hostDir, new Date(), this.#role),
       ...(volumes ? { persistentVolumes: volumes, volumeLabels } : {}),
       initialCwd: this.#factory.options.workspaceDir,
       homeDir: this.#factory.options.homeDir,
@@ -303,7 +314,7 @@ export class DockerBackend implements Backend {
     await environment.init().catch(() => undefined);
     logger.info(
       { containerId: container.id.slice(0, 12), channel: container.channel.kind, fromPool, ms: Date.now() - started },
-      'task container ready',
+      this.#role === 'code' ? 'execute_code code container ready' : 'task container ready',
     );
     return environment;
   }
