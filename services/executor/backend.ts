@@ -115,6 +115,12 @@ export interface BackendCapabilities {
   readonly pty: boolean;
   /** True when the environment shares the host filesystem (approval cannot be skipped). */
   readonly hostFilesystem: boolean;
+  /**
+   * True when every environment has an {@link BackendEnvironment.rpcDir}, so
+   * execute_code runs scripts in the task's own environment. False (ssh,
+   * singularity): scripts need a per-task code container.
+   */
+  readonly sharesRpcDir: boolean;
 }
 
 /** A terminal backend: creates per-task environments. */

@@ -377,7 +377,7 @@ describe('CodeRunner on a backend without an rpcDir', () => {
     const local = new LocalBackend({ stateRoot: root, initialCwd: root });
     let execs = 0;
     const ssh: Backend = {
-      capabilities: { name: 'ssh', pty: false, hostFilesystem: false },
+      capabilities: { name: 'ssh', pty: false, hostFilesystem: false, sharesRpcDir: false },
       async createEnvironment(key) {
         const env = await local.createEnvironment(key);
         const withoutDir: BackendEnvironment = {

@@ -99,7 +99,7 @@ describe('LocalBackend', () => {
   }
 
   it('reports its capabilities', () => {
-    assert.deepEqual(backend.capabilities, { name: 'local', pty: true, hostFilesystem: true });
+    assert.deepEqual(backend.capabilities, { name: 'local', pty: true, hostFilesystem: true, sharesRpcDir: true });
   });
 
   it('creates a private state dir per task and removes it on dispose', async () => {

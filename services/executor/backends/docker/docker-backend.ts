@@ -231,7 +231,7 @@ export class DockerBackend implements Backend {
 
   get capabilities(): BackendCapabilities {
     // Host paths bound in with terminal.docker_volumes are host access: approval must not be skipped then.
-    return { name: 'docker', pty: true, hostFilesystem: (this.#options.volumes ?? []).length > 0 };
+    return { name: 'docker', pty: true, hostFilesystem: (this.#options.volumes ?? []).length > 0, sharesRpcDir: true };
   }
 
   /** The Docker client (tests inspect containers with it). */

@@ -256,7 +256,7 @@ export class LocalBackend implements Backend {
   }
 
   get capabilities(): BackendCapabilities {
-    return { name: 'local', pty: loadNodePty().module !== undefined, hostFilesystem: true };
+    return { name: 'local', pty: loadNodePty().module !== undefined, hostFilesystem: true, sharesRpcDir: true };
   }
 
   async createEnvironment(key: TaskKey): Promise<BackendEnvironment> {

@@ -173,7 +173,7 @@ export class SingularityBackend implements Backend {
 
   get capabilities(): BackendCapabilities {
     // PTYs come from script(1) inside the instance; the instance is the boundary.
-    return { name: 'singularity', pty: true, hostFilesystem: false };
+    return { name: 'singularity', pty: true, hostFilesystem: false, sharesRpcDir: false };
   }
 
   /** Names of running instances that belong to this executor's state root. */

@@ -109,7 +109,7 @@ export class SshBackend implements Backend {
 
   get capabilities(): BackendCapabilities {
     // The host is a real machine, not a throwaway container: approval is never skipped.
-    return { name: 'ssh', pty: true, hostFilesystem: true };
+    return { name: 'ssh', pty: true, hostFilesystem: true, sharesRpcDir: false };
   }
 
   /** The connection a tenant's tasks share (created on first use). Exposed for tests and the bench. */
