@@ -63,6 +63,8 @@ const executorEndpointSchema = z
   .strict();
 
 export const APPROVAL_MODES = ['manual', 'smart', 'off'] as const;
+export const CODE_CONTAINER_SETTINGS = ['auto', 'docker', 'off'] as const;
+export type CodeContainerSetting = (typeof CODE_CONTAINER_SETTINGS)[number];
 const nonInteractiveAction = z.enum(['approve', 'deny']);
 
 /** `tenants[].approvals`: per-tenant overrides of `approvals.*` (absent keys inherit). */
@@ -150,6 +152,12 @@ export const configSchema = z
         max_tool_calls: int(1).default(50),
         max_stdout_bytes: int(1000).default(50_000),
         max_stderr_bytes: int(100).default(10_000),
+        /**
+         * Backends whose environments share no directory with the executor (ssh, singularity) run
+         * scripts in a per-task docker code container: `auto` when Docker answers, `docker` requires
+         * it (the executor fails at start without it), `off` refuses execute_code there.
+         */
+        code_container: z.enum(CODE_CONTAINER_SETTINGS).default('auto'),
       })
       .strict()
       .prefault({}),
@@ -226,6 +234,7 @@ export function applyEnvOverrides(raw: Record<string, unknown>, env: NodeJS.Proc
   if (env.BERTH_LOG_LEVEL) setPath(out, ['log_level'], env.BERTH_LOG_LEVEL);
   if (env.BERTH_STATE_ROOT) setPath(out, ['executor', 'state_root'], env.BERTH_STATE_ROOT);
   if (env.BERTH_EXECUTOR_SECRET) setPath(out, ['executor', 'shared_secret'], env.BERTH_EXECUTOR_SECRET);
+  if (env.BERTH_CODE_CONTAINER) setPath(out, ['code_execution', 'code_container'], env.BERTH_CODE_CONTAINER);
   return out;
 }
 

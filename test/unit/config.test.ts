@@ -43,6 +43,13 @@ describe('config', () => {
     }
   });
 
+  test('code_execution.code_container: auto by default, set in the file or by BERTH_CODE_CONTAINER, nothing else', () => {
+    assert.equal(loadConfig(undefined, {}).code_execution.code_container, 'auto');
+    assert.equal(parseConfig({ code_execution: { code_container: 'off' } }).code_execution.code_container, 'off');
+    assert.equal(loadConfig(undefined, { BERTH_CODE_CONTAINER: 'docker' }).code_execution.code_container, 'docker');
+    assert.throws(() => loadConfig(undefined, { BERTH_CODE_CONTAINER: 'podman' }), /code_execution\.code_container/);
+  });
+
   test('a bad config lists every problem at once', () => {
     assert.throws(
       () => parseConfig({ terminal: { timeout: 0, backend: 'vmware', bogus: 1 }, server: { port: 70000 } }),

@@ -6,6 +6,33 @@ import type { BerthConfig } from '../../common/config.js';
 import { FailedPreconditionError } from '../../common/errors.js';
 import type { Logger } from '../../common/logging.js';
 import type { Backend } from '../backend.js';
+import type { DockerBackendOptions } from './docker/docker-backend.js';
+
+/**
+ * The docker backend's options from `terminal.docker_*`, `terminal.container_*`
+ * and `docker.*`: for the docker backend's task containers and for
+ * execute_code's code containers beside the ssh and singularity backends.
+ */
+export function dockerOptionsFromConfig(config: BerthConfig, logger: Logger): DockerBackendOptions {
+  return {
+    image: config.terminal.docker_image,
+    ...(config.docker.socket_path ? { socketPath: config.docker.socket_path } : {}),
+    ...(config.executor.state_root ? { stateRoot: config.executor.state_root } : {}),
+    network: config.docker.network,
+    runtime: config.docker.runtime,
+    readOnlyRoot: config.docker.read_only_root,
+    warmPool: config.docker.warm_pool,
+    memoryMiB: config.terminal.container_memory,
+    cpus: config.terminal.container_cpu,
+    persistent: config.terminal.container_persistent,
+    dockerEnv: config.terminal.docker_env,
+    forwardEnv: config.terminal.docker_forward_env,
+    envPassthrough: config.terminal.env_passthrough,
+    volumes: config.terminal.docker_volumes,
+    extraArgs: config.terminal.docker_extra_args,
+    logger,
+  };
+}
 
 export async function createBackend(config: BerthConfig, logger: Logger): Promise<Backend> {
   const name = config.terminal.backend;
@@ -21,24 +48,7 @@ export async function createBackend(config: BerthConfig, logger: Logger): Promis
     }
     case 'docker': {
       const { DockerBackend } = await import('./docker/docker-backend.js');
-      return DockerBackend.start({
-        image: config.terminal.docker_image,
-        ...(config.docker.socket_path ? { socketPath: config.docker.socket_path } : {}),
-        ...(config.executor.state_root ? { stateRoot: config.executor.state_root } : {}),
-        network: config.docker.network,
-        runtime: config.docker.runtime,
-        readOnlyRoot: config.docker.read_only_root,
-        warmPool: config.docker.warm_pool,
-        memoryMiB: config.terminal.container_memory,
-        cpus: config.terminal.container_cpu,
-        persistent: config.terminal.container_persistent,
-        dockerEnv: config.terminal.docker_env,
-        forwardEnv: config.terminal.docker_forward_env,
-        envPassthrough: config.terminal.env_passthrough,
-        volumes: config.terminal.docker_volumes,
-        extraArgs: config.terminal.docker_extra_args,
-        logger,
-      });
+      return DockerBackend.start(dockerOptionsFromConfig(config, logger));
     }
     case 'ssh': {
       const { createSshBackend } = await import('./ssh/create-ssh-backend.js');
