@@ -51,6 +51,11 @@ export interface TaskEnvironmentsOptions {
   readonly onProcessEvent?: (key: TaskKey, event: ProcessEvent) => void;
 }
 
+/** Something that lives and goes with a task's environment (execute_code's code container). */
+export interface TaskCompanion {
+  dispose(): Promise<void>;
+}
+
 /** What {@link TaskEnvironments.withForeground} hands its callback. */
 export interface ForegroundTask {
   readonly env: BackendEnvironment;
@@ -59,6 +64,13 @@ export interface ForegroundTask {
   readonly signal: AbortSignal;
   /** Notices for the task's first call (e.g. the environment was recreated). */
   readonly notices: string[];
+  /**
+   * The task's companion called `name`: made by `create` on first use, shared
+   * by later calls, disposed when the task is released (EndTask, the idle
+   * reaper, shutdown). A failed `create` is not kept; the next call tries
+   * again. Rejects once the task is being released.
+   */
+  companion<T extends TaskCompanion>(name: string, create: () => Promise<T>): Promise<T>;
 }
 
 interface TaskState {
@@ -72,6 +84,10 @@ interface TaskState {
   idleTimer: NodeJS.Timeout | undefined;
   /** Notices for the first exec after creation. */
   pendingNotices: string[];
+  /** See {@link ForegroundTask.companion}. */
+  readonly companions: Map<string, Promise<TaskCompanion>>;
+  /** Set when release begins: no new companions after that. */
+  released: boolean;
 }
 
 /** Manages every task's environment on this executor. */
@@ -255,6 +271,7 @@ export class TaskEnvironments {
           runner: state.runner,
           signal: signal ? AbortSignal.any([signal, controller.signal]) : controller.signal,
           notices: [...state.pendingNotices.splice(0), ...(state.env.takeNotices?.() ?? [])],
+          companion: (name, create) => this.#companion(state, name, create),
         });
       } finally {
         state.foreground.delete(controller);
@@ -289,9 +306,11 @@ export class TaskEnvironments {
       } catch {
         return; // Creation failed; nothing to release.
       }
+      state.released = true;
       clearTimeout(state.idleTimer);
       for (const c of state.foreground) c.abort();
       await state.registry.closeAll();
+      await Promise.all([...state.companions].map(([name, companion]) => this.#disposeCompanion(state, name, companion)));
       await state.env.dispose();
     })();
     this.#releasing.set(id, releasing);
@@ -311,6 +330,35 @@ export class TaskEnvironments {
     );
     await Promise.all(keys.filter((k): k is TaskKey => k !== undefined).map((k) => this.release(k)));
     await Promise.all(this.#releasing.values());
+  }
+
+  #companion<T extends TaskCompanion>(state: TaskState, name: string, create: () => Promise<T>): Promise<T> {
+    if (state.released) {
+      return Promise.reject(new UnavailableError(`task ${taskKeyString(state.key)} was released while it was being used`));
+    }
+    let entry = state.companions.get(name);
+    if (!entry) {
+      const created = create();
+      entry = created;
+      state.companions.set(name, created);
+      created.catch(() => {
+        if (state.companions.get(name) === created) state.companions.delete(name);
+      });
+    }
+    return entry as Promise<T>;
+  }
+
+  /** Disposes one companion of a released task; one that was never made, or fails to go, does not stop the release. */
+  async #disposeCompanion(state: TaskState, name: string, companion: Promise<TaskCompanion>): Promise<void> {
+    let made: TaskCompanion;
+    try {
+      made = await companion;
+    } catch {
+      return;
+    }
+    await made.dispose().catch((err: unknown) =>
+      this.#logger.warn({ err, tenant: state.key.tenant, task: state.key.taskId, companion: name }, 'disposing a task companion failed'),
+    );
   }
 
   #assertOpen(): void {
@@ -370,7 +418,18 @@ export class TaskEnvironments {
       );
     }
     logger.info({ environment: env.description }, 'task environment created');
-    return { key, env, runner, registry, foreground: new Set(), inFlight: 0, idleTimer: undefined, pendingNotices };
+    return {
+      key,
+      env,
+      runner,
+      registry,
+      foreground: new Set(),
+      inFlight: 0,
+      idleTimer: undefined,
+      pendingNotices,
+      companions: new Map(),
+      released: false,
+    };
   }
 
   #scheduleIdle(state: TaskState): void {
