@@ -6,23 +6,16 @@
  * EndTask. Every container it creates is removed afterwards.
  */
 import assert from 'node:assert/strict';
-import { randomBytes } from 'node:crypto';
 import { after, before, describe, test } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
 import Dockerode from 'dockerode';
 import { LABEL, taskContainerName } from '../../services/executor/backends/docker/container-spec.js';
-import { containerState, dockerUnavailableReason, removeLabelled } from '../support/docker-fixtures.js';
+import { containerState, dockerUnavailableReason, removeLabelled, runTaskIds } from '../support/docker-fixtures.js';
 import { startServe, type ServeProcess } from '../support/serve-process.js';
 
 const docker = new Dockerode();
 const unavailable = await dockerUnavailableReason(docker);
-const RUN = randomBytes(4).toString('hex');
-const tasks: string[] = [];
-const task = (name: string) => {
-  const id = `${name}-${RUN}`;
-  tasks.push(id);
-  return id;
-};
+const { ids: tasks, task } = runTaskIds();
 
 describe('berth serve --backend docker', { skip: unavailable }, () => {
   let serve: ServeProcess;

@@ -6,22 +6,15 @@
  * server's secrets never enter the container. Containers are removed after.
  */
 import assert from 'node:assert/strict';
-import { randomBytes } from 'node:crypto';
 import { after, before, describe, test } from 'node:test';
 import Dockerode from 'dockerode';
 import { LABEL } from '../../services/executor/backends/docker/container-spec.js';
-import { dockerUnavailableReason, removeLabelled } from '../support/docker-fixtures.js';
+import { dockerUnavailableReason, removeLabelled, runTaskIds } from '../support/docker-fixtures.js';
 import { startServe, type ServeProcess } from '../support/serve-process.js';
 
 const docker = new Dockerode();
 const unavailable = await dockerUnavailableReason(docker);
-const RUN = randomBytes(4).toString('hex');
-const tasks: string[] = [];
-const task = (name: string) => {
-  const id = `${name}-${RUN}`;
-  tasks.push(id);
-  return id;
-};
+const { ids: tasks, task } = runTaskIds();
 
 interface CodeResult {
   status: string;

@@ -11,7 +11,7 @@ import { after, before, describe, it } from 'node:test';
 import { BerthError } from '../../services/common/errors.js';
 import type { BackendEnvironment, ExecOptions } from '../../services/executor/backend.js';
 import { SingularityBackend, type SingularityBackendOptions } from '../../services/executor/backends/singularity/singularity-backend.js';
-import { APPTAINER_DOUBLE, DOUBLE_IMAGE, doubleState, doubleUnavailableReason } from '../support/apptainer-double.js';
+import { DOUBLE_IMAGE, doubleBackendOptions, doubleState, doubleUnavailableReason } from '../support/apptainer-double.js';
 
 const skip = doubleUnavailableReason();
 
@@ -25,16 +25,9 @@ describe('singularity backend through the apptainer test double', { skip, timeou
   let double: Awaited<ReturnType<typeof doubleState>>;
   const backends: SingularityBackend[] = [];
   const start = async (extra: Partial<SingularityBackendOptions> = {}) => {
-    const b = await SingularityBackend.start({
-      binary: APPTAINER_DOUBLE,
-      image: DOUBLE_IMAGE,
-      stateRoot: path.join(double.stateDir, 'berth'),
-      persistent: false,
-      memoryMiB: 768,
-      cpus: 1,
-      cliEnv: { ...double.env, APPTAINER_DOUBLE_BUILD_DELAY: '1' },
-      ...extra,
-    });
+    const b = await SingularityBackend.start(
+      doubleBackendOptions(double, { cliEnv: { ...double.env, APPTAINER_DOUBLE_BUILD_DELAY: '1' }, ...extra }),
+    );
     backends.push(b);
     return b;
   };

@@ -7,6 +7,7 @@ import { mkdtemp, readFile } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
+import type { SingularityBackendOptions } from '../../services/executor/backends/singularity/singularity-backend.js';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 /** The double's path, from dist/test/support or test/support alike. */
@@ -59,5 +60,22 @@ export async function doubleState(): Promise<{ stateDir: string; env: Record<str
     env: { APPTAINER_DOUBLE_STATE: stateDir, APPTAINER_DOUBLE_ROOTFS: path.join(os.tmpdir(), 'berth-apptainer-double-rootfs') },
     calls: async () =>
       (await readFile(path.join(stateDir, 'calls.log'), 'utf8').catch(() => '')).split('\n').filter((l) => l !== ''),
+  };
+}
+
+/** Options for a singularity backend driven by the double, under `double`'s state dir: not persistent, 768 MiB, 1 cpu. */
+export function doubleBackendOptions(
+  double: { readonly stateDir: string; readonly env: Record<string, string> },
+  extra: Partial<SingularityBackendOptions> = {},
+): SingularityBackendOptions {
+  return {
+    binary: APPTAINER_DOUBLE,
+    image: DOUBLE_IMAGE,
+    stateRoot: path.join(double.stateDir, 'berth'),
+    persistent: false,
+    memoryMiB: 768,
+    cpus: 1,
+    cliEnv: double.env,
+    ...extra,
   };
 }

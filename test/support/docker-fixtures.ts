@@ -2,6 +2,7 @@
  * Helpers for tests against the real Docker engine: whether it answers, and
  * cleanup by label so no test leaves a container or volume behind.
  */
+import { randomBytes } from 'node:crypto';
 import Dockerode from 'dockerode';
 import { LABEL } from '../../services/executor/backends/docker/container-spec.js';
 
@@ -64,4 +65,19 @@ export async function containerState(docker: Dockerode, nameOrId: string): Promi
 export function countProcessesWithArg(arg: string): string {
   if (!/^[A-Za-z0-9_.-]+$/.test(arg)) throw new Error(`unsupported argument: ${arg}`);
   return `echo "count=$(grep -lzx -e '[${arg[0]}]${arg.slice(1).replaceAll('.', '\\.')}' /proc/[0-9]*/cmdline 2>/dev/null | wc -l)"`;
+}
+
+/** Task ids unique to this test run (`NAME-RUN`), remembered in `ids` for cleanup by label. */
+export function runTaskIds(): { readonly run: string; readonly ids: readonly string[]; task(name: string): string } {
+  const run = randomBytes(4).toString('hex');
+  const ids: string[] = [];
+  return {
+    run,
+    ids,
+    task(name) {
+      const id = `${name}-${run}`;
+      ids.push(id);
+      return id;
+    },
+  };
 }

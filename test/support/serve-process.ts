@@ -56,6 +56,11 @@ export async function startServe(
       clearTimeout(timer);
       reject(new Error(`berth serve exited with ${code} before listening; stderr:\n${stderr}`));
     });
+  }).catch((err: unknown) => {
+    // A server that never listened is never stopped: its state root goes here.
+    if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL');
+    rmSync(stateRoot, { recursive: true, force: true });
+    throw err;
   });
   const channel = createChannel(address);
   const client = createClient(DispatcherDefinition, channel);
