@@ -372,7 +372,7 @@ time.sleep(300)
 });
 
 describe('CodeRunner on a backend without an rpcDir', () => {
-  it('fails with an error naming the backend and the later step, and runs nothing', async () => {
+  it('without code containers fails with an error naming the backend and the setting, and runs nothing', async () => {
     const root = await mkdtemp(path.join(os.tmpdir(), 'berth-code-nodir-'));
     const local = new LocalBackend({ stateRoot: root, initialCwd: root });
     let execs = 0;
@@ -423,7 +423,7 @@ describe('CodeRunner on a backend without an rpcDir', () => {
           assert.ok(err instanceof BerthError);
           assert.equal(err.code, 'FAILED_PRECONDITION');
           assert.match(err.message, /execute_code cannot run on the ssh backend/);
-          assert.match(err.message, /per-task code container for the ssh and singularity backends is a later step/);
+          assert.match(err.message, /per-task code container, and code_execution\.code_container is off/);
           return true;
         },
       );

@@ -16,7 +16,13 @@
  *    request shape) and handed to `onToolCall`; the caller enforces the
  *    whitelist and call limit and dispatches them.
  *
- * Backends without an rpcDir fail with a clear error; nothing falls back to
+ * Backends without an rpcDir (ssh, singularity) run the script in the task's
+ * per-task code container instead (code-containers.ts): created on the
+ * task's first execute_code, reused after, removed with the task. There the
+ * probe is always strict (the task's shell state is on another machine) and
+ * the script's tool calls still reach the task's own environment. Without
+ * code containers (code_execution.code_container: off, or Docker not
+ * answering) such backends fail with a clear error; nothing falls back to
  * running the script somewhere else.
  */
 import { randomBytes } from 'node:crypto';
@@ -25,10 +31,12 @@ import { performance } from 'node:perf_hooks';
 import { FailedPreconditionError, InvalidArgumentError } from '../../common/errors.js';
 import type { Logger } from '../../common/logging.js';
 import type { TaskCodeRunRequest, TaskCodeRunResult } from '../../dispatcher/task-client.js';
-import type { TaskKey } from '../backend.js';
+import type { BackendEnvironment, TaskKey } from '../backend.js';
+import type { ShellStateRunner } from '../shell-state-runner.js';
 import type { ForegroundTask, TaskEnvironments } from '../task-environment.js';
 import { buildCodeEnv, encodeEnvRecords } from './code-env.js';
-import { buildLauncherScript, buildProbeScript, parseProbeOutput, type ProbeResult } from './code-launch.js';
+import type { CodeContainer, CodeContainers } from './code-containers.js';
+import { buildLauncherScript, buildProbeScript, parseProbeOutput, type CodeMode, type ProbeResult } from './code-launch.js';
 import { decodeStderrHead, StdoutCapture } from './code-output.js';
 import { RpcSocketServer } from './rpc-socket-server.js';
 import { RunDir } from './run-dir.js';
@@ -40,13 +48,31 @@ const PROBE_TIMEOUT_MS = 30_000;
 /** The probe prints the environment; more than this is not an environment we can pass on. */
 const MAX_PROBE_OUTPUT_BYTES = 4 * 1024 * 1024;
 
-/** The error for a backend that has no directory to share a socket through. */
+/** The companion name of a task's code container (see TaskEnvironments). */
+const CODE_CONTAINER = 'execute_code container';
+
+/** The error for a backend that has no directory to share a socket through, with code containers off. */
 export function noRpcDirMessage(backend: string): string {
   return (
-    `execute_code cannot run on the ${backend} backend: it has no directory shared between the executor and the ` +
-    'sandbox for the script\'s tool socket. Running execute_code scripts in a per-task code container for the ssh ' +
-    'and singularity backends is a later step; until then use the local or docker backend for execute_code.'
+    `execute_code cannot run on the ${backend} backend: its environments share no directory with the executor for ` +
+    'the script\'s tool socket, so scripts run in a per-task code container, and code_execution.code_container is off. ' +
+    'Set it to auto or docker (Docker must be reachable from the executor), or use the local or docker backend.'
   );
+}
+
+/**
+ * What a code-container result tells the model: where its files are. In
+ * project mode, also that the task's cwd and interpreter did not apply.
+ */
+export function codeContainerNotice(backend: string, mode: CodeMode): string {
+  const where =
+    `The script ran in a per-task code container (docker), not in the task's ${backend} environment: its ` +
+    `hermes_tools calls (terminal, read_file, write_file, ...) act on the ${backend} environment, while the script's ` +
+    "own open(), os and subprocess calls see only the code container's files.";
+  return mode === 'project'
+    ? `${where} The task's working directory and VIRTUAL_ENV/CONDA_PREFIX belong to the ${backend} environment, so ` +
+        "the script ran with the container's python3 in a scratch directory, as in strict mode."
+    : where;
 }
 
 export const HOST_SUBPROCESS_REFUSED =
@@ -59,6 +85,8 @@ export const HOST_SUBPROCESS_NOTICE =
 
 export interface CodeRunnerOptions {
   readonly logger: Logger;
+  /** Code containers for backends whose environments have no rpcDir; absent: those refuse execute_code. */
+  readonly codeContainers?: CodeContainers;
   /** Default {@link CODE_KILL_GRACE_MS}; tests shorten it. */
   readonly killGraceMs?: number;
 }
@@ -67,11 +95,13 @@ export class CodeRunner {
   readonly #environments: TaskEnvironments;
   readonly #logger: Logger;
   readonly #killGraceMs: number;
+  readonly #codeContainers: CodeContainers | undefined;
 
   constructor(environments: TaskEnvironments, options: CodeRunnerOptions) {
     this.#environments = environments;
     this.#logger = options.logger;
     this.#killGraceMs = options.killGraceMs ?? CODE_KILL_GRACE_MS;
+    this.#codeContainers = options.codeContainers;
   }
 
   /** Runs one script to the end (exit, timeout or interrupt). Setup failures reject with domain errors. */
@@ -83,26 +113,46 @@ export class CodeRunner {
     return this.#environments.withForeground(
       key,
       async (task) => {
-        if (task.env.rpcDir === undefined) throw new FailedPreconditionError(noRpcDirMessage(backend));
-        if (hostSubprocess && !request.allowHostSubprocess) throw new FailedPreconditionError(HOST_SUBPROCESS_REFUSED);
         const logger = this.#logger.child({ tenant: key.tenant, task: key.taskId, tool: 'execute_code' });
         const notices = [...task.notices];
+        if (task.env.rpcDir === undefined) return this.#runInCodeContainer(key, task, request, { logger, notices, backend });
+        if (hostSubprocess && !request.allowHostSubprocess) throw new FailedPreconditionError(HOST_SUBPROCESS_REFUSED);
         if (hostSubprocess) notices.push(HOST_SUBPROCESS_NOTICE);
         const ranIn = hostSubprocess
           ? `a subprocess on the executor host (local backend, single-user mode; ${task.env.description})`
           : `the task's ${backend} environment (${task.env.description})`;
-        return this.#run(task, task.env.rpcDir, request, { logger, notices, ranIn });
+        const target = { env: task.env, rpcDir: task.env.rpcDir, runner: task.runner, signal: task.signal };
+        return this.#run(target, request, { logger, notices, ranIn, mode: request.mode });
       },
       request.signal,
     );
   }
 
-  async #run(
+  /** The script runs in the task's code container; its tool calls still reach the task's own environment. */
+  async #runInCodeContainer(
+    key: TaskKey,
     task: ForegroundTask,
-    rpcDir: { readonly hostPath: string; readonly sandboxPath: string },
     request: TaskCodeRunRequest,
-    meta: { logger: Logger; notices: string[]; ranIn: string },
+    meta: { logger: Logger; notices: string[]; backend: string },
   ): Promise<TaskCodeRunResult> {
+    const containers = this.#codeContainers;
+    if (containers === undefined) throw new FailedPreconditionError(noRpcDirMessage(meta.backend));
+    const container: CodeContainer = await task.companion(CODE_CONTAINER, () => containers.create(key));
+    const ranIn =
+      `a per-task code container (${container.description}) beside the task's ${meta.backend} environment ` +
+      `(${task.env.description})`;
+    meta.notices.push(codeContainerNotice(meta.backend, request.mode));
+    const target = { env: container, rpcDir: container.rpcDir, signal: task.signal };
+    // The task's shell state (cwd, VIRTUAL_ENV) is on the other machine: project mode cannot apply here.
+    return this.#run(target, request, { logger: meta.logger, notices: meta.notices, ranIn, mode: 'strict' });
+  }
+
+  async #run(
+    target: RunTarget,
+    request: TaskCodeRunRequest,
+    meta: { logger: Logger; notices: string[]; ranIn: string; mode: CodeMode },
+  ): Promise<TaskCodeRunResult> {
+    const { env: sandbox, rpcDir, signal } = target;
     const startedMs = performance.now();
     const interruptedResult = (interpreter: string): TaskCodeRunResult => ({
       stdout: '',
@@ -115,7 +165,7 @@ export class CodeRunner {
       notices: meta.notices,
     });
 
-    const probe = await this.#probe(task, request.mode);
+    const probe = await this.#probe(target, meta.mode);
     if (probe === 'interrupted') return interruptedResult('');
 
     const runName = `code-${randomBytes(8).toString('hex')}`;
@@ -165,9 +215,9 @@ export class CodeRunner {
 
       const stdout = new StdoutCapture(request.maxStdoutBytes);
       const stderrPath = path.posix.join(sandboxDir, 'stderr');
-      const result = await task.env.exec({
+      const result = await sandbox.exec({
         script: buildLauncherScript({
-          dir: request.mode === 'project' ? probe.cwd || sandboxDir : sandboxDir,
+          dir: meta.mode === 'project' ? probe.cwd || sandboxDir : sandboxDir,
           interpreter: probe.interpreter,
           scriptPath: path.posix.join(sandboxDir, 'script.py'),
           stderrPath,
@@ -175,13 +225,13 @@ export class CodeRunner {
         }),
         stdin: encodeEnvRecords(env),
         timeoutMs: request.timeoutMs,
-        signal: task.signal,
+        signal,
         killGraceMs: this.#killGraceMs,
         onOutput: (chunk) => stdout.push(chunk),
       });
       await server.close();
       // A limit that killed the script (out of memory, too many processes) is reported with its result.
-      meta.notices.push(...(task.env.takeNotices?.() ?? []));
+      meta.notices.push(...(sandbox.takeNotices?.() ?? []));
       const stderrBytes = await dir.readHead('stderr', request.maxStderrBytes);
       const outcome: TaskCodeRunResult = {
         stdout: stdout.text(),
@@ -197,7 +247,8 @@ export class CodeRunner {
         {
           ranIn: meta.ranIn,
           interpreter: probe.interpreter,
-          mode: request.mode,
+          mode: meta.mode,
+          ...(meta.mode !== request.mode ? { configuredMode: request.mode } : {}),
           tools: request.allowedTools,
           exitCode: result.exitCode,
           timedOut: result.timedOut,
@@ -217,7 +268,8 @@ export class CodeRunner {
   }
 
   /** Runs the probe where the script will run; project mode loads the task's shell state first. */
-  async #probe(task: ForegroundTask, mode: 'project' | 'strict'): Promise<ProbeResult | 'interrupted'> {
+  async #probe(target: RunTarget, mode: CodeMode): Promise<ProbeResult | 'interrupted'> {
+    const { env, signal } = target;
     const nonce = `berth-probe-${randomBytes(8).toString('hex')}`;
     const chunks: Buffer[] = [];
     let kept = 0;
@@ -232,9 +284,9 @@ export class CodeRunner {
     };
     const script = buildProbeScript(nonce, mode);
     const result =
-      mode === 'project'
-        ? await task.runner.run({ command: script, timeoutMs: PROBE_TIMEOUT_MS, stateless: true, signal: task.signal, onOutput })
-        : await task.env.exec({ script, timeoutMs: PROBE_TIMEOUT_MS, signal: task.signal, onOutput });
+      mode === 'project' && target.runner
+        ? await target.runner.run({ command: script, timeoutMs: PROBE_TIMEOUT_MS, stateless: true, signal, onOutput })
+        : await env.exec({ script, timeoutMs: PROBE_TIMEOUT_MS, signal, onOutput });
     if (result.interrupted) return 'interrupted';
     const output = Buffer.concat(chunks).toString('utf8');
     const probe = overflow ? undefined : parseProbeOutput(output, nonce);
@@ -244,10 +296,20 @@ export class CodeRunner {
         : result.timedOut
           ? `it timed out after ${PROBE_TIMEOUT_MS / 1000}s`
           : `exit code ${result.exitCode}: ${output.replaceAll('\0', ' ').trim().slice(0, 500) || 'no output'}`;
-      throw new FailedPreconditionError(`cannot prepare execute_code in ${task.env.description}: the environment probe failed (${detail})`);
+      throw new FailedPreconditionError(`cannot prepare execute_code in ${env.description}: the environment probe failed (${detail})`);
     }
     return probe;
   }
+}
+
+/** Where one script runs: an environment with a directory shared with the executor. */
+interface RunTarget {
+  readonly env: BackendEnvironment;
+  readonly rpcDir: { readonly hostPath: string; readonly sandboxPath: string };
+  /** The task's shell state, for project mode; absent where it does not apply (a code container). */
+  readonly runner?: ShellStateRunner;
+  /** Aborted by `interrupt` for the task, or by the caller. */
+  readonly signal: AbortSignal;
 }
 
 /**

@@ -1,0 +1,166 @@
+/**
+ * execute_code through `bin/berth serve --backend ssh` against a real sshd:
+ * the script runs in a per-task code container on the executor's Docker,
+ * and its tool calls go through the dispatcher to the task's ssh
+ * environment. What a user notices: terminal()/read_file see the ssh host,
+ * open() sees the container; the result says so; the container goes with
+ * EndTask, and with a killed executor at the next one's start; without
+ * Docker execute_code says why and runs nothing.
+ */
+import assert from 'node:assert/strict';
+import { existsSync } from 'node:fs';
+import { mkdtemp, rm, writeFile } from 'node:fs/promises';
+import os from 'node:os';
+import path from 'node:path';
+import { after, before, describe, test } from 'node:test';
+import Dockerode from 'dockerode';
+import { LABEL, taskContainerName } from '../../services/executor/backends/docker/container-spec.js';
+import type { ExecuteCodeResult as CodeResult } from '../../services/dispatcher/code-execution/execute-code-result.js';
+import { containerState, dockerUnavailableReason, removeLabelled, runTaskIds } from '../support/docker-fixtures.js';
+import { startServe, type ServeProcess } from '../support/serve-process.js';
+import { startSshd, type StartedSshd } from '../support/sshd-container.js';
+
+const docker = new Dockerode();
+const unavailable = await dockerUnavailableReason(docker);
+const { run: RUN, ids: tasks, task } = runTaskIds();
+const codeContainer = (taskId: string) => taskContainerName({ tenant: 'default', taskId }, 'code');
+
+describe('execute_code on berth serve --backend ssh', { skip: unavailable, timeout: 600_000 }, () => {
+  let sshd: StartedSshd;
+  let dir: string;
+  let sshEnv: Record<string, string>;
+  let serve: ServeProcess;
+  const serves: ServeProcess[] = [];
+
+  const startSsh = async (extra: Record<string, string> = {}, args: string[] = []) => {
+    const s = await startServe(['--backend', 'ssh', ...args], { env: { ...sshEnv, ...extra } });
+    serves.push(s);
+    return s;
+  };
+
+  before(async () => {
+    sshd = await startSshd();
+    dir = await mkdtemp(path.join(os.tmpdir(), 'berth-e2e-code-ssh-'));
+    const keyFile = path.join(dir, 'id_ed25519');
+    await writeFile(keyFile, sshd.keys.privateKey, { mode: 0o600 });
+    sshEnv = {
+      TERMINAL_SSH_HOST: sshd.host,
+      TERMINAL_SSH_PORT: String(sshd.port),
+      TERMINAL_SSH_USER: sshd.user,
+      TERMINAL_SSH_KEY: keyFile,
+      TERMINAL_SSH_KNOWN_HOSTS: path.join(dir, 'known_hosts'),
+      TERMINAL_CONTAINER_MEMORY: '512',
+    };
+    serve = await startSsh();
+  });
+
+  after(async () => {
+    for (const s of serves) await s.stop('SIGKILL').catch(() => undefined);
+    for (const id of tasks) await removeLabelled(docker, LABEL.task, id);
+    await sshd?.stop();
+    await rm(dir, { recursive: true, force: true });
+  });
+
+  async function call(s: ServeProcess, name: string, args: object, taskId: string): Promise<Record<string, unknown>> {
+    const r = await s.client.callTool({ name, argumentsJson: JSON.stringify(args), taskId, sessionId: '' });
+    return JSON.parse(r.resultJson) as Record<string, unknown>;
+  }
+
+  test("the script's tools reach the ssh host while open() sees its code container, and the result says so", async () => {
+    const t = task('ssh-code');
+    await call(serve, 'write_file', { path: '/home/sandbox/written-by-tool.txt', content: `ssh side ${RUN}` }, t);
+    const code = `import json, os
+from hermes_tools import terminal, read_file
+open("/tmp/opened.txt", "w").write("container side")
+print(json.dumps({
+    "terminal_hostname": terminal("hostname")["output"].strip(),
+    "open_hostname": open("/etc/hostname").read().strip(),
+    "read_file": read_file("/home/sandbox/written-by-tool.txt")["content"],
+    "open_sees_ssh_file": os.path.exists("/home/sandbox/written-by-tool.txt"),
+    "terminal_sees_opened": terminal("cat /tmp/opened.txt 2>/dev/null || echo missing")["output"].strip(),
+    "uid": os.getuid(),
+    "cap_eff": [l.split()[1] for l in open("/proc/self/status") if l.startswith("CapEff:")][0],
+}))
+`;
+    const r = (await call(serve, 'execute_code', { code }, t)) as unknown as CodeResult;
+    assert.equal(r.status, 'success', JSON.stringify(r));
+    const seen = JSON.parse(r.output) as Record<string, unknown>;
+    const info = await docker.getContainer(codeContainer(t)).inspect();
+    assert.deepEqual(seen, {
+      terminal_hostname: sshd.containerId.slice(0, 12),
+      open_hostname: info.Id.slice(0, 12),
+      read_file: `     1|ssh side ${RUN}`,
+      open_sees_ssh_file: false,
+      terminal_sees_opened: 'missing',
+      uid: 1000,
+      cap_eff: '0000000000000000',
+    });
+    assert.equal(r.tool_calls_made, 3);
+    assert.match(r.notice ?? '', /^The script ran in a per-task code container \(docker\), not in the task's ssh environment/);
+    assert.match(r.notice ?? '', /as in strict mode/);
+    assert.equal(info.Config.Labels[LABEL.task], t);
+    assert.equal(info.Config.Labels[LABEL.tenant], 'default');
+    assert.equal(info.Config.Labels[LABEL.role], 'code');
+    assert.match(
+      serve.logs(),
+      new RegExp(`"msg":"execute_code success in a per-task code container \\(docker:${codeContainer(t)} [^"]*\\) beside the task's ssh environment`),
+    );
+  });
+
+  test('two tasks get two code containers; EndTask removes only its own', async () => {
+    const [a, b] = [task('ssh-code-a'), task('ssh-code-b')];
+    const hostnames = await Promise.all(
+      [a, b].map(async (t) => {
+        const r = (await call(serve, 'execute_code', { code: 'print(open("/etc/hostname").read().strip())' }, t)) as unknown as CodeResult;
+        assert.equal(r.status, 'success', JSON.stringify(r));
+        return r.output.trim();
+      }),
+    );
+    assert.notEqual(hostnames[0], hostnames[1]);
+    assert.equal((await serve.client.endTask({ taskId: a })).released, true);
+    assert.equal(await containerState(docker, codeContainer(a)), undefined);
+    assert.equal(await containerState(docker, codeContainer(b)), 'running');
+    await serve.client.endTask({ taskId: b });
+    assert.equal(await containerState(docker, codeContainer(b)), undefined);
+  });
+
+  test('Docker not reachable: execute_code says why, names the backend, and runs nothing', async () => {
+    const config = path.join(dir, 'no-docker.yaml');
+    const socket = path.join(dir, 'no-such-docker.sock');
+    await writeFile(config, `docker:\n  socket_path: ${socket}\n`);
+    const noDocker = await startSsh({}, ['--config', config]);
+    const t = task('ssh-no-docker');
+    const marker = `/home/sandbox/ran-${RUN}`;
+    const hostMarker = path.join(os.tmpdir(), `berth-fallback-${RUN}`);
+    const code = `from hermes_tools import terminal\nterminal("touch ${marker}")\nopen(${JSON.stringify(hostMarker)}, "w").write("ran")`;
+    const r = (await call(noDocker, 'execute_code', { code }, t)) as unknown as CodeResult;
+    assert.equal(r.status, 'error');
+    assert.equal(r.tool_calls_made, 0);
+    assert.match(r.error ?? '', /^execute_code on the ssh backend runs the script in a per-task code container, which needs Docker/);
+    assert.ok(r.error?.includes(`the Docker daemon at ${socket} is not reachable`), r.error);
+    assert.match(r.error ?? '', /The script was not run\. Start Docker/);
+    assert.equal(existsSync(hostMarker), false);
+    assert.match((await sshd.exec(['bash', '-c', `test -e ${marker} && echo yes || echo no`])).output, /no/);
+    assert.equal(await containerState(docker, codeContainer(t)), undefined);
+
+    // code_container: docker refuses to start without Docker.
+    await assert.rejects(startSsh({ BERTH_CODE_CONTAINER: 'docker' }, ['--config', config]), /which needs Docker/);
+  });
+
+  test("a killed executor's code container is removed when the next one starts", async () => {
+    const stateRoot = await mkdtemp(path.join(os.tmpdir(), 'berth-e2e-code-orphan-'));
+    try {
+      const doomed = await startSsh({ BERTH_STATE_ROOT: stateRoot });
+      const t = task('ssh-code-orphan');
+      const r = (await call(doomed, 'execute_code', { code: 'print(1)' }, t)) as unknown as CodeResult;
+      assert.equal(r.status, 'success', JSON.stringify(r));
+      assert.equal(await containerState(docker, codeContainer(t)), 'running');
+      await doomed.stop('SIGKILL');
+      assert.equal(await containerState(docker, codeContainer(t)), 'running', 'nothing removed it on kill -9');
+      await startSsh({ BERTH_STATE_ROOT: stateRoot });
+      assert.equal(await containerState(docker, codeContainer(t)), undefined);
+    } finally {
+      await rm(stateRoot, { recursive: true, force: true });
+    }
+  });
+});
