@@ -91,6 +91,14 @@ export interface BackendEnvironment {
    */
   readonly rpcDir?: { readonly hostPath: string; readonly sandboxPath: string };
   /**
+   * A shell snapshot the environment already holds, written by the runner's
+   * bootstrap script ({@link import('./shell-state-runner.js').buildPreparedSnapshot})
+   * for `initialCwd` while it waited to be used (a warm pool container does
+   * this); the runner starts from it instead of running a login shell on the
+   * task's first call. Optional.
+   */
+  readonly preparedSnapshot?: string;
+  /**
    * Notices about the environment itself gathered since the last call (its
    * container was replaced, a resource limit killed a process), handed out
    * once with the next command's result. Optional.

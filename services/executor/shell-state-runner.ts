@@ -327,6 +327,22 @@ export function buildBootstrapScript(snapshotPath: string, initialCwd: string, l
   return `exec bash ${login ? '-l ' : ''}-c ${shellQuote(inner)} berth-bootstrap "$(compgen -e)" </dev/null`;
 }
 
+/** Where the bootstrap writes the first snapshot, in an environment's state dir. */
+export function bootstrapSnapshotPath(stateDir: string): string {
+  return posix.join(stateDir, 'shell-snapshot.sh');
+}
+
+/**
+ * The bootstrap, for an environment that runs it ahead of time (see
+ * `BackendEnvironment.preparedSnapshot`): the script, and the file it writes
+ * when it exits 0. Always a login shell: when that fails, prepare nothing and
+ * let the runner try both ways itself.
+ */
+export function buildPreparedSnapshot(stateDir: string, initialCwd: string): { readonly path: string; readonly script: string } {
+  const path = bootstrapSnapshotPath(stateDir);
+  return { path, script: buildBootstrapScript(path, initialCwd, true) };
+}
+
 /**
  * The script for a background command: snapshot and cwd (or workdir), no
  * state saved, stderr merged.
@@ -417,8 +433,14 @@ export class ShellStateRunner {
     this.#bootstrapTimeoutMs = options.bootstrapTimeoutMs ?? 30_000;
     this.#stagingThresholdBytes = options.stagingThresholdBytes ?? 96 * 1024;
     this.#marker = cwdMarker(randomBytes(12).toString('hex'));
-    this.#snapshotPath = posix.join(env.stateDir, 'shell-snapshot.sh');
     this.#cwd = env.initialCwd;
+    if (env.preparedSnapshot !== undefined) {
+      // Written by the same bootstrap script before the task got the environment.
+      this.#snapshotPath = env.preparedSnapshot;
+      this.#bootstrap = Promise.resolve();
+    } else {
+      this.#snapshotPath = bootstrapSnapshotPath(env.stateDir);
+    }
   }
 
   /** The task's current working directory (as last reported by a command). */

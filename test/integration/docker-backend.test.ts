@@ -337,6 +337,10 @@ describe('docker backend (real engine)', { skip: unavailable }, () => {
       assert.equal(info.Name, `/${taskContainerName(key)}`);
       assert.equal(info.Config.Labels[LABEL.pool], '1');
       assert.equal(info.Config.Labels[LABEL.executor], pooled.identity.id);
+      // The login shell ran while the container waited: the task starts from its snapshot, and state carries on.
+      assert.equal(env.preparedSnapshot, '/run/berth/state/shell-snapshot.sh');
+      assert.equal((await run(e, key, 'export FROM_POOL=1; cd /tmp')).exitCode, 0);
+      assert.equal((await run(e, key, 'echo "$FROM_POOL $PWD $PATH"')).output, '1 /tmp /usr/local/bin:/usr/bin:/bin:/usr/local/games:/usr/games\n');
       await pooled.pool!.whenFull();
       assert.equal(pooled.pool!.readyCount, 1);
       console.log(`warm pool first call: ${firstCallMs.toFixed(0)} ms`);

@@ -33,7 +33,7 @@ import {
   type ContainerRole,
   type ExecutorLabels,
 } from './container-spec.js';
-import { DockerEnvironment } from './docker-environment.js';
+import { DockerEnvironment, prepareShellSnapshot } from './docker-environment.js';
 import { describeDaemon, dockerError, isNotFound } from './docker-errors.js';
 import {
   Heartbeat,
@@ -296,6 +296,7 @@ export class DockerBackend implements Backend {
     const hostDir = container.hostDir;
     const environment = new DockerEnvironment(container, {
       key,
+      ...(container.preparedSnapshot !== undefined ? { preparedSnapshot: container.preparedSnapshot } : {}),
       containerName: name,
       factory: this.#factory,
       labels: () => taskLabels(key, this.#labels, hostDir, new Date(), this.#role),
@@ -335,11 +336,21 @@ export class DockerBackend implements Backend {
     await this.#factory.ensureImage();
     const poolId = `${Date.now().toString(36)}${Math.random().toString(36).slice(2, 8)}`;
     const hostDir = path.join(this.#root, 'pool', poolId);
-    return this.#factory.start({
+    const container = await this.#factory.start({
       name: `berth-pool-${poolId}`,
       hostDir,
       labels: poolLabels(this.#labels, hostDir, new Date()),
     });
+    // The login shell's snapshot depends only on the image and the container's
+    // environment, which every task of this executor shares: write it now, not
+    // on the claiming task's first call.
+    container.preparedSnapshot = await prepareShellSnapshot(container.channel, this.#factory.options.workspaceDir).catch(
+      (err: unknown) => {
+        this.#logger.warn({ err, container: container.name }, 'warm pool: preparing the shell snapshot failed; the claiming task runs the login shell itself');
+        return undefined;
+      },
+    );
+    return container;
   }
 
   /**

@@ -23,6 +23,7 @@ import type {
   FileStat,
   TaskKey,
 } from '../../backend.js';
+import { buildPreparedSnapshot } from '../../shell-state-runner.js';
 import { backgroundExitCode, foregroundExitCode } from './agent-protocol.js';
 import { OOM_KILLS, PIDS_LIMIT_HITS, parseCounter, type CgroupCounter } from './cgroup-counters.js';
 import { SANDBOX_RPC_DIR, type PersistentVolumeNames } from './container-spec.js';
@@ -42,6 +43,8 @@ export interface DockerEnvironmentOptions {
   readonly volumeLabels?: Readonly<Record<string, string>>;
   readonly initialCwd: string;
   readonly homeDir: string;
+  /** A snapshot the container wrote while in the warm pool. */
+  readonly preparedSnapshot?: string;
   readonly killGraceMs: number;
   readonly memoryMiB: number;
   readonly pidsLimit: number;
@@ -64,10 +67,32 @@ function describeFate(fate: ContainerFate | undefined): string {
   return 'lost its exec agent';
 }
 
+/** The runner's state files, in the bind-mounted per-task directory (kept when a container is replaced). */
+export const SANDBOX_STATE_DIR = `${SANDBOX_RPC_DIR}/state`;
+
+/**
+ * Runs the shell-state bootstrap in a container that has no task yet;
+ * resolves to the snapshot's path, or undefined when the login shell failed
+ * (the task's runner then tries again itself, login shell or not).
+ */
+export async function prepareShellSnapshot(channel: SandboxChannel, initialCwd: string): Promise<string | undefined> {
+  const prepared = buildPreparedSnapshot(SANDBOX_STATE_DIR, initialCwd);
+  const proc = await channel.spawn({ script: prepared.script, cwd: initialCwd, onOutput: () => undefined });
+  const timer = setTimeout(() => void proc.kill(1000).catch(() => undefined), 30_000);
+  try {
+    const exit = await proc.exited;
+    if (exit.code !== 0) return undefined;
+  } finally {
+    clearTimeout(timer);
+  }
+  return (await channel.stat(prepared.path)).exists ? prepared.path : undefined;
+}
+
 export class DockerEnvironment implements BackendEnvironment {
   readonly homeDir: string;
   readonly initialCwd: string;
-  readonly stateDir = `${SANDBOX_RPC_DIR}/state`;
+  readonly stateDir = SANDBOX_STATE_DIR;
+  readonly preparedSnapshot?: string;
   readonly rpcDir: { readonly hostPath: string; readonly sandboxPath: string };
   readonly containerName: string;
   readonly #o: DockerEnvironmentOptions;
@@ -84,6 +109,7 @@ export class DockerEnvironment implements BackendEnvironment {
     this.containerName = options.containerName;
     this.homeDir = options.homeDir;
     this.initialCwd = options.initialCwd;
+    if (options.preparedSnapshot !== undefined) this.preparedSnapshot = options.preparedSnapshot;
     this.rpcDir = { hostPath: container.hostDir, sandboxPath: SANDBOX_RPC_DIR };
   }
 

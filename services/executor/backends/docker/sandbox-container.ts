@@ -76,6 +76,8 @@ export class SandboxContainer {
   readonly hostDir: string;
   readonly channel: SandboxChannel;
   readonly startedAt: number;
+  /** A shell snapshot written while the container waited in the warm pool (see BackendEnvironment.preparedSnapshot). */
+  preparedSnapshot: string | undefined;
   #name: string;
   readonly #container: Dockerode.Container;
   readonly #listener: AgentListener;
