@@ -27,9 +27,18 @@ export interface KeyPair {
   readonly publicKey: string;
 }
 
+/**
+ * A fresh ed25519 pair that ssh2 itself can read back. About 1 in 256 pairs
+ * ssh2 generates cannot be (it strips leading zero bytes of the public key,
+ * mscdex/ssh2#1390, #1513), which failed a test run now and then with
+ * "Malformed OpenSSH private key": those are drawn again.
+ */
 export function generateKeyPair(comment = 'berth-test'): KeyPair {
-  const pair = ssh2.utils.generateKeyPairSync('ed25519', { comment });
-  return { privateKey: pair.private, publicKey: pair.public };
+  for (;;) {
+    const pair = ssh2.utils.generateKeyPairSync('ed25519', { comment });
+    const readable = [pair.private, pair.public].every((key) => !(ssh2.utils.parseKey(key) instanceof Error));
+    if (readable) return { privateKey: pair.private, publicKey: pair.public };
+  }
 }
 
 export interface StartedSshd extends AsyncDisposable {
