@@ -17,6 +17,7 @@ import { INTERACTIVE_HEADER } from '../dispatcher/approval/approval-service.js';
 import { promptApproval } from './approval-prompt.js';
 import { CHECK_COMMAND_HELP, readAllStdin, runCheckCommand } from './check-command.js';
 import { SessionConnection } from './session-connection.js';
+import { startServe } from './serve.js';
 import { SHELL_HELP, runShell } from './shell.js';
 import { BENCH_HELP, BenchUsageError, cmdBench } from './bench-command.js';
 
@@ -122,21 +123,17 @@ async function cmdServe(argv: string[]): Promise<number> {
   const config = loadServerConfig(values);
   const logger = createLogger(config.log_level);
   const configPath = values.config ?? process.env.BERTH_CONFIG;
-  const secret = randomBytes(24).toString('hex');
-  const executor = await startExecutor({ config, logger, host: '127.0.0.1', port: 0, sharedSecret: secret });
-  const dispatcher = await startDispatcher({
+  const { dispatcher, close } = await startServe({
     config,
     logger,
     host: values.host ?? config.server.host,
     port: portOf(values.port, config.server.port),
-    executors: [{ address: executor.address, backend: config.terminal.backend, sharedSecret: secret }],
     ...(configPath ? { configPath } : {}),
   });
   // Tests and scripts read this line to find an ephemeral port.
   process.stdout.write(`berth serving on ${dispatcher.address} (backend ${config.terminal.backend})\n`);
   await untilSignal(logger);
-  await dispatcher.close();
-  await executor.close();
+  await close();
   return 0;
 }
 
@@ -180,11 +177,9 @@ async function cmdExecutor(argv: string[]): Promise<number> {
   const executor = await startExecutor({
     config,
     logger,
-    host,
-    port: portOf(values.port, config.executor.port),
-    sharedSecret: config.executor.shared_secret,
+    listen: { host, port: portOf(values.port, config.executor.port), sharedSecret: config.executor.shared_secret },
   });
-  process.stdout.write(`berth executor (${config.terminal.backend}) serving on ${executor.address}\n`);
+  process.stdout.write(`berth executor (${config.terminal.backend}) serving on ${executor.address ?? ''}\n`);
   await untilSignal(logger);
   await executor.close();
   return 0;

@@ -13,8 +13,10 @@
  * - the server middleware runs (Berth's error boundary), and errors reach the
  *   caller as `ClientError`s with the status and details a remote caller
  *   would see;
- * - cancellation: the caller's signal aborts the server's `context.signal`,
- *   and so does a caller that stops reading a response stream;
+ * - cancellation: the caller's signal aborts the server's `context.signal`
+ *   and fails the call at once with an AbortError (what the implementation
+ *   returns afterwards is dropped), and a caller that stops reading a
+ *   response stream aborts `context.signal` too;
  * - metadata the caller sends is the server's `context.metadata`.
  */
 import { AbortError } from 'abort-controller-x';
@@ -84,28 +86,50 @@ export function createInProcessClient<Service extends TsProtoServiceDefinition>(
       return options.middleware(middlewareCall, context) as AsyncGenerator<unknown, unknown, undefined>;
     };
 
-    const begin = (callOptions: CallOptions | undefined) => {
+    /**
+     * Starts a call: the implementation's context, the steps of its generator
+     * raced against the caller's signal (a cancelled gRPC call fails at once
+     * with an AbortError, whatever the server does next), and the end.
+     */
+    const begin = (request: unknown, callOptions: CallOptions | undefined) => {
       const controller = new AbortController();
       const outer = callOptions?.signal;
-      const onAbort = () => controller.abort(outer?.reason);
-      if (outer?.aborted) controller.abort(outer.reason);
+      let rejectAborted: (err: Error) => void = () => undefined;
+      const aborted = new Promise<never>((_, reject) => (rejectAborted = reject));
+      aborted.catch(() => undefined);
+      const onAbort = () => {
+        rejectAborted(new AbortError());
+        controller.abort(outer?.reason);
+      };
+      if (outer?.aborted) onAbort();
       else outer?.addEventListener('abort', onAbort, { once: true });
       const context = callContext(controller.signal, Metadata(callOptions?.metadata), options.peer ?? 'in-process');
+      const generator = call(requests(request), context);
+      const step = () => {
+        const next = generator.next();
+        next.catch(() => undefined); // settled after an abort too, when nobody awaits it any more
+        return Promise.race([next, aborted]);
+      };
       const end = () => {
         outer?.removeEventListener('abort', onAbort);
         // Whatever the implementation still waits on ends with the call (gRPC cancels it too).
         controller.abort();
+        generator.return(undefined).catch(() => undefined);
       };
-      return { context, end };
+      return { step, end };
     };
     const requests = (request: unknown) =>
       method.requestStream ? mapIterable(request as AsyncIterable<unknown>, requestIn) : requestIn(request);
 
     if (method.responseStream) {
       client[key] = async function* (request: unknown, callOptions?: CallOptions) {
-        const { context, end } = begin(callOptions);
+        const { step, end } = begin(request, callOptions);
         try {
-          yield* call(requests(request), context);
+          for (;;) {
+            const next = await step();
+            if (next.done) return;
+            yield next.value;
+          }
         } catch (err) {
           throw toClientError(err, descriptor.path, callOptions?.signal);
         } finally {
@@ -114,12 +138,11 @@ export function createInProcessClient<Service extends TsProtoServiceDefinition>(
       };
     } else {
       client[key] = async (request: unknown, callOptions?: CallOptions) => {
-        const { context, end } = begin(callOptions);
+        const { step, end } = begin(request, callOptions);
         try {
-          const generator = call(requests(request), context);
           for (;;) {
-            const step = await generator.next();
-            if (step.done) return step.value;
+            const next = await step();
+            if (next.done) return next.value;
           }
         } catch (err) {
           throw toClientError(err, descriptor.path, callOptions?.signal);

@@ -1,10 +1,10 @@
 /** Starts a dispatcher: tool registry, executor clients, the public gRPC server. */
-import { Metadata, createChannel, createClientFactory, type ClientMiddleware } from 'nice-grpc';
+import { Metadata, createChannel, createClientFactory, type Channel, type ClientMiddleware } from 'nice-grpc';
 import type { BerthConfig, BackendName } from '../common/config.js';
 import { CHANNEL_OPTIONS, createBerthServer, EXECUTOR_SECRET_HEADER } from '../common/grpc-server.js';
 import type { Logger } from '../common/logging.js';
 import { DispatcherDefinition } from '../gen/berth/v1/dispatcher.js';
-import { ExecutorDefinition } from '../gen/berth/v1/executor.js';
+import { ExecutorDefinition, type ExecutorClient } from '../gen/berth/v1/executor.js';
 import { ApprovalService } from './approval/approval-service.js';
 import { executeCodeLimitsFromConfig, executeCodeSchemaPatcher } from './code-execution/execute-code-tool.js';
 import { Dispatcher } from './dispatcher.js';
@@ -15,11 +15,24 @@ import { ToolRegistry } from './registry.js';
 import { TenantDirectory } from './tenants.js';
 import { registerBuiltinTools } from './tools/builtin-tools.js';
 
-export interface ExecutorTarget {
+/** An executor reached over gRPC (another process or host). */
+export interface RemoteExecutorTarget {
   readonly address: string;
   readonly backend: BackendName;
   readonly sharedSecret: string;
 }
+
+/**
+ * An executor in this process (`berth serve`): called directly, not through
+ * loopback gRPC, and not health-checked (it lives and dies with us).
+ */
+export interface InProcessExecutorTarget {
+  readonly id: string;
+  readonly backend: BackendName;
+  readonly client: ExecutorClient;
+}
+
+export type ExecutorTarget = RemoteExecutorTarget | InProcessExecutorTarget;
 
 export interface DispatcherStartOptions {
   readonly config: BerthConfig;
@@ -50,17 +63,22 @@ function secretMiddleware(secret: string): ClientMiddleware {
 export async function startDispatcher(options: DispatcherStartOptions): Promise<RunningDispatcher> {
   const { config } = options;
   const logger = options.logger.child({ component: 'dispatcher' });
-  const channels = options.executors.map((t) => createChannel(t.address, undefined, CHANNEL_OPTIONS));
-  const endpoints: ExecutorEndpoint[] = options.executors.map((t, i) => ({
-    id: t.address,
-    backend: t.backend,
-    healthy: true,
-    client: createClientFactory().use(secretMiddleware(t.sharedSecret)).create(ExecutorDefinition, channels[i]!),
-  }));
-  const health = new ExecutorHealthWatcher(
-    endpoints.map((endpoint, i) => ({ endpoint, channel: channels[i]! })),
-    { intervalMs: 1000, timeoutMs: 2000, failuresBeforeDown: 3, logger },
-  );
+  const channels: Channel[] = [];
+  const watched: Array<{ endpoint: ExecutorEndpoint; channel: Channel }> = [];
+  const endpoints: ExecutorEndpoint[] = options.executors.map((t) => {
+    if ('client' in t) return { id: t.id, backend: t.backend, healthy: true, client: t.client };
+    const channel = createChannel(t.address, undefined, CHANNEL_OPTIONS);
+    channels.push(channel);
+    const endpoint: ExecutorEndpoint = {
+      id: t.address,
+      backend: t.backend,
+      healthy: true,
+      client: createClientFactory().use(secretMiddleware(t.sharedSecret)).create(ExecutorDefinition, channel),
+    };
+    watched.push({ endpoint, channel });
+    return endpoint;
+  });
+  const health = new ExecutorHealthWatcher(watched, { intervalMs: 1000, timeoutMs: 2000, failuresBeforeDown: 3, logger });
   await health.checkAll();
   health.start();
   const tenants = new TenantDirectory(config);
@@ -90,7 +108,7 @@ export async function startDispatcher(options: DispatcherStartOptions): Promise<
     .add(DispatcherDefinition, createDispatcherService(dispatcher, logger, shutdown.signal));
   const port = await server.listen(`${options.host}:${options.port}`);
   const address = `${options.host}:${port}`;
-  logger.info({ address, executors: options.executors.map((e) => e.address) }, 'dispatcher listening');
+  logger.info({ address, executors: endpoints.map((e) => e.id) }, 'dispatcher listening');
 
   let closing: Promise<void> | undefined;
   return {

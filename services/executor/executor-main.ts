@@ -1,9 +1,12 @@
-/** Starts an executor: one backend, its task environments, the gRPC server. */
+/** Starts an executor: one backend, its task environments, the gRPC server (or an in-process client). */
 import { randomUUID } from 'node:crypto';
+import type { Server } from 'nice-grpc';
 import type { BerthConfig } from '../common/config.js';
+import { errorBoundary } from '../common/grpc-errors.js';
 import { createBerthServer, sharedSecretMiddleware } from '../common/grpc-server.js';
+import { createInProcessClient } from '../common/in-process-client.js';
 import type { Logger } from '../common/logging.js';
-import { ExecutorDefinition } from '../gen/berth/v1/executor.js';
+import { ExecutorDefinition, type ExecutorClient } from '../gen/berth/v1/executor.js';
 import type { Backend } from './backend.js';
 import { createBackend, dockerOptionsFromConfig } from './backends/create-backend.js';
 import type { CodeContainers } from './code-execution/code-containers.js';
@@ -13,8 +16,11 @@ import { TaskEnvironments } from './task-environment.js';
 
 export interface RunningExecutor {
   readonly executorId: string;
-  readonly address: string;
-  readonly port: number;
+  /** Where the gRPC server listens; absent for an in-process-only executor. */
+  readonly address?: string;
+  readonly port?: number;
+  /** Calls this executor directly, without gRPC (for a dispatcher in the same process). */
+  readonly client: ExecutorClient;
   /** Kills every task's processes and stops serving. */
   close(): Promise<void>;
 }
@@ -22,9 +28,8 @@ export interface RunningExecutor {
 export interface ExecutorStartOptions {
   readonly config: BerthConfig;
   readonly logger: Logger;
-  readonly host: string;
-  readonly port: number;
-  readonly sharedSecret: string;
+  /** Serve the Executor API over gRPC; absent: only {@link RunningExecutor.client} reaches it (`berth serve`). */
+  readonly listen?: { readonly host: string; readonly port: number; readonly sharedSecret: string };
 }
 
 export async function startExecutor(options: ExecutorStartOptions): Promise<RunningExecutor> {
@@ -46,29 +51,34 @@ export async function startExecutor(options: ExecutorStartOptions): Promise<Runn
   });
   const codeRunner = new CodeRunner(environments, { logger, ...(codeContainers ? { codeContainers } : {}) });
   const shutdown = new AbortController();
-  const { server } = createBerthServer(logger, shutdown.signal, [ExecutorDefinition.fullName]);
-  server
-    .with(sharedSecretMiddleware(options.sharedSecret))
-    .add(
-      ExecutorDefinition,
-      createExecutorService(environments, { executorId }, shutdown.signal, codeRunner),
-    );
-  const port = await server.listen(`${options.host}:${options.port}`);
-  const address = `${options.host}:${port}`;
-  logger.info({ address }, 'executor listening');
+  const service = createExecutorService(environments, { executorId }, shutdown.signal, codeRunner);
+  // The same error boundary as the gRPC server's, so callers see the same statuses either way.
+  const client = createInProcessClient(ExecutorDefinition, service, { middleware: errorBoundary(logger, shutdown.signal) });
+
+  let server: Server | undefined;
+  let address: string | undefined;
+  let port: number | undefined;
+  if (options.listen) {
+    server = createBerthServer(logger, shutdown.signal, [ExecutorDefinition.fullName]).server;
+    server.with(sharedSecretMiddleware(options.listen.sharedSecret)).add(ExecutorDefinition, service);
+    port = await server.listen(`${options.listen.host}:${options.listen.port}`);
+    address = `${options.listen.host}:${port}`;
+    logger.info({ address }, 'executor listening');
+  }
 
   let closing: Promise<void> | undefined;
   return {
     executorId,
-    address,
-    port,
+    ...(address !== undefined ? { address } : {}),
+    ...(port !== undefined ? { port } : {}),
+    client,
     close() {
       closing ??= (async () => {
         shutdown.abort();
         await environments.closeAll();
         await codeContainers?.close();
         await backend.close();
-        server.forceShutdown();
+        server?.forceShutdown();
       })();
       return closing;
     },

@@ -1,6 +1,6 @@
 /**
  * Child-process entry of the benchmarks: what `berth serve` runs (a
- * dispatcher and one in-process executor, talking gRPC over loopback), plus
+ * dispatcher and one executor in the same process, see services/cli/serve.ts), plus
  * `bench_noop`, a tool that does nothing, registered on this dispatcher only.
  * It gives the dispatch path's own cost without any tool's cost. Production
  * servers never register it, so it appears in no listing.
@@ -9,12 +9,10 @@
  * Prints "bench server serving on ADDR" when ready; SIGTERM stops it.
  */
 import { createWriteStream } from 'node:fs';
-import { randomBytes } from 'node:crypto';
 import { parseArgs } from 'node:util';
 import { loadConfig } from '../../services/common/config.js';
 import { createLogger } from '../../services/common/logging.js';
-import { startDispatcher } from '../../services/dispatcher/dispatcher-main.js';
-import { startExecutor } from '../../services/executor/executor-main.js';
+import { startServe } from '../../services/cli/serve.js';
 import { NOOP_RESULT, NOOP_TOOL } from './noop-tool.js';
 
 async function main(): Promise<void> {
@@ -27,15 +25,8 @@ async function main(): Promise<void> {
   // Info level like a default `berth serve`, so per-call logging is part of what is measured;
   // into a file so that no reader of a pipe competes for the CPU.
   const logger = createLogger(config.log_level, createWriteStream(values.log ?? '/dev/null', { flags: 'a' }));
-  const secret = randomBytes(24).toString('hex');
-  const executor = await startExecutor({ config, logger, host: '127.0.0.1', port: 0, sharedSecret: secret });
-  const dispatcher = await startDispatcher({
-    config,
-    logger,
-    host: '127.0.0.1',
-    port: 0,
-    executors: [{ address: executor.address, backend: config.terminal.backend, sharedSecret: secret }],
-  });
+  const serve = await startServe({ config, logger, host: '127.0.0.1', port: 0 });
+  const { dispatcher } = serve;
   dispatcher.dispatcher.registry.register({
     name: NOOP_TOOL,
     toolset: 'bench',
@@ -47,8 +38,7 @@ async function main(): Promise<void> {
     process.once('SIGTERM', resolve);
     process.once('SIGINT', resolve);
   });
-  await dispatcher.close(500);
-  await executor.close();
+  await serve.close(500);
   process.exit(0);
 }
 

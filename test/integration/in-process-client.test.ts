@@ -48,6 +48,8 @@ const partial: Partial<ExecutorServiceImplementation> = {
     if (request.path === '/missing') throw new NotFoundError('no such file: /missing');
     if (request.path === '/bug') throw new TypeError('a bug');
     if (request.path === '/hang') return waitForAbort(context.signal, `unary:${request.task?.taskId ?? ''}`);
+    // Finishes normally although the call was cancelled: the caller must not see it.
+    if (request.path === '/slow') return sleep(300).then(() => ({ absPath: 'too late' }));
     return Promise.resolve({ absPath: `${request.path}|${request.task?.tenant ?? 'no task'}|${request.task?.taskId === ''}` });
   },
   async *exec(request, context) {
@@ -59,6 +61,7 @@ const partial: Partial<ExecutorServiceImplementation> = {
       await new Promise((resolve) => context.signal.addEventListener('abort', resolve));
     }
     if (request.command === 'fail') throw new NotFoundError('task gone');
+    if (request.command === 'slow') await sleep(300);
     yield { event: { $case: 'exit', value: { exitCode: 7 } } };
   },
   async *runCode(requests) {
@@ -186,6 +189,28 @@ describe('in-process client', () => {
     });
     for (let i = 0; i < 100 && seen.cancelled.length < 4; i++) await sleep(10);
     assert.deepEqual(seen.cancelled.sort(), ['stream', 'stream', 'unary:x', 'unary:x']);
+  });
+
+  it('fails a cancelled call at once, whatever the implementation returns afterwards', async () => {
+    const cancelAfter = async <T>(ms: number, fn: (signal: AbortSignal) => Promise<T>) => {
+      const controller = new AbortController();
+      const call = fn(controller.signal);
+      await sleep(ms);
+      controller.abort();
+      return call;
+    };
+    const isAbort = (err: unknown) => err instanceof Error && err.name === 'AbortError';
+    await assert.rejects(both((c) => cancelAfter(50, (signal) => c.statFile({ path: '/slow' }, { signal }))), isAbort);
+    await assert.rejects(
+      both((c) =>
+        cancelAfter(50, async (signal) => {
+          const events: unknown[] = [];
+          for await (const event of c.exec({ command: 'slow' }, { signal })) events.push(event);
+          return events;
+        }),
+      ),
+      isAbort,
+    );
   });
 
   it('carries a bidirectional stream', async () => {

@@ -1,0 +1,54 @@
+/**
+ * `berth serve`: a dispatcher and one executor in one process. The
+ * dispatcher calls the executor directly (an in-process client), not over
+ * loopback gRPC: the split deployment (`berth dispatcher` + `berth executor`)
+ * is the one that needs the network, and serialising a call to ourselves cost
+ * more CPU than the rest of a `terminal` call on a warm container.
+ */
+import type { BerthConfig } from '../common/config.js';
+import type { Logger } from '../common/logging.js';
+import { startDispatcher, type RunningDispatcher } from '../dispatcher/dispatcher-main.js';
+import { startExecutor, type RunningExecutor } from '../executor/executor-main.js';
+
+export interface ServeOptions {
+  readonly config: BerthConfig;
+  readonly logger: Logger;
+  readonly host: string;
+  readonly port: number;
+  /** The config file, for "always" approvals written back. */
+  readonly configPath?: string;
+}
+
+export interface RunningServe {
+  readonly dispatcher: RunningDispatcher;
+  readonly executor: RunningExecutor;
+  /** Stops taking calls, lets in-flight ones finish for `graceMs`, then kills every task's processes. */
+  close(graceMs?: number): Promise<void>;
+}
+
+export async function startServe(options: ServeOptions): Promise<RunningServe> {
+  const { config, logger } = options;
+  const executor = await startExecutor({ config, logger });
+  let dispatcher: RunningDispatcher;
+  try {
+    dispatcher = await startDispatcher({
+      config,
+      logger,
+      host: options.host,
+      port: options.port,
+      executors: [{ id: `in-process:${executor.executorId}`, backend: config.terminal.backend, client: executor.client }],
+      ...(options.configPath !== undefined ? { configPath: options.configPath } : {}),
+    });
+  } catch (err) {
+    await executor.close();
+    throw err;
+  }
+  return {
+    dispatcher,
+    executor,
+    async close(graceMs) {
+      await dispatcher.close(graceMs);
+      await executor.close();
+    },
+  };
+}
