@@ -301,6 +301,33 @@ print(json.dumps(dict(os.environ)))
     assert.ok(!existsSync(strictCwd), 'the staging dir is removed after the run');
   });
 
+  it('follows the task state between runs: a venv activated or left, a cd, a new variable', async () => {
+    const key = newTask();
+    const venv = path.join(root, 'venv-between');
+    mkdirSync(path.join(venv, 'bin'), { recursive: true });
+    symlinkSync(realPython(), path.join(venv, 'bin', 'python'));
+    const code = 'import os\nprint(os.getcwd(), os.environ.get("XDG_BETWEEN", "-"))';
+    const states: Array<[string, string]> = [];
+    const step = async (command: string | undefined) => {
+      if (command !== undefined) await environments.exec(key, { command, timeoutMs: 10_000 });
+      const r = await run(key, code);
+      assert.equal(r.exitCode, 0, r.stderr);
+      states.push([r.interpreter, r.stdout.trim()]);
+    };
+    await step(undefined);
+    await step(undefined); // nothing changed in between
+    await step(`export VIRTUAL_ENV=${venv} XDG_BETWEEN=1`);
+    await step('cd /tmp');
+    await step('unset VIRTUAL_ENV');
+    assert.deepEqual(states, [
+      ['python3', `${cwd} -`],
+      ['python3', `${cwd} -`],
+      [path.join(venv, 'bin', 'python'), `${cwd} 1`],
+      [path.join(venv, 'bin', 'python'), '/tmp 1'],
+      ['python3', '/tmp 1'],
+    ]);
+  });
+
   it('timeout kills the script\'s whole process group', async () => {
     const pidFile = path.join(root, 'timeout-child.pid');
     const code = `import subprocess, time

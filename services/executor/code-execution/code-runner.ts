@@ -96,6 +96,8 @@ export class CodeRunner {
   readonly #logger: Logger;
   readonly #killGraceMs: number;
   readonly #codeContainers: CodeContainers | undefined;
+  /** Each environment's last probe, reused while what it depends on is unchanged (see #probe). */
+  readonly #probes = new WeakMap<BackendEnvironment, { readonly key: string; readonly probe: ProbeResult }>();
 
   constructor(environments: TaskEnvironments, options: CodeRunnerOptions) {
     this.#environments = environments;
@@ -267,8 +269,26 @@ export class CodeRunner {
     }
   }
 
-  /** Runs the probe where the script will run; project mode loads the task's shell state first. */
+  /**
+   * Runs the probe where the script will run; project mode loads the task's
+   * shell state first. The result depends only on the environment's own
+   * variables and, in project mode, the task's shell snapshot and cwd: the
+   * runner saves each command's state to a new file, so an unchanged snapshot
+   * path means no command changed the state since. Then the last probe is
+   * reused, which saves a process start on every execute_code call after the
+   * first (a fork and exec of bash cost 6-10 ms on the 2-core machines here).
+   */
   async #probe(target: RunTarget, mode: CodeMode): Promise<ProbeResult | 'interrupted'> {
+    const key =
+      mode === 'project' && target.runner ? `project\0${target.runner.snapshotPath}\0${target.runner.cwd}` : 'strict';
+    const cached = this.#probes.get(target.env);
+    if (cached?.key === key) return cached.probe;
+    const probe = await this.#runProbe(target, mode);
+    if (probe !== 'interrupted') this.#probes.set(target.env, { key, probe });
+    return probe;
+  }
+
+  async #runProbe(target: RunTarget, mode: CodeMode): Promise<ProbeResult | 'interrupted'> {
     const { env, signal } = target;
     const nonce = `berth-probe-${randomBytes(8).toString('hex')}`;
     const chunks: Buffer[] = [];
