@@ -40,6 +40,17 @@ agent -> executor, unasked
 
 When the connection ends the agent kills everything it started and exits,
 which ends the container: nothing runs on with nobody listening.
+
+Pre-started shells. Starting bash (fork, exec, its own start-up) is most of
+what a short command costs. So the agent keeps one bash started ahead, in
+its own session, with stdin and output pipes ready, waiting for its script
+on one more pipe: `bash -c '. /dev/fd/N' bash`. A spawn without a PTY and
+without extra environment, for the cwd it was started in, takes it: the
+agent writes the script and closes that pipe, bash reads the script whole
+(`source` reads to EOF before it runs anything), closes fd N (the first line
+the agent adds) and runs it; `$0` is `bash` as with `bash -c`. Another one is
+started once that process exits, off the command's path. Any other spawn
+starts bash as before.
 """
 
 import errno
@@ -62,6 +73,8 @@ MAX_FRAME = 256 * 1024 * 1024
 # Largest file `read` returns in one frame.
 MAX_FILE = 128 * 1024 * 1024
 READ_CHUNK = 64 * 1024
+# Scripts up to this size go to a pre-started shell: what an empty pipe takes without waiting.
+SCRIPT_PIPE_BYTES = 60 * 1024
 # After a kill, how long to wait for output pipes that a process outside the
 # group still holds before closing them ourselves.
 DRAIN_AFTER_KILL = 1.0
@@ -187,6 +200,7 @@ class Proc(object):
         self.pty_settle = None
         self.reported = False
         self.popen = None
+        self.cwd = None  # where it started: the next pre-started shell starts there too
 
     # --- stdin ---------------------------------------------------------
 
@@ -231,6 +245,19 @@ class Proc(object):
             self.agent.drop_stdin(self)
 
 
+class Ready(object):
+    """A shell started ahead, waiting for its script on `script_w`."""
+
+    def __init__(self, popen, cwd, script_w, script_fd_number, in_w, out_r, err_r):
+        self.popen = popen
+        self.cwd = cwd
+        self.script_w = script_w
+        self.script_fd_number = script_fd_number
+        self.in_w = in_w
+        self.out_r = out_r
+        self.err_r = err_r
+
+
 class Agent(object):
     def __init__(self, sock, token):
         self.sock = sock
@@ -244,6 +271,9 @@ class Agent(object):
             self.base_env.pop(name, None)
         self.running = True
         self.counters = find_counters()
+        self.ready = None  # a pre-started shell (Ready), or None
+        # A pre-started shell reads its script through /dev/fd; without it, start bash per command.
+        self.prestart = os.path.isdir("/dev/fd")
         # Signals only wake the loop: the wakeup fd receives the signal number.
         self.wake_r, self.wake_w = os.pipe()
         os.set_blocking(self.wake_r, False)
@@ -387,11 +417,17 @@ class Agent(object):
     def op_spawn(self, req_id, header, body):
         if req_id in self.procs:
             raise OSError(errno.EEXIST, "request id in use")
-        env = dict(self.base_env)
-        env.update(header.get("env") or {})
         cwd = header.get("cwd") or "/"
         if not os.path.isdir(cwd):
             cwd = "/"
+        proc = None
+        if not header.get("pty") and not header.get("env"):
+            proc = self.take_ready(req_id, cwd, header["script"])
+        if proc is not None:
+            self.start_proc(proc, header, body)
+            return
+        env = dict(self.base_env)
+        env.update(header.get("env") or {})
         argv = ["bash", "-c", header["script"]]
         if header.get("pty"):
             master, slave = pty.openpty()
@@ -427,15 +463,96 @@ class Agent(object):
                 os.set_blocking(fd, False)
             proc = Proc(self, req_id, pid, [out_r, err_r], in_w, None)
             proc.popen = popen
-        self.procs[req_id] = proc
-        self.by_pid[pid] = proc
+        proc.cwd = cwd
+        self.start_proc(proc, header, body)
+
+    def start_proc(self, proc, header, body):
+        self.procs[proc.id] = proc
+        self.by_pid[proc.pid] = proc
         for fd in proc.out_fds:
             self.sel.register(fd, selectors.EVENT_READ, ("out", proc))
-        self.send({"op": "started", "id": req_id, "pid": pid})
+        self.send({"op": "started", "id": proc.id, "pid": proc.pid})
         if body:
             proc.write_stdin(body)
         if not header.get("keep_stdin"):
             proc.close_stdin()
+
+    # --- pre-started shells --------------------------------------------
+
+    def start_ready(self, cwd):
+        """Starts the next shell ahead of its command; failures only cost the head start."""
+        if self.ready is not None or not self.running or not self.prestart:
+            return
+        fds = []
+        try:
+            script_r, script_w = os.pipe()
+            fds += [script_r, script_w]
+            in_r, in_w = os.pipe()
+            fds += [in_r, in_w]
+            out_r, out_w = os.pipe()
+            fds += [out_r, out_w]
+            err_r, err_w = os.pipe()
+            fds += [err_r, err_w]
+            popen = subprocess.Popen(["bash", "-c", ". /dev/fd/%d" % script_r, "bash"], stdin=in_r, stdout=out_w,
+                                     stderr=err_w, cwd=cwd, env=self.base_env, start_new_session=True,
+                                     close_fds=True, pass_fds=(script_r,), restore_signals=True)
+        except Exception as err:
+            for fd in fds:
+                os.close(fd)
+            log("cannot pre-start a shell: %s" % err)
+            return
+        for fd in (script_r, in_r, out_w, err_w):
+            os.close(fd)
+        for fd in (script_w, in_w, out_r, err_r):
+            os.set_blocking(fd, False)
+        self.ready = Ready(popen, cwd, script_w, script_r, in_w, out_r, err_r)
+        self.by_pid[popen.pid] = self.ready
+
+    def take_ready(self, req_id, cwd, script):
+        """The pre-started shell as the process of request `req_id`, or None when there is none that fits."""
+        ready = self.ready
+        if ready is None:
+            return None
+        # The script pipe is closed by the script's first line: nothing the command runs inherits it.
+        data = ("exec %d<&-\n" % ready.script_fd_number + script).encode("utf-8", "surrogateescape")
+        if len(data) > SCRIPT_PIPE_BYTES:
+            return None
+        if ready.cwd != cwd:
+            self.drop_ready()
+            return None
+        self.ready = None
+        try:
+            # Non-blocking: an empty pipe normally takes this much at once.
+            written = os.write(ready.script_w, data)
+        except OSError as err:
+            written = err
+        if written != len(data):
+            # A shell must never run part of a script: kill it before its pipe reaches EOF.
+            log("pre-started shell %d did not take its script at once (%s)" % (ready.popen.pid, written))
+            signal_tree(ready.popen.pid, signal.SIGKILL)
+            self.discard_ready(ready)
+            return None
+        os.close(ready.script_w)
+        ready.script_w = None
+        proc = Proc(self, req_id, ready.popen.pid, [ready.out_r, ready.err_r], ready.in_w, None)
+        proc.popen = ready.popen
+        proc.cwd = cwd
+        return proc
+
+    def drop_ready(self):
+        """Lets the pre-started shell go: with its script pipe closed it sources nothing and exits."""
+        ready, self.ready = self.ready, None
+        if ready is not None:
+            self.discard_ready(ready)
+
+    def discard_ready(self, ready):
+        for fd in (ready.script_w, ready.in_w, ready.out_r, ready.err_r):
+            if fd is not None:
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass
+        ready.script_w = ready.in_w = ready.out_r = ready.err_r = None
 
     def fork_exec(self, argv, env, cwd, stdin_fd, stdout_fd, stderr_fd, ctty=None):
         """Forks and execs; raises OSError when the exec failed. Our own fds
@@ -563,6 +680,14 @@ class Agent(object):
             proc = self.by_pid.get(pid)
             if proc is None:
                 continue
+            if isinstance(proc, Ready):
+                # Killed before it had a command (say `pkill bash`), or let go: start another when needed.
+                proc.popen.returncode = result[0] if result[0] is not None else -result[1]
+                self.by_pid.pop(pid, None)
+                if proc is self.ready:
+                    self.ready = None
+                    self.discard_ready(proc)
+                continue
             proc.status = result
             if proc.popen is not None:
                 # We reaped it: subprocess must never waitpid() this pid again (it may be reused).
@@ -588,6 +713,9 @@ class Agent(object):
         self.send({"op": "exit", "id": proc.id, "code": code, "signal": sig, "counters": counters})
         del self.procs[proc.id]
         self.by_pid.pop(proc.pid, None)
+        # The next command's shell starts now, while the result travels back.
+        if proc.cwd is not None:
+            self.start_ready(proc.cwd)
 
     def op_kill(self, req_id, header):
         proc = self.procs.get(header.get("proc"))
@@ -682,6 +810,7 @@ class Agent(object):
     # --- shutdown --------------------------------------------------------
 
     def shutdown(self):
+        self.drop_ready()
         procs = list(self.procs.values())
         for proc in procs:
             signal_tree(proc.pid, signal.SIGTERM)

@@ -132,6 +132,38 @@ describe('docker backend (real engine)', { skip: unavailable }, () => {
     assert.equal(await envs.cwd(key), '/tmp/a b');
   });
 
+  it('commands started in a pre-started shell look like bash -c: $0, file descriptors, session; one killed early is replaced', async () => {
+    const key = newKey();
+    await run(envs, key, 'true'); // the container, the snapshot, and a shell started ahead for the next command
+    const env = backendEnvOf(backend, key);
+    const probe = [
+      'tr "\\0" " " < /proc/$$/cmdline; echo',
+      'echo "0=$0"',
+      'ls /proc/$$/fd | sort -n | tr "\\n" " "; echo',
+      'ps -o sid= -p $$ | tr -d " "; echo "pid=$$"',
+    ].join('\n');
+    const direct = async (script: string) => {
+      const chunks: Buffer[] = [];
+      const r = await env.exec({ script, timeoutMs: 30_000, onOutput: (c) => chunks.push(c) });
+      return { exitCode: r.exitCode, output: Buffer.concat(chunks).toString() };
+    };
+    const pre = await direct(probe);
+    assert.equal(pre.exitCode, 0, pre.output);
+    const [cmdline, zero, fds, sid, pid] = pre.output.trim().split('\n');
+    assert.match(cmdline ?? '', /^bash -c \. \/dev\/fd\/\d+ bash $/, 'the command ran in the pre-started shell');
+    assert.equal(zero, '0=bash');
+    assert.equal(fds, '0 1 2 ');
+    assert.equal(`pid=${sid}`, pid, 'the shell leads its own session');
+    // A command that kills the waiting shell: the next command still runs (in a shell started for it).
+    const killer = await direct("for p in $(pgrep -f '^bash -c [.] /dev/fd/'); do [ \"$p\" = $$ ] || kill -9 \"$p\"; done; echo done");
+    assert.equal(killer.output, 'done\n');
+    const after = await direct('echo "$0 ok"');
+    assert.deepEqual(after, { exitCode: 0, output: 'bash ok\n' });
+    // Scripts too large for one pipe write take a shell of their own.
+    const large = await direct(`: '${'x'.repeat(70_000)}'; echo large-ok`);
+    assert.deepEqual(large, { exitCode: 0, output: 'large-ok\n' });
+  });
+
   it('a timeout kills the whole process tree inside the container (124), even what ignores SIGTERM', async () => {
     const key = newKey();
     const a = sleepSeconds();
