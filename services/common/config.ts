@@ -172,6 +172,20 @@ export const configSchema = z
       })
       .strict()
       .prefault({}),
+    /**
+     * Prometheus metrics on http://HOST:PORT/metrics. One endpoint per process: `berth serve` (dispatcher
+     * and executor together) and `berth dispatcher` use `port`, `berth executor` uses `executor_port`,
+     * so a dispatcher and an executor on one host do not clash.
+     */
+    metrics: z
+      .object({
+        enabled: bool.default(false),
+        host: z.string().default('127.0.0.1'),
+        port: int(0).max(65535).default(9464),
+        executor_port: int(0).max(65535).default(9465),
+      })
+      .strict()
+      .prefault({}),
     /** Executors for `berth dispatcher`; `berth serve` runs one in-process instead. */
     executors: z.array(executorEndpointSchema).default([]),
     /** With no tenants every caller is tenant `default`; with tenants a Bearer key is required. */
@@ -183,6 +197,7 @@ export const configSchema = z
 
 export type BerthConfig = z.infer<typeof configSchema>;
 export type TerminalConfig = BerthConfig['terminal'];
+export type MetricsConfig = BerthConfig['metrics'];
 
 export class ConfigError extends Error {
   constructor(message: string) {
@@ -193,6 +208,14 @@ export class ConfigError extends Error {
 
 /** Environment names that override file settings: `TERMINAL_<KEY>` for every terminal key. */
 const TERMINAL_ENV_ALIASES: Readonly<Record<string, string>> = { TERMINAL_ENV: 'backend' };
+
+/** `BERTH_METRICS_*` variables and the `metrics.*` keys they set. */
+const METRICS_ENV: Readonly<Record<string, string>> = {
+  BERTH_METRICS_ENABLED: 'enabled',
+  BERTH_METRICS_HOST: 'host',
+  BERTH_METRICS_PORT: 'port',
+  BERTH_METRICS_EXECUTOR_PORT: 'executor_port',
+};
 
 function setPath(target: Record<string, unknown>, path: readonly string[], value: unknown): void {
   let node = target;
@@ -235,6 +258,10 @@ export function applyEnvOverrides(raw: Record<string, unknown>, env: NodeJS.Proc
   if (env.BERTH_STATE_ROOT) setPath(out, ['executor', 'state_root'], env.BERTH_STATE_ROOT);
   if (env.BERTH_EXECUTOR_SECRET) setPath(out, ['executor', 'shared_secret'], env.BERTH_EXECUTOR_SECRET);
   if (env.BERTH_CODE_CONTAINER) setPath(out, ['code_execution', 'code_container'], env.BERTH_CODE_CONTAINER);
+  for (const [name, key] of Object.entries(METRICS_ENV)) {
+    const value = env[name];
+    if (value) setPath(out, ['metrics', key], value);
+  }
   return out;
 }
 

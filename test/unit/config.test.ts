@@ -5,6 +5,18 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { ConfigError, hashApiKey, loadConfig, parseConfig } from '../../services/common/config.js';
 
+/** Runs `fn` with a config file holding `text`, in a directory removed afterwards. */
+function withConfigFile(text: string, fn: (file: string) => void): void {
+  const dir = mkdtempSync(join(tmpdir(), 'berth-config-'));
+  try {
+    const file = join(dir, 'config.yaml');
+    writeFileSync(file, text);
+    fn(file);
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+}
+
 describe('config', () => {
   test('defaults need no file: local backend on 127.0.0.1:7700, spec terminal defaults', () => {
     const c = loadConfig(undefined, {});
@@ -20,10 +32,7 @@ describe('config', () => {
   });
 
   test('TERMINAL_* variables override the file, TERMINAL_ENV names the backend', () => {
-    const dir = mkdtempSync(join(tmpdir(), 'berth-config-'));
-    try {
-      const file = join(dir, 'config.yaml');
-      writeFileSync(file, 'terminal:\n  timeout: 60\n  backend: local\n');
+    withConfigFile('terminal:\n  timeout: 60\n  backend: local\n', (file) => {
       const c = loadConfig(file, {
         TERMINAL_TIMEOUT: '90',
         TERMINAL_ENV: 'docker',
@@ -38,9 +47,7 @@ describe('config', () => {
       assert.deepEqual(c.terminal.env_passthrough, ['FOO', 'BAR']);
       assert.deepEqual(c.terminal.docker_env, { A: '1' });
       assert.equal(c.terminal.max_foreground_timeout, 120);
-    } finally {
-      rmSync(dir, { recursive: true, force: true });
-    }
+    });
   });
 
   test('code_execution.code_container: auto by default, set in the file or by BERTH_CODE_CONTAINER, nothing else', () => {
@@ -65,16 +72,11 @@ describe('config', () => {
 
   test('unreadable and non-mapping files are reported with the path', () => {
     assert.throws(() => loadConfig('/nonexistent/berth.yaml', {}), /cannot read config file \/nonexistent\/berth.yaml/);
-    const dir = mkdtempSync(join(tmpdir(), 'berth-config-'));
-    try {
-      const file = join(dir, 'c.yaml');
-      writeFileSync(file, '- a\n- b\n');
+    withConfigFile('- a\n- b\n', (file) => {
       assert.throws(() => loadConfig(file, {}), /must hold a YAML mapping/);
       writeFileSync(file, 'terminal: [unclosed\n');
       assert.throws(() => loadConfig(file, {}), /not valid YAML/);
-    } finally {
-      rmSync(dir, { recursive: true, force: true });
-    }
+    });
   });
 
   test('tenants with the local backend are refused unless explicitly allowed', () => {
@@ -87,5 +89,38 @@ describe('config', () => {
   test('duplicate tenant ids are refused', () => {
     const t = { id: 'a', api_key_sha256: hashApiKey('x') };
     assert.throws(() => parseConfig({ tenants: [t, t], allow_local_multi_tenant: true }), /duplicate id 'a'/);
+  });
+
+  test('metrics: off by default, on loopback, 9464 for serve and dispatcher, 9465 for an executor', () => {
+    assert.deepEqual(loadConfig(undefined, {}).metrics, { enabled: false, host: '127.0.0.1', port: 9464, executor_port: 9465 });
+    const fromFile = parseConfig({ metrics: { enabled: true, host: '0.0.0.0', port: 0, executor_port: 19465 } }).metrics;
+    assert.deepEqual(fromFile, { enabled: true, host: '0.0.0.0', port: 0, executor_port: 19465 });
+  });
+
+  test('BERTH_METRICS_* variables override the file, "false" stays false', () => {
+    withConfigFile('metrics:\n  enabled: true\n  port: 9000\n', (file) => {
+      const c = loadConfig(file, {
+        BERTH_METRICS_HOST: '::1',
+        BERTH_METRICS_PORT: '9100',
+        BERTH_METRICS_EXECUTOR_PORT: '9101',
+      });
+      assert.deepEqual(c.metrics, { enabled: true, host: '::1', port: 9100, executor_port: 9101 });
+      assert.equal(loadConfig(file, { BERTH_METRICS_ENABLED: 'false' }).metrics.enabled, false);
+      assert.equal(loadConfig(undefined, { BERTH_METRICS_ENABLED: 'true' }).metrics.enabled, true);
+    });
+  });
+
+  test('bad metrics settings are listed by key', () => {
+    assert.throws(
+      () => parseConfig({ metrics: { enabled: 'maybe', port: 70000, executor_port: -1, path: '/m' } }),
+      (err: unknown) => {
+        assert.ok(err instanceof ConfigError);
+        for (const needle of ['metrics.enabled', 'metrics.port', 'metrics.executor_port', 'path']) {
+          assert.ok(err.message.includes(needle), `missing ${needle} in:\n${err.message}`);
+        }
+        return true;
+      },
+    );
+    assert.throws(() => loadConfig(undefined, { BERTH_METRICS_PORT: 'ninety' }), /metrics\.port/);
   });
 });
