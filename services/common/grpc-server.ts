@@ -9,6 +9,8 @@ import { HealthDefinition, HealthServiceImpl, HealthState } from 'nice-grpc-serv
 import { ServerReflection, ServerReflectionService } from 'nice-grpc-server-reflection';
 import { errorBoundary } from './grpc-errors.js';
 import type { Logger } from './logging.js';
+import type { Registry } from './metrics.js';
+import { rpcMetrics } from './rpc-metrics.js';
 
 /** Max message size both ways: 10 MB argument strings must arrive whole and get a clear error, not a reset. */
 export const MAX_MESSAGE_BYTES = 16 * 1024 * 1024;
@@ -30,8 +32,16 @@ export interface BerthServer {
   readonly health: ReturnType<typeof HealthState>;
 }
 
-export function createBerthServer(logger: Logger, shutdownSignal: AbortSignal, serviceNames: string[]): BerthServer {
-  const server = createServer(CHANNEL_OPTIONS).use(errorBoundary(logger, shutdownSignal));
+/** `metrics`: the registry to count RPC calls on (absent: metrics are off). */
+export function createBerthServer(
+  logger: Logger,
+  shutdownSignal: AbortSignal,
+  serviceNames: string[],
+  metrics?: Registry,
+): BerthServer {
+  const base = createServer(CHANNEL_OPTIONS);
+  // Outside the error boundary: the counted status is the one the client gets.
+  const server = (metrics ? base.use(rpcMetrics(metrics)) : base).use(errorBoundary(logger, shutdownSignal));
   const health = HealthState();
   server.add(HealthDefinition, HealthServiceImpl(health));
   server.add(ServerReflectionService, ServerReflection(loadDescriptorSet(), serviceNames));
