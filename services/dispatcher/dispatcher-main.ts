@@ -3,11 +3,13 @@ import { Metadata, createChannel, createClientFactory, type Channel, type Client
 import type { BerthConfig, BackendName } from '../common/config.js';
 import { CHANNEL_OPTIONS, createBerthServer, EXECUTOR_SECRET_HEADER } from '../common/grpc-server.js';
 import type { Logger } from '../common/logging.js';
+import type { Registry } from '../common/metrics.js';
 import { DispatcherDefinition } from '../gen/berth/v1/dispatcher.js';
 import { ExecutorDefinition, type ExecutorClient } from '../gen/berth/v1/executor.js';
 import { ApprovalService } from './approval/approval-service.js';
 import { executeCodeLimitsFromConfig, executeCodeSchemaPatcher } from './code-execution/execute-code-tool.js';
 import { Dispatcher } from './dispatcher.js';
+import { DispatcherMetrics } from './dispatcher-metrics.js';
 import { createDispatcherService } from './dispatcher-service.js';
 import { ExecutorHealthWatcher } from './executor-health.js';
 import { ExecutorRouter, type ExecutorEndpoint } from './executor-router.js';
@@ -42,6 +44,8 @@ export interface DispatcherStartOptions {
   readonly executors: readonly ExecutorTarget[];
   /** The config file the config came from; "always" approvals are written back to it (none: memory only). */
   readonly configPath?: string;
+  /** Where to record metrics (served by whoever made it); absent: metrics are off. */
+  readonly metricsRegistry?: Registry;
 }
 
 export interface RunningDispatcher {
@@ -85,12 +89,14 @@ export async function startDispatcher(options: DispatcherStartOptions): Promise<
   const router = new ExecutorRouter(endpoints, (tenant) => tenants.policyFor(tenant));
   const registry = new ToolRegistry({ logger });
   registerBuiltinTools(registry, config);
+  const metrics = options.metricsRegistry && new DispatcherMetrics(options.metricsRegistry, (name) => registry.has(name));
   const approvals = new ApprovalService({
     config,
     logger,
     ...(options.configPath === undefined ? {} : { configPath: options.configPath }),
     // The key stays in the environment; config names only the variable.
     smartApiKey: process.env[config.approvals.smart.api_key_env] ?? '',
+    ...(metrics ? { onDecision: metrics.approvalDecided } : {}),
   });
   const dispatcher = new Dispatcher({
     registry,
@@ -99,10 +105,11 @@ export async function startDispatcher(options: DispatcherStartOptions): Promise<
     logger,
     approvals,
     executeCodeSchema: executeCodeSchemaPatcher(executeCodeLimitsFromConfig(config)),
+    ...(metrics ? { metrics } : {}),
   });
 
   const shutdown = new AbortController();
-  const { server } = createBerthServer(logger, shutdown.signal, [DispatcherDefinition.fullName]);
+  const { server } = createBerthServer(logger, shutdown.signal, [DispatcherDefinition.fullName], options.metricsRegistry);
   server
     .with(tenants.middleware())
     .add(DispatcherDefinition, createDispatcherService(dispatcher, logger, shutdown.signal));

@@ -11,6 +11,7 @@ import type { ApprovalGrant } from './approval/approval-guard.js';
 import type { ApprovalService } from './approval/approval-service.js';
 import type { ApprovalSurface } from './approval/approval-types.js';
 import type { ExecutorRouter } from './executor-router.js';
+import { resultHasError, type DispatcherMetrics } from './dispatcher-metrics.js';
 import { ExecutorTaskClient } from './executor-task-client.js';
 import type { ToolRegistry } from './registry.js';
 import { getToolDefinitions, type ExecuteCodeSchemaBuilder } from './toolsets.js';
@@ -51,6 +52,8 @@ export interface DispatcherOptions {
   readonly executeCodeSchema?: ExecuteCodeSchemaBuilder;
   /** The approval flow; without it only hardline rules guard commands. */
   readonly approvals?: ApprovalService;
+  /** Where tool calls are counted; absent: metrics are off. */
+  readonly metrics?: DispatcherMetrics;
 }
 
 /** Parses a CallTool argument string the way models send them; never throws. */
@@ -69,6 +72,7 @@ export class Dispatcher {
   readonly #logger: Logger;
   readonly #executeCodeSchema: ExecuteCodeSchemaBuilder | undefined;
   readonly #approvals: ApprovalService | undefined;
+  readonly #metrics: DispatcherMetrics | undefined;
   /** Which executor holds each task's environment, to notice when it moved (its executor died). */
   readonly #placements = new Map<string, string>();
 
@@ -78,6 +82,7 @@ export class Dispatcher {
     this.#logger = options.logger;
     this.#executeCodeSchema = options.executeCodeSchema;
     this.#approvals = options.approvals;
+    this.#metrics = options.metrics;
   }
 
   get approvals(): ApprovalService | undefined {
@@ -108,6 +113,20 @@ export class Dispatcher {
   }
 
   async callTool(tenant: string, input: CallToolInput, options: CallOptions): Promise<string> {
+    const metrics = this.#metrics;
+    if (metrics === undefined) return this.#callTool(tenant, input, options);
+    const started = performance.now();
+    try {
+      const result = await this.#callTool(tenant, input, options);
+      metrics.toolCallDone(input.name, (performance.now() - started) / 1000, result);
+      return result;
+    } catch (err) {
+      metrics.toolCallFailed(input.name, (performance.now() - started) / 1000, err);
+      throw err;
+    }
+  }
+
+  async #callTool(tenant: string, input: CallToolInput, options: CallOptions): Promise<string> {
     const taskId = Dispatcher.checkTaskId(input.taskId);
     if (Buffer.byteLength(input.argumentsJson, 'utf8') > MAX_ARGUMENTS_BYTES) {
       throw new InvalidArgumentError(
@@ -160,7 +179,7 @@ export class Dispatcher {
           : {}),
       };
       const result = await this.#registry.dispatch(input.name, parsed.args, context);
-      if (result.startsWith('{"error"')) outcome = 'tool_error';
+      if (resultHasError(result)) outcome = 'tool_error';
       return result;
     } catch (err) {
       outcome = 'failed';

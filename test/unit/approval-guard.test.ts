@@ -9,6 +9,7 @@ import { ApprovalGuard, type GuardCall } from '../../services/dispatcher/approva
 import { ApprovalPolicies, type AllowlistLocation } from '../../services/dispatcher/approval/approval-policy.js';
 import type {
   ApprovalAsker,
+  ApprovalDecisionSink,
   ApprovalPrompt,
   ApprovalSurface,
   AskOutcome,
@@ -69,7 +70,10 @@ interface Fixture {
   pending: PendingApprovals;
 }
 
-function fixture(raw: Record<string, unknown> = {}, extra: { smart?: SmartApprover; now?: () => number } = {}): Fixture {
+function fixture(
+  raw: Record<string, unknown> = {},
+  extra: { smart?: SmartApprover; now?: () => number; onDecision?: ApprovalDecisionSink } = {},
+): Fixture {
   const config = parseConfig(raw);
   const persister = new RecordingPersister();
   const sessions = new SessionApprovals();
@@ -81,6 +85,7 @@ function fixture(raw: Record<string, unknown> = {}, extra: { smart?: SmartApprov
     pending,
     persister,
     ...(extra.smart ? { smart: extra.smart } : {}),
+    ...(extra.onDecision ? { onDecision: extra.onDecision } : {}),
     homeDir: '/home/tester',
     newApprovalId: () => `appr_${++n}`,
   });
@@ -506,6 +511,35 @@ describe('stream approvals (Session)', () => {
 function isCode(code: string) {
   return (err: unknown) => err instanceof BerthError && err.code === code;
 }
+
+describe('approval guard: decisions reported for metrics', () => {
+  it('reports each decision once, with a bounded reason, and nothing for commands that need no approval', async () => {
+    const decisions: string[] = [];
+    const f = fixture({}, { onDecision: (decision, reason) => decisions.push(`${decision}/${reason}`) });
+    await check(f, 'ls -la', call(ask(answering('deny'))));
+    await check(f, 'rm -rf /', call(ask(answering('once'))));
+    await check(f, DANGEROUS, call(ask(answering('once'))));
+    await check(f, DANGEROUS, call(ask(answering('deny'))));
+    await check(f, DANGEROUS, call({ kind: 'none' }));
+    const approvalId = String(blocked(await check(f, DANGEROUS, call({ kind: 'defer' }))).approval_id);
+    const outcome = await f.guard.approve('default', { approvalId, choice: 'once', taskId: 't1', sessionId: '' });
+    assert.equal(outcome.kind, 'rerun');
+    if (outcome.kind !== 'rerun') return;
+    // The re-run the answer allows was counted with the answer.
+    assert.equal((await check(f, DANGEROUS, call({ kind: 'defer' }, { grant: outcome.grant }))).allowed, true);
+    assert.deepEqual(decisions, [
+      'blocked/hardline',
+      'approved/user_once',
+      'blocked/user_deny',
+      'approved/non_interactive',
+      'pending/approve_rpc',
+      'approved/user_once',
+    ]);
+    const off = fixture({ approvals: { mode: 'off' } }, { onDecision: (decision, reason) => decisions.push(`${decision}/${reason}`) });
+    await check(off, DANGEROUS, call({ kind: 'defer' }));
+    assert.equal(decisions.at(-1), 'bypassed/mode_off');
+  });
+});
 
 async function waitUntil(predicate: () => boolean): Promise<void> {
   for (let i = 0; i < 200 && !predicate(); i++) await new Promise((r) => setTimeout(r, 5));

@@ -40,6 +40,8 @@ import {
   APPROVAL_CHOICES,
   isApprovalChoice,
   type ApprovalChoice,
+  type ApprovalDecision,
+  type ApprovalDecisionSink,
   type ApprovalSurface,
   type GuardedAction,
   type GuardVerdict,
@@ -86,6 +88,8 @@ export interface ApprovalGuardOptions {
   /** Home directory folded to `~` before detection. */
   readonly homeDir?: string;
   readonly newApprovalId?: () => string;
+  /** Told every decision on a command that needed approval (metrics). */
+  readonly onDecision?: ApprovalDecisionSink;
 }
 
 /** What an Approve answer leads to. */
@@ -107,6 +111,9 @@ interface Subject {
   readonly patternKey: string;
   readonly description: string;
 }
+
+/** Logs and reports one decision; `reason` is one of a fixed set of snake_case words (a metrics label). */
+type Decide = (decision: ApprovalDecision, reason: string, verdict: GuardVerdict) => GuardVerdict;
 
 function defaultApprovalId(): string {
   return `appr_${randomBytes(12).toString('hex')}`;
@@ -139,6 +146,7 @@ export class ApprovalGuard {
       const found = detectAllDangerous(action.command, this.#o.homeDir === undefined ? {} : { homeDir: this.#o.homeDir });
       if (found.hardline !== undefined) {
         log.warn({ hardline: found.hardline.description }, 'approval: hardline block');
+        this.#o.onDecision?.('blocked', 'hardline');
         return { allowed: false, result: hardlineResult(found.hardline.description) };
       }
       keys = [...found.keys];
@@ -154,8 +162,10 @@ export class ApprovalGuard {
       patternKey: first,
       description: keys.length === 1 ? firstDescription : `${firstDescription}; also: ${keys.slice(1).join(', ')}`,
     };
-    const decide = (decision: string, verdict: GuardVerdict): GuardVerdict => {
-      log.info({ patternKey: subject.patternKey, keys, decision }, 'approval decision');
+    const decide: Decide = (decision, reason, verdict) => {
+      log.info({ patternKey: subject.patternKey, keys, decision, reason }, 'approval decision');
+      // The re-run of a call answered through Approve was counted when the answer came.
+      if (reason !== 'approve_answer') this.#o.onDecision?.(decision, reason);
       return verdict;
     };
 
@@ -163,42 +173,42 @@ export class ApprovalGuard {
     const policy = this.#o.policies.policyFor(tenant);
     const sessionKey = sessionKeyOf(call.sessionId, call.taskId);
 
-    if (policy.mode === 'off') return decide('bypass: mode off', { allowed: true });
-    if (this.#o.sessions.isYolo(tenant, sessionKey)) return decide('bypass: yolo', { allowed: true });
+    if (policy.mode === 'off') return decide('bypassed', 'mode_off', { allowed: true });
+    if (this.#o.sessions.isYolo(tenant, sessionKey)) return decide('bypassed', 'yolo', { allowed: true });
     if (policy.skipInContainers && !(await this.#hostFilesystem(call, log))) {
-      return decide('bypass: container without host filesystem', { allowed: true });
+      return decide('bypassed', 'container', { allowed: true });
     }
 
     const grant = call.grant;
     if (grant !== undefined && !grant.used && grant.command === action.command && keys.every((k) => grant.keys.includes(k))) {
       grant.used = true;
-      return decide('approved: Approve answer', { allowed: true, note: grant.note });
+      return decide('approved', 'approve_answer', { allowed: true, note: grant.note });
     }
 
     if (allowlistApproves(this.#o.policies.allowlistFor(tenant), action.command, keys)) {
-      return decide('approved: command_allowlist', { allowed: true });
+      return decide('approved', 'allowlist', { allowed: true });
     }
 
     if (call.surface.kind === 'none') {
       if (policy.nonInteractive === 'deny') {
-        return decide('blocked: non-interactive', { allowed: false, result: blockedResult(nonInteractiveDenyMessage(subject.description)) });
+        return decide('blocked', 'non_interactive', { allowed: false, result: blockedResult(nonInteractiveDenyMessage(subject.description)) });
       }
-      return decide('approved: non-interactive', { allowed: true });
+      return decide('approved', 'non_interactive', { allowed: true });
     }
 
-    if (this.#o.sessions.approvedAll(tenant, sessionKey, keys)) return decide('approved: session', { allowed: true });
+    if (this.#o.sessions.approvedAll(tenant, sessionKey, keys)) return decide('approved', 'session', { allowed: true });
 
     if (policy.mode === 'smart' && this.#o.smart !== undefined) {
       const verdict = await this.#o.smart.assess(action.command, subject.description, call.signal);
       if (verdict === 'approve') {
         this.#o.sessions.approve(tenant, sessionKey, keys);
-        return decide('approved: smart', {
+        return decide('approved', 'smart', {
           allowed: true,
           note: `Command required approval (${subject.description}) and was approved by smart approval.`,
         });
       }
       if (verdict === 'deny') {
-        return decide('blocked: smart', { allowed: false, result: blockedResult(smartDenyMessage(subject.description)) });
+        return decide('blocked', 'smart', { allowed: false, result: blockedResult(smartDenyMessage(subject.description)) });
       }
     }
 
@@ -218,9 +228,10 @@ export class ApprovalGuard {
         policy.maxPending,
       );
       if (!parked) {
-        return decide('blocked: too many pending', { allowed: false, result: blockedResult(tooManyPendingMessage(policy.maxPending)) });
+        return decide('blocked', 'too_many_pending', { allowed: false, result: blockedResult(tooManyPendingMessage(policy.maxPending)) });
       }
       log.info({ approvalId, patternKey: subject.patternKey }, 'approval pending');
+      this.#o.onDecision?.('pending', 'approve_rpc');
       return {
         allowed: false,
         result: pendingResult({
@@ -252,7 +263,7 @@ export class ApprovalGuard {
     call: GuardCall,
     timeoutMs: number,
     sessionKey: string,
-    decide: (decision: string, verdict: GuardVerdict) => GuardVerdict,
+    decide: Decide,
   ): Promise<GuardVerdict> {
     call.signal.throwIfAborted();
     const timeoutSec = Math.max(1, Math.round(timeoutMs / 1000));
@@ -274,20 +285,20 @@ export class ApprovalGuard {
     } catch (err) {
       if (call.signal.aborted) throw call.signal.reason;
       if (timer.signal.aborted) {
-        return decide('blocked: timeout', { allowed: false, result: blockedResult(timeoutMessage(timeoutSec)) });
+        return decide('blocked', 'timeout', { allowed: false, result: blockedResult(timeoutMessage(timeoutSec)) });
       }
       throw err;
     } finally {
       clearTimeout(handle);
     }
     if (outcome.kind === 'closed') {
-      return decide('blocked: stream closed', { allowed: false, result: blockedResult(streamClosedMessage(subject.description)) });
+      return decide('blocked', 'stream_closed', { allowed: false, result: blockedResult(streamClosedMessage(subject.description)) });
     }
     const note = await this.#record(call.tenant, sessionKey, subject, outcome.choice);
     if (note === undefined) {
-      return decide('blocked: user', { allowed: false, result: blockedResult(userDenyMessage(subject.description)) });
+      return decide('blocked', 'user_deny', { allowed: false, result: blockedResult(userDenyMessage(subject.description)) });
     }
-    return decide(`approved: user (${outcome.choice})`, { allowed: true, note });
+    return decide('approved', `user_${outcome.choice}`, { allowed: true, note });
   }
 
   /** Records a user's choice; returns the result note, or undefined for deny. */
@@ -332,6 +343,7 @@ export class ApprovalGuard {
       description: pending.description,
     };
     const note = await this.#record(tenant, pending.sessionKey, subject, request.choice);
+    this.#o.onDecision?.(note === undefined ? 'blocked' : 'approved', `user_${request.choice}`);
     if (note === undefined) return { kind: 'result', result: blockedResult(userDenyMessage(pending.description)) };
     return { kind: 'rerun', call: pending.call, grant: { command: pending.command, keys: pending.keys, note, used: false } };
   }

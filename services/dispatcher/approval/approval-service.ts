@@ -11,7 +11,7 @@ import type { ExecutorClient } from '../../gen/berth/v1/executor.js';
 import { ConfigFileAllowlist, type AllowlistPersister } from './allowlist-writer.js';
 import { ApprovalGuard, type ApprovalGrant } from './approval-guard.js';
 import { ApprovalPolicies } from './approval-policy.js';
-import type { ApprovalHook, ApprovalSurface } from './approval-types.js';
+import type { ApprovalDecisionSink, ApprovalHook, ApprovalSurface } from './approval-types.js';
 import { PendingApprovals, type ParkedCall } from './pending-approvals.js';
 import { SessionApprovals, sessionKeyOf } from './session-approvals.js';
 import { ChatCompletionsSmartApprover, type SmartApprover } from './smart-approval.js';
@@ -27,6 +27,8 @@ export interface ApprovalServiceOptions {
   readonly smart?: SmartApprover;
   readonly persister?: AllowlistPersister;
   readonly homeDir?: string;
+  /** Told every approval decision (metrics). */
+  readonly onDecision?: ApprovalDecisionSink;
 }
 
 /** What the dispatcher knows about one call. */
@@ -68,6 +70,7 @@ export class ApprovalService {
       ...(smart === undefined ? {} : { smart }),
       persister: options.persister ?? new ConfigFileAllowlist(options.configPath, logger),
       homeDir: options.homeDir ?? homedir(),
+      ...(options.onDecision === undefined ? {} : { onDecision: options.onDecision }),
     });
   }
 

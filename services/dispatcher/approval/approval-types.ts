@@ -87,3 +87,9 @@ export type ApprovalSurface =
   | { readonly kind: 'ask'; readonly asker: ApprovalAsker }
   | { readonly kind: 'defer' }
   | { readonly kind: 'none' };
+
+/** How an approval check ended: approved, blocked, bypassed (approval did not apply), or pending (parked for Approve). */
+export type ApprovalDecision = 'approved' | 'blocked' | 'bypassed' | 'pending';
+
+/** Where the guard reports each decision on a command that needed approval (metrics). */
+export type ApprovalDecisionSink = (decision: ApprovalDecision, reason: string) => void;
