@@ -6,12 +6,14 @@ import { errorBoundary } from '../common/grpc-errors.js';
 import { createBerthServer, sharedSecretMiddleware } from '../common/grpc-server.js';
 import { createInProcessClient } from '../common/in-process-client.js';
 import type { Logger } from '../common/logging.js';
+import type { Registry } from '../common/metrics.js';
 import { ExecutorDefinition, type ExecutorClient } from '../gen/berth/v1/executor.js';
 import type { Backend } from './backend.js';
 import { createBackend, dockerOptionsFromConfig } from './backends/create-backend.js';
 import type { CodeContainers } from './code-execution/code-containers.js';
 import { CodeRunner } from './code-execution/code-runner.js';
 import { createExecutorService } from './executor-service.js';
+import { ExecutorMetrics, type CodeRunOutcome } from './executor-metrics.js';
 import { TaskEnvironments } from './task-environment.js';
 
 export interface RunningExecutor {
@@ -30,16 +32,19 @@ export interface ExecutorStartOptions {
   readonly logger: Logger;
   /** Serve the Executor API over gRPC; absent: only {@link RunningExecutor.client} reaches it (`berth serve`). */
   readonly listen?: { readonly host: string; readonly port: number; readonly sharedSecret: string };
+  /** Where to record metrics (served by whoever made it); absent: metrics are off. */
+  readonly metricsRegistry?: Registry;
 }
 
 export async function startExecutor(options: ExecutorStartOptions): Promise<RunningExecutor> {
   const { config } = options;
   const executorId = `exec-${randomUUID().slice(0, 8)}`;
   const logger = options.logger.child({ component: 'executor', executorId, backend: config.terminal.backend });
-  const backend = await createBackend(config, logger);
+  const metrics = options.metricsRegistry && new ExecutorMetrics(options.metricsRegistry, config.terminal.backend);
+  const backend = await createBackend(config, logger, metrics?.containerStarted);
   let codeContainers: CodeContainers | undefined;
   try {
-    codeContainers = await startCodeContainers(config, backend, logger);
+    codeContainers = await startCodeContainers(config, backend, logger, metrics);
   } catch (err) {
     await backend.close().catch(() => undefined);
     throw err;
@@ -48,8 +53,13 @@ export async function startExecutor(options: ExecutorStartOptions): Promise<Runn
     backend,
     logger,
     lifetimeSeconds: config.terminal.lifetime_seconds,
+    ...(metrics ? { metrics } : {}),
   });
-  const codeRunner = new CodeRunner(environments, { logger, ...(codeContainers ? { codeContainers } : {}) });
+  const codeRunner = new CodeRunner(environments, {
+    logger,
+    ...(codeContainers ? { codeContainers } : {}),
+    ...(metrics ? { onRun: (outcome: CodeRunOutcome) => metrics.codeRun(outcome) } : {}),
+  });
   const shutdown = new AbortController();
   const service = createExecutorService(environments, { executorId }, shutdown.signal, codeRunner);
   // The same error boundary as the gRPC server's, so callers see the same statuses either way.
@@ -59,7 +69,7 @@ export async function startExecutor(options: ExecutorStartOptions): Promise<Runn
   let address: string | undefined;
   let port: number | undefined;
   if (options.listen) {
-    server = createBerthServer(logger, shutdown.signal, [ExecutorDefinition.fullName]).server;
+    server = createBerthServer(logger, shutdown.signal, [ExecutorDefinition.fullName], options.metricsRegistry).server;
     server.with(sharedSecretMiddleware(options.listen.sharedSecret)).add(ExecutorDefinition, service);
     port = await server.listen(`${options.listen.host}:${options.listen.port}`);
     address = `${options.listen.host}:${port}`;
@@ -90,13 +100,18 @@ export async function startExecutor(options: ExecutorStartOptions): Promise<Runn
  * directory with the executor (code_execution.code_container); loaded only
  * then, so other executors never load the Docker client for it.
  */
-async function startCodeContainers(config: BerthConfig, backend: Backend, logger: Logger): Promise<CodeContainers | undefined> {
+async function startCodeContainers(
+  config: BerthConfig,
+  backend: Backend,
+  logger: Logger,
+  metrics: ExecutorMetrics | undefined,
+): Promise<CodeContainers | undefined> {
   if (backend.capabilities.sharesRpcDir) return undefined;
   const { CodeContainers } = await import('./code-execution/code-containers.js');
   return CodeContainers.start({
     setting: config.code_execution.code_container,
     backend: backend.capabilities.name,
-    docker: dockerOptionsFromConfig(config, logger),
+    docker: dockerOptionsFromConfig(config, logger, metrics?.containerStarted),
     logger,
   });
 }

@@ -28,6 +28,7 @@ import type {
 import type { Backend, BackendCapabilities, BackendEnvironment, TaskKey } from './backend.js';
 import { taskKeyString } from './backend.js';
 import { HeadTailBuffer, stripAnsi, truncateHeadTail, truncateOutput } from './output.js';
+import type { EnvironmentMetrics, ReleaseReason } from './executor-metrics.js';
 import { ProcessRegistry, type ProcessEvent, type ProcessRegistryOptions } from './process-registry.js';
 import { ShellStateRunner, type ShellStateRunnerOptions } from './shell-state-runner.js';
 
@@ -49,6 +50,8 @@ export interface TaskEnvironmentsOptions {
   readonly runner?: Omit<ShellStateRunnerOptions, 'logger'>;
   /** Watch-pattern matches and completions of background processes, for notifications. */
   readonly onProcessEvent?: (key: TaskKey, event: ProcessEvent) => void;
+  /** Told when environments are created and released; absent: metrics are off. */
+  readonly metrics?: EnvironmentMetrics;
 }
 
 /** Something that lives and goes with a task's environment (execute_code's code container). */
@@ -99,6 +102,7 @@ export class TaskEnvironments {
   readonly #processOptions: Omit<ProcessRegistryOptions, 'launch' | 'onEvent' | 'logger'>;
   readonly #runnerOptions: Omit<ShellStateRunnerOptions, 'logger'>;
   readonly #onProcessEvent: ((key: TaskKey, event: ProcessEvent) => void) | undefined;
+  readonly #metrics: EnvironmentMetrics | undefined;
   readonly #tasks = new Map<string, Promise<TaskState>>();
   /** Tasks whose environment is ready, for synchronous access (interrupt). */
   readonly #settled = new Map<string, TaskState>();
@@ -119,6 +123,7 @@ export class TaskEnvironments {
     this.#processOptions = options.processes ?? {};
     this.#runnerOptions = options.runner ?? {};
     this.#onProcessEvent = options.onProcessEvent;
+    this.#metrics = options.metrics;
   }
 
   get capabilities(): BackendCapabilities {
@@ -293,7 +298,7 @@ export class TaskEnvironments {
   }
 
   /** Kills the task's processes and removes its environment. False when it had none. */
-  async release(key: TaskKey): Promise<boolean> {
+  async release(key: TaskKey, reason: ReleaseReason = 'end_task'): Promise<boolean> {
     const id = taskKeyString(key);
     const entry = this.#tasks.get(id);
     if (!entry) return false;
@@ -307,6 +312,7 @@ export class TaskEnvironments {
         return; // Creation failed; nothing to release.
       }
       state.released = true;
+      this.#metrics?.environmentReleased(reason);
       clearTimeout(state.idleTimer);
       for (const c of state.foreground) c.abort();
       await state.registry.closeAll();
@@ -328,7 +334,7 @@ export class TaskEnvironments {
     const keys = await Promise.all(
       [...this.#tasks.values()].map((p) => p.then((s) => s.key).catch(() => undefined)),
     );
-    await Promise.all(keys.filter((k): k is TaskKey => k !== undefined).map((k) => this.release(k)));
+    await Promise.all(keys.filter((k): k is TaskKey => k !== undefined).map((k) => this.release(k, 'shutdown')));
     await Promise.all(this.#releasing.values());
   }
 
@@ -418,6 +424,7 @@ export class TaskEnvironments {
       );
     }
     logger.info({ environment: env.description }, 'task environment created');
+    this.#metrics?.environmentCreated();
     return {
       key,
       env,
@@ -446,7 +453,7 @@ export class TaskEnvironments {
       if (this.#settled.get(id) !== state) return;
       this.#logger.info({ tenant: state.key.tenant, task: state.key.taskId }, 'releasing idle task environment');
       this.#rememberReaped(id);
-      this.release(state.key).catch((err: unknown) =>
+      this.release(state.key, 'idle').catch((err: unknown) =>
         this.#logger.warn({ err, tenant: state.key.tenant, task: state.key.taskId }, 'releasing an idle task failed'),
       );
     }, this.#lifetimeMs);

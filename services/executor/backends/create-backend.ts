@@ -6,6 +6,7 @@ import type { BerthConfig } from '../../common/config.js';
 import { FailedPreconditionError } from '../../common/errors.js';
 import type { Logger } from '../../common/logging.js';
 import type { Backend } from '../backend.js';
+import type { ContainerStartSink } from '../executor-metrics.js';
 import type { DockerBackendOptions } from './docker/docker-backend.js';
 
 /**
@@ -13,7 +14,11 @@ import type { DockerBackendOptions } from './docker/docker-backend.js';
  * and `docker.*`: for the docker backend's task containers and for
  * execute_code's code containers beside the ssh and singularity backends.
  */
-export function dockerOptionsFromConfig(config: BerthConfig, logger: Logger): DockerBackendOptions {
+export function dockerOptionsFromConfig(
+  config: BerthConfig,
+  logger: Logger,
+  onContainerStart?: ContainerStartSink,
+): DockerBackendOptions {
   return {
     image: config.terminal.docker_image,
     ...(config.docker.socket_path ? { socketPath: config.docker.socket_path } : {}),
@@ -30,11 +35,13 @@ export function dockerOptionsFromConfig(config: BerthConfig, logger: Logger): Do
     envPassthrough: config.terminal.env_passthrough,
     volumes: config.terminal.docker_volumes,
     extraArgs: config.terminal.docker_extra_args,
+    ...(onContainerStart ? { onContainerStart } : {}),
     logger,
   };
 }
 
-export async function createBackend(config: BerthConfig, logger: Logger): Promise<Backend> {
+/** `onContainerStart`: told of each docker container made ready for a task (metrics). */
+export async function createBackend(config: BerthConfig, logger: Logger, onContainerStart?: ContainerStartSink): Promise<Backend> {
   const name = config.terminal.backend;
   switch (name) {
     case 'local': {
@@ -48,7 +55,7 @@ export async function createBackend(config: BerthConfig, logger: Logger): Promis
     }
     case 'docker': {
       const { DockerBackend } = await import('./docker/docker-backend.js');
-      return DockerBackend.start(dockerOptionsFromConfig(config, logger));
+      return DockerBackend.start(dockerOptionsFromConfig(config, logger, onContainerStart));
     }
     case 'ssh': {
       const { createSshBackend } = await import('./ssh/create-ssh-backend.js');

@@ -34,6 +34,7 @@ import type { TaskCodeRunRequest, TaskCodeRunResult } from '../../dispatcher/tas
 import type { BackendEnvironment, TaskKey } from '../backend.js';
 import type { ShellStateRunner } from '../shell-state-runner.js';
 import type { ForegroundTask, TaskEnvironments } from '../task-environment.js';
+import type { CodeRunOutcome } from '../executor-metrics.js';
 import { buildCodeEnv, encodeEnvRecords } from './code-env.js';
 import type { CodeContainer, CodeContainers } from './code-containers.js';
 import { buildLauncherScript, buildProbeScript, parseProbeOutput, type CodeMode, type ProbeResult } from './code-launch.js';
@@ -89,6 +90,15 @@ export interface CodeRunnerOptions {
   readonly codeContainers?: CodeContainers;
   /** Default {@link CODE_KILL_GRACE_MS}; tests shorten it. */
   readonly killGraceMs?: number;
+  /** Told how each run ended; absent: metrics are off. */
+  readonly onRun?: (outcome: CodeRunOutcome) => void;
+}
+
+/** How a run ended, for metrics. */
+export function codeRunOutcome(result: TaskCodeRunResult): CodeRunOutcome {
+  if (result.timedOut) return 'timeout';
+  if (result.interrupted) return 'interrupted';
+  return result.exitCode === 0 ? 'success' : 'error';
 }
 
 export class CodeRunner {
@@ -96,6 +106,7 @@ export class CodeRunner {
   readonly #logger: Logger;
   readonly #killGraceMs: number;
   readonly #codeContainers: CodeContainers | undefined;
+  readonly #onRun: ((outcome: CodeRunOutcome) => void) | undefined;
   /** Each environment's last probe, reused while what it depends on is unchanged (see #probe). */
   readonly #probes = new WeakMap<BackendEnvironment, { readonly key: string; readonly probe: ProbeResult }>();
 
@@ -104,10 +115,25 @@ export class CodeRunner {
     this.#logger = options.logger;
     this.#killGraceMs = options.killGraceMs ?? CODE_KILL_GRACE_MS;
     this.#codeContainers = options.codeContainers;
+    this.#onRun = options.onRun;
   }
 
   /** Runs one script to the end (exit, timeout or interrupt). Setup failures reject with domain errors. */
   async run(key: TaskKey, request: TaskCodeRunRequest): Promise<TaskCodeRunResult> {
+    const onRun = this.#onRun;
+    if (onRun === undefined) return this.#runScript(key, request);
+    let result: TaskCodeRunResult;
+    try {
+      result = await this.#runScript(key, request);
+    } catch (err) {
+      onRun('failed');
+      throw err;
+    }
+    onRun(codeRunOutcome(result));
+    return result;
+  }
+
+  async #runScript(key: TaskKey, request: TaskCodeRunRequest): Promise<TaskCodeRunResult> {
     if (request.code.trim() === '') throw new InvalidArgumentError('code must not be empty');
     if (request.timeoutMs <= 0) throw new InvalidArgumentError('timeout_ms must be positive');
     const backend = this.#environments.capabilities.name;

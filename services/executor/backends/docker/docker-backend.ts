@@ -19,6 +19,7 @@ import Dockerode from 'dockerode';
 import { FailedPreconditionError, UnavailableError } from '../../../common/errors.js';
 import type { Logger } from '../../../common/logging.js';
 import type { Backend, BackendCapabilities, BackendEnvironment, TaskKey } from '../../backend.js';
+import type { ContainerStartSink } from '../../executor-metrics.js';
 import { taskKeyString } from '../../backend.js';
 import { defaultStateRoot } from '../local/local-backend.js';
 import {
@@ -98,6 +99,8 @@ export interface DockerBackendOptions {
    * `<stateRoot>/docker/code`, and no warm pool. Default `task`.
    */
   readonly role?: ContainerRole;
+  /** Told each time a container is made ready for a task (metrics). */
+  readonly onContainerStart?: ContainerStartSink;
   readonly logger: Logger;
 }
 
@@ -310,6 +313,7 @@ export class DockerBackend implements Backend {
       ownsHostDir: true,
       onDisposed: () => this.#environments.delete(id),
       onRemoveFailed: (containerId) => this.#leftovers.add(containerId),
+      onReplaced: () => this.#options.onContainerStart?.(this.#role, 'replacement'),
     });
     this.#environments.set(id, environment);
     await environment.init().catch(() => undefined);
@@ -317,6 +321,7 @@ export class DockerBackend implements Backend {
       { containerId: container.id.slice(0, 12), channel: container.channel.kind, fromPool, ms: Date.now() - started },
       this.#role === 'code' ? 'execute_code code container ready' : 'task container ready',
     );
+    this.#options.onContainerStart?.(this.#role, fromPool ? 'warm' : 'cold');
     return environment;
   }
 

@@ -54,6 +54,8 @@ export interface DockerEnvironmentOptions {
   readonly onDisposed: () => void;
   /** Called with a container id whose removal failed, for a later retry. */
   readonly onRemoveFailed: (containerId: string) => void;
+  /** Called when a lost container has been replaced by a new one. */
+  readonly onReplaced?: () => void;
 }
 
 function describeFate(fate: ContainerFate | undefined): string {
@@ -218,6 +220,7 @@ export class DockerEnvironment implements BackendEnvironment {
         this.#assertLive();
       }
       this.#container = next;
+      this.#o.onReplaced?.();
       await this.init().catch(() => undefined);
       const kept = this.#o.persistentVolumes
         ? `files in ${this.initialCwd} and ${this.homeDir} were kept`
