@@ -10,6 +10,7 @@ import { ClientError, Metadata, Status, createChannel, createClient } from 'nice
 import { ConfigError, loadConfig, BACKEND_NAMES, type BerthConfig, type BackendName } from '../common/config.js';
 import { CHANNEL_OPTIONS } from '../common/grpc-server.js';
 import { createLogger, type Logger } from '../common/logging.js';
+import { startWithMetrics, type MetricsEndpoint, type MetricsRole } from '../common/metrics-server.js';
 import { DispatcherDefinition } from '../gen/berth/v1/dispatcher.js';
 import { startDispatcher } from '../dispatcher/dispatcher-main.js';
 import { startExecutor } from '../executor/executor-main.js';
@@ -26,13 +27,16 @@ const DEFAULT_SERVER = '127.0.0.1:7700';
 const HELP = `berth — runs AI agents' tool calls in sandboxes, as a gRPC service
 
 Usage:
-  berth serve [--port N] [--host H] [--config FILE] [--backend NAME] [--log-level L]
+  berth serve [--port N] [--host H] [--config FILE] [--backend NAME] [--log-level L] [--metrics-port N]
       Dispatcher plus one in-process executor (backend local by default) on
-      127.0.0.1:7700. The two still talk gRPC over loopback.
-  berth dispatcher [--config FILE] [--port N] [--host H] [--log-level L]
+      127.0.0.1:7700; the dispatcher calls the executor directly.
+  berth dispatcher [--config FILE] [--port N] [--host H] [--log-level L] [--metrics-port N]
       Dispatcher only; executors come from 'executors:' in the config file.
-  berth executor --backend NAME [--config FILE] [--port N] [--host H] [--log-level L]
+  berth executor --backend NAME [--config FILE] [--port N] [--host H] [--log-level L] [--metrics-port N]
       One executor for one terminal backend (default port 7701).
+  --metrics-port N turns metrics on and serves them on http://HOST:N/metrics
+      (HOST: metrics.host, 127.0.0.1 by default). Without it, metrics.enabled
+      uses port 9464 for serve and dispatcher, 9465 for executor.
   berth tools [--toolsets a,b] [--disable a,b]
       Print the OpenAI tool schemas the server offers, as a JSON array.
   berth call TOOL [ARGS_JSON] [--task ID] [--session ID]
@@ -78,14 +82,22 @@ function parse<T extends NonNullable<ParseArgsConfig['options']>>(argv: string[]
   }
 }
 
-function portOf(value: string | undefined, fallback: number): number {
+function portOf(value: string | undefined, fallback: number, flag = '--port'): number {
   if (value === undefined) return fallback;
   const n = Number(value);
-  if (!Number.isInteger(n) || n < 0 || n > 65535) throw new UsageError(`--port must be 0-65535, got '${value}'`);
+  if (value.trim() === '' || !Number.isInteger(n) || n < 0 || n > 65535) throw new UsageError(`${flag} must be 0-65535, got '${value}'`);
   return n;
 }
 
-function loadServerConfig(values: { config?: string | undefined; backend?: string | undefined; 'log-level'?: string | undefined }): BerthConfig {
+interface ServerFlags {
+  config?: string | undefined;
+  backend?: string | undefined;
+  'log-level'?: string | undefined;
+  'metrics-port'?: string | undefined;
+}
+
+/** `role`: whose metrics port --metrics-port sets (the executor has its own). */
+function loadServerConfig(values: ServerFlags, role: MetricsRole = 'dispatcher'): BerthConfig {
   const env = { ...process.env };
   if (values.backend !== undefined) {
     if (!(BACKEND_NAMES as readonly string[]).includes(values.backend)) {
@@ -94,6 +106,10 @@ function loadServerConfig(values: { config?: string | undefined; backend?: strin
     env.TERMINAL_ENV = values.backend;
   }
   if (values['log-level'] !== undefined) env.BERTH_LOG_LEVEL = values['log-level'];
+  if (values['metrics-port'] !== undefined) {
+    env.BERTH_METRICS_ENABLED = 'true';
+    env[role === 'executor' ? 'BERTH_METRICS_EXECUTOR_PORT' : 'BERTH_METRICS_PORT'] = String(portOf(values['metrics-port'], 0, '--metrics-port'));
+  }
   return loadConfig(values.config, env);
 }
 
@@ -115,6 +131,7 @@ const serverOptions = {
   config: { type: 'string' },
   backend: { type: 'string' },
   'log-level': { type: 'string' },
+  'metrics-port': { type: 'string' },
 } as const;
 
 async function cmdServe(argv: string[]): Promise<number> {
@@ -123,14 +140,15 @@ async function cmdServe(argv: string[]): Promise<number> {
   const config = loadServerConfig(values);
   const logger = createLogger(config.log_level);
   const configPath = values.config ?? process.env.BERTH_CONFIG;
-  const { dispatcher, close } = await startServe({
+  const { dispatcher, metrics, close } = await startServe({
     config,
     logger,
     host: values.host ?? config.server.host,
     port: portOf(values.port, config.server.port),
     ...(configPath ? { configPath } : {}),
   });
-  // Tests and scripts read this line to find an ephemeral port.
+  // Tests and scripts read these lines to find ephemeral ports (the metrics line first).
+  printMetricsUrl(metrics);
   process.stdout.write(`berth serving on ${dispatcher.address} (backend ${config.terminal.backend})\n`);
   await untilSignal(logger);
   await close();
@@ -146,21 +164,26 @@ async function cmdDispatcher(argv: string[]): Promise<number> {
     throw new UsageError("no executors configured: list them under 'executors:' in the config file, or use 'berth serve'");
   }
   const logger = createLogger(config.log_level);
-  const dispatcher = await startDispatcher({
-    config,
-    logger,
-    host: values.host ?? config.server.host,
-    port: portOf(values.port, config.server.port),
-    executors: config.executors.map((e) => ({
-      address: e.address,
-      backend: e.backend as BackendName,
-      sharedSecret: config.executor.shared_secret,
-    })),
-    ...(configPath ? { configPath } : {}),
-  });
+  const { running: dispatcher, metrics } = await startWithMetrics(config.metrics, 'dispatcher', logger, (registry) =>
+    startDispatcher({
+      config,
+      logger,
+      host: values.host ?? config.server.host,
+      port: portOf(values.port, config.server.port),
+      executors: config.executors.map((e) => ({
+        address: e.address,
+        backend: e.backend as BackendName,
+        sharedSecret: config.executor.shared_secret,
+      })),
+      ...(configPath ? { configPath } : {}),
+      ...(registry ? { metricsRegistry: registry } : {}),
+    }),
+  );
+  printMetricsUrl(metrics);
   process.stdout.write(`berth dispatcher serving on ${dispatcher.address}\n`);
   await untilSignal(logger);
   await dispatcher.close();
+  await metrics?.close();
   return 0;
 }
 
@@ -168,21 +191,30 @@ async function cmdExecutor(argv: string[]): Promise<number> {
   const { values } = parse(argv, serverOptions);
   if (values.help) return printHelp();
   if (values.backend === undefined) throw new UsageError('executor needs --backend NAME');
-  const config = loadServerConfig(values);
+  const config = loadServerConfig(values, 'executor');
   const logger = createLogger(config.log_level);
   const host = values.host ?? config.executor.host;
   if (!config.executor.shared_secret && !['127.0.0.1', 'localhost', '::1'].includes(host)) {
     logger.warn({ host }, 'executor listens beyond loopback without executor.shared_secret: anyone who can reach it can run commands');
   }
-  const executor = await startExecutor({
-    config,
-    logger,
-    listen: { host, port: portOf(values.port, config.executor.port), sharedSecret: config.executor.shared_secret },
-  });
+  const { running: executor, metrics } = await startWithMetrics(config.metrics, 'executor', logger, (registry) =>
+    startExecutor({
+      config,
+      logger,
+      listen: { host, port: portOf(values.port, config.executor.port), sharedSecret: config.executor.shared_secret },
+      ...(registry ? { metricsRegistry: registry } : {}),
+    }),
+  );
+  printMetricsUrl(metrics);
   process.stdout.write(`berth executor (${config.terminal.backend}) serving on ${executor.address ?? ''}\n`);
   await untilSignal(logger);
   await executor.close();
+  await metrics?.close();
   return 0;
+}
+
+function printMetricsUrl(metrics: MetricsEndpoint | undefined): void {
+  if (metrics) process.stdout.write(`berth metrics on ${metrics.url}\n`);
 }
 
 function clientFor(server: string | undefined) {

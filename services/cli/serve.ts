@@ -3,10 +3,12 @@
  * dispatcher calls the executor directly (an in-process client), not over
  * loopback gRPC: the split deployment (`berth dispatcher` + `berth executor`)
  * is the one that needs the network, and serialising a call to ourselves cost
- * more CPU than the rest of a `terminal` call on a warm container.
+ * more CPU than the rest of a `terminal` call on a warm container. With
+ * metrics on, both halves record on one registry behind one `/metrics`.
  */
 import type { BerthConfig } from '../common/config.js';
 import type { Logger } from '../common/logging.js';
+import { startWithMetrics, type MetricsEndpoint } from '../common/metrics-server.js';
 import { startDispatcher, type RunningDispatcher } from '../dispatcher/dispatcher-main.js';
 import { startExecutor, type RunningExecutor } from '../executor/executor-main.js';
 
@@ -22,33 +24,42 @@ export interface ServeOptions {
 export interface RunningServe {
   readonly dispatcher: RunningDispatcher;
   readonly executor: RunningExecutor;
+  /** The `/metrics` endpoint, when `metrics.enabled`. */
+  readonly metrics: MetricsEndpoint | undefined;
   /** Stops taking calls, lets in-flight ones finish for `graceMs`, then kills every task's processes. */
   close(graceMs?: number): Promise<void>;
 }
 
 export async function startServe(options: ServeOptions): Promise<RunningServe> {
   const { config, logger } = options;
-  const executor = await startExecutor({ config, logger });
-  let dispatcher: RunningDispatcher;
-  try {
-    dispatcher = await startDispatcher({
-      config,
-      logger,
-      host: options.host,
-      port: options.port,
-      executors: [{ id: `in-process:${executor.executorId}`, backend: config.terminal.backend, client: executor.client }],
-      ...(options.configPath !== undefined ? { configPath: options.configPath } : {}),
-    });
-  } catch (err) {
-    await executor.close();
-    throw err;
-  }
+  const { running, metrics } = await startWithMetrics(config.metrics, 'dispatcher', logger, async (metricsRegistry) => {
+    const registry = metricsRegistry ? { metricsRegistry } : {};
+    const executor = await startExecutor({ config, logger, ...registry });
+    try {
+      const dispatcher = await startDispatcher({
+        config,
+        logger,
+        host: options.host,
+        port: options.port,
+        executors: [{ id: `in-process:${executor.executorId}`, backend: config.terminal.backend, client: executor.client }],
+        ...(options.configPath !== undefined ? { configPath: options.configPath } : {}),
+        ...registry,
+      });
+      return { dispatcher, executor };
+    } catch (err) {
+      await executor.close();
+      throw err;
+    }
+  });
+  const { dispatcher, executor } = running;
   return {
     dispatcher,
     executor,
+    metrics,
     async close(graceMs) {
       await dispatcher.close(graceMs);
       await executor.close();
+      await metrics?.close();
     },
   };
 }

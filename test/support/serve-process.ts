@@ -17,6 +17,8 @@ export const BERTH_BIN = join(REPO_ROOT, 'bin', 'berth');
 
 export interface ServeProcess extends AsyncDisposable {
   readonly address: string;
+  /** http://host:port/metrics, when the server was started with metrics on. */
+  readonly metricsUrl: string | undefined;
   readonly child: ChildProcess;
   readonly client: DispatcherClient;
   readonly channel: Channel;
@@ -41,6 +43,7 @@ export async function startServe(
   });
   let stderr = '';
   child.stderr!.setEncoding('utf8').on('data', (d: string) => (stderr += d));
+  let metricsUrl: string | undefined;
   const address = await new Promise<string>((resolve, reject) => {
     let stdout = '';
     const timer = setTimeout(() => reject(new Error(`berth serve did not start in 20 s; stderr:\n${stderr}`)), 20_000);
@@ -49,6 +52,8 @@ export async function startServe(
       const m = /serving on (\S+)/.exec(stdout);
       if (m) {
         clearTimeout(timer);
+        // The server prints its metrics line before the serving line.
+        metricsUrl = /berth metrics on (\S+)/.exec(stdout)?.[1];
         resolve(m[1]!);
       }
     });
@@ -74,6 +79,7 @@ export async function startServe(
   };
   return {
     address,
+    metricsUrl,
     child,
     client,
     channel,
