@@ -11,6 +11,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import Dockerode from 'dockerode';
 import { LABEL, taskContainerName } from '../../services/executor/backends/docker/container-spec.js';
 import { containerState, dockerUnavailableReason, removeLabelled, runTaskIds } from '../support/docker-fixtures.js';
+import { sample } from '../support/metrics-text.js';
 import { startServe, type ServeProcess } from '../support/serve-process.js';
 
 const docker = new Dockerode();
@@ -21,7 +22,7 @@ describe('berth serve --backend docker', { skip: unavailable }, () => {
   let serve: ServeProcess;
 
   before(async () => {
-    serve = await startServe(['--backend', 'docker'], { env: { TERMINAL_CONTAINER_PERSISTENT: 'false' } });
+    serve = await startServe(['--backend', 'docker', '--metrics-port', '0'], { env: { TERMINAL_CONTAINER_PERSISTENT: 'false' } });
   });
 
   after(async () => {
@@ -88,5 +89,26 @@ describe('berth serve --backend docker', { skip: unavailable }, () => {
     const ended = await serve.client.endTask({ taskId: t2 });
     assert.equal(ended.released, true);
     assert.equal(await containerState(docker, name), undefined);
+  });
+
+  test('/metrics counts container starts and live environments', async () => {
+    const scrape = async () => {
+      const response = await fetch(serve.metricsUrl!);
+      assert.equal(response.status, 200);
+      return response.text();
+    };
+    const cold = { backend: 'docker', role: 'task', kind: 'cold' };
+    const live = { backend: 'docker' };
+    const before = await scrape();
+    const t3 = task('metrics');
+    await call('terminal', { command: 'true' }, t3);
+    await call('terminal', { command: 'true' }, t3);
+    const during = await scrape();
+    assert.equal((sample(during, 'berth_container_starts_total', cold) ?? 0) - (sample(before, 'berth_container_starts_total', cold) ?? 0), 1);
+    assert.equal((sample(during, 'berth_task_environments', live) ?? 0) - (sample(before, 'berth_task_environments', live) ?? 0), 1);
+    assert.ok(!during.includes(t3), 'task ids are not labels');
+    await serve.client.endTask({ taskId: t3 });
+    const after = await scrape();
+    assert.equal(sample(after, 'berth_task_environments', live), sample(before, 'berth_task_environments', live) ?? 0);
   });
 });
