@@ -15,7 +15,8 @@
  * 3. The runner strips the marker from the output, also when it arrives split
  *    across chunks, records the cwd and makes the new file the current
  *    snapshot. Superseded files are removed in batches by a later command's
- *    script, once nothing can still read them.
+ *    script (one `rm` per {@link SNAPSHOT_CLEANUP_BATCH} commands), once
+ *    nothing can still read them.
  *
  * Only bash builtins run on a command's path: no `mv` or `rm` per call. A
  * fork and exec of one costs as much as the `bash -c` itself (measured in
@@ -394,12 +395,19 @@ export interface ShellStateRunnerOptions {
    * because one argv string is limited to 128 KiB on Linux; default 96 KiB.
    */
   readonly stagingThresholdBytes?: number;
+  /** Superseded snapshots are deleted once this many have gathered; default {@link SNAPSHOT_CLEANUP_BATCH}. */
+  readonly snapshotCleanupBatch?: number;
 }
 
 /** How long a snapshot a background command started from is kept after it is superseded. */
 const BACKGROUND_SNAPSHOT_HOLD_MS = 60_000;
-/** Superseded snapshots are deleted once this many have gathered... */
-const SNAPSHOT_CLEANUP_BATCH = 16;
+/**
+ * Superseded snapshots are deleted once this many have gathered... The `rm`
+ * is a process start on that command's path (6-9 ms on the 2-core machines
+ * here): at one command in 128 it stays out of the p99 of command latency.
+ * The files are a few KB each.
+ */
+export const SNAPSHOT_CLEANUP_BATCH = 128;
 /** ...and at most this many by one command. */
 const SNAPSHOT_CLEANUP_MAX = 256;
 
@@ -412,6 +420,7 @@ export class ShellStateRunner {
   readonly #logger: Logger | undefined;
   readonly #bootstrapTimeoutMs: number;
   readonly #stagingThresholdBytes: number;
+  readonly #cleanupBatch: number;
   readonly #marker: CwdMarker;
   /** The snapshot new commands start from. */
   #snapshotPath: string;
@@ -432,6 +441,7 @@ export class ShellStateRunner {
     this.#logger = options.logger;
     this.#bootstrapTimeoutMs = options.bootstrapTimeoutMs ?? 30_000;
     this.#stagingThresholdBytes = options.stagingThresholdBytes ?? 96 * 1024;
+    this.#cleanupBatch = options.snapshotCleanupBatch ?? SNAPSHOT_CLEANUP_BATCH;
     this.#marker = cwdMarker(randomBytes(12).toString('hex'));
     this.#cwd = env.initialCwd;
     if (env.preparedSnapshot !== undefined) {
@@ -615,7 +625,7 @@ export class ShellStateRunner {
 
   /**
    * Retired files nobody reads any more, once there are enough of them to be
-   * worth one `rm` (amortised: one fork per {@link SNAPSHOT_CLEANUP_BATCH} commands).
+   * worth one `rm` (amortised: one process start per {@link SNAPSHOT_CLEANUP_BATCH} commands by default).
    */
   #takeRemovable(): string[] {
     const now = Date.now();
@@ -624,7 +634,7 @@ export class ShellStateRunner {
       if (notBefore <= now && !this.#readers.has(path) && !this.#removing.has(path)) ready.push(path);
       if (ready.length >= SNAPSHOT_CLEANUP_MAX) break;
     }
-    if (ready.length < SNAPSHOT_CLEANUP_BATCH) return [];
+    if (ready.length < this.#cleanupBatch) return [];
     for (const path of ready) this.#removing.add(path);
     return ready;
   }
