@@ -303,6 +303,10 @@ export class CodeRunner {
    * path means no command changed the state since. Then the last probe is
    * reused, which saves a process start on every execute_code call after the
    * first (a fork and exec of bash cost 6-10 ms on the 2-core machines here).
+   * What the cache cannot see: a virtualenv removed or repaired by other means
+   * than a command (a script's own subprocess, write_file) between two runs.
+   * A removed one then fails the launcher with its path in the error; the next
+   * command through terminal refreshes the probe.
    */
   async #probe(target: RunTarget, mode: CodeMode): Promise<ProbeResult | 'interrupted'> {
     const key =
