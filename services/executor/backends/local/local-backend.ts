@@ -322,6 +322,15 @@ interface RunningGroup {
 /** setTimeout fires at once for delays beyond 2^31-1 ms; clamp instead. */
 const MAX_TIMER_MS = 2 ** 31 - 1;
 
+/** A command started under a PTY by {@link LocalEnvironment}. */
+interface SpawnedPty {
+  readonly term: NodePty.IPty;
+  /** Strips the wrapper's end token from the output. */
+  readonly filter: PtyDoneFilter;
+  /** Written back to the wrapper to say its end token was seen. */
+  readonly nonce: string;
+}
+
 class LocalEnvironment implements BackendEnvironment {
   readonly description: string;
   readonly homeDir: string;
@@ -489,27 +498,41 @@ class LocalEnvironment implements BackendEnvironment {
     });
   }
 
-  #execPty(options: ExecOptions): Promise<ExecResult> {
+  /**
+   * `bash -c script` under a new PTY, wrapped so that the end of its output
+   * can be told apart (PTY_WRAPPER); the filter strips the end token. Throws
+   * the backend's spawn error.
+   */
+  #spawnPty(script: string, env: Readonly<Record<string, string>> | undefined): SpawnedPty {
     const ptyLib = requireNodePty();
     const nonce = randomBytes(8).toString('hex');
     const token = `__berth_pty_done_${nonce}__`;
+    try {
+      const term = ptyLib.spawn('bash', ['-c', PTY_WRAPPER, 'berth-pty', script, token, nonce], {
+        name: 'xterm-256color',
+        cols: 200,
+        rows: 50,
+        cwd: this.#spawnCwd(),
+        env: this.#env(env),
+        encoding: null,
+      });
+      return { term, filter: new PtyDoneFilter(token), nonce };
+    } catch (err) {
+      throw this.#spawnError(err);
+    }
+  }
+
+  #execPty(options: ExecOptions): Promise<ExecResult> {
     return new Promise<ExecResult>((resolve, reject) => {
-      let term: NodePty.IPty;
+      let spawned: SpawnedPty;
       try {
-        term = ptyLib.spawn('bash', ['-c', PTY_WRAPPER, 'berth-pty', options.script, token, nonce], {
-          name: 'xterm-256color',
-          cols: 200,
-          rows: 50,
-          cwd: this.#spawnCwd(),
-          env: this.#env(options.env),
-          encoding: null,
-        });
+        spawned = this.#spawnPty(options.script, options.env);
       } catch (err) {
-        reject(this.#spawnError(err));
+        reject(err);
         return;
       }
+      const { term, filter, nonce } = spawned;
       const pid = term.pid;
-      const filter = new PtyDoneFilter(token);
       let timedOut = false;
       let interrupted = false;
       let killing: Promise<void> | undefined;
@@ -639,24 +662,8 @@ class LocalEnvironment implements BackendEnvironment {
   }
 
   #backgroundPty(options: BackgroundOptions): BackgroundHandle {
-    const ptyLib = requireNodePty();
-    const nonce = randomBytes(8).toString('hex');
-    const token = `__berth_pty_done_${nonce}__`;
-    let term: NodePty.IPty;
-    try {
-      term = ptyLib.spawn('bash', ['-c', PTY_WRAPPER, 'berth-pty', options.script, token, nonce], {
-        name: 'xterm-256color',
-        cols: 200,
-        rows: 50,
-        cwd: this.#spawnCwd(),
-        env: this.#env(options.env),
-        encoding: null,
-      });
-    } catch (err) {
-      throw this.#spawnError(err);
-    }
+    const { term, filter, nonce } = this.#spawnPty(options.script, options.env);
     const pid = term.pid;
-    const filter = new PtyDoneFilter(token);
     let exited = false;
     let stdinClosed = false;
     let lastInputEndedLine = true;
