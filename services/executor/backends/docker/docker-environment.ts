@@ -23,15 +23,13 @@ import type {
   FileStat,
   TaskKey,
 } from '../../backend.js';
+import { ExecDeadline } from '../../exec-deadline.js';
 import { buildPreparedSnapshot } from '../../shell-state-runner.js';
 import { backgroundExitCode, foregroundExitCode } from './agent-protocol.js';
 import { OOM_KILLS, PIDS_LIMIT_HITS, parseCounter, type CgroupCounter } from './cgroup-counters.js';
 import { SANDBOX_RPC_DIR, type PersistentVolumeNames } from './container-spec.js';
 import type { ContainerFactory, ContainerFate, SandboxContainer } from './sandbox-container.js';
 import { SandboxLostError, type ProcessExit, type SandboxChannel, type SandboxProcess } from './sandbox-channel.js';
-
-/** setTimeout fires at once for delays beyond 2^31-1 ms; clamp instead. */
-const MAX_TIMER_MS = 2 ** 31 - 1;
 
 export interface DockerEnvironmentOptions {
   readonly key: TaskKey;
@@ -279,20 +277,9 @@ export class DockerEnvironment implements BackendEnvironment {
       proc = await spawn(container.channel);
     }
 
-    let timedOut = false;
-    let interrupted = false;
     let killing: Promise<void> | undefined;
     const kill = () => (killing ??= proc.kill(options.killGraceMs ?? this.#o.killGraceMs).catch(() => undefined));
-    const timer = setTimeout(() => {
-      timedOut = true;
-      void kill();
-    }, Math.min(options.timeoutMs, MAX_TIMER_MS));
-    const onAbort = () => {
-      if (!timedOut) interrupted = true;
-      void kill();
-    };
-    options.signal?.addEventListener('abort', onAbort, { once: true });
-    if (options.signal?.aborted) onAbort();
+    const deadline = new ExecDeadline(options, () => void kill());
 
     let exit: ProcessExit | undefined;
     let lostError: unknown;
@@ -302,8 +289,7 @@ export class DockerEnvironment implements BackendEnvironment {
       if (!(err instanceof SandboxLostError)) throw err;
       lostError = err;
     } finally {
-      clearTimeout(timer);
-      options.signal?.removeEventListener('abort', onAbort);
+      deadline.dispose();
     }
     if (killing) await killing;
 
@@ -311,11 +297,11 @@ export class DockerEnvironment implements BackendEnvironment {
       // The container went away under the command: nothing of it runs any more.
       if (this.#disposing) throw lostError;
       await this.#recreate(container, ' while the command ran');
-      return { exitCode: timedOut ? 124 : interrupted ? 130 : 137, timedOut, interrupted };
+      return deadline.result(137);
     }
-    const exitCode = timedOut ? 124 : interrupted ? 130 : foregroundExitCode(exit.code, exit.signal);
-    await this.#limitNotices(container.channel, exit, exitCode);
-    return { exitCode, timedOut, interrupted };
+    const result = deadline.result(foregroundExitCode(exit.code, exit.signal));
+    await this.#limitNotices(container.channel, exit, result.exitCode);
+    return result;
   }
 
   async startBackground(options: BackgroundOptions): Promise<BackgroundHandle> {

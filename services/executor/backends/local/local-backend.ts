@@ -33,6 +33,7 @@ import type {
 } from '../../backend.js';
 import { taskKeyString } from '../../backend.js';
 import { partialPrefixLength } from '../../output.js';
+import { ExecDeadline } from '../../exec-deadline.js';
 import { isProviderSecretName } from '../../shell-state-runner.js';
 
 /**
@@ -319,8 +320,6 @@ interface RunningGroup {
   leaderExited: boolean;
 }
 
-/** setTimeout fires at once for delays beyond 2^31-1 ms; clamp instead. */
-const MAX_TIMER_MS = 2 ** 31 - 1;
 
 /** A command started under a PTY by {@link LocalEnvironment}. */
 interface SpawnedPty {
@@ -428,8 +427,6 @@ class LocalEnvironment implements BackendEnvironment {
         return;
       }
       const pid = child.pid;
-      let timedOut = false;
-      let interrupted = false;
       let killing: Promise<void> | undefined;
       let drainTimer: NodeJS.Timeout | undefined;
       let closed = false;
@@ -446,24 +443,12 @@ class LocalEnvironment implements BackendEnvironment {
         });
         return killing;
       };
-      const timer = setTimeout(() => {
-        timedOut = true;
-        void kill();
-      }, Math.min(options.timeoutMs, MAX_TIMER_MS));
-      const onAbort = () => {
-        if (!timedOut) interrupted = true;
-        void kill();
-      };
-      options.signal?.addEventListener('abort', onAbort, { once: true });
-      const cleanup = () => {
-        clearTimeout(timer);
-        options.signal?.removeEventListener('abort', onAbort);
-      };
+      const deadline = new ExecDeadline(options, () => void kill());
 
       child.once('error', (err) => {
         // Spawn failure: no 'close' follows a failed spawn when pid is undefined.
         if (pid === undefined) {
-          cleanup();
+          deadline.dispose();
           reject(this.#spawnError(err));
         } else {
           this.#options.logger?.warn({ err }, 'child process error');
@@ -481,15 +466,11 @@ class LocalEnvironment implements BackendEnvironment {
       // 'close' fires once the process exited and both pipes ended: no output is lost.
       child.once('close', (code: number | null, signal: NodeJS.Signals | null) => {
         closed = true;
-        cleanup();
+        deadline.dispose();
         if (drainTimer) clearTimeout(drainTimer);
         const settle = () => {
           this.#forgetIfEmpty(pid);
-          resolve({
-            exitCode: timedOut ? 124 : interrupted ? 130 : (code ?? shellSignalExitCode(signal)),
-            timedOut,
-            interrupted,
-          });
+          resolve(deadline.result(code ?? shellSignalExitCode(signal)));
         };
         // If we are mid-kill, let SIGKILL reach stragglers before reporting.
         if (killing) void killing.then(settle);
@@ -533,22 +514,11 @@ class LocalEnvironment implements BackendEnvironment {
       }
       const { term, filter, nonce } = spawned;
       const pid = term.pid;
-      let timedOut = false;
-      let interrupted = false;
       let killing: Promise<void> | undefined;
       const kill = (): Promise<void> =>
         (killing ??= terminateGroup(pid, options.killGraceMs ?? this.#options.killGraceMs));
       this.#groups.set(pid, { pgid: pid, kill, leaderExited: false });
-
-      const timer = setTimeout(() => {
-        timedOut = true;
-        void kill();
-      }, Math.min(options.timeoutMs, MAX_TIMER_MS));
-      const onAbort = () => {
-        if (!timedOut) interrupted = true;
-        void kill();
-      };
-      options.signal?.addEventListener('abort', onAbort, { once: true });
+      const deadline = new ExecDeadline(options, () => void kill());
 
       const dataSub = term.onData((data: string | Buffer) => {
         const chunk = typeof data === 'string' ? Buffer.from(data) : data;
@@ -556,8 +526,7 @@ class LocalEnvironment implements BackendEnvironment {
         this.#safeOutput(options.onOutput, forward);
       });
       const exitSub = term.onExit(({ exitCode, signal }) => {
-        clearTimeout(timer);
-        options.signal?.removeEventListener('abort', onAbort);
+        deadline.dispose();
         // Without the done token (killed), give the reader a moment for bytes already in flight.
         const settleDelayMs = filter.done ? 0 : 50;
         setTimeout(() => {
@@ -566,8 +535,7 @@ class LocalEnvironment implements BackendEnvironment {
           exitSub.dispose();
           const finish = () => {
             this.#forgetIfEmpty(pid);
-            const natural = signal ? 128 + signal : exitCode;
-            resolve({ exitCode: timedOut ? 124 : interrupted ? 130 : natural, timedOut, interrupted });
+            resolve(deadline.result(signal ? 128 + signal : exitCode));
           };
           if (killing) void killing.then(finish);
           else finish();

@@ -40,6 +40,7 @@ import type {
   TaskKey,
 } from '../../backend.js';
 import { taskKeyString } from '../../backend.js';
+import { ExecDeadline } from '../../exec-deadline.js';
 import { isProviderSecretName } from '../../shell-state-runner.js';
 import { PgidLineFilter } from '../ssh/pgid-line-filter.js';
 import { SifCache } from './sif-cache.js';
@@ -281,8 +282,6 @@ interface EnvironmentSetup {
   readonly release: () => Promise<void>;
 }
 
-/** setTimeout fires at once for delays beyond 2^31-1 ms; clamp instead. */
-const MAX_TIMER_MS = 2 ** 31 - 1;
 
 const signalNumbers: Readonly<Record<string, number>> = { SIGHUP: 1, SIGINT: 2, SIGKILL: 9, SIGTERM: 15, SIGPIPE: 13 };
 
@@ -412,8 +411,9 @@ class SingularityEnvironment implements BackendEnvironment {
     this.#assertLive();
     if (options.signal?.aborted) return { exitCode: 130, timedOut: false, interrupted: true };
     return new Promise<ExecResult>((resolve, reject) => {
-      let timedOut = false;
-      let interrupted = false;
+      let run: GroupRun | undefined;
+      // Before the group has started there is nothing to kill yet: its start kills it (below).
+      const deadline = new ExecDeadline(options, () => void run?.kill());
       const sendStdin = (run: GroupRun) => {
         const stdin = run.child.stdin;
         if (!stdin) return;
@@ -426,7 +426,6 @@ class SingularityEnvironment implements BackendEnvironment {
           stdin.end(bytes.length > 0 ? bytes : undefined);
         }
       };
-      let run: GroupRun;
       try {
         run = this.#startGroup(
           options.script,
@@ -438,45 +437,36 @@ class SingularityEnvironment implements BackendEnvironment {
           },
           (started) => {
             sendStdin(started);
-            if (timedOut || interrupted) void started.kill();
+            if (deadline.ended) void started.kill();
           },
         );
       } catch (err) {
+        deadline.dispose();
         reject(err);
         return;
       }
-      const timer = setTimeout(() => {
-        timedOut = true;
-        void run.kill();
-      }, Math.min(options.timeoutMs, MAX_TIMER_MS));
-      const onAbort = () => {
-        if (!timedOut) interrupted = true;
-        void run.kill();
-      };
-      options.signal?.addEventListener('abort', onAbort, { once: true });
-      run.child.once('error', (err) => {
-        clearTimeout(timer);
-        options.signal?.removeEventListener('abort', onAbort);
+      const started = run;
+      started.child.once('error', (err) => {
+        deadline.dispose();
         reject(
           (err as { code?: unknown }).code === 'ENOENT'
             ? new FailedPreconditionError(`the container runtime ${this.#setup.cli.binary} was not found`, { cause: err })
             : new UnavailableError(`cannot run ${this.#setup.cli.binary}: ${err.message}`, { cause: err }),
         );
       });
-      run.child.once('close', (code: number | null, signal: NodeJS.Signals | null) => {
-        clearTimeout(timer);
-        options.signal?.removeEventListener('abort', onAbort);
+      started.child.once('close', (code: number | null, signal: NodeJS.Signals | null) => {
+        deadline.dispose();
         const settle = () => {
-          if (timedOut || interrupted) {
-            resolve({ exitCode: timedOut ? 124 : 130, timedOut, interrupted });
-          } else if (run.filter.pgid === undefined && code !== 0) {
+          if (deadline.ended) {
+            resolve(deadline.result(0));
+          } else if (started.filter.pgid === undefined && code !== 0) {
             // The runtime failed before the command started (instance gone, bad argv).
             reject(new UnavailableError(`cannot run a command in ${this.description} (exit ${code ?? signal})`));
           } else {
-            resolve({ exitCode: code ?? 128 + (signal ? (signalNumbers[signal] ?? 0) : 0), timedOut, interrupted });
+            resolve(deadline.result(code ?? 128 + (signal ? (signalNumbers[signal] ?? 0) : 0)));
           }
         };
-        if (timedOut || interrupted) void run.kill().then(settle);
+        if (deadline.ended) void started.kill().then(settle);
         else settle();
       });
     });

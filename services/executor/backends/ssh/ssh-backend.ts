@@ -30,6 +30,7 @@ import type {
   TaskKey,
 } from '../../backend.js';
 import { taskKeyString } from '../../backend.js';
+import { ExecDeadline } from '../../exec-deadline.js';
 import { KnownHostsFile } from './known-hosts.js';
 import { PgidLineFilter } from './pgid-line-filter.js';
 import { BackgroundProcesses, runShort } from './ssh-background.js';
@@ -251,8 +252,6 @@ interface EnvironmentSetup {
   readonly logger: Logger | undefined;
 }
 
-/** setTimeout fires at once for delays beyond 2^31-1 ms; clamp instead. */
-const MAX_TIMER_MS = 2 ** 31 - 1;
 
 /** One task's directory on the ssh host. */
 class SshEnvironment implements BackendEnvironment {
@@ -306,31 +305,17 @@ class SshEnvironment implements BackendEnvironment {
       nonce,
       ...(options.env ? { env: options.env } : {}),
     });
-    let timedOut = false;
-    let interrupted = false;
     // Aborts the wait for a channel when the command ends before it starts.
     const opening = new AbortController();
     let stop: () => void = () => opening.abort();
-    const timer = setTimeout(() => {
-      timedOut = true;
-      stop();
-    }, Math.min(options.timeoutMs, MAX_TIMER_MS));
-    const onAbort = () => {
-      if (!timedOut) interrupted = true;
-      stop();
-    };
-    options.signal?.addEventListener('abort', onAbort, { once: true });
-    const cleanup = () => {
-      clearTimeout(timer);
-      options.signal?.removeEventListener('abort', onAbort);
-    };
+    const deadline = new ExecDeadline(options, () => stop());
 
     let channel: ClientChannel;
     try {
       ({ channel } = await this.#connection.exec(command, { ...(options.pty ? { pty: true } : {}), signal: opening.signal }));
     } catch (err) {
-      cleanup();
-      if (timedOut || interrupted) return { exitCode: timedOut ? 124 : 130, timedOut, interrupted };
+      deadline.dispose();
+      if (deadline.ended) return deadline.result(0);
       throw err;
     }
 
@@ -392,7 +377,7 @@ class SshEnvironment implements BackendEnvironment {
         emit(
           filter.push(chunk, () => {
             sendStdin();
-            if (killWanted || timedOut || interrupted) void kill();
+            if (killWanted || deadline.ended) void kill();
           }),
         ),
       );
@@ -402,16 +387,16 @@ class SshEnvironment implements BackendEnvironment {
         exitCode = typeof code === 'number' ? code : null;
         exitSignal = signal;
         closed = true;
-        cleanup();
+        deadline.dispose();
         if (drainTimer) clearTimeout(drainTimer);
         const settle = () => {
           this.#running.delete(kill);
-          if (timedOut || interrupted) {
-            resolve({ exitCode: timedOut ? 124 : 130, timedOut, interrupted });
+          if (deadline.ended) {
+            resolve(deadline.result(0));
           } else if (exitCode !== null) {
-            resolve({ exitCode, timedOut, interrupted });
+            resolve(deadline.result(exitCode));
           } else if (exitSignal !== undefined) {
-            resolve({ exitCode: 128 + (signalNumbers[exitSignal] ?? 0), timedOut, interrupted });
+            resolve(deadline.result(128 + (signalNumbers[exitSignal] ?? 0)));
           } else {
             // The connection dropped: the command may still run; kill it once the host is back.
             if (filter.pgid !== undefined) void this.#killAfterDrop(filter.pgid);
