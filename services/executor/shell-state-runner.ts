@@ -628,6 +628,8 @@ export class ShellStateRunner {
    * worth one `rm` (amortised: one process start per {@link SNAPSHOT_CLEANUP_BATCH} commands by default).
    */
   #takeRemovable(): string[] {
+    // Every call comes here: look through the retired files only once a batch could be ready.
+    if (this.#retired.size < this.#cleanupBatch) return [];
     const now = Date.now();
     const ready: string[] = [];
     for (const [path, notBefore] of this.#retired) {
