@@ -82,5 +82,7 @@ export function runCli(
 
 /** The last lines of a CLI's stderr, for error messages. */
 export function stderrTail(text: string, lines = 5): string {
-  return text.trim().split('\n').slice(-lines).join('\n');
+  const trimmed = text.trim();
+  if (trimmed === '') return '(nothing on stderr)';
+  return trimmed.split('\n').slice(-lines).join('\n');
 }
