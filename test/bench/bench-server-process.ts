@@ -13,7 +13,7 @@ import { HealthDefinition } from 'nice-grpc-server-health';
 import type { BackendName } from '../../services/common/config.js';
 import { CHANNEL_OPTIONS } from '../../services/common/grpc-server.js';
 import { DispatcherDefinition, type DispatcherClient } from '../../services/gen/berth/v1/dispatcher.js';
-import { startListeningChild, type ListeningChild } from './listening-child.js';
+import { startListeningChild, type ListeningChild } from '../support/listening-child.js';
 
 export interface BenchServerOptions {
   /** Terminal backend; default local. */

@@ -5,7 +5,6 @@
  */
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { spawn, type ChildProcess } from 'node:child_process';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -13,49 +12,23 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { createChannel, createClient, type Channel } from 'nice-grpc';
 import { DispatcherDefinition, type DispatcherClient } from '../../services/gen/berth/v1/dispatcher.js';
 import { rendezvousPick } from '../../services/dispatcher/executor-router.js';
+import { startListeningChild, type ListeningChild } from '../support/listening-child.js';
 import { BERTH_BIN, REPO_ROOT } from '../support/serve-process.js';
 
-interface Started {
-  child: ChildProcess;
-  address: string;
-  stderr: () => string;
-}
-
-async function startBerth(args: string[], env: NodeJS.ProcessEnv): Promise<Started> {
-  const child = spawn(process.execPath, [BERTH_BIN, ...args], {
+function startBerth(args: string[], env: NodeJS.ProcessEnv): Promise<ListeningChild> {
+  return startListeningChild({
+    name: `berth ${args[0]}`,
+    args: [BERTH_BIN, ...args],
     cwd: REPO_ROOT,
     env: { ...process.env, ...env },
-    stdio: ['ignore', 'pipe', 'pipe'],
+    startTimeoutMs: 20_000,
   });
-  let stderr = '';
-  child.stderr!.setEncoding('utf8').on('data', (d: string) => (stderr += d));
-  const address = await new Promise<string>((resolve, reject) => {
-    let out = '';
-    const timer = setTimeout(() => reject(new Error(`berth ${args[0]} did not start; stderr:\n${stderr}`)), 20_000);
-    child.stdout!.setEncoding('utf8').on('data', (d: string) => {
-      out += d;
-      const m = /serving on (\S+)/.exec(out);
-      if (m) {
-        clearTimeout(timer);
-        resolve(m[1]!);
-      }
-    });
-    child.once('exit', (code) => reject(new Error(`berth ${args[0]} exited ${code}; stderr:\n${stderr}`)));
-  });
-  return { child, address, stderr: () => stderr };
-}
-
-async function stopped(child: ChildProcess, signal: NodeJS.Signals = 'SIGTERM'): Promise<void> {
-  if (child.exitCode !== null || child.signalCode !== null) return;
-  const exited = new Promise((resolve) => child.once('exit', resolve));
-  child.kill(signal);
-  await exited;
 }
 
 describe('berth dispatcher with two executors', () => {
   let dir: string;
-  let executors: Started[] = [];
-  let dispatcher: Started;
+  let executors: ListeningChild[] = [];
+  let dispatcher: ListeningChild;
   let channel: Channel;
   let client: DispatcherClient;
 
@@ -85,7 +58,7 @@ describe('berth dispatcher with two executors', () => {
 
   after(async () => {
     channel?.close();
-    await Promise.all([dispatcher, ...executors].filter(Boolean).map((s) => stopped(s.child)));
+    await Promise.all([dispatcher, ...executors].filter(Boolean).map((s) => s.stop()));
     rmSync(dir, { recursive: true, force: true });
   });
 
@@ -100,7 +73,7 @@ describe('berth dispatcher with two executors', () => {
     for (const t of tasks) assert.equal((await run(t, `export WHO=${t}`)).error, null);
     for (const t of tasks) assert.equal((await run(t, 'echo $WHO')).output, t);
 
-    await stopped(executors[0]!.child, 'SIGKILL');
+    await executors[0]!.stop('SIGKILL');
     // The dispatcher notices within its health-check interval.
     let lost: { error?: string | null } = {};
     for (let i = 0; i < 50; i++) {

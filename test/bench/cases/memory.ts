@@ -18,7 +18,7 @@ import type { BenchCase, BenchContext, BenchMode } from '../bench-case.js';
 import { benchServerEnv } from '../bench-server-process.js';
 import { checkTerminalResult, unmeasured } from '../case-helpers.js';
 import { median } from '../stats.js';
-import { rssKiB, startListeningChild, type ListeningChild } from '../listening-child.js';
+import { rssKiB, startListeningChild, type ListeningChild } from '../../support/listening-child.js';
 
 /** RSS is read this many times, this far apart, and the median kept: a GC in between moves one reading only. */
 const READINGS = 5;

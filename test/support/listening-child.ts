@@ -1,6 +1,7 @@
 /**
  * Node child processes that print "serving on ADDR" when ready (`bin/berth
- * serve|executor|dispatcher`, the bench server), and their memory from /proc.
+ * serve|executor|dispatcher`, the bench server): start one, wait for that
+ * line, stop it, and read its memory from /proc. Tests and the bench share it.
  */
 import { spawn, type ChildProcess } from 'node:child_process';
 import { readFileSync } from 'node:fs';
@@ -10,10 +11,17 @@ export interface ListeningChild {
   readonly child: ChildProcess;
   readonly pid: number;
   readonly address: string;
-  /** What the child wrote to stderr so far (last 64 KiB). */
+  /** What the child wrote to stdout up to and including its "serving on" line. */
+  readonly startupOutput: string;
+  /** What the child wrote to stderr so far (the last `stderrKeepBytes`). */
   stderr(): string;
-  /** SIGTERM, then SIGKILL after `graceMs`; resolves once the process is gone. */
-  stop(graceMs?: number): Promise<void>;
+  /** Resolves with the exit code once the child exits (null when a signal ended it). */
+  readonly exited: Promise<number | null>;
+  /**
+   * Sends `signal` (default SIGTERM), then SIGKILL after `graceMs` (default
+   * 5 s); resolves with the exit code once the process is gone.
+   */
+  stop(signal?: NodeJS.Signals, graceMs?: number): Promise<number | null>;
 }
 
 export interface ListeningChildOptions {
@@ -24,11 +32,12 @@ export interface ListeningChildOptions {
   readonly env?: NodeJS.ProcessEnv;
   readonly cwd?: string;
   readonly startTimeoutMs?: number;
+  /** How much of stderr to keep (default 64 KiB; tests that read a server's whole log pass Infinity). */
+  readonly stderrKeepBytes?: number;
 }
 
-const STDERR_KEEP = 64 * 1024;
-
 export async function startListeningChild(options: ListeningChildOptions): Promise<ListeningChild> {
+  const keep = options.stderrKeepBytes ?? 64 * 1024;
   const child = spawn(process.execPath, [...options.args], {
     cwd: options.cwd,
     env: options.env ?? process.env,
@@ -36,24 +45,28 @@ export async function startListeningChild(options: ListeningChildOptions): Promi
   });
   let stderr = '';
   child.stderr!.setEncoding('utf8').on('data', (d: string) => {
-    stderr = (stderr + d).slice(-STDERR_KEEP);
+    stderr += d;
+    if (stderr.length > keep) stderr = stderr.slice(-keep);
   });
-  const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()));
+  const exited = new Promise<number | null>((resolve) => child.once('exit', (code) => resolve(code)));
+  let startupOutput = '';
   const address = await new Promise<string>((resolve, reject) => {
-    let stdout = '';
     const timeoutMs = options.startTimeoutMs ?? 30_000;
     const timer = setTimeout(() => {
       child.kill('SIGKILL');
       reject(new Error(`${options.name} did not start within ${timeoutMs} ms; stderr:\n${stderr}`));
     }, timeoutMs);
-    child.stdout!.setEncoding('utf8').on('data', (d: string) => {
-      stdout += d;
-      const m = /serving on (\S+)/.exec(stdout);
+    const onData = (d: string) => {
+      startupOutput += d;
+      const m = /serving on (\S+)/.exec(startupOutput);
       if (m) {
         clearTimeout(timer);
+        child.stdout!.off('data', onData);
+        startupOutput = startupOutput.slice(0, m.index + m[0].length);
         resolve(m[1]!);
       }
-    });
+    };
+    child.stdout!.setEncoding('utf8').on('data', onData);
     child.once('exit', (code, signal) => {
       clearTimeout(timer);
       reject(new Error(`${options.name} exited (${signal ?? code}) before listening; stderr:\n${stderr}`));
@@ -65,20 +78,23 @@ export async function startListeningChild(options: ListeningChildOptions): Promi
   });
   // Keep draining stdout so a chatty child never blocks on a full pipe.
   child.stdout!.resume();
-  let stopping: Promise<void> | undefined;
+  let stopping: Promise<number | null> | undefined;
   return {
     name: options.name,
     child,
     pid: child.pid!,
     address,
+    startupOutput,
     stderr: () => stderr,
-    stop(graceMs = 5000) {
+    exited,
+    stop(signal = 'SIGTERM', graceMs = 5000) {
       stopping ??= (async () => {
-        if (child.exitCode !== null || child.signalCode !== null) return;
-        child.kill('SIGTERM');
+        if (child.exitCode !== null || child.signalCode !== null) return exited;
+        child.kill(signal);
         const timer = setTimeout(() => child.kill('SIGKILL'), graceMs);
-        await exited;
+        const code = await exited;
         clearTimeout(timer);
+        return code;
       })();
       return stopping;
     },
