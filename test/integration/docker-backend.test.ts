@@ -31,6 +31,7 @@ import {
   countProcessesWithArg,
   dockerUnavailableReason,
   hasRuntime,
+  slowStartDockerProxy,
 } from '../support/docker-fixtures.js';
 
 const docker = new Dockerode();
@@ -455,6 +456,21 @@ describe('docker backend (real engine)', { skip: unavailable }, () => {
       assert.match(err.message, /make image/);
       return true;
     });
+  });
+
+  it('a daemon that answers the start request late: the agent that dialled in meanwhile is still taken', async () => {
+    // Under load dockerd may answer POST /start after the container's agent has connected and said hello.
+    const proxy = await slowStartDockerProxy(1500);
+    try {
+      const slow = await newBackend({ socketPath: proxy.socketPath });
+      const slowEnvs = newEnvs(slow);
+      const key = newKey();
+      assert.equal((await run(slowEnvs, key, 'echo agent-ok')).output, 'agent-ok\n');
+      assert.equal(backendEnvOf(slow, key).container.channel.kind, 'agent', 'the exec agent, not the docker exec fallback');
+      await slowEnvs.closeAll();
+    } finally {
+      await proxy.close();
+    }
   });
 
   it('a dead Docker daemon gives UNAVAILABLE naming the socket; the backend still starts', async () => {

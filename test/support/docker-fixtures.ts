@@ -3,6 +3,11 @@
  * cleanup by label so no test leaves a container or volume behind.
  */
 import { randomBytes } from 'node:crypto';
+import { mkdtemp, rm } from 'node:fs/promises';
+import net from 'node:net';
+import os from 'node:os';
+import path from 'node:path';
+import { setTimeout as sleep } from 'node:timers/promises';
 import Dockerode from 'dockerode';
 import { LABEL } from '../../services/executor/backends/docker/container-spec.js';
 
@@ -78,6 +83,56 @@ export function runTaskIds(): { readonly run: string; readonly ids: readonly str
       const id = `${name}-${run}`;
       ids.push(id);
       return id;
+    },
+  };
+}
+
+/**
+ * A Unix socket in front of the Docker daemon that holds back the answer to
+ * every container start request by `delayMs`, as a daemon busy with other
+ * work does: the container runs at once, its start call returns late.
+ */
+export async function slowStartDockerProxy(
+  delayMs: number,
+  upstreamPath = '/var/run/docker.sock',
+): Promise<{ readonly socketPath: string; close(): Promise<void> }> {
+  const dir = await mkdtemp(path.join(os.tmpdir(), 'berth-slow-docker-'));
+  const socketPath = path.join(dir, 'docker.sock');
+  const open = new Set<net.Socket>();
+  const server = net.createServer((client) => {
+    const upstream = net.connect(upstreamPath);
+    open.add(client).add(upstream);
+    client.on('close', () => open.delete(client));
+    upstream.on('close', () => open.delete(upstream));
+    // Requests on one connection are answered in order: delay the answer that follows a start request.
+    let delayNext = false;
+    let chain = Promise.resolve();
+    client.on('data', (chunk: Buffer) => {
+      if (/^POST \S*\/containers\/[^/\s]+\/start[\s?]/m.test(chunk.toString('latin1'))) delayNext = true;
+      upstream.write(chunk);
+    });
+    upstream.on('data', (chunk: Buffer) => {
+      const wait = delayNext ? delayMs : 0;
+      delayNext = false;
+      chain = chain.then(() => (wait > 0 ? sleep(wait) : undefined)).then(() => void client.write(chunk));
+    });
+    upstream.on('end', () => void chain.then(() => client.end()));
+    client.on('end', () => upstream.end());
+    const destroy = () => {
+      client.destroy();
+      upstream.destroy();
+    };
+    client.on('error', destroy);
+    upstream.on('error', destroy);
+  });
+  await new Promise<void>((resolve) => server.listen(socketPath, resolve));
+  return {
+    socketPath,
+    async close() {
+      const closed = new Promise<void>((resolve) => server.close(() => resolve()));
+      for (const socket of open) socket.destroy();
+      await closed;
+      await rm(dir, { recursive: true, force: true });
     },
   };
 }

@@ -256,6 +256,13 @@ export class ContainerFactory {
       workspaceDir: o.workspaceDir,
       homeDir: o.homeDir,
     };
+    // Expect the agent before the container starts: a busy daemon may answer the start request only after
+    // the agent has dialled in, and a hello nobody waits for is refused (the agent then exits, and so does
+    // the container).
+    const stop = new AbortController();
+    const signal = params.signal ? AbortSignal.any([params.signal, stop.signal]) : stop.signal;
+    const agent = listener.expect(token, o.agentConnectTimeoutMs, signal);
+    agent.catch(() => undefined);
     let container: Dockerode.Container | undefined;
     try {
       container = await this.#create(spec);
@@ -264,13 +271,15 @@ export class ContainerFactory {
       } catch (err) {
         throw dockerError(err, `starting container ${params.name}`, o.daemon);
       }
-      const channel = await this.#connect(container, params, listener, token);
+      const channel = await this.#connect(container, params, agent, signal);
       return new SandboxContainer(this, container, params.name, params.hostDir, listener, channel);
     } catch (err) {
       await listener.close();
       // Never leave a container stuck in Created (or running without its agent).
       if (container) await removeContainer(container, o.daemon).catch(() => undefined);
       throw err;
+    } finally {
+      stop.abort();
     }
   }
 
@@ -293,19 +302,15 @@ export class ContainerFactory {
     }
   }
 
-  /** Waits for the agent, the "cannot run the agent" marker, or the container's exit. */
+  /** Waits for the agent, the "cannot run the agent" marker, or the container's exit; `signal` ends the wait. */
   async #connect(
     container: Dockerode.Container,
     params: StartParams,
-    listener: AgentListener,
-    token: string,
+    agent: Promise<SandboxChannel>,
+    signal: AbortSignal,
   ): Promise<SandboxChannel> {
     const o = this.options;
-    const stop = new AbortController();
-    const signal = params.signal ? AbortSignal.any([params.signal, stop.signal]) : stop.signal;
     const marker = path.join(params.hostDir, AGENT_UNAVAILABLE_FILE);
-    const agent = listener.expect(token, o.agentConnectTimeoutMs, signal);
-    agent.catch(() => undefined);
     const fallback = (async (): Promise<'fallback' | 'exited'> => {
       let round = 0;
       while (!signal.aborted) {
@@ -340,8 +345,6 @@ export class ContainerFactory {
         throw new UnavailableError(`${err.message}; container output: ${await this.#logsTail(container)}`, { cause: err });
       }
       throw err;
-    } finally {
-      stop.abort();
     }
   }
 
