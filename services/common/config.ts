@@ -64,6 +64,8 @@ const executorEndpointSchema = z
 
 export const APPROVAL_MODES = ['manual', 'smart', 'off'] as const;
 export const CODE_CONTAINER_SETTINGS = ['auto', 'docker', 'off'] as const;
+export const DISK_LIMIT_MODES = ['auto', 'require', 'off'] as const;
+export type DiskLimitMode = (typeof DISK_LIMIT_MODES)[number];
 export type CodeContainerSetting = (typeof CODE_CONTAINER_SETTINGS)[number];
 const nonInteractiveAction = z.enum(['approve', 'deny']);
 
@@ -114,6 +116,11 @@ export const configSchema = z
         read_only_root: bool.default(false),
         /** Docker API socket ('' = DOCKER_HOST or /var/run/docker.sock). */
         socket_path: z.string().default(''),
+        /**
+         * terminal.container_disk where the daemon's storage cannot enforce it: auto = run without it and
+         * warn once; require = refuse to create containers; off = never ask Docker for a disk limit.
+         */
+        disk_limit: z.enum(DISK_LIMIT_MODES).default('auto'),
       })
       .strict()
       .prefault({}),

@@ -57,6 +57,15 @@ describe('config', () => {
     assert.throws(() => loadConfig(undefined, { BERTH_CODE_CONTAINER: 'podman' }), /code_execution\.code_container/);
   });
 
+  test('docker.disk_limit: auto by default; require and off are the other choices; container_disk in MiB', () => {
+    const c = loadConfig(undefined, {});
+    assert.equal(c.docker.disk_limit, 'auto');
+    assert.equal(c.terminal.container_disk, 51200);
+    assert.equal(parseConfig({ docker: { disk_limit: 'require' } }).docker.disk_limit, 'require');
+    assert.equal(loadConfig(undefined, { TERMINAL_CONTAINER_DISK: '2048' }).terminal.container_disk, 2048);
+    assert.throws(() => parseConfig({ docker: { disk_limit: 'strict' } }), /docker\.disk_limit/);
+  });
+
   test('a bad config lists every problem at once', () => {
     assert.throws(
       () => parseConfig({ terminal: { timeout: 0, backend: 'vmware', bogus: 1 }, server: { port: 70000 } }),

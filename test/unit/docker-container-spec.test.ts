@@ -107,6 +107,23 @@ describe('buildContainerCreateOptions', () => {
     assert.match(h.Tmpfs!['/home/sandbox']!, /uid=1000,gid=1000/);
   });
 
+  test('disk limits: the writable layer through StorageOpt, named volumes through the local driver\'s size option', () => {
+    const plain = buildContainerCreateOptions(input({ persistentVolumes: { workspace: 'v-ws', home: 'v-home' } }));
+    assert.equal(plain.HostConfig!.StorageOpt, undefined, 'no limit asked for: none passed');
+    for (const m of plain.HostConfig!.Mounts!.filter((x) => x.Type === 'volume')) {
+      assert.deepEqual(m.VolumeOptions?.DriverConfig, { Name: 'local', Options: {} });
+    }
+    const limited = buildContainerCreateOptions(
+      input({ persistentVolumes: { workspace: 'v-ws', home: 'v-home' }, disk: { layerMiB: 2048, volumeMiB: 1024 } }),
+    );
+    assert.deepEqual(limited.HostConfig!.StorageOpt, { size: '2048m' });
+    const volumes = limited.HostConfig!.Mounts!.filter((m) => m.Type === 'volume');
+    assert.equal(volumes.length, 2);
+    for (const m of volumes) assert.deepEqual(m.VolumeOptions?.DriverConfig, { Name: 'local', Options: { size: '1024m' } });
+    const layerOnly = buildContainerCreateOptions(input({ disk: { layerMiB: 64 } })).HostConfig!;
+    assert.deepEqual(layerOnly.StorageOpt, { size: '64m' });
+  });
+
   test('gVisor, bridge networking and extra binds are passed through', () => {
     const h = buildContainerCreateOptions(input({ runtime: 'runsc', network: 'bridge', binds: ['/data:/data:ro'] }))
       .HostConfig!;

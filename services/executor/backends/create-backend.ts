@@ -28,6 +28,8 @@ export function dockerOptionsFromConfig(
     readOnlyRoot: config.docker.read_only_root,
     warmPool: config.docker.warm_pool,
     memoryMiB: config.terminal.container_memory,
+    diskMiB: config.terminal.container_disk,
+    diskLimit: config.docker.disk_limit,
     cpus: config.terminal.container_cpu,
     persistent: config.terminal.container_persistent,
     dockerEnv: config.terminal.docker_env,

@@ -12,7 +12,9 @@
  *   process's privileges. For uid 1000 the bounding set grants no effective
  *   capability at all (CapEff is 0); a smaller set is still less to trust;
  * - `no-new-privileges`, Docker's default seccomp profile (never unconfined);
- * - pids limit (256), memory limit without swap, cpu quota;
+ * - pids limit (256), memory limit without swap, cpu quota, and a disk
+ *   limit on the writable layer and named volumes where the daemon's
+ *   storage can apply one (see disk-limits.ts);
  * - tmpfs /tmp (512m), /var/tmp (256m, noexec), /run (64m); the per-task
  *   host directory is bind-mounted at /run/berth, which Docker mounts after
  *   /run because it sorts mounts by depth, so the tmpfs never hides it;
@@ -27,6 +29,7 @@ import { InvalidArgumentError } from '../../../common/errors.js';
 import type { TaskKey } from '../../backend.js';
 import { taskKeyString } from '../../backend.js';
 import { isProviderSecretName } from '../../shell-state-runner.js';
+import type { DiskLimitRequest } from './disk-limits.js';
 
 /** Where the per-task host directory appears in the container. */
 export const SANDBOX_RPC_DIR = '/run/berth';
@@ -218,6 +221,8 @@ export interface ContainerSpecInput {
   readonly volumeLabels?: Readonly<Record<string, string>>;
   readonly workspaceDir: string;
   readonly homeDir: string;
+  /** Disk limits to ask Docker for (terminal.container_disk; see disk-limits.ts). */
+  readonly disk?: DiskLimitRequest;
 }
 
 const TMPFS: Readonly<Record<string, string>> = {
@@ -230,6 +235,7 @@ const TMPFS: Readonly<Record<string, string>> = {
 /** The dockerode create options for a task or pool container. */
 export function buildContainerCreateOptions(input: ContainerSpecInput): Dockerode.ContainerCreateOptions {
   const tmpfs: Record<string, string> = { ...TMPFS };
+  const volumeSize = input.disk?.volumeMiB !== undefined ? `${input.disk.volumeMiB}m` : undefined;
   const mounts: Dockerode.MountSettings[] = [
     { Type: 'bind', Source: input.hostDir, Target: SANDBOX_RPC_DIR, ReadOnly: false },
   ];
@@ -244,7 +250,12 @@ export function buildContainerCreateOptions(input: ContainerSpecInput): Dockerod
         Target: target,
         ReadOnly: false,
         // Docker copies the image's files (and their owner) into a new volume.
-        VolumeOptions: { NoCopy: false, Labels: { ...input.volumeLabels }, DriverConfig: { Name: 'local', Options: {} } },
+        VolumeOptions: {
+          NoCopy: false,
+          Labels: { ...input.volumeLabels },
+          // Applies when Docker creates the volume (the task's first container); an existing volume keeps its own.
+          DriverConfig: { Name: 'local', Options: volumeSize ? { size: volumeSize } : {} },
+        },
       });
     }
   } else if (input.readOnlyRoot) {
@@ -271,6 +282,7 @@ export function buildContainerCreateOptions(input: ContainerSpecInput): Dockerod
     AutoRemove: false,
   };
   if (input.runtime) hostConfig.Runtime = input.runtime;
+  if (input.disk?.layerMiB !== undefined) hostConfig.StorageOpt = { size: `${input.disk.layerMiB}m` };
   const env = { ...input.env, BERTH_AGENT_TOKEN: input.agentToken };
   return {
     name: input.name,

@@ -34,6 +34,7 @@ import {
   type ContainerRole,
   type ExecutorLabels,
 } from './container-spec.js';
+import { DiskLimits, type DiskLimitMode, type DiskLimitState, type DiskLimitPart } from './disk-limits.js';
 import { DockerEnvironment, prepareShellSnapshot } from './docker-environment.js';
 import { describeDaemon, dockerError, isNotFound } from './docker-errors.js';
 import {
@@ -65,6 +66,10 @@ export interface DockerBackendOptions {
   readonly cpus?: number;
   /** Process limit; default 256. */
   readonly pidsLimit?: number;
+  /** Disk limit in MiB (terminal.container_disk) for the writable layer and each named volume; default 51200. */
+  readonly diskMiB?: number;
+  /** docker.disk_limit: what to do where the daemon cannot apply `diskMiB` (see disk-limits.ts); default auto. */
+  readonly diskLimit?: DiskLimitMode;
   /** Keep /workspace and home in per-task named volumes (terminal.container_persistent); default true. */
   readonly persistent?: boolean;
   /** terminal.docker_env. */
@@ -177,6 +182,13 @@ export class DockerBackend implements Backend {
       memoryMiB: options.memoryMiB ?? 5120,
       cpus: options.cpus ?? 1,
       pidsLimit: options.pidsLimit ?? 256,
+      diskLimits: new DiskLimits({
+        mode: options.diskLimit ?? 'auto',
+        sizeMiB: options.diskMiB ?? 51_200,
+        volumes: this.#persistent,
+        daemon: this.#daemon,
+        logger: this.#logger,
+      }),
       env,
       binds: (options.volumes ?? []).map(parseVolumeSpec),
       workspaceDir: options.workspaceDir ?? '/workspace',
@@ -240,6 +252,11 @@ export class DockerBackend implements Backend {
   /** The Docker client (tests inspect containers with it). */
   get docker(): Dockerode {
     return this.#docker;
+  }
+
+  /** Whether terminal.container_disk holds for the writable layer and the named volumes (known after the first create). */
+  get diskLimits(): Readonly<Record<DiskLimitPart, DiskLimitState>> {
+    return this.#factory.options.diskLimits.state;
   }
 
   get pool(): WarmPool | undefined {

@@ -21,6 +21,7 @@ import {
   type ContainerSpecInput,
   type PersistentVolumeNames,
 } from './container-spec.js';
+import type { DiskLimits } from './disk-limits.js';
 import { DockerExecChannel } from './docker-exec-channel.js';
 import { dockerError, isConflict, isNotFound, missingImageError } from './docker-errors.js';
 import { DockerStreamDemuxer } from './docker-stream-demuxer.js';
@@ -38,6 +39,8 @@ export interface ContainerFactoryOptions {
   readonly memoryMiB: number;
   readonly cpus: number;
   readonly pidsLimit: number;
+  /** terminal.container_disk as Docker can apply it (learnt from the first creates). */
+  readonly diskLimits: DiskLimits;
   readonly env: Readonly<Record<string, string>>;
   readonly binds: readonly string[];
   readonly workspaceDir: string;
@@ -285,20 +288,22 @@ export class ContainerFactory {
 
   async #create(spec: ContainerSpecInput): Promise<Dockerode.Container> {
     const o = this.options;
-    const options = buildContainerCreateOptions(spec);
-    try {
-      return await o.docker.createContainer(options);
-    } catch (err) {
-      if (isNotFound(err)) throw missingImageError(o.image, o.daemon);
-      if (!isConflict(err)) throw dockerError(err, `creating container ${spec.name}`, o.daemon);
-    }
-    // The name is taken: a leftover of this task. Clear it and try once more.
-    await o.resolveNameConflict(spec.name);
-    try {
-      return await o.docker.createContainer(options);
-    } catch (err) {
-      if (isNotFound(err)) throw missingImageError(o.image, o.daemon);
-      throw dockerError(err, `creating container ${spec.name}`, o.daemon);
+    let nameCleared = false;
+    // At most: once as asked, once per disk-limit part the daemon refuses, once after clearing the name.
+    for (;;) {
+      const disk = o.diskLimits.request();
+      try {
+        const container = await o.docker.createContainer(buildContainerCreateOptions({ ...spec, disk }));
+        o.diskLimits.applied(disk);
+        return container;
+      } catch (err) {
+        if (isNotFound(err)) throw missingImageError(o.image, o.daemon);
+        if (o.diskLimits.refused(err, disk)) continue;
+        if (!isConflict(err) || nameCleared) throw dockerError(err, `creating container ${spec.name}`, o.daemon);
+      }
+      // The name is taken: a leftover of this task. Clear it and try once more.
+      await o.resolveNameConflict(spec.name);
+      nameCleared = true;
     }
   }
 
