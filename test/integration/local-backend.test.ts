@@ -157,7 +157,8 @@ describe('LocalBackend', () => {
         // A grandchild that ignores SIGTERM must still die (SIGKILL after the grace period).
         "bash -c 'trap \"\" TERM; echo pid:$$; while :; do sleep 0.1; done' & " +
         'sleep 0.3; echo partial output; sleep 1000',
-      timeoutMs: 800,
+      // Room for the starts and the 0.3 s on a loaded machine: the timeout must come after "partial output".
+      timeoutMs: 3000,
     });
     const pids = pidsIn(r.output);
     leftovers.push(...pids);
@@ -199,7 +200,7 @@ describe('LocalBackend', () => {
   // Waiting for the straggler instead of the drain limit would hang until the test's own timeout.
   it('does not hang when a process outside the group holds the output pipe', { timeout: 60_000 }, async () => {
     const e = await fresh();
-    const r = await run(e, { script: 'echo before; setsid sleep 1000 & echo "straggler $!"; echo after', timeoutMs: 300 });
+    const r = await run(e, { script: 'echo before; setsid sleep 1000 & echo "straggler $!"; echo after', timeoutMs: 2000 });
     const straggler = Number(/straggler (\d+)/.exec(r.output)?.[1]);
     if (straggler > 0) leftovers.push(straggler);
     assert.equal(r.output, `before\nstraggler ${straggler}\nafter\n`);
@@ -267,7 +268,7 @@ describe('LocalBackend', () => {
 
     it('kills the group on timeout', async () => {
       const e = await fresh();
-      const r = await run(e, { script: 'sleep 1000 & echo pid:$!; sleep 1000', pty: true, timeoutMs: 500 });
+      const r = await run(e, { script: 'sleep 1000 & echo pid:$!; sleep 1000', pty: true, timeoutMs: 2000 });
       const pids = pidsIn(r.output.replaceAll('\r', ''));
       leftovers.push(...pids);
       assert.equal(r.exitCode, 124);
