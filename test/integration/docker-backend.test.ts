@@ -11,7 +11,7 @@ import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { existsSync } from 'node:fs';
-import { mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { chmod, mkdtemp, rm, writeFile } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { after, before, describe, it } from 'node:test';
@@ -456,6 +456,59 @@ describe('docker backend (real engine)', { skip: unavailable }, () => {
       assert.match(err.message, /make image/);
       return true;
     });
+  });
+
+  it('docker_extra_args: the flags it takes are visible from inside; the hardening stays; unknown flags stop the start', async () => {
+    const hostDir = await mkdtemp(path.join(os.tmpdir(), 'berth-extra-bind-'));
+    stateRoots.push(hostDir);
+    await writeFile(path.join(hostDir, 'marker'), 'from the host\n', { mode: 0o644 });
+    await chmod(hostDir, 0o755);
+    const extra = await newBackend({
+      extraArgs: [
+        '--shm-size=96m',
+        '--ulimit',
+        'nofile=1000:2000',
+        '--add-host=db.berth.test:10.1.2.3',
+        '-e',
+        'EXTRA_VAR=hello',
+        '--label=team=ml',
+        '--tmpfs=/cache:size=16m,exec',
+        '-v',
+        `${hostDir}:/data:ro`,
+      ],
+    });
+    assert.equal(extra.capabilities.hostFilesystem, true, 'a bind from docker_extra_args is host access: approvals apply');
+    const e = newEnvs(extra);
+    const key = newKey();
+    const r = await run(
+      e,
+      key,
+      [
+        "df -k /dev/shm /cache | awk 'NR>1 {print $2}'",
+        'ulimit -n; ulimit -Hn',
+        'getent hosts db.berth.test',
+        'echo "$EXTRA_VAR"',
+        'cat /data/marker',
+        'id -u; grep CapEff /proc/self/status',
+      ].join('; '),
+    );
+    const lines = r.output.trim().split('\n');
+    assert.deepEqual(lines.slice(0, 4), ['98304', '16384', '1000', '2000'], r.output);
+    assert.match(lines[4]!, /^10\.1\.2\.3\s+db\.berth\.test/);
+    assert.deepEqual(lines.slice(5), ['hello', 'from the host', '1000', 'CapEff:\t0000000000000000']);
+    const info = await docker.getContainer(taskContainerName(key)).inspect();
+    assert.equal(info.Config.Labels.team, 'ml');
+    assert.equal(info.Config.Labels[LABEL.task], key.taskId);
+    assert.deepEqual(info.HostConfig.SecurityOpt, ['no-new-privileges:true']);
+    await e.closeAll();
+
+    await assert.rejects(newBackend({ extraArgs: ['--oom-kill-disable'] }), (err: unknown) => {
+      assert.ok(err instanceof BerthError);
+      assert.equal(err.code, 'INVALID_ARGUMENT');
+      assert.match(err.message, /terminal\.docker_extra_args: --oom-kill-disable is not supported/);
+      return true;
+    });
+    await assert.rejects(newBackend({ extraArgs: ['--privileged'] }), /--privileged is not accepted/);
   });
 
   it('a daemon that answers the start request late: the agent that dialled in meanwhile is still taken', async () => {

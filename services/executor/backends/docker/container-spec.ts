@@ -30,6 +30,7 @@ import type { TaskKey } from '../../backend.js';
 import { taskKeyString } from '../../backend.js';
 import { isProviderSecretName } from '../../shell-state-runner.js';
 import type { DiskLimitRequest } from './disk-limits.js';
+import type { ExtraDockerOptions } from './docker-extra-args.js';
 
 /** Where the per-task host directory appears in the container. */
 export const SANDBOX_RPC_DIR = '/run/berth';
@@ -177,22 +178,22 @@ export function buildSandboxEnv(input: SandboxEnvInput): { env: Record<string, s
   return { env, refused };
 }
 
-/** Validates one `docker_volumes` entry (`/host/path:/container/path[:ro|rw]`). */
-export function parseVolumeSpec(spec: string): string {
+/** Validates one `docker_volumes` entry (`/host/path:/container/path[:ro|rw]`); `setting` names it in errors. */
+export function parseVolumeSpec(spec: string, setting = 'terminal.docker_volumes'): string {
   const parts = spec.split(':');
   const [host, target, mode] = parts;
   if (parts.length < 2 || parts.length > 3 || !host || !target) {
-    throw new InvalidArgumentError(`terminal.docker_volumes: "${spec}" is not HOST:CONTAINER[:ro|rw]`);
+    throw new InvalidArgumentError(`${setting}: "${spec}" is not HOST:CONTAINER[:ro|rw]`);
   }
   if (!posix.isAbsolute(target)) {
-    throw new InvalidArgumentError(`terminal.docker_volumes: "${spec}": the container path must be absolute`);
+    throw new InvalidArgumentError(`${setting}: "${spec}": the container path must be absolute`);
   }
   const normalized = posix.normalize(target);
   if (normalized === SANDBOX_RPC_DIR || normalized.startsWith(`${SANDBOX_RPC_DIR}/`)) {
-    throw new InvalidArgumentError(`terminal.docker_volumes: "${spec}": ${SANDBOX_RPC_DIR} is reserved for Berth`);
+    throw new InvalidArgumentError(`${setting}: "${spec}": ${SANDBOX_RPC_DIR} is reserved for Berth`);
   }
   if (mode !== undefined && mode !== 'ro' && mode !== 'rw') {
-    throw new InvalidArgumentError(`terminal.docker_volumes: "${spec}": mode must be ro or rw`);
+    throw new InvalidArgumentError(`${setting}: "${spec}": mode must be ro or rw`);
   }
   return spec;
 }
@@ -223,6 +224,8 @@ export interface ContainerSpecInput {
   readonly homeDir: string;
   /** Disk limits to ask Docker for (terminal.container_disk; see disk-limits.ts). */
   readonly disk?: DiskLimitRequest;
+  /** What terminal.docker_extra_args adds (see docker-extra-args.ts). */
+  readonly extra?: ExtraDockerOptions;
 }
 
 const TMPFS: Readonly<Record<string, string>> = {
@@ -283,7 +286,8 @@ export function buildContainerCreateOptions(input: ContainerSpecInput): Dockerod
   };
   if (input.runtime) hostConfig.Runtime = input.runtime;
   if (input.disk?.layerMiB !== undefined) hostConfig.StorageOpt = { size: `${input.disk.layerMiB}m` };
-  const env = { ...input.env, BERTH_AGENT_TOKEN: input.agentToken };
+  if (input.extra) applyExtra(hostConfig, input.extra);
+  const env = { ...input.env, ...input.extra?.env, BERTH_AGENT_TOKEN: input.agentToken };
   return {
     name: input.name,
     Image: input.image,
@@ -292,7 +296,7 @@ export function buildContainerCreateOptions(input: ContainerSpecInput): Dockerod
     Entrypoint: ['/bin/sh', '-c', AGENT_ENTRYPOINT_SCRIPT, 'berth-sandbox'],
     Cmd: [],
     Env: Object.entries(env).map(([k, v]) => `${k}=${v}`),
-    Labels: { ...input.labels },
+    Labels: { ...input.extra?.labels, ...input.labels },
     Tty: false,
     OpenStdin: false,
     AttachStdin: false,
@@ -301,4 +305,32 @@ export function buildContainerCreateOptions(input: ContainerSpecInput): Dockerod
     StopTimeout: 1,
     HostConfig: hostConfig,
   };
+}
+
+/** Adds what terminal.docker_extra_args asked for to the hardened host config. */
+function applyExtra(h: Dockerode.HostConfig, extra: ExtraDockerOptions): void {
+  h.Binds = [...(h.Binds ?? []), ...extra.binds];
+  h.Tmpfs = { ...h.Tmpfs, ...extra.tmpfs };
+  // Every capability is dropped already: a --cap-drop only takes back one Berth adds.
+  const dropped = new Set(extra.capDrop);
+  h.CapAdd = [...new Set([...(h.CapAdd ?? []), ...extra.capAdd])].filter((c) => !dropped.has(c));
+  h.SecurityOpt = [...(h.SecurityOpt ?? []), ...extra.securityOpt.filter((o) => !h.SecurityOpt?.includes(o))];
+  if (extra.shmSizeBytes !== undefined) h.ShmSize = extra.shmSizeBytes;
+  if (extra.ulimits.length > 0) h.Ulimits = extra.ulimits.map((u) => ({ ...u }));
+  if (extra.extraHosts.length > 0) h.ExtraHosts = [...extra.extraHosts];
+  if (extra.dns.length > 0) h.Dns = [...extra.dns];
+  if (extra.dnsSearch.length > 0) h.DnsSearch = [...extra.dnsSearch];
+  if (extra.dnsOptions.length > 0) h.DnsOptions = [...extra.dnsOptions];
+  if (extra.devices.length > 0) h.Devices = extra.devices.map((d) => ({ ...d }));
+  if (extra.gpus) {
+    h.DeviceRequests = [
+      {
+        Driver: '',
+        Count: extra.gpus.count,
+        DeviceIDs: [...extra.gpus.deviceIds],
+        Capabilities: [['gpu']],
+        Options: {},
+      },
+    ];
+  }
 }

@@ -36,6 +36,7 @@ import {
 } from './container-spec.js';
 import { DiskLimits, type DiskLimitMode, type DiskLimitState, type DiskLimitPart } from './disk-limits.js';
 import { DockerEnvironment, prepareShellSnapshot } from './docker-environment.js';
+import { parseDockerExtraArgs } from './docker-extra-args.js';
 import { describeDaemon, dockerError, isNotFound } from './docker-errors.js';
 import {
   Heartbeat,
@@ -81,7 +82,7 @@ export interface DockerBackendOptions {
   readonly baseEnv?: Readonly<Record<string, string | undefined>>;
   /** terminal.docker_volumes (`/host:/container[:ro]`). */
   readonly volumes?: readonly string[];
-  /** terminal.docker_extra_args: docker CLI flags, which the Engine API cannot take; warned about. */
+  /** terminal.docker_extra_args: `docker run` flags, translated to create options (see docker-extra-args.ts). */
   readonly extraArgs?: readonly string[];
   /** docker.warm_pool: started containers kept ready. */
   readonly warmPool?: number;
@@ -166,11 +167,10 @@ export class DockerBackend implements Backend {
         'terminal.docker_forward_env: not forwarding variables that look like provider secrets (list them in env_passthrough to allow)',
       );
     }
-    if ((options.extraArgs ?? []).length > 0) {
-      this.#logger.warn(
-        { args: options.extraArgs },
-        'terminal.docker_extra_args is ignored: the docker backend uses the Engine API, not the docker CLI',
-      );
+    // A flag it cannot take is a config error: the executor does not start with part of its config dropped.
+    const extra = parseDockerExtraArgs(options.extraArgs ?? []);
+    for (const note of extra.weakening) {
+      this.#logger.warn({ setting: 'terminal.docker_extra_args' }, `terminal.docker_extra_args weakens the sandbox: ${note}`);
     }
     this.#factory = new ContainerFactory({
       docker: this.#docker,
@@ -190,7 +190,8 @@ export class DockerBackend implements Backend {
         logger: this.#logger,
       }),
       env,
-      binds: (options.volumes ?? []).map(parseVolumeSpec),
+      extra: extra.options,
+      binds: (options.volumes ?? []).map((spec) => parseVolumeSpec(spec)),
       workspaceDir: options.workspaceDir ?? '/workspace',
       homeDir: options.homeDir ?? '/home/sandbox',
       agentScriptPath: options.agentScriptPath ?? findAgentScript(),
@@ -245,8 +246,9 @@ export class DockerBackend implements Backend {
   }
 
   get capabilities(): BackendCapabilities {
-    // Host paths bound in with terminal.docker_volumes are host access: approval must not be skipped then.
-    return { name: 'docker', pty: true, hostFilesystem: (this.#options.volumes ?? []).length > 0, sharesRpcDir: true };
+    // Host paths bound in (terminal.docker_volumes, -v in docker_extra_args) are host access: approval must not be skipped then.
+    const hostBinds = (this.#options.volumes ?? []).length + (this.#factory.options.extra?.binds.length ?? 0);
+    return { name: 'docker', pty: true, hostFilesystem: hostBinds > 0, sharesRpcDir: true };
   }
 
   /** The Docker client (tests inspect containers with it). */

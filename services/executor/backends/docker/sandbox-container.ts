@@ -22,6 +22,7 @@ import {
   type PersistentVolumeNames,
 } from './container-spec.js';
 import type { DiskLimits } from './disk-limits.js';
+import type { ExtraDockerOptions } from './docker-extra-args.js';
 import { DockerExecChannel } from './docker-exec-channel.js';
 import { dockerError, isConflict, isNotFound, missingImageError } from './docker-errors.js';
 import { DockerStreamDemuxer } from './docker-stream-demuxer.js';
@@ -42,6 +43,8 @@ export interface ContainerFactoryOptions {
   /** terminal.container_disk as Docker can apply it (learnt from the first creates). */
   readonly diskLimits: DiskLimits;
   readonly env: Readonly<Record<string, string>>;
+  /** What terminal.docker_extra_args adds to every container. */
+  readonly extra?: ExtraDockerOptions;
   readonly binds: readonly string[];
   readonly workspaceDir: string;
   readonly homeDir: string;
@@ -254,6 +257,7 @@ export class ContainerFactory {
       readOnlyRoot: o.readOnlyRoot,
       runtime: o.runtime,
       binds: o.binds,
+      ...(o.extra ? { extra: o.extra } : {}),
       ...(params.persistentVolumes ? { persistentVolumes: params.persistentVolumes } : {}),
       ...(params.volumeLabels ? { volumeLabels: params.volumeLabels } : {}),
       workspaceDir: o.workspaceDir,
