@@ -247,8 +247,8 @@ export function applyEnvOverrides(raw: Record<string, unknown>, env: NodeJS.Proc
     }
     if (name.startsWith('TERMINAL_')) {
       const key = name.slice('TERMINAL_'.length).toLowerCase();
-      if (key === 'docker_env') {
-        // JSON object, since env values cannot nest.
+      if (key === 'docker_env' || (key === 'docker_extra_args' && value.trimStart().startsWith('['))) {
+        // JSON, since env values cannot nest (and docker flags may contain commas: --tmpfs=/c:size=1g,exec).
         try {
           setPath(out, ['terminal', key], JSON.parse(value));
         } catch {

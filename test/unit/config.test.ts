@@ -57,6 +57,13 @@ describe('config', () => {
     assert.throws(() => loadConfig(undefined, { BERTH_CODE_CONTAINER: 'podman' }), /code_execution\.code_container/);
   });
 
+  test('TERMINAL_DOCKER_EXTRA_ARGS: a JSON array keeps flags whose values hold commas; else split on commas', () => {
+    const json = loadConfig(undefined, { TERMINAL_DOCKER_EXTRA_ARGS: '["--tmpfs=/cache:size=64m,exec", "--shm-size", "1g"]' });
+    assert.deepEqual(json.terminal.docker_extra_args, ['--tmpfs=/cache:size=64m,exec', '--shm-size', '1g']);
+    const plain = loadConfig(undefined, { TERMINAL_DOCKER_EXTRA_ARGS: '--shm-size=1g, --ulimit=nofile=1024' });
+    assert.deepEqual(plain.terminal.docker_extra_args, ['--shm-size=1g', '--ulimit=nofile=1024']);
+  });
+
   test('docker.disk_limit: auto by default; require and off are the other choices; container_disk in MiB', () => {
     const c = loadConfig(undefined, {});
     assert.equal(c.docker.disk_limit, 'auto');
