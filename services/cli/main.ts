@@ -21,6 +21,7 @@ import { SessionConnection } from './session-connection.js';
 import { startServe } from './serve.js';
 import { SHELL_HELP, runShell } from './shell.js';
 import { BENCH_HELP, BenchUsageError, cmdBench } from './bench-command.js';
+import { DOCTOR_HELP, formatFinding, runDoctor } from './doctor.js';
 
 const DEFAULT_SERVER = '127.0.0.1:7700';
 
@@ -47,6 +48,7 @@ Usage:
       nobody will answer (approvals.non_interactive then decides).
 ${SHELL_HELP}
 ${CHECK_COMMAND_HELP}
+${DOCTOR_HELP}
 ${BENCH_HELP}
 
 Client options:
@@ -325,6 +327,18 @@ async function cmdCheckCommand(argv: string[]): Promise<number> {
   return runCheckCommand(command, values.home, { stdout: process.stdout, readStdin: readAllStdin });
 }
 
+async function cmdDoctor(argv: string[]): Promise<number> {
+  const { values, positionals } = parse(argv, { config: { type: 'string' }, backend: { type: 'string' } });
+  if (values.help) return printHelp();
+  if (positionals.length > 0) throw new UsageError(`unexpected arguments: ${positionals.join(' ')}`);
+  const config = loadServerConfig(values);
+  process.stdout.write(`berth doctor: backend ${config.terminal.backend}\n`);
+  const findings = await runDoctor(config, (f) => process.stdout.write(formatFinding(f)));
+  const count = (v: string) => findings.filter((f) => f.verdict === v).length;
+  process.stdout.write(`${count('ok')} ok, ${count('warn')} warnings, ${count('fail')} failed\n`);
+  return count('fail') > 0 ? 1 : 0;
+}
+
 function printHelp(): number {
   process.stdout.write(HELP);
   return 0;
@@ -338,6 +352,7 @@ const COMMANDS: Record<string, (argv: string[]) => Promise<number>> = {
   call: cmdCall,
   shell: cmdShell,
   'check-command': cmdCheckCommand,
+  doctor: cmdDoctor,
   bench: cmdBench,
 };
 

@@ -1,0 +1,131 @@
+/**
+ * `berth doctor`: does the configured backend work on this host? It starts
+ * the backend as an executor would, runs a command in a throwaway task,
+ * releases it, and prints one line per finding: `ok`, `warn` (works, but
+ * weaker or slower than it could be; the backend's own start-up warnings
+ * land here) or `fail` (with the backend's message, which says what to do).
+ * No server is needed and nothing is left behind.
+ */
+import { randomBytes } from 'node:crypto';
+import { Writable } from 'node:stream';
+import type { BerthConfig } from '../common/config.js';
+import { createLogger } from '../common/logging.js';
+import type { Backend, TaskKey } from '../executor/backend.js';
+import { createBackend } from '../executor/backends/create-backend.js';
+import { TaskEnvironments } from '../executor/task-environment.js';
+
+export const DOCTOR_HELP = `  berth doctor [--config FILE] [--backend NAME]
+      Check that the configured backend works here: start it, run a command
+      in a throwaway task (twice: a new task, then a warm one), release it.
+      One line per finding: ok, warn (works, but weaker or slower than it
+      could be), fail (with what to do). Exit 0 when nothing failed, else 1.`;
+
+export type Verdict = 'ok' | 'warn' | 'fail';
+
+export interface Finding {
+  readonly verdict: Verdict;
+  readonly text: string;
+}
+
+/** Runs the checks; `report` gets each finding as it is made. */
+export async function runDoctor(config: BerthConfig, report: (finding: Finding) => void): Promise<Finding[]> {
+  const findings: Finding[] = [];
+  const say = (verdict: Verdict, text: string) => {
+    const finding = { verdict, text };
+    findings.push(finding);
+    report(finding);
+  };
+  // The backend's warnings (a limit it cannot apply, a flag that weakens the sandbox, ...) are findings too.
+  const warnings: string[] = [];
+  const logger = createLogger(
+    'warn',
+    new Writable({
+      write(chunk: Buffer, _encoding, callback) {
+        try {
+          const record = JSON.parse(chunk.toString()) as { level?: number; msg?: string; err?: unknown };
+          if ((record.level ?? 0) >= 40 && record.msg) {
+            const detail = typeof record.err === 'string' ? `: ${record.err}` : '';
+            warnings.push(`${record.msg}${detail}`);
+          }
+        } catch {
+          // not a log record
+        }
+        callback();
+      },
+    }),
+  );
+  const name = config.terminal.backend;
+  let backend: Backend;
+  try {
+    backend = await createBackend(config, logger);
+  } catch (err) {
+    say('fail', `the ${name} backend does not start: ${message(err)}`);
+    return findings;
+  }
+  say('ok', `the ${name} backend starts`);
+  const envs = new TaskEnvironments({ backend, logger, lifetimeSeconds: 0 });
+  const key: TaskKey = { tenant: 'berth-doctor', taskId: `doctor-${randomBytes(4).toString('hex')}` };
+  try {
+    let started = performance.now();
+    const first = await envs.exec(key, { command: 'echo "berth-doctor-$((6 * 7))"; id -u', timeoutMs: 120_000 });
+    const firstMs = performance.now() - started;
+    const [marker, uid] = first.output.trim().split('\n');
+    if (first.exitCode !== 0 || marker !== 'berth-doctor-42') {
+      say('fail', `a command in a new task did not run as expected (exit ${first.exitCode}): ${first.output.trim().slice(0, 500)}`);
+      return findings;
+    }
+    say('ok', `a new task runs a command (${firstMs.toFixed(0)} ms, as uid ${uid})`);
+    started = performance.now();
+    const warm = await envs.exec(key, { command: 'true', timeoutMs: 60_000 });
+    const warmMs = performance.now() - started;
+    say(warm.exitCode === 0 ? 'ok' : 'fail', `the same task runs the next command (${warmMs.toFixed(1)} ms, exit ${warm.exitCode})`);
+    await backendFindings(backend, key, say);
+  } catch (err) {
+    say('fail', `a command in a new task failed: ${message(err)}`);
+  } finally {
+    await envs.closeAll().catch((err: unknown) => say('warn', `releasing the doctor's task failed: ${message(err)}`));
+    await removeTaskVolumes(backend, key).catch((err: unknown) =>
+      say('warn', `removing the doctor's task volumes failed: ${message(err)}; remove volumes labelled berth.tenant=${key.tenant}`),
+    );
+    await backend.close().catch(() => undefined);
+    for (const text of new Set(warnings)) say('warn', text);
+  }
+  return findings;
+}
+
+/** What only one backend can tell: for docker, how commands reach the container and whether the disk limit holds. */
+async function backendFindings(backend: Backend, key: TaskKey, say: (verdict: Verdict, text: string) => void): Promise<void> {
+  if (backend.capabilities.name !== 'docker') return;
+  const { DockerBackend } = await import('../executor/backends/docker/docker-backend.js');
+  if (!(backend instanceof DockerBackend)) return;
+  const kind = backend.environmentOf(key)?.container.channel.kind;
+  if (kind === 'agent') say('ok', 'commands reach the container through the exec agent');
+  else if (kind === 'docker-exec') say('warn', 'the image cannot run the exec agent (no python3?): commands use docker exec, ~45 ms each');
+  const disk = backend.diskLimits;
+  for (const part of ['layer', 'volumes'] as const) {
+    const what = part === 'layer' ? "the container's writable layer" : 'the persistent volumes';
+    if (disk[part] === 'enforced') say('ok', `terminal.container_disk is enforced on ${what}`);
+    // 'unsupported' was already logged by the backend, with the daemon's reason: it arrives as a warning.
+    if (disk[part] === 'off' && part === 'layer') say('ok', 'terminal.container_disk is not asked for (docker.disk_limit: off)');
+  }
+}
+
+/** Persistent docker tasks keep their volumes after release, by design; the doctor's task leaves nothing. */
+async function removeTaskVolumes(backend: Backend, key: TaskKey): Promise<void> {
+  if (backend.capabilities.name !== 'docker') return;
+  const { DockerBackend } = await import('../executor/backends/docker/docker-backend.js');
+  const { LABEL } = await import('../executor/backends/docker/container-spec.js');
+  if (!(backend instanceof DockerBackend)) return;
+  const filters = { label: [`${LABEL.task}=${key.taskId}`, `${LABEL.tenant}=${key.tenant}`] };
+  const { Volumes } = await backend.docker.listVolumes({ filters });
+  for (const volume of Volumes ?? []) await backend.docker.getVolume(volume.Name).remove();
+}
+
+function message(err: unknown): string {
+  return err instanceof Error ? err.message : String(err);
+}
+
+/** `ok    text` lines, aligned. */
+export function formatFinding(finding: Finding): string {
+  return `${finding.verdict.padEnd(5)} ${finding.text}\n`;
+}

@@ -1,0 +1,92 @@
+/**
+ * `berth doctor` as a user runs it: the real CLI against the local backend
+ * and the real Docker engine. It must say what works, fail with the fix when
+ * something does not, and leave no container or volume behind.
+ */
+import assert from 'node:assert/strict';
+import { execFile } from 'node:child_process';
+import { mkdtemp, rm } from 'node:fs/promises';
+import os from 'node:os';
+import path from 'node:path';
+import { after, before, describe, it } from 'node:test';
+import { promisify } from 'node:util';
+import Dockerode from 'dockerode';
+import { LABEL } from '../../services/executor/backends/docker/container-spec.js';
+import { dockerUnavailableReason } from '../support/docker-fixtures.js';
+import { BERTH_BIN, REPO_ROOT } from '../support/serve-process.js';
+
+const docker = new Dockerode();
+const dockerUnavailable = await dockerUnavailableReason(docker);
+
+let stateRoot: string;
+
+async function doctor(args: string[], env: NodeJS.ProcessEnv = {}): Promise<{ code: number; stdout: string; stderr: string }> {
+  try {
+    const { stdout, stderr } = await promisify(execFile)(process.execPath, [BERTH_BIN, 'doctor', ...args], {
+      cwd: REPO_ROOT,
+      env: { ...process.env, BERTH_STATE_ROOT: stateRoot, ...env },
+      timeout: 180_000,
+    });
+    return { code: 0, stdout, stderr };
+  } catch (err) {
+    const e = err as { code?: number; stdout?: string; stderr?: string };
+    return { code: typeof e.code === 'number' ? e.code : -1, stdout: e.stdout ?? '', stderr: e.stderr ?? '' };
+  }
+}
+
+const lines = (stdout: string) => stdout.trim().split('\n');
+
+describe('berth doctor', () => {
+  before(async () => {
+    stateRoot = await mkdtemp(path.join(os.tmpdir(), 'berth-doctor-'));
+  });
+  after(async () => {
+    await rm(stateRoot, { recursive: true, force: true });
+  });
+
+  it('local backend: says what it checked and exits 0', async () => {
+    const r = await doctor(['--backend', 'local']);
+    assert.equal(r.code, 0, r.stdout + r.stderr);
+    const out = lines(r.stdout);
+    assert.equal(out[0], 'berth doctor: backend local');
+    assert.equal(out[1], 'ok    the local backend starts');
+    assert.match(out[2]!, /^ok {4}a new task runs a command \(\d+ ms, as uid \d+\)$/);
+    assert.match(out[3]!, /^ok {4}the same task runs the next command \([\d.]+ ms, exit 0\)$/);
+    assert.equal(out.at(-1), '3 ok, 0 warnings, 0 failed');
+  });
+
+  describe('docker backend (real engine)', { skip: dockerUnavailable }, () => {
+    const leftovers = async () => {
+      const filters = { label: [`${LABEL.tenant}=berth-doctor`] };
+      const containers = await docker.listContainers({ all: true, filters });
+      const { Volumes } = await docker.listVolumes({ filters });
+      return [...containers.map((c) => c.Names.join(',')), ...(Volumes ?? []).map((v) => v.Name)];
+    };
+
+    it('runs a command through the exec agent as the sandbox user and leaves nothing behind', async () => {
+      const r = await doctor(['--backend', 'docker']);
+      assert.equal(r.code, 0, r.stdout + r.stderr);
+      const out = r.stdout;
+      assert.match(out, /^ok {4}a new task runs a command \(\d+ ms, as uid 1000\)$/m);
+      assert.match(out, /^ok {4}commands reach the container through the exec agent$/m);
+      // Whatever this host's storage can do about container_disk, the doctor says it.
+      assert.match(out, /^(ok {4}terminal\.container_disk is enforced|warn {2}terminal\.container_disk \(51200 MiB\) cannot be applied)/m);
+      assert.match(lines(out).at(-1)!, /^\d+ ok, \d+ warnings, 0 failed$/);
+      assert.deepEqual(await leftovers(), []);
+    });
+
+    it('a missing image fails with how to build it, exit 1', async () => {
+      const r = await doctor(['--backend', 'docker'], { TERMINAL_DOCKER_IMAGE: 'berth-doctor-no-such-image:1' });
+      assert.equal(r.code, 1, r.stdout + r.stderr);
+      assert.match(r.stdout, /^fail {2}a command in a new task failed: the sandbox image berth-doctor-no-such-image:1 does not exist.*make image/m);
+      assert.match(lines(r.stdout).at(-1)!, /, 1 failed$/);
+      assert.deepEqual(await leftovers(), []);
+    });
+
+    it('a configuration the backend refuses fails at start with the reason', async () => {
+      const r = await doctor(['--backend', 'docker'], { TERMINAL_DOCKER_EXTRA_ARGS: '--privileged' });
+      assert.equal(r.code, 1, r.stdout + r.stderr);
+      assert.match(r.stdout, /^fail {2}the docker backend does not start: terminal\.docker_extra_args: --privileged is not accepted/m);
+    });
+  });
+});
