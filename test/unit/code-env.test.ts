@@ -127,17 +127,18 @@ describe('buildCodeEnv', () => {
   });
 });
 
-describe('probe and launcher scripts (real bash)', () => {
-  const bash = (script: string, options: { input?: string; env?: NodeJS.ProcessEnv; cwd?: string } = {}) =>
-    new Promise<{ stdout: string; code: number }>((resolve, reject) => {
-      const child = execFile('bash', ['-c', script], { env: options.env, cwd: options.cwd }, (err, stdout) => {
-        const code = (err as { code?: unknown } | null)?.code;
-        if (err && typeof code !== 'number') reject(err);
-        else resolve({ stdout, code: typeof code === 'number' ? code : 0 });
-      });
-      child.stdin?.end(options.input ?? '');
+/** Runs a script with real bash; stdout and the exit code. */
+const bash = (script: string, options: { input?: string; env?: NodeJS.ProcessEnv; cwd?: string } = {}) =>
+  new Promise<{ stdout: string; code: number }>((resolve, reject) => {
+    const child = execFile('bash', ['-c', script], { env: options.env, cwd: options.cwd }, (err, stdout) => {
+      const code = (err as { code?: unknown } | null)?.code;
+      if (err && typeof code !== 'number') reject(err);
+      else resolve({ stdout, code: typeof code === 'number' ? code : 0 });
     });
+    child.stdin?.end(options.input ?? '');
+  });
 
+describe('probe and launcher scripts (real bash)', () => {
   it('the probe reports interpreter, ids, cwd and the exported environment, values with newlines intact', async () => {
     const { stdout } = await bash(buildProbeScript('N0NCE', 'strict'), {
       env: { PATH: process.env.PATH, MULTI: 'a\nb=c', EMPTY: '' },
@@ -177,6 +178,40 @@ describe('probe and launcher scripts (real bash)', () => {
       assert.match(r.stdout, /^'x\\ny'$/m);
       assert.ok(!r.stdout.includes('LEAK'));
       assert.equal((await bash(`cat ${dir}/err`)).stdout, 'E'.repeat(10));
+    } finally {
+      await bash(`rm -rf ${dir}`);
+    }
+  });
+});
+
+describe('the launcher\'s stderr head', () => {
+  it('counts bytes, not characters, and drains megabytes behind the head without blocking the script', async () => {
+    const dir = (await bash('mktemp -d')).stdout.trim();
+    try {
+      // 2 MB of two-byte characters, then stdout: the script only gets there if stderr never fills up.
+      writeFileSync(`${dir}/s.py`, "import sys\nsys.stderr.write('\u00e9' * 1_000_000)\nsys.stderr.flush()\nprint('done')\n");
+      const script = buildLauncherScript({ dir, interpreter: 'python3', scriptPath: `${dir}/s.py`, stderrPath: `${dir}/err`, maxStderrBytes: 11 });
+      const r = await bash(script, { input: encodeEnvRecords({ PATH: process.env.PATH ?? '', LANG: 'C.UTF-8' }) });
+      assert.equal(r.code, 0);
+      assert.equal(r.stdout, 'done\n');
+      const head = (await bash(`od -An -tx1 ${dir}/err | tr -d ' \\n'`)).stdout;
+      assert.equal(head, 'c3a9'.repeat(5) + 'c3', 'exactly 11 bytes: five characters and half of the sixth');
+    } finally {
+      await bash(`rm -rf ${dir}`);
+    }
+  });
+
+  it('writes an empty head when the script writes nothing to stderr, or when the cap is 0', async () => {
+    const dir = (await bash('mktemp -d')).stdout.trim();
+    try {
+      writeFileSync(`${dir}/quiet.py`, "import sys\nprint('quiet')\n");
+      writeFileSync(`${dir}/loud.py`, "import sys\nsys.stderr.write('E' * 5000)\n");
+      const env = encodeEnvRecords({ PATH: process.env.PATH ?? '' });
+      const quiet = buildLauncherScript({ dir, interpreter: 'python3', scriptPath: `${dir}/quiet.py`, stderrPath: `${dir}/e1`, maxStderrBytes: 100 });
+      assert.equal((await bash(quiet, { input: env })).stdout, 'quiet\n');
+      const loud = buildLauncherScript({ dir, interpreter: 'python3', scriptPath: `${dir}/loud.py`, stderrPath: `${dir}/e2`, maxStderrBytes: 0 });
+      assert.equal((await bash(loud, { input: env })).code, 0);
+      assert.equal((await bash(`wc -c < ${dir}/e1; wc -c < ${dir}/e2`)).stdout.replace(/ /g, ''), '0\n0\n');
     } finally {
       await bash(`rm -rf ${dir}`);
     }
