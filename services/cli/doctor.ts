@@ -12,6 +12,7 @@ import type { BerthConfig } from '../common/config.js';
 import { createLogger } from '../common/logging.js';
 import type { Backend, TaskKey } from '../executor/backend.js';
 import { createBackend } from '../executor/backends/create-backend.js';
+import type { DockerBackend } from '../executor/backends/docker/docker-backend.js';
 import { TaskEnvironments } from '../executor/task-environment.js';
 
 export const DOCTOR_HELP = `  berth doctor [--config FILE] [--backend NAME]
@@ -84,7 +85,7 @@ export async function runDoctor(config: BerthConfig, report: (finding: Finding) 
     say('fail', `a command in a new task failed: ${message(err)}`);
   } finally {
     await envs.closeAll().catch((err: unknown) => say('warn', `releasing the doctor's task failed: ${message(err)}`));
-    await removeTaskVolumes(backend, key).catch((err: unknown) =>
+    await (await asDocker(backend))?.removeTaskVolumes(key).catch((err: unknown) =>
       say('warn', `removing the doctor's task volumes failed: ${message(err)}; remove volumes labelled berth.tenant=${key.tenant}`),
     );
     await backend.close().catch(() => undefined);
@@ -93,32 +94,25 @@ export async function runDoctor(config: BerthConfig, report: (finding: Finding) 
   return findings;
 }
 
-/** What only one backend can tell: for docker, how commands reach the container and whether the disk limit holds. */
-async function backendFindings(backend: Backend, key: TaskKey, say: (verdict: Verdict, text: string) => void): Promise<void> {
-  if (backend.capabilities.name !== 'docker') return;
+/** The backend as a DockerBackend, when it is one (loaded only then). */
+async function asDocker(backend: Backend): Promise<DockerBackend | undefined> {
+  if (backend.capabilities.name !== 'docker') return undefined;
   const { DockerBackend } = await import('../executor/backends/docker/docker-backend.js');
-  if (!(backend instanceof DockerBackend)) return;
-  const kind = backend.environmentOf(key)?.container.channel.kind;
-  if (kind === 'agent') say('ok', 'commands reach the container through the exec agent');
-  else if (kind === 'docker-exec') say('warn', 'the image cannot run the exec agent (no python3?): commands use docker exec, ~45 ms each');
-  const disk = backend.diskLimits;
-  for (const part of ['layer', 'volumes'] as const) {
-    const what = part === 'layer' ? "the container's writable layer" : 'the persistent volumes';
-    if (disk[part] === 'enforced') say('ok', `terminal.container_disk is enforced on ${what}`);
-    // 'unsupported' was already logged by the backend, with the daemon's reason: it arrives as a warning.
-    if (disk[part] === 'off' && part === 'layer') say('ok', 'terminal.container_disk is not asked for (docker.disk_limit: off)');
-  }
+  return backend instanceof DockerBackend ? backend : undefined;
 }
 
-/** Persistent docker tasks keep their volumes after release, by design; the doctor's task leaves nothing. */
-async function removeTaskVolumes(backend: Backend, key: TaskKey): Promise<void> {
-  if (backend.capabilities.name !== 'docker') return;
-  const { DockerBackend } = await import('../executor/backends/docker/docker-backend.js');
-  const { LABEL } = await import('../executor/backends/docker/container-spec.js');
-  if (!(backend instanceof DockerBackend)) return;
-  const filters = { label: [`${LABEL.task}=${key.taskId}`, `${LABEL.tenant}=${key.tenant}`] };
-  const { Volumes } = await backend.docker.listVolumes({ filters });
-  for (const volume of Volumes ?? []) await backend.docker.getVolume(volume.Name).remove();
+/** What only one backend can tell: for docker, how commands reach the container and whether the disk limit holds. */
+async function backendFindings(backend: Backend, key: TaskKey, say: (verdict: Verdict, text: string) => void): Promise<void> {
+  const docker = await asDocker(backend);
+  if (!docker) return;
+  const kind = docker.environmentOf(key)?.container.channel.kind;
+  if (kind === 'agent') say('ok', 'commands reach the container through the exec agent');
+  else if (kind === 'docker-exec') say('warn', 'the image cannot run the exec agent (no python3?): commands use docker exec, ~45 ms each');
+  const disk = docker.diskLimits;
+  if (disk.layer === 'enforced') say('ok', "terminal.container_disk is enforced on the container's writable layer");
+  if (disk.volumes === 'enforced') say('ok', 'terminal.container_disk is enforced on the persistent volumes');
+  if (disk.layer === 'off') say('ok', 'terminal.container_disk is not asked for (docker.disk_limit: off)');
+  // 'unsupported' was logged by the backend with the daemon's reason: it arrives as a warning.
 }
 
 function message(err: unknown): string {

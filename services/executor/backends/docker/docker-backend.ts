@@ -265,6 +265,22 @@ export class DockerBackend implements Backend {
     return this.#pool;
   }
 
+  /**
+   * Removes a released task's persistent volumes (they outlive the task by
+   * design; `berth doctor` leaves nothing behind). Missing ones are fine.
+   */
+  async removeTaskVolumes(key: TaskKey): Promise<void> {
+    if (!this.#persistent) return;
+    const { workspace, home } = persistentVolumeNames(key);
+    for (const name of [workspace, home]) {
+      try {
+        await this.#docker.getVolume(name).remove();
+      } catch (err) {
+        if (!isNotFound(err)) throw dockerError(err, `removing volume ${name}`, this.#daemon);
+      }
+    }
+  }
+
   /** The live environment of a task, if this backend has one. */
   environmentOf(key: TaskKey): DockerEnvironment | undefined {
     return this.#environments.get(taskKeyString(key));
