@@ -21,7 +21,7 @@ import type {
   TaskProcessRequest,
   TaskStat,
   TaskWriteResult,
-} from './task-client.js';
+} from '../common/task-client.js';
 
 async function mapErrors<T>(fn: () => Promise<T>): Promise<T> {
   try {

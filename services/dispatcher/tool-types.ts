@@ -1,6 +1,6 @@
 import type { Logger } from '../common/logging.js';
 import type { ApprovalHook } from './approval/approval-types.js';
-import type { TaskClient } from './task-client.js';
+import type { TaskClient } from '../common/task-client.js';
 
 /** JSON Schema of a tool's parameters (OpenAI function-calling flavour). */
 export type JsonSchema = Record<string, unknown>;

@@ -24,7 +24,7 @@ import type {
   TaskProcessRequest,
   TaskStat,
   TaskWriteResult,
-} from '../dispatcher/task-client.js';
+} from '../common/task-client.js';
 import type { Backend, BackendCapabilities, BackendEnvironment, TaskKey } from './backend.js';
 import { taskKeyString } from './backend.js';
 import { HeadTailBuffer, stripAnsi, truncateHeadTail, truncateOutput } from './output.js';

@@ -17,7 +17,7 @@ import Dockerode from 'dockerode';
 import { BerthError } from '../../services/common/errors.js';
 import { silentLogger } from '../../services/common/logging.js';
 import { buildHermesToolsModule } from '../../services/dispatcher/code-execution/hermes-tools-module.js';
-import type { TaskCodeRunRequest, TaskCodeRunResult, TaskCodeToolCall } from '../../services/dispatcher/task-client.js';
+import type { TaskCodeRunRequest, TaskCodeRunResult, TaskCodeToolCall } from '../../services/common/task-client.js';
 import type { Backend, TaskKey } from '../../services/executor/backend.js';
 import { LABEL, taskContainerName } from '../../services/executor/backends/docker/container-spec.js';
 import { SingularityBackend } from '../../services/executor/backends/singularity/singularity-backend.js';

@@ -13,7 +13,7 @@ import { after, before, describe, it } from 'node:test';
 import { BerthError } from '../../services/common/errors.js';
 import { silentLogger } from '../../services/common/logging.js';
 import { buildHermesToolsModule } from '../../services/dispatcher/code-execution/hermes-tools-module.js';
-import type { TaskCodeRunRequest, TaskCodeRunResult, TaskCodeToolCall } from '../../services/dispatcher/task-client.js';
+import type { TaskCodeRunRequest, TaskCodeRunResult, TaskCodeToolCall } from '../../services/common/task-client.js';
 import type { Backend, BackendEnvironment, TaskKey } from '../../services/executor/backend.js';
 import { LocalBackend } from '../../services/executor/backends/local/local-backend.js';
 import { CODE_KILL_GRACE_MS, CodeRunner, HOST_SUBPROCESS_NOTICE } from '../../services/executor/code-execution/code-runner.js';

@@ -10,7 +10,7 @@ import type { Backend, BackendEnvironment, TaskKey } from '../../services/execut
 import { codeRunOutcome } from '../../services/executor/code-execution/code-runner.js';
 import { ExecutorMetrics } from '../../services/executor/executor-metrics.js';
 import { TaskEnvironments } from '../../services/executor/task-environment.js';
-import type { TaskCodeRunResult } from '../../services/dispatcher/task-client.js';
+import type { TaskCodeRunResult } from '../../services/common/task-client.js';
 import { labelValues, metricType, sample } from '../support/metrics-text.js';
 
 describe('resultHasError', () => {

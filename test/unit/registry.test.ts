@@ -9,7 +9,7 @@ import {
   ToolRegistry,
   registerAgentLoopToolStubs,
 } from '../../services/dispatcher/registry.js';
-import type { TaskClient } from '../../services/dispatcher/task-client.js';
+import type { TaskClient } from '../../services/common/task-client.js';
 import type { CheckFn, ToolContext, ToolHandler, ToolRegistration } from '../../services/dispatcher/tool-types.js';
 
 interface LogRecord {

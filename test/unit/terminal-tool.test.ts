@@ -11,7 +11,7 @@ import type {
   TaskProcessRequest,
   TaskStat,
   TaskWriteResult,
-} from '../../services/dispatcher/task-client.js';
+} from '../../services/common/task-client.js';
 import type { ToolArgs, ToolContext, ToolRegistration } from '../../services/dispatcher/tool-types.js';
 import { processToolRegistration } from '../../services/dispatcher/tools/process-tool.js';
 import { terminalToolRegistration } from '../../services/dispatcher/tools/terminal-tool.js';

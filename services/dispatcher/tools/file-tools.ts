@@ -15,7 +15,7 @@
 import { posix } from 'node:path';
 import { randomBytes } from 'node:crypto';
 import { NotFoundError } from '../../common/errors.js';
-import type { TaskClient, TaskExecResult } from '../task-client.js';
+import type { TaskClient, TaskExecResult } from '../../common/task-client.js';
 import type { ToolArgs, ToolContext, ToolHandler, ToolRegistration } from '../tool-types.js';
 import {
   PatchError,

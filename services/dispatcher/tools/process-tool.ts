@@ -4,7 +4,7 @@
  * executor's process registry does the work and writes the result JSON.
  */
 import { requestApproval } from '../approval/guard-hook.js';
-import type { TaskProcessRequest } from '../task-client.js';
+import type { TaskProcessRequest } from '../../common/task-client.js';
 import type { ToolArgs, ToolContext, ToolRegistration, ToolSchema } from '../tool-types.js';
 
 /** Actions in the order the protocol lists them (the unknown-action error repeats this list). */

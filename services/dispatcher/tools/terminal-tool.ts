@@ -6,7 +6,7 @@
  * stripping and output truncation.
  */
 import { requestCommandApproval } from '../approval/guard-hook.js';
-import type { TaskExecResult } from '../task-client.js';
+import type { TaskExecResult } from '../../common/task-client.js';
 import type { ToolArgs, ToolContext, ToolRegistration, ToolSchema } from '../tool-types.js';
 import {
   exitCodeMeaning,

@@ -30,7 +30,7 @@ import path from 'node:path';
 import { performance } from 'node:perf_hooks';
 import { FailedPreconditionError, InvalidArgumentError } from '../../common/errors.js';
 import type { Logger } from '../../common/logging.js';
-import type { TaskCodeRunRequest, TaskCodeRunResult } from '../../dispatcher/task-client.js';
+import type { TaskCodeRunRequest, TaskCodeRunResult } from '../../common/task-client.js';
 import type { BackendEnvironment, TaskKey } from '../backend.js';
 import type { ShellStateRunner } from '../shell-state-runner.js';
 import type { ForegroundTask, TaskEnvironments } from '../task-environment.js';
