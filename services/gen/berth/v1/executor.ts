@@ -183,6 +183,34 @@ export interface CapabilitiesResponse {
   executorId: string;
 }
 
+export interface TaskUsageRequest {
+}
+
+/** Resource limits of containers, summed where several. */
+export interface ContainerLimits {
+  containers: number;
+  memoryMb: number;
+  cpus: number;
+}
+
+export interface LiveTask {
+  task:
+    | TaskRef
+    | undefined;
+  /** The task's containers (its environment's, its execute_code code container's); zero where none. */
+  held: ContainerLimits | undefined;
+}
+
+export interface TaskUsageResponse {
+  tasks: LiveTask[];
+  /** What a new task environment holds here (zero where it is not a container: local, ssh). */
+  perTask:
+    | ContainerLimits
+    | undefined;
+  /** What a task's execute_code code container holds (ssh, singularity); zero where scripts run in the task's environment. */
+  perCodeContainer: ContainerLimits | undefined;
+}
+
 export interface RunCodeClientMessage {
   message: { $case: "start"; value: RunCodeStart } | { $case: "toolResult"; value: RunCodeToolResult } | undefined;
 }
@@ -2459,6 +2487,363 @@ export const CapabilitiesResponse: MessageFns<CapabilitiesResponse> = {
   },
 };
 
+function createBaseTaskUsageRequest(): TaskUsageRequest {
+  return {};
+}
+
+export const TaskUsageRequest: MessageFns<TaskUsageRequest> = {
+  encode(_: TaskUsageRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): TaskUsageRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseTaskUsageRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(_: any): TaskUsageRequest {
+    return {};
+  },
+
+  toJSON(_: TaskUsageRequest): unknown {
+    const obj: any = {};
+    return obj;
+  },
+
+  create(base?: DeepPartial<TaskUsageRequest>): TaskUsageRequest {
+    return TaskUsageRequest.fromPartial(base ?? {});
+  },
+  fromPartial(_: DeepPartial<TaskUsageRequest>): TaskUsageRequest {
+    const message = createBaseTaskUsageRequest();
+    return message;
+  },
+};
+
+function createBaseContainerLimits(): ContainerLimits {
+  return { containers: 0, memoryMb: 0, cpus: 0 };
+}
+
+export const ContainerLimits: MessageFns<ContainerLimits> = {
+  encode(message: ContainerLimits, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.containers !== 0) {
+      writer.uint32(8).uint32(message.containers);
+    }
+    if (message.memoryMb !== 0) {
+      writer.uint32(16).uint32(message.memoryMb);
+    }
+    if (message.cpus !== 0) {
+      writer.uint32(25).double(message.cpus);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): ContainerLimits {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseContainerLimits();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 8) {
+              break;
+            }
+
+            message.containers = reader.uint32();
+            continue;
+          }
+          case 2: {
+            if (tag !== 16) {
+              break;
+            }
+
+            message.memoryMb = reader.uint32();
+            continue;
+          }
+          case 3: {
+            if (tag !== 25) {
+              break;
+            }
+
+            message.cpus = reader.double();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): ContainerLimits {
+    return {
+      containers: isSet(object.containers) ? globalThis.Number(object.containers) : 0,
+      memoryMb: isSet(object.memoryMb)
+        ? globalThis.Number(object.memoryMb)
+        : isSet(object.memory_mb)
+        ? globalThis.Number(object.memory_mb)
+        : 0,
+      cpus: isSet(object.cpus) ? globalThis.Number(object.cpus) : 0,
+    };
+  },
+
+  toJSON(message: ContainerLimits): unknown {
+    const obj: any = {};
+    if (message.containers !== 0) {
+      obj.containers = Math.round(message.containers);
+    }
+    if (message.memoryMb !== 0) {
+      obj.memoryMb = Math.round(message.memoryMb);
+    }
+    if (message.cpus !== 0) {
+      obj.cpus = floatToJson(message.cpus);
+    }
+    return obj;
+  },
+
+  create(base?: DeepPartial<ContainerLimits>): ContainerLimits {
+    return ContainerLimits.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<ContainerLimits>): ContainerLimits {
+    const message = createBaseContainerLimits();
+    message.containers = object.containers ?? 0;
+    message.memoryMb = object.memoryMb ?? 0;
+    message.cpus = object.cpus ?? 0;
+    return message;
+  },
+};
+
+function createBaseLiveTask(): LiveTask {
+  return { task: undefined, held: undefined };
+}
+
+export const LiveTask: MessageFns<LiveTask> = {
+  encode(message: LiveTask, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.task !== undefined) {
+      TaskRef.encode(message.task, writer.uint32(10).fork()).join();
+    }
+    if (message.held !== undefined) {
+      ContainerLimits.encode(message.held, writer.uint32(18).fork()).join();
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): LiveTask {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseLiveTask();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.task = TaskRef.decode(reader, reader.uint32());
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.held = ContainerLimits.decode(reader, reader.uint32());
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): LiveTask {
+    return {
+      task: isSet(object.task) ? TaskRef.fromJSON(object.task) : undefined,
+      held: isSet(object.held) ? ContainerLimits.fromJSON(object.held) : undefined,
+    };
+  },
+
+  toJSON(message: LiveTask): unknown {
+    const obj: any = {};
+    if (message.task !== undefined) {
+      obj.task = TaskRef.toJSON(message.task);
+    }
+    if (message.held !== undefined) {
+      obj.held = ContainerLimits.toJSON(message.held);
+    }
+    return obj;
+  },
+
+  create(base?: DeepPartial<LiveTask>): LiveTask {
+    return LiveTask.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<LiveTask>): LiveTask {
+    const message = createBaseLiveTask();
+    message.task = (object.task !== undefined && object.task !== null) ? TaskRef.fromPartial(object.task) : undefined;
+    message.held = (object.held !== undefined && object.held !== null)
+      ? ContainerLimits.fromPartial(object.held)
+      : undefined;
+    return message;
+  },
+};
+
+function createBaseTaskUsageResponse(): TaskUsageResponse {
+  return { tasks: [], perTask: undefined, perCodeContainer: undefined };
+}
+
+export const TaskUsageResponse: MessageFns<TaskUsageResponse> = {
+  encode(message: TaskUsageResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    for (const v of message.tasks) {
+      LiveTask.encode(v!, writer.uint32(10).fork()).join();
+    }
+    if (message.perTask !== undefined) {
+      ContainerLimits.encode(message.perTask, writer.uint32(18).fork()).join();
+    }
+    if (message.perCodeContainer !== undefined) {
+      ContainerLimits.encode(message.perCodeContainer, writer.uint32(26).fork()).join();
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): TaskUsageResponse {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseTaskUsageResponse();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.tasks.push(LiveTask.decode(reader, reader.uint32()));
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.perTask = ContainerLimits.decode(reader, reader.uint32());
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.perCodeContainer = ContainerLimits.decode(reader, reader.uint32());
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): TaskUsageResponse {
+    return {
+      tasks: globalThis.Array.isArray(object?.tasks) ? object.tasks.map((e: any) => LiveTask.fromJSON(e)) : [],
+      perTask: isSet(object.perTask)
+        ? ContainerLimits.fromJSON(object.perTask)
+        : isSet(object.per_task)
+        ? ContainerLimits.fromJSON(object.per_task)
+        : undefined,
+      perCodeContainer: isSet(object.perCodeContainer)
+        ? ContainerLimits.fromJSON(object.perCodeContainer)
+        : isSet(object.per_code_container)
+        ? ContainerLimits.fromJSON(object.per_code_container)
+        : undefined,
+    };
+  },
+
+  toJSON(message: TaskUsageResponse): unknown {
+    const obj: any = {};
+    if (message.tasks?.length) {
+      obj.tasks = message.tasks.map((e) => LiveTask.toJSON(e));
+    }
+    if (message.perTask !== undefined) {
+      obj.perTask = ContainerLimits.toJSON(message.perTask);
+    }
+    if (message.perCodeContainer !== undefined) {
+      obj.perCodeContainer = ContainerLimits.toJSON(message.perCodeContainer);
+    }
+    return obj;
+  },
+
+  create(base?: DeepPartial<TaskUsageResponse>): TaskUsageResponse {
+    return TaskUsageResponse.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<TaskUsageResponse>): TaskUsageResponse {
+    const message = createBaseTaskUsageResponse();
+    message.tasks = object.tasks?.map((e) => LiveTask.fromPartial(e)) || [];
+    message.perTask = (object.perTask !== undefined && object.perTask !== null)
+      ? ContainerLimits.fromPartial(object.perTask)
+      : undefined;
+    message.perCodeContainer = (object.perCodeContainer !== undefined && object.perCodeContainer !== null)
+      ? ContainerLimits.fromPartial(object.perCodeContainer)
+      : undefined;
+    return message;
+  },
+};
+
 function createBaseRunCodeClientMessage(): RunCodeClientMessage {
   return { message: undefined };
 }
@@ -3428,6 +3813,19 @@ export const ExecutorDefinition = {
       options: {},
     },
     /**
+     * The task environments alive here and the containers each holds, for the
+     * dispatcher's per-tenant quotas (it admits new tasks; this executor knows
+     * what is still alive after idle reaping, a release or a restart).
+     */
+    taskUsage: {
+      name: "TaskUsage",
+      requestType: TaskUsageRequest as typeof TaskUsageRequest,
+      requestStream: false,
+      responseType: TaskUsageResponse as typeof TaskUsageResponse,
+      responseStream: false,
+      options: {},
+    },
+    /**
      * Runs an execute_code script in the task's environment. The client sends
      * `start`, then one `tool_result` per `tool_call` the server sends; the
      * server ends with `result`. Closing the stream kills the script.
@@ -3474,6 +3872,12 @@ export interface ExecutorServiceImplementation<CallContextExt = {}> {
     context: CallContext & CallContextExt,
   ): Promise<DeepPartial<CapabilitiesResponse>>;
   /**
+   * The task environments alive here and the containers each holds, for the
+   * dispatcher's per-tenant quotas (it admits new tasks; this executor knows
+   * what is still alive after idle reaping, a release or a restart).
+   */
+  taskUsage(request: TaskUsageRequest, context: CallContext & CallContextExt): Promise<DeepPartial<TaskUsageResponse>>;
+  /**
    * Runs an execute_code script in the task's environment. The client sends
    * `start`, then one `tool_result` per `tool_call` the server sends; the
    * server ends with `result`. Closing the stream kills the script.
@@ -3512,6 +3916,12 @@ export interface ExecutorClient<CallOptionsExt = {}> {
     options?: CallOptions & CallOptionsExt,
   ): Promise<CapabilitiesResponse>;
   /**
+   * The task environments alive here and the containers each holds, for the
+   * dispatcher's per-tenant quotas (it admits new tasks; this executor knows
+   * what is still alive after idle reaping, a release or a restart).
+   */
+  taskUsage(request: DeepPartial<TaskUsageRequest>, options?: CallOptions & CallOptionsExt): Promise<TaskUsageResponse>;
+  /**
    * Runs an execute_code script in the task's environment. The client sends
    * `start`, then one `tool_result` per `tool_call` the server sends; the
    * server ends with `result`. Closing the stream kills the script.
@@ -3528,6 +3938,10 @@ function bytesFromBase64(b64: string): Uint8Array {
 
 function base64FromBytes(arr: Uint8Array): string {
   return globalThis.Buffer.from(arr).toString("base64");
+}
+
+function floatToJson(value: number | null | undefined): number | string | null | undefined {
+  return typeof value === "number" && !globalThis.Number.isFinite(value) ? globalThis.String(value) : value;
 }
 
 type Builtin = Date | Function | Uint8Array | string | number | boolean | undefined;
