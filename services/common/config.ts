@@ -82,6 +82,19 @@ const tenantApprovalsSchema = z
   })
   .strict();
 
+/** `quotas` and `tenants[].quotas`: per-tenant limits; an absent key is unlimited (see README "Quotas"). */
+const quotasSchema = z
+  .object({
+    max_tasks: int(1).optional(),
+    max_concurrent_calls: int(1).optional(),
+    calls_per_minute: int(1).optional(),
+    max_execute_code: int(1).optional(),
+    max_memory_mb: int(1).optional(),
+    max_cpus: z.coerce.number().positive().optional(),
+  })
+  .strict();
+export type QuotasConfig = z.infer<typeof quotasSchema>;
+
 const tenantSchema = z
   .object({
     id: z.string().regex(/^[A-Za-z0-9_.-]{1,64}$/, 'tenant id: 1-64 of A-Z a-z 0-9 _ . -'),
@@ -90,6 +103,8 @@ const tenantSchema = z
     allowed_backends: z.array(z.enum(BACKEND_NAMES)).optional(),
     toolsets: z.array(z.string()).optional(),
     approvals: tenantApprovalsSchema.optional(),
+    /** Overrides of the top-level `quotas`, key by key. */
+    quotas: quotasSchema.optional(),
   })
   .strict();
 
@@ -190,9 +205,13 @@ export const configSchema = z
         host: z.string().default('127.0.0.1'),
         port: int(0).max(65535).default(9464),
         executor_port: int(0).max(65535).default(9465),
+        /** Adds a `tenant` label to the quota gauges (one series per tenant: bounded by the config's tenants). */
+        tenant_labels: bool.default(false),
       })
       .strict()
       .prefault({}),
+    /** Quota defaults for every tenant (the single `default` tenant without tenants). */
+    quotas: quotasSchema.default({}),
     /** Executors for `berth dispatcher`; `berth serve` runs one in-process instead. */
     executors: z.array(executorEndpointSchema).default([]),
     /** With no tenants every caller is tenant `default`; with tenants a Bearer key is required. */
@@ -302,6 +321,15 @@ export function parseConfig(raw: unknown, source = 'config'): BerthConfig {
   if (config.terminal.backend === 'ssh') {
     for (const key of ['ssh_host', 'ssh_user', 'ssh_key'] as const) {
       if (config.terminal[key] === '') problems.push(`terminal.${key}: the ssh backend needs it`);
+    }
+  }
+  // A container quota below one container's limits would refuse every task, which is a config mistake.
+  for (const [where, q] of [['quotas', config.quotas] as const, ...config.tenants.map((t) => [`tenants[${t.id}].quotas`, t.quotas] as const)]) {
+    if (q?.max_memory_mb !== undefined && q.max_memory_mb < config.terminal.container_memory && config.terminal.backend !== 'local') {
+      problems.push(`${where}.max_memory_mb: ${q.max_memory_mb} is below one container's terminal.container_memory (${config.terminal.container_memory})`);
+    }
+    if (q?.max_cpus !== undefined && q.max_cpus < config.terminal.container_cpu && config.terminal.backend !== 'local') {
+      problems.push(`${where}.max_cpus: ${q.max_cpus} is below one container's terminal.container_cpu (${config.terminal.container_cpu})`);
     }
   }
   if (problems.length > 0) throw new ConfigError(`invalid ${source}:\n${problems.map((p) => `✖ ${p}`).join('\n')}`);

@@ -1,6 +1,7 @@
 /** Starts a dispatcher: tool registry, executor clients, the public gRPC server. */
 import { Metadata, createChannel, createClientFactory, type Channel, type ClientMiddleware } from 'nice-grpc';
 import type { BerthConfig, BackendName } from '../common/config.js';
+import { taskContainerLimits } from '../common/container-limits.js';
 import { CHANNEL_OPTIONS, createBerthServer, EXECUTOR_SECRET_HEADER } from '../common/grpc-server.js';
 import type { Logger } from '../common/logging.js';
 import type { Registry } from '../common/metrics.js';
@@ -13,6 +14,8 @@ import { DispatcherMetrics } from './dispatcher-metrics.js';
 import { createDispatcherService } from './dispatcher-service.js';
 import { ExecutorHealthWatcher } from './executor-health.js';
 import { ExecutorRouter, type ExecutorEndpoint } from './executor-router.js';
+import { QuotaLedger, type QuotaKey } from './quotas/quota-ledger.js';
+import { anyQuota, quotaResolver } from './quotas/tenant-quotas.js';
 import { ToolRegistry } from './registry.js';
 import { TenantDirectory } from './tenants.js';
 import { registerBuiltinTools } from './tools/builtin-tools.js';
@@ -54,6 +57,55 @@ export interface RunningDispatcher {
   readonly dispatcher: Dispatcher;
   /** Cancels in-flight calls (their commands are killed) and stops serving. */
   close(graceMs?: number): Promise<void>;
+}
+
+/** How often the quota ledger takes every executor's TaskUsage report (idle reaping, restarts, metrics). */
+const USAGE_REFRESH_MS = 10_000;
+const USAGE_TIMEOUT_MS = 5000;
+
+/**
+ * The per-tenant quota ledger and its reconciliation with the executors:
+ * once now, then every {@link USAGE_REFRESH_MS}, and before any task-side
+ * refusal (see quota-ledger.ts).
+ */
+function startQuotas(config: BerthConfig, endpoints: readonly ExecutorEndpoint[], logger: Logger) {
+  const byId = new Map(endpoints.map((e) => [e.id, e]));
+  const state: { onRejected: ((quota: QuotaKey) => void) | undefined } = { onRejected: undefined };
+  const ledger = new QuotaLedger({
+    quotasFor: quotaResolver(config),
+    logger,
+    onRejected: (quota) => state.onRejected?.(quota),
+    usage: {
+      async fetch(executorId) {
+        const endpoint = byId.get(executorId);
+        if (!endpoint) throw new Error(`unknown executor ${executorId}`);
+        const r = await endpoint.client.taskUsage({}, { signal: AbortSignal.timeout(USAGE_TIMEOUT_MS) });
+        const limits = (l: typeof r.perTask) => ({ containers: l?.containers ?? 0, memoryMb: l?.memoryMb ?? 0, cpus: l?.cpus ?? 0 });
+        return {
+          tasks: r.tasks.map((t) => ({ tenant: t.task?.tenant ?? '', taskId: t.task?.taskId ?? '', held: limits(t.held) })),
+          perTask: limits(r.perTask),
+          perCodeContainer: limits(r.perCodeContainer),
+        };
+      },
+      healthy: (executorId) => byId.get(executorId)?.healthy ?? false,
+    },
+    // An executor that has not answered: assume it runs with this config (the usual single config file).
+    fallbackCosts: (executorId) => {
+      const backend = byId.get(executorId)?.backend ?? config.terminal.backend;
+      const code = (backend === 'ssh' || backend === 'singularity') && config.code_execution.code_container !== 'off';
+      return taskContainerLimits(config, backend, code);
+    },
+  });
+  const refreshAll = () => Promise.all(endpoints.map((e) => ledger.refresh(e.id))).then(() => undefined);
+  const timer = setInterval(() => void refreshAll().catch(() => undefined), USAGE_REFRESH_MS).unref();
+  return {
+    ledger,
+    refreshAll,
+    set onRejected(sink: (quota: QuotaKey) => void) {
+      state.onRejected = sink;
+    },
+    stop: () => clearInterval(timer),
+  };
 }
 
 function secretMiddleware(secret: string): ClientMiddleware {
@@ -98,7 +150,14 @@ export async function startDispatcher(options: DispatcherStartOptions): Promise<
     smartApiKey: process.env[config.approvals.smart.api_key_env] ?? '',
     ...(metrics ? { onDecision: metrics.approvalDecided } : {}),
   });
+  const quotas = anyQuota(config) ? startQuotas(config, endpoints, logger) : undefined;
+  if (quotas && metrics && options.metricsRegistry) {
+    quotas.onRejected = metrics.observeQuotas(options.metricsRegistry, quotas.ledger, config.metrics.tenant_labels);
+  }
+  // Tasks still alive on the executors (a dispatcher restart) count from the first call.
+  await quotas?.refreshAll();
   const dispatcher = new Dispatcher({
+    ...(quotas ? { quotas: quotas.ledger } : {}),
     registry,
     router,
     terminal: config.terminal,
@@ -130,6 +189,7 @@ export async function startDispatcher(options: DispatcherStartOptions): Promise<
         await Promise.race([graceful, sleep(graceMs)]);
         shutdown.abort();
         health.stop();
+        quotas?.stop();
         // Let cancelled handlers send their UNAVAILABLE before the transport goes.
         await Promise.race([graceful, sleep(500)]);
         server.forceShutdown();

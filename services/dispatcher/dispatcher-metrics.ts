@@ -5,8 +5,10 @@
  */
 import { Status } from 'nice-grpc';
 import { statusOf } from '../common/grpc-errors.js';
+import { Gauge } from 'prom-client';
 import { counter, histogram, Series, type Registry } from '../common/metrics.js';
 import type { ApprovalDecisionSink } from './approval/approval-types.js';
+import { QUOTA_KEYS, type QuotaKey, type QuotaLedger } from './quotas/quota-ledger.js';
 
 /** Tool call latency buckets, in seconds: 1 ms to 10 min (the longest foreground timeout). */
 export const TOOL_LATENCY_BUCKETS = [
@@ -67,6 +69,65 @@ export class DispatcherMetrics {
   /** A call that failed with `err` (its gRPC status is the label) after `seconds`. */
   toolCallFailed(name: string, seconds: number, err: unknown): void {
     this.#record(name, seconds, Status[statusOf(err)] ?? 'UNKNOWN');
+  }
+
+  /**
+   * Quota metrics: refusals by quota, and at each scrape the use per quota
+   * summed over tenants plus how many tenants are at their limit. No tenant
+   * ids in labels unless `tenantLabels` (metrics.tenant_labels): then the use
+   * gauge has one series per tenant instead of the sum.
+   */
+  observeQuotas(registry: Registry, ledger: QuotaLedger, tenantLabels: boolean): (quota: QuotaKey) => void {
+    const rejections = counter(registry, {
+      name: 'berth_quota_rejections_total',
+      help: 'Calls refused with RESOURCE_EXHAUSTED by a per-tenant quota, by quota key',
+      labelNames: ['quota'],
+    });
+    // Known label values up front, so a dashboard sees zeros before the first refusal.
+    for (const quota of QUOTA_KEYS) rejections.labels({ quota }).inc(0);
+    const refusals = new Series((quota: string) => rejections.labels({ quota }));
+    const labelNames = tenantLabels ? (['quota', 'tenant'] as const) : (['quota'] as const);
+    // One dispatcher per registry; a second one (tests) keeps the first one's gauges.
+    if (registry.getSingleMetric('berth_quota_usage') !== undefined) return (quota) => refusals.get(quota, '').inc();
+    new Gauge({
+      name: 'berth_quota_usage',
+      help:
+        'Use per quota key, summed over tenants (with metrics.tenant_labels: per tenant): live tasks, calls ' +
+        'running, calls in the last minute, scripts running, MB and CPUs of live containers',
+      labelNames: [...labelNames],
+      registers: [registry],
+      collect() {
+        this.reset();
+        const sums = new Map<QuotaKey, number>(QUOTA_KEYS.map((k) => [k, 0]));
+        for (const tenant of ledger.tenants()) {
+          const use = ledger.use(tenant);
+          for (const quota of QUOTA_KEYS) {
+            if (tenantLabels) this.labels({ quota, tenant }).set(use[quota]);
+            sums.set(quota, (sums.get(quota) ?? 0) + use[quota]);
+          }
+        }
+        if (!tenantLabels) for (const [quota, value] of sums) this.labels({ quota }).set(value);
+      },
+    });
+    new Gauge({
+      name: 'berth_quota_tenants_at_limit',
+      help: 'Tenants whose use of a quota has reached its limit, by quota key',
+      labelNames: ['quota'],
+      registers: [registry],
+      collect() {
+        const counts = new Map<QuotaKey, number>(QUOTA_KEYS.map((k) => [k, 0]));
+        for (const tenant of ledger.tenants()) {
+          const use = ledger.use(tenant);
+          const limits = ledger.limits(tenant);
+          for (const quota of QUOTA_KEYS) {
+            const limit = limits[quota];
+            if (limit !== undefined && use[quota] >= limit - 1e-9) counts.set(quota, (counts.get(quota) ?? 0) + 1);
+          }
+        }
+        for (const [quota, value] of counts) this.labels({ quota }).set(value);
+      },
+    });
+    return (quota) => refusals.get(quota, '').inc();
   }
 
   readonly approvalDecided: ApprovalDecisionSink = (decision, reason) => {

@@ -7,12 +7,16 @@ import { performance } from 'node:perf_hooks';
 import type { TerminalConfig } from '../common/config.js';
 import { InvalidArgumentError } from '../common/errors.js';
 import type { Logger } from '../common/logging.js';
+import type { TaskClient } from '../common/task-client.js';
+import type { ExecutorClient } from '../gen/berth/v1/executor.js';
 import type { ApprovalGrant } from './approval/approval-guard.js';
 import type { ApprovalService } from './approval/approval-service.js';
 import type { ApprovalSurface } from './approval/approval-types.js';
 import type { ExecutorRouter } from './executor-router.js';
 import { resultHasError, type DispatcherMetrics } from './dispatcher-metrics.js';
 import { ExecutorTaskClient } from './executor-task-client.js';
+import { AdmittingTaskClient } from './quotas/admitting-task-client.js';
+import type { QuotaLease, QuotaLedger } from './quotas/quota-ledger.js';
 import type { ToolRegistry } from './registry.js';
 import { getToolDefinitions, type ExecuteCodeSchemaBuilder } from './toolsets.js';
 import type { ToolContext } from './tool-types.js';
@@ -22,6 +26,20 @@ const TASK_ID_PATTERN = /^[A-Za-z0-9_.:@=+-]{1,128}$/;
 
 /** Arguments larger than this are refused before parsing (10 MB strings must not stall the server). */
 export const MAX_ARGUMENTS_BYTES = 8 * 1024 * 1024;
+
+/**
+ * Built-in tools that use the task's environment: admitted by the quotas
+ * before they run, so a task over quota gets no approval prompt either.
+ * (`process` never creates an environment.)
+ */
+const ENVIRONMENT_TOOLS: ReadonlySet<string> = new Set([
+  'terminal',
+  'read_file',
+  'write_file',
+  'patch',
+  'search_files',
+  'execute_code',
+]);
 
 /** Placements remembered for noticing lost environments. */
 const MAX_PLACEMENTS = 100_000;
@@ -54,6 +72,8 @@ export interface DispatcherOptions {
   readonly approvals?: ApprovalService;
   /** Where tool calls are counted; absent: metrics are off. */
   readonly metrics?: DispatcherMetrics;
+  /** Per-tenant quotas; absent: none. */
+  readonly quotas?: QuotaLedger;
 }
 
 /** Parses a CallTool argument string the way models send them; never throws. */
@@ -73,6 +93,7 @@ export class Dispatcher {
   readonly #executeCodeSchema: ExecuteCodeSchemaBuilder | undefined;
   readonly #approvals: ApprovalService | undefined;
   readonly #metrics: DispatcherMetrics | undefined;
+  readonly #quotas: QuotaLedger | undefined;
   /** Which executor holds each task's environment, to notice when it moved (its executor died). */
   readonly #placements = new Map<string, string>();
 
@@ -83,6 +104,7 @@ export class Dispatcher {
     this.#executeCodeSchema = options.executeCodeSchema;
     this.#approvals = options.approvals;
     this.#metrics = options.metrics;
+    this.#quotas = options.quotas;
   }
 
   get approvals(): ApprovalService | undefined {
@@ -136,6 +158,30 @@ export class Dispatcher {
     const started = performance.now();
     const { backend, client, executorId } = this.#router.route(tenant, taskId);
     const log = this.#logger.child({ tenant, task: taskId, tool: input.name, backend });
+    const quotas = this.#quotas;
+    const leases: QuotaLease[] = [];
+    if (quotas) leases.push(quotas.beginCall(tenant));
+    try {
+      return await this.#runCall(tenant, taskId, input, options, { client, executorId, log, leases, started });
+    } finally {
+      for (const l of leases) l.release();
+    }
+  }
+
+  async #runCall(
+    tenant: string,
+    taskId: string,
+    input: CallToolInput,
+    options: CallOptions,
+    call: {
+      client: ExecutorClient;
+      executorId: string;
+      log: Logger;
+      leases: QuotaLease[];
+      started: number;
+    },
+  ): Promise<string> {
+    const { client, executorId, log, leases, started } = call;
     const lost = this.#place(`${tenant}/${taskId}`, executorId);
     if (lost !== undefined) {
       log.warn({ lostExecutor: lost, executor: executorId }, 'task environment lost with its executor');
@@ -153,11 +199,24 @@ export class Dispatcher {
         outcome = 'bad_arguments';
         return JSON.stringify({ error: parsed.error });
       }
+      let task: TaskClient = new ExecutorTaskClient(client, { tenant, taskId }, options.signal);
+      const quotas = this.#quotas;
+      if (quotas) {
+        let admitted: Promise<void> | undefined;
+        const admit = () =>
+          (admitted ??= quotas.admitTask(tenant, taskId, executorId).then((lease) => {
+            leases.push(lease);
+          }));
+        if (input.name === 'execute_code') leases.push(quotas.beginScript(tenant));
+        if (ENVIRONMENT_TOOLS.has(input.name)) await admit();
+        if (input.name === 'execute_code') await quotas.admitCodeContainer(tenant, taskId, executorId);
+        task = new AdmittingTaskClient(task, admit);
+      }
       const context: ToolContext = {
         tenant,
         taskId,
         sessionId: input.sessionId,
-        task: new ExecutorTaskClient(client, { tenant, taskId }, options.signal),
+        task,
         signal: options.signal,
         logger: log,
         ...(options.onOutput ? { onOutput: options.onOutput } : {}),
@@ -218,7 +277,13 @@ export class Dispatcher {
     const { client } = this.#router.route(tenant, id);
     this.#placements.delete(`${tenant}/${id}`);
     this.#approvals?.guard.forgetTask(tenant, id);
-    const r = await client.releaseTask({ task: { tenant, taskId: id } });
+    const released = this.#quotas?.releaseTask(tenant, id);
+    let r: { released: boolean };
+    try {
+      r = await client.releaseTask({ task: { tenant, taskId: id } });
+    } finally {
+      released?.();
+    }
     this.#logger.info({ tenant, task: id, released: r.released }, 'end task');
     return r.released;
   }

@@ -2,6 +2,7 @@
 import { randomUUID } from 'node:crypto';
 import type { Server } from 'nice-grpc';
 import type { BerthConfig } from '../common/config.js';
+import { taskContainerLimits } from '../common/container-limits.js';
 import { errorBoundary } from '../common/grpc-errors.js';
 import { createBerthServer, sharedSecretMiddleware } from '../common/grpc-server.js';
 import { createInProcessClient } from '../common/in-process-client.js';
@@ -61,7 +62,13 @@ export async function startExecutor(options: ExecutorStartOptions): Promise<Runn
     ...(metrics ? { onRun: (outcome: CodeRunOutcome) => metrics.codeRun(outcome) } : {}),
   });
   const shutdown = new AbortController();
-  const service = createExecutorService(environments, { executorId }, shutdown.signal, codeRunner);
+  const service = createExecutorService(
+    environments,
+    { executorId },
+    shutdown.signal,
+    codeRunner,
+    taskContainerLimits(config, config.terminal.backend, codeContainers !== undefined),
+  );
   // The same error boundary as the gRPC server's, so callers see the same statuses either way.
   const client = createInProcessClient(ExecutorDefinition, service, { middleware: errorBoundary(logger, shutdown.signal) });
 

@@ -4,10 +4,11 @@
  */
 import type { CallContext } from 'nice-grpc';
 import { AsyncQueue } from '../common/async-queue.js';
+import { NO_CONTAINERS, type TaskContainerLimits } from '../common/container-limits.js';
 import { InvalidArgumentError } from '../common/errors.js';
 import type { ExecEvent, ExecutorServiceImplementation, TaskRef } from '../gen/berth/v1/executor.js';
 import type { TaskKey } from './backend.js';
-import type { CodeRunner } from './code-execution/code-runner.js';
+import { CODE_CONTAINER, type CodeRunner } from './code-execution/code-runner.js';
 import { serveRunCode } from './code-execution/run-code-stream.js';
 import type { TaskEnvironments } from './task-environment.js';
 
@@ -25,11 +26,14 @@ export interface ExecutorIdentity {
   readonly executorId: string;
 }
 
+const NONE: TaskContainerLimits = { perTask: NO_CONTAINERS, perCodeContainer: NO_CONTAINERS };
+
 export function createExecutorService(
   environments: TaskEnvironments,
   identity: ExecutorIdentity,
   shutdownSignal: AbortSignal,
   codeRunner: CodeRunner,
+  limits: TaskContainerLimits = NONE,
 ): ExecutorServiceImplementation {
   const callSignal = (context: CallContext) => AbortSignal.any([context.signal, shutdownSignal]);
 
@@ -126,6 +130,25 @@ export function createExecutorService(
 
     runCode(requests, context) {
       return serveRunCode(codeRunner, requests, callSignal(context));
+    },
+
+    async taskUsage() {
+      const { perTask, perCodeContainer } = limits;
+      return {
+        tasks: environments.liveTasks().map(({ key, companions }) => {
+          const code = companions.includes(CODE_CONTAINER) ? perCodeContainer : NO_CONTAINERS;
+          return {
+            task: { tenant: key.tenant, taskId: key.taskId },
+            held: {
+              containers: perTask.containers + code.containers,
+              memoryMb: perTask.memoryMb + code.memoryMb,
+              cpus: perTask.cpus + code.cpus,
+            },
+          };
+        }),
+        perTask,
+        perCodeContainer,
+      };
     },
 
     async capabilities() {

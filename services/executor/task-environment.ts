@@ -135,6 +135,19 @@ export class TaskEnvironments {
     return this.#tasks.has(taskKeyString(key));
   }
 
+  /**
+   * Every task with an environment here (created or being created) and the
+   * companions it holds, for the dispatcher's quotas (TaskUsage).
+   */
+  liveTasks(): Array<{ key: TaskKey; companions: string[] }> {
+    return [...this.#tasks.keys()].map((id) => {
+      const state = this.#settled.get(id);
+      const slash = id.indexOf('/');
+      const key = state?.key ?? { tenant: id.slice(0, slash), taskId: id.slice(slash + 1) };
+      return { key, companions: state ? [...state.companions.keys()] : [] };
+    });
+  }
+
   /** The task's current working directory, if it has an environment. */
   async cwd(key: TaskKey): Promise<string | undefined> {
     const entry = this.#tasks.get(taskKeyString(key));

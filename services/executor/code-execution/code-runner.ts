@@ -50,7 +50,7 @@ const PROBE_TIMEOUT_MS = 30_000;
 const MAX_PROBE_OUTPUT_BYTES = 4 * 1024 * 1024;
 
 /** The companion name of a task's code container (see TaskEnvironments). */
-const CODE_CONTAINER = 'execute_code container';
+export const CODE_CONTAINER = 'execute_code container';
 
 /** The error for a backend that has no directory to share a socket through, with code containers off. */
 export function noRpcDirMessage(backend: string): string {
