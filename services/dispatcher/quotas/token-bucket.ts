@@ -33,7 +33,7 @@ export class TokenBucket {
   /** Tokens taken and not yet refilled, rounded up: the calls that count against the minute now. */
   used(nowMs: number): number {
     this.#refill(nowMs);
-    return Math.ceil(this.#capacity - this.#tokens - 1e-9);
+    return Math.max(0, Math.ceil(this.#capacity - this.#tokens - 1e-9));
   }
 
   /** Milliseconds until the next token, 0 when one is there. */
