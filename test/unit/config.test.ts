@@ -108,9 +108,15 @@ describe('config', () => {
   });
 
   test('metrics: off by default, on loopback, 9464 for serve and dispatcher, 9465 for an executor', () => {
-    assert.deepEqual(loadConfig(undefined, {}).metrics, { enabled: false, host: '127.0.0.1', port: 9464, executor_port: 9465 });
+    assert.deepEqual(loadConfig(undefined, {}).metrics, {
+      enabled: false,
+      host: '127.0.0.1',
+      port: 9464,
+      executor_port: 9465,
+      tenant_labels: false,
+    });
     const fromFile = parseConfig({ metrics: { enabled: true, host: '0.0.0.0', port: 0, executor_port: 19465 } }).metrics;
-    assert.deepEqual(fromFile, { enabled: true, host: '0.0.0.0', port: 0, executor_port: 19465 });
+    assert.deepEqual(fromFile, { enabled: true, host: '0.0.0.0', port: 0, executor_port: 19465, tenant_labels: false });
   });
 
   test('BERTH_METRICS_* variables override the file, "false" stays false', () => {
@@ -120,7 +126,7 @@ describe('config', () => {
         BERTH_METRICS_PORT: '9100',
         BERTH_METRICS_EXECUTOR_PORT: '9101',
       });
-      assert.deepEqual(c.metrics, { enabled: true, host: '::1', port: 9100, executor_port: 9101 });
+      assert.deepEqual(c.metrics, { enabled: true, host: '::1', port: 9100, executor_port: 9101, tenant_labels: false });
       assert.equal(loadConfig(file, { BERTH_METRICS_ENABLED: 'false' }).metrics.enabled, false);
       assert.equal(loadConfig(undefined, { BERTH_METRICS_ENABLED: 'true' }).metrics.enabled, true);
     });

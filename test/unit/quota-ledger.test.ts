@@ -6,6 +6,8 @@
 import { describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { parseConfig, type QuotasConfig } from '../../services/common/config.js';
+import { createMetricsRegistry } from '../../services/common/metrics.js';
+import { DispatcherMetrics } from '../../services/dispatcher/dispatcher-metrics.js';
 import {
   QuotaExceededError,
   QuotaLedger,
@@ -15,6 +17,7 @@ import {
 } from '../../services/dispatcher/quotas/quota-ledger.js';
 import { anyQuota, quotaResolver } from '../../services/dispatcher/quotas/tenant-quotas.js';
 import { TokenBucket } from '../../services/dispatcher/quotas/token-bucket.js';
+import { sample } from '../support/metrics-text.js';
 
 const NONE: ContainerCost = { containers: 0, memoryMb: 0, cpus: 0 };
 const CONTAINER: ContainerCost = { containers: 1, memoryMb: 1024, cpus: 1 };
@@ -317,6 +320,34 @@ describe('QuotaLedger: memory and CPUs of live containers', () => {
     const { ledger } = ledgerWith({ acme: { max_memory_mb: 1, max_cpus: 0.1 } });
     for (let i = 0; i < 5; i++) (await ledger.admitTask('acme', `t${i}`, 'e1')).release();
     assert.equal(ledger.use('acme').max_memory_mb, 0);
+  });
+});
+
+describe('quota metrics', () => {
+  const metricsOf = async (tenantLabels: boolean) => {
+    const { ledger } = ledgerWith({ acme: { max_tasks: 1 }, globex: { max_tasks: 5 } });
+    const registry = createMetricsRegistry({ processMetrics: false });
+    const rejected = new DispatcherMetrics(registry, () => true).observeQuotas(registry, ledger, tenantLabels);
+    (await ledger.admitTask('acme', 't1', 'e1')).release();
+    (await ledger.admitTask('globex', 't1', 'e1')).release();
+    (await ledger.admitTask('globex', 't2', 'e1')).release();
+    rejected('max_tasks');
+    return registry.metrics();
+  };
+
+  test('use per quota summed over tenants, and no tenant ids in labels by default', async () => {
+    const text = await metricsOf(false);
+    assert.equal(sample(text, 'berth_quota_usage', { quota: 'max_tasks' }), 3);
+    assert.equal(sample(text, 'berth_quota_tenants_at_limit', { quota: 'max_tasks' }), 1);
+    assert.equal(sample(text, 'berth_quota_rejections_total', { quota: 'max_tasks' }), 1);
+    assert.equal(sample(text, 'berth_quota_rejections_total', { quota: 'max_cpus' }), 0);
+    assert.doesNotMatch(text, /tenant=/);
+  });
+
+  test('metrics.tenant_labels: use per tenant', async () => {
+    const text = await metricsOf(true);
+    assert.equal(sample(text, 'berth_quota_usage', { quota: 'max_tasks', tenant: 'acme' }), 1);
+    assert.equal(sample(text, 'berth_quota_usage', { quota: 'max_tasks', tenant: 'globex' }), 2);
   });
 });
 
