@@ -193,7 +193,8 @@ async function cmdDispatcher(argv: string[]): Promise<number> {
   );
   printMetricsUrl(metrics);
   process.stdout.write(`berth dispatcher serving on ${dispatcher.address}\n`);
-  await untilSignal(logger, config.server.tls ? () => dispatcher.reloadCertificates() : undefined);
+  const anyTls = config.server.tls !== undefined || config.executors.some((e) => e.tls !== undefined);
+  await untilSignal(logger, anyTls ? () => dispatcher.reloadCertificates() : undefined);
   await dispatcher.close();
   await metrics?.close();
   return 0;

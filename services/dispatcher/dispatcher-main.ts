@@ -1,5 +1,4 @@
 /** Starts a dispatcher: tool registry, executor clients, the public gRPC server. */
-import type { Channel } from 'nice-grpc';
 import { ConfigError, type BerthConfig, type BackendName } from '../common/config.js';
 import { createBerthServer } from '../common/grpc-server.js';
 import type { Logger } from '../common/logging.js';
@@ -58,7 +57,10 @@ export interface RunningDispatcher {
   readonly dispatcher: Dispatcher;
   /** Serial of the certificate new connections get (server.tls); undefined in plaintext. */
   readonly certificateSerial: () => string | undefined;
-  /** Re-reads server.tls's files (SIGHUP); false when they are bad and the previous certificate stays. */
+  /**
+   * Re-reads server.tls's files and the executors' client certificates
+   * (SIGHUP); false when some are bad and the previous ones stay in use.
+   */
   reloadCertificates(): boolean;
   /** Cancels in-flight calls (their commands are killed) and stops serving. */
   close(graceMs?: number): Promise<void>;
@@ -67,7 +69,8 @@ export interface RunningDispatcher {
 export async function startDispatcher(options: DispatcherStartOptions): Promise<RunningDispatcher> {
   const { config } = options;
   const logger = options.logger.child({ component: 'dispatcher' });
-  const channels: Channel[] = [];
+  // key: the config key of the entry's TLS, for reload logs (undefined: plaintext).
+  const connections: Array<{ key: string | undefined; connection: ExecutorConnection }> = [];
   const watched: WatchedExecutor[] = [];
   // Bad TLS files of an executor entry stop the start here, before anything listens.
   const credentials = serverCredentialsFor('server.tls', config.server.tls);
@@ -79,9 +82,22 @@ export async function startDispatcher(options: DispatcherStartOptions): Promise<
     } catch (err) {
       throw err instanceof TlsMaterialError ? new ConfigError(`executors[${i}].tls (${t.address}): ${err.message}`) : err;
     }
-    channels.push(connection.channel);
-    const endpoint: ExecutorEndpoint = { id: t.address, backend: t.backend, healthy: true, client: connection.client };
-    watched.push({ endpoint, channel: connection.channel, explain: connection.explain });
+    connections.push({ key: t.tls ? `executors[${i}].tls (${t.address})` : undefined, connection });
+    const endpoint: ExecutorEndpoint = {
+      id: t.address,
+      backend: t.backend,
+      healthy: true,
+      get client() {
+        return connection.client;
+      },
+    };
+    watched.push({
+      endpoint,
+      get channel() {
+        return connection.channel;
+      },
+      explain: connection.explain,
+    });
     return endpoint;
   });
   const health = new ExecutorHealthWatcher(watched, { intervalMs: 1000, timeoutMs: 2000, failuresBeforeDown: 3, logger });
@@ -128,7 +144,20 @@ export async function startDispatcher(options: DispatcherStartOptions): Promise<
     port,
     dispatcher,
     certificateSerial: () => credentials?.certificate.serial,
-    reloadCertificates: () => (credentials ? reloadCertificates('server.tls', credentials, logger) : true),
+    reloadCertificates() {
+      let ok = credentials ? reloadCertificates('server.tls', credentials, logger) : true;
+      for (const { key, connection } of connections) {
+        if (key === undefined) continue;
+        try {
+          connection.reload();
+          logger.info({ key }, `${key}: client certificate reloaded; new connections to the executor use it`);
+        } catch (err) {
+          ok = false;
+          logger.error({ key, error: (err as Error).message }, `${key}: client certificate not reloaded, the previous one stays in use: ${(err as Error).message}`);
+        }
+      }
+      return ok;
+    },
     close(graceMs = config.server.shutdown_grace_ms) {
       closing ??= (async () => {
         // Stop taking calls, give in-flight ones a moment, then cancel them (their commands get killed).
@@ -140,7 +169,7 @@ export async function startDispatcher(options: DispatcherStartOptions): Promise<
         // Let cancelled handlers send their UNAVAILABLE before the transport goes.
         await Promise.race([graceful, sleep(500)]);
         server.forceShutdown();
-        for (const c of channels) c.close();
+        for (const { connection } of connections) connection.close();
       })();
       return closing;
     },

@@ -18,10 +18,18 @@ import { clientTls, diagnoseTls, type ClientTlsFiles, type TlsFailure } from '..
 import { ExecutorDefinition, type ExecutorClient } from '../gen/berth/v1/executor.js';
 
 export interface ExecutorConnection {
+  /** The channel new calls go over; a reload puts a new one here. */
   readonly channel: Channel;
   readonly client: ExecutorClient;
   /** A sentence on why the executor cannot be reached, given a failed call's details. */
   explain(details: string): Promise<string>;
+  /**
+   * Re-reads the client certificate files (SIGHUP) and sends new calls over a
+   * new channel that uses them; calls and streams in flight finish on the old
+   * one. Throws {@link TlsMaterialError} and changes nothing when the files are bad.
+   */
+  reload(): void;
+  close(): void;
 }
 
 /** Details grpc-js gives when no connection could be made (as opposed to a status the executor sent). */
@@ -48,8 +56,6 @@ export function describeExecutorTlsFailure(address: string, failure: TlsFailure 
 }
 
 export function connectExecutor(address: string, sharedSecret: string, tls: ClientTlsFiles | undefined): ExecutorConnection {
-  const { credentials, options } = tls === undefined ? { credentials: undefined, options: {} } : clientTls(tls);
-  const channel = createChannel(address, credentials, { ...CHANNEL_OPTIONS, ...options });
   let diagnosis: { atMs: number; sentence: Promise<string | undefined> } | undefined;
   const explain = async (details: string): Promise<string> => {
     const nowMs = Date.now();
@@ -61,11 +67,34 @@ export function connectExecutor(address: string, sharedSecret: string, tls: Clie
     }
     return (await diagnosis.sentence) ?? `executor ${address} is unreachable: ${details}`;
   };
-  const client = createClientFactory()
-    .use(explainFailures(explain))
-    .use(addSecret(sharedSecret))
-    .create(ExecutorDefinition, channel);
-  return { channel, client, explain };
+  const factory = createClientFactory().use(explainFailures(explain)).use(addSecret(sharedSecret));
+  const open = () => {
+    const { credentials, options } = tls === undefined ? { credentials: undefined, options: {} } : clientTls(tls);
+    const channel = createChannel(address, credentials, { ...CHANNEL_OPTIONS, ...options });
+    return { channel, client: factory.create(ExecutorDefinition, channel) };
+  };
+  let current = open();
+  // Old channels stay open for the calls still on them; they go idle and are closed with the dispatcher.
+  const retired: Channel[] = [];
+  return {
+    get channel() {
+      return current.channel;
+    },
+    get client() {
+      return current.client;
+    },
+    explain,
+    reload() {
+      if (tls === undefined) return;
+      const next = open();
+      retired.push(current.channel);
+      current = next;
+      diagnosis = undefined;
+    },
+    close() {
+      for (const channel of [...retired, current.channel]) channel.close();
+    },
+  };
 }
 
 function addSecret(secret: string): ClientMiddleware {

@@ -20,7 +20,7 @@ export interface HealthWatcherOptions {
   readonly logger: Logger;
 }
 
-/** An executor to watch: its endpoint, the channel to check it over, and how to explain a failed check. */
+/** An executor to watch: its endpoint, the channel to check it over (read at each check), and how to explain a failed check. */
 export interface WatchedExecutor {
   readonly endpoint: ExecutorEndpoint;
   readonly channel: Channel;
@@ -28,24 +28,12 @@ export interface WatchedExecutor {
 }
 
 export class ExecutorHealthWatcher {
-  readonly #targets: Array<{
-    endpoint: ExecutorEndpoint;
-    health: ReturnType<typeof createClient<typeof HealthDefinition>>;
-    explain: ((details: string) => Promise<string>) | undefined;
-    failures: number;
-    checked: boolean;
-  }>;
+  readonly #targets: Array<{ watched: WatchedExecutor; failures: number; checked: boolean }>;
   readonly #options: HealthWatcherOptions;
   #timer: NodeJS.Timeout | undefined;
 
   constructor(targets: readonly WatchedExecutor[], options: HealthWatcherOptions) {
-    this.#targets = targets.map((t) => ({
-      endpoint: t.endpoint,
-      health: createClient(HealthDefinition, t.channel),
-      explain: t.explain,
-      failures: 0,
-      checked: false,
-    }));
+    this.#targets = targets.map((watched) => ({ watched, failures: 0, checked: false }));
     this.#options = options;
   }
 
@@ -53,7 +41,9 @@ export class ExecutorHealthWatcher {
   async checkAll(): Promise<void> {
     await Promise.all(
       this.#targets.map(async (target) => {
-        const { endpoint, health } = target;
+        const { endpoint, explain } = target.watched;
+        // A client per check: the channel changes when the dispatcher's client certificate is reloaded.
+        const health = createClient(HealthDefinition, target.watched.channel);
         let answered = false;
         let failure = '';
         try {
@@ -69,7 +59,7 @@ export class ExecutorHealthWatcher {
         const healthy = answered || (endpoint.healthy && target.failures < this.#options.failuresBeforeDown);
         // A TLS mismatch shows at the first check: say so at start rather than at the first call.
         if (healthy !== endpoint.healthy || (first && !answered)) {
-          const reason = !answered && target.explain && failure ? await target.explain(failure) : failure || undefined;
+          const reason = !answered && explain && failure ? await explain(failure) : failure || undefined;
           this.#options.logger[answered ? 'info' : 'warn'](
             { executor: endpoint.id, backend: endpoint.backend, healthy, ...(reason ? { reason } : {}) },
             answered ? 'executor is back' : `executor is not answering${healthy ? '' : '; no new tasks go to it'}${reason ? `: ${reason}` : ''}`,

@@ -334,14 +334,24 @@ describe('berth dispatcher ↔ berth executor over mTLS', () => {
     assert.deepEqual(await terminal(client, 'echo $X'), { output: '1', exit_code: 0, error: null }, 'the dispatcher\'s open connection keeps working');
   });
 
-  test('a dispatcher whose client certificate another CA signed gets UNAVAILABLE naming the executor', async () => {
+  test('a dispatcher whose client certificate another CA signed gets UNAVAILABLE naming the executor, until SIGHUP loads a good one', async () => {
     const stranger = pki.clientCert('stranger-dispatcher', pki.untrustedCa);
-    const { client, dispatcher } = await startDispatcher('stranger', entry(stranger));
+    const own: CertFiles = { certFile: join(pki.dir, 'own-dispatcher.crt'), keyFile: join(pki.dir, 'own-dispatcher.key'), serial: stranger.serial };
+    copyFileSync(stranger.certFile, own.certFile);
+    copyFileSync(stranger.keyFile, own.keyFile);
+    const { client, dispatcher } = await startDispatcher('stranger', entry(own));
     const err = await rejection(terminal(client, 'echo no'));
     assert.equal(err.code, Status.UNAVAILABLE);
-    assert.match(err.details, new RegExp(`^executor ${executor.address} refused this dispatcher's client certificate .*stranger-dispatcher\\.crt`));
+    assert.match(err.details, new RegExp(`^executor ${executor.address} refused this dispatcher's client certificate .*own-dispatcher\\.crt: it must be signed by the CA in the executor's executor\\.tls\\.client_ca_file`));
     // The start-up health check said so in the log already.
     assert.match(dispatcher.stderr(), /executor is not answering.*refused this dispatcher's client certificate/);
+
+    copyFileSync(dispatcherCert.certFile, own.certFile);
+    copyFileSync(dispatcherCert.keyFile, own.keyFile);
+    const from = dispatcher.stderr().length;
+    dispatcher.child.kill('SIGHUP');
+    await logLine(dispatcher, /executors\[0\]\.tls .*client certificate reloaded/, from);
+    assert.deepEqual(await terminal(client, 'echo fixed'), { output: 'fixed', exit_code: 0, error: null });
   });
 
   test('a dispatcher that connects in plaintext is told the executor speaks TLS', async () => {
