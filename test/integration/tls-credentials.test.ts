@@ -5,7 +5,7 @@
  */
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { copyFileSync, writeFileSync } from 'node:fs';
+import { copyFileSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { readFileSync } from 'node:fs';
 import { connect as tlsConnect } from 'node:tls';
@@ -68,6 +68,16 @@ describe('ReloadableServerCredentials', () => {
     const badFiles: Array<[string, () => void, RegExp]> = [
       ['a key that is not the certificate\'s', () => copyFileSync(pki.serverCert('other').keyFile, keyFile), /key values mismatch/],
       ['a certificate file without a certificate', () => writeFileSync(certFile, 'not a certificate\n'), /holds no PEM certificate/],
+      [
+        'an expired certificate',
+        () => {
+          const expired = pki.serverCert('expired', pki.ca, -1);
+          copyFileSync(expired.certFile, certFile);
+          copyFileSync(expired.keyFile, keyFile);
+        },
+        /live\.crt expired on/,
+      ],
+      ['a missing key file', () => rmSync(keyFile), /cannot read the private key .*live\.key/],
     ];
     const good = pki.serverCert('good');
     for (const [what, breakIt, message] of badFiles) {

@@ -27,8 +27,11 @@ export interface TestPki extends Disposable {
   readonly ca: TestCa;
   /** A CA nobody is configured to trust. */
   readonly untrustedCa: TestCa;
-  /** A new server certificate (SAN IP:127.0.0.1, DNS:localhost) signed by `ca` (default: the trusted CA). */
-  serverCert(name: string, ca?: TestCa): CertFiles;
+  /**
+   * A new server certificate (SAN IP:127.0.0.1, DNS:localhost) signed by `ca`
+   * (default: the trusted CA), valid for `days` (-1: expired yesterday).
+   */
+  serverCert(name: string, ca?: TestCa, days?: number): CertFiles;
   /** A new client certificate signed by `ca` (default: the trusted CA). */
   clientCert(name: string, ca?: TestCa): CertFiles;
 }
@@ -59,7 +62,7 @@ export function createTestPki(): TestPki {
     ]);
     return { name, certFile, keyFile, serial: serialOf(certFile) };
   };
-  const issue = (name: string, ca: TestCa, extensions: string): CertFiles => {
+  const issue = (name: string, ca: TestCa, extensions: string, days = 1): CertFiles => {
     const keyFile = join(dir, `${name}.key`);
     const csr = join(dir, `${name}.csr`);
     const certFile = join(dir, `${name}.crt`);
@@ -67,7 +70,7 @@ export function createTestPki(): TestPki {
     writeFileSync(ext, `basicConstraints=CA:FALSE\n${extensions}\n`);
     openssl(['req', ...KEY_ARGS, '-keyout', keyFile, '-out', csr, '-subj', `/CN=${name}`]);
     openssl([
-      'x509', '-req', '-in', csr, '-CA', ca.certFile, '-CAkey', ca.keyFile, '-days', '1',
+      'x509', '-req', '-in', csr, '-CA', ca.certFile, '-CAkey', ca.keyFile, '-days', String(days),
       '-set_serial', `0x${randomBytes(8).toString('hex')}`, '-extfile', ext, '-out', certFile,
     ]);
     return { certFile, keyFile, serial: serialOf(certFile) };
@@ -79,8 +82,8 @@ export function createTestPki(): TestPki {
       dir,
       ca,
       untrustedCa,
-      serverCert: (name, by = ca) =>
-        issue(name, by, 'subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth'),
+      serverCert: (name, by = ca, days = 1) =>
+        issue(name, by, 'subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth', days),
       clientCert: (name, by = ca) => issue(name, by, 'extendedKeyUsage=clientAuth'),
       [Symbol.dispose]: () => rmSync(dir, { recursive: true, force: true }),
     };
