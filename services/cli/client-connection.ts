@@ -92,6 +92,8 @@ export function describeClientTlsFailure(target: ClientTarget, failure: TlsFailu
       return `${at} does not speak TLS: drop --tls-ca/--tls-cert/--tls-key (and BERTH_TLS_*), or give the server server.tls`;
     case 'server-untrusted':
       return `${at} presented a certificate not signed by ${target.tls?.caFile ?? "the system's CAs"}: pass the CA that signed its server.tls.cert_file with --tls-ca`;
+    case 'server-expired':
+      return `${at} presented an expired (or not yet valid) certificate: its operator must renew server.tls.cert_file and send the server SIGHUP`;
     case 'server-name-mismatch':
       return `${at} presented a certificate for another name; connect by a name or address in its subjectAltName (${details})`;
     case 'client-cert-required':

@@ -191,6 +191,8 @@ export type TlsFailure =
   | 'server-plaintext'
   /** The server's certificate is not signed by a CA the client trusts. */
   | 'server-untrusted'
+  /** The server's certificate expired (or is not valid yet): it was not renewed and reloaded in time. */
+  | 'server-expired'
   /** The server's certificate does not name the host the client dialled. */
   | 'server-name-mismatch'
   /** The server wants a client certificate and got none. */
@@ -203,10 +205,8 @@ const FAILURE_PATTERNS: ReadonlyArray<readonly [RegExp, TlsFailure]> = [
   [/certificate required|peer did not return a certificate/i, 'client-cert-required'],
   [/alert (unknown ca|bad certificate|certificate unknown|decrypt error)|tlsv1 alert unknown ca/i, 'client-cert-rejected'],
   [/Hostname\/IP does not match|altnames|ERR_TLS_CERT_ALTNAME/i, 'server-name-mismatch'],
-  [
-    /self[- ]signed certificate|unable to (get local issuer|verify the first)|certificate (signature failure|has expired|is not yet valid)|UNABLE_TO_VERIFY|SELF_SIGNED/i,
-    'server-untrusted',
-  ],
+  [/certificate (has expired|is not yet valid)|CERT_HAS_EXPIRED|CERT_NOT_YET_VALID/i, 'server-expired'],
+  [/self[- ]signed certificate|unable to (get local issuer|verify the first)|certificate signature failure|UNABLE_TO_VERIFY|SELF_SIGNED/i, 'server-untrusted'],
 ];
 
 /** Reads a gRPC client error's details for a TLS failure; pure, so each caller words the fix in its own terms. */

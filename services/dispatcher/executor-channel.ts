@@ -46,6 +46,8 @@ export function describeExecutorTlsFailure(address: string, failure: TlsFailure 
       return `executor ${address} does not speak TLS: give it executor.tls, or remove tls from its entry under executors:`;
     case 'server-untrusted':
       return `executor ${address} presented a certificate not signed by ${tls?.caFile ?? 'the system CAs'} (executors[].tls.ca_file)`;
+    case 'server-expired':
+      return `executor ${address} presented an expired (or not yet valid) certificate: renew its executor.tls.cert_file and send it SIGHUP`;
     case 'server-name-mismatch':
       return `executor ${address} presented a certificate for another name: set executors[].tls.server_name to a name in its subjectAltName`;
     case 'client-cert-required':

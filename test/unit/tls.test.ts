@@ -58,6 +58,7 @@ describe('reading a handshake failure', () => {
     ['No connection established. Last error: Error: unable to verify the first certificate. Resolution note: ', 'server-untrusted'],
     ['No connection established. Last error: Error: self-signed certificate in certificate chain. Resolution note: ', 'server-untrusted'],
     ["No connection established. Last error: Error [ERR_TLS_CERT_ALTNAME_INVALID]: Hostname/IP does not match certificate's altnames: Host: other.example. is not in the cert's altnames: IP Address:127.0.0.1, DNS:localhost.", 'server-name-mismatch'],
+    ['No connection established. Last error: Error: certificate has expired. Resolution note: ', 'server-expired'],
     ['No connection established. Last error: connect ECONNREFUSED 127.0.0.1:1', undefined],
   ];
   for (const [details, expected] of cases) {
