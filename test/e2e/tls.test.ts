@@ -364,6 +364,16 @@ describe('berth dispatcher ↔ berth executor over mTLS', () => {
     );
   });
 
+  test('a dispatcher that trusts another CA refuses the executor\'s certificate', async () => {
+    const { client } = await startDispatcher(
+      'wrong-ca',
+      `    tls: { ca_file: ${pki.untrustedCa.certFile}, cert_file: ${dispatcherCert.certFile}, key_file: ${dispatcherCert.keyFile} }\n`,
+    );
+    const err = await rejection(terminal(client, 'echo no'));
+    assert.equal(err.code, Status.UNAVAILABLE);
+    assert.match(err.details, new RegExp(`^executor ${executor.address} presented a certificate not signed by .*untrusted-test-ca\\.crt \\(executors\\[\\]\\.tls\\.ca_file\\)`));
+  });
+
   test('the shared secret is still checked over mTLS', async () => {
     const { client } = await startDispatcher('wrong-secret', entry(dispatcherCert), { BERTH_EXECUTOR_SECRET: 'not-the-secret' });
     const err = await rejection(terminal(client, 'echo no'));
