@@ -55,8 +55,6 @@ export interface RunningDispatcher {
   readonly address: string;
   readonly port: number;
   readonly dispatcher: Dispatcher;
-  /** Serial of the certificate new connections get (server.tls); undefined in plaintext. */
-  readonly certificateSerial: () => string | undefined;
   /**
    * Re-reads server.tls's files and the executors' client certificates
    * (SIGHUP); false when some are bad and the previous ones stay in use.
@@ -143,7 +141,6 @@ export async function startDispatcher(options: DispatcherStartOptions): Promise<
     address,
     port,
     dispatcher,
-    certificateSerial: () => credentials?.certificate.serial,
     reloadCertificates() {
       let ok = credentials ? reloadCertificates('server.tls', credentials, logger) : true;
       for (const { key, connection } of connections) {

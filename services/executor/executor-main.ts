@@ -24,8 +24,6 @@ export interface RunningExecutor {
   readonly port?: number;
   /** Calls this executor directly, without gRPC (for a dispatcher in the same process). */
   readonly client: ExecutorClient;
-  /** Serial of the certificate new connections get (executor.tls); undefined in plaintext or in process. */
-  readonly certificateSerial: () => string | undefined;
   /** Re-reads executor.tls's files (SIGHUP); false when they are bad and the previous certificate stays. */
   reloadCertificates(): boolean;
   /** Kills every task's processes and stops serving. */
@@ -92,7 +90,6 @@ export async function startExecutor(options: ExecutorStartOptions): Promise<Runn
     ...(address !== undefined ? { address } : {}),
     ...(port !== undefined ? { port } : {}),
     client,
-    certificateSerial: () => credentials?.certificate.serial,
     reloadCertificates: () => (credentials ? reloadCertificates('executor.tls', credentials, logger) : true),
     close() {
       closing ??= (async () => {
