@@ -6,24 +6,22 @@
 import { parseArgs, type ParseArgsConfig } from 'node:util';
 import { randomBytes } from 'node:crypto';
 import { createRequire } from 'node:module';
-import { ClientError, Metadata, Status, createChannel, createClient } from 'nice-grpc';
+import { ClientError, Metadata, Status } from 'nice-grpc';
 import { ConfigError, loadConfig, BACKEND_NAMES, type BerthConfig, type BackendName } from '../common/config.js';
-import { CHANNEL_OPTIONS } from '../common/grpc-server.js';
 import { createLogger, type Logger } from '../common/logging.js';
+import { executorClientTlsFiles } from '../common/tls.js';
 import { startWithMetrics, type MetricsEndpoint, type MetricsRole } from '../common/metrics-server.js';
-import { DispatcherDefinition } from '../gen/berth/v1/dispatcher.js';
 import { startDispatcher } from '../dispatcher/dispatcher-main.js';
 import { startExecutor } from '../executor/executor-main.js';
 import { INTERACTIVE_HEADER } from '../dispatcher/approval/approval-service.js';
 import { promptApproval } from './approval-prompt.js';
 import { CHECK_COMMAND_HELP, readAllStdin, runCheckCommand } from './check-command.js';
+import { CLIENT_HELP, CLIENT_OPTIONS, ClientTlsError, clientTarget, explainClientError, openClient, type ClientFlags, type ClientTarget } from './client-connection.js';
 import { SessionConnection } from './session-connection.js';
 import { startServe } from './serve.js';
 import { SHELL_HELP, runShell } from './shell.js';
 import { BENCH_HELP, BenchUsageError, cmdBench } from './bench-command.js';
 import { DOCTOR_HELP, formatFinding, runDoctor } from './doctor.js';
-
-const DEFAULT_SERVER = '127.0.0.1:7700';
 
 const HELP = `berth — runs AI agents' tool calls in sandboxes, as a gRPC service
 
@@ -51,9 +49,11 @@ ${CHECK_COMMAND_HELP}
 ${DOCTOR_HELP}
 ${BENCH_HELP}
 
-Client options:
-  --server ADDR     dispatcher address (env BERTH_SERVER, default ${DEFAULT_SERVER})
-  --api-key KEY     sent as 'authorization: Bearer KEY' (env BERTH_API_KEY)
+${CLIENT_HELP}
+
+TLS: server.tls in the config serves the Dispatcher API over TLS (mTLS with
+client_ca_file), executor.tls the Executor API (mTLS); SIGHUP makes serve,
+dispatcher and executor re-read their certificate files (open streams stay).
 
 Config: one YAML file (--config or BERTH_CONFIG); TERMINAL_* and BERTH_* env
 variables override it. Backends: ${BACKEND_NAMES.join(', ')}.
@@ -115,10 +115,19 @@ function loadServerConfig(values: ServerFlags, role: MetricsRole = 'dispatcher')
   return loadConfig(values.config, env);
 }
 
-/** Resolves when SIGINT/SIGTERM arrives. */
-function untilSignal(logger: Logger): Promise<void> {
+/**
+ * Resolves when SIGINT/SIGTERM arrives. With `onHangup` (a server with TLS),
+ * SIGHUP calls it to re-read certificates instead of ending the process.
+ */
+function untilSignal(logger: Logger, onHangup?: () => void): Promise<void> {
   return new Promise((resolve) => {
+    const hangup = () => {
+      logger.info({ signal: 'SIGHUP' }, 'reloading TLS certificates');
+      onHangup?.();
+    };
+    if (onHangup) process.on('SIGHUP', hangup);
     const stop = (sig: string) => {
+      process.off('SIGHUP', hangup);
       logger.info({ signal: sig }, 'shutting down');
       resolve();
     };
@@ -152,7 +161,7 @@ async function cmdServe(argv: string[]): Promise<number> {
   // Tests and scripts read these lines to find ephemeral ports (the metrics line first).
   printMetricsUrl(metrics);
   process.stdout.write(`berth serving on ${dispatcher.address} (backend ${config.terminal.backend})\n`);
-  await untilSignal(logger);
+  await untilSignal(logger, config.server.tls ? () => dispatcher.reloadCertificates() : undefined);
   await close();
   return 0;
 }
@@ -176,6 +185,7 @@ async function cmdDispatcher(argv: string[]): Promise<number> {
         address: e.address,
         backend: e.backend as BackendName,
         sharedSecret: config.executor.shared_secret,
+        ...(e.tls ? { tls: executorClientTlsFiles(e.tls) } : {}),
       })),
       ...(configPath ? { configPath } : {}),
       ...(registry ? { metricsRegistry: registry } : {}),
@@ -183,7 +193,8 @@ async function cmdDispatcher(argv: string[]): Promise<number> {
   );
   printMetricsUrl(metrics);
   process.stdout.write(`berth dispatcher serving on ${dispatcher.address}\n`);
-  await untilSignal(logger);
+  const anyTls = config.server.tls !== undefined || config.executors.some((e) => e.tls !== undefined);
+  await untilSignal(logger, anyTls ? () => dispatcher.reloadCertificates() : undefined);
   await dispatcher.close();
   await metrics?.close();
   return 0;
@@ -196,8 +207,12 @@ async function cmdExecutor(argv: string[]): Promise<number> {
   const config = loadServerConfig(values, 'executor');
   const logger = createLogger(config.log_level);
   const host = values.host ?? config.executor.host;
-  if (!config.executor.shared_secret && !['127.0.0.1', 'localhost', '::1'].includes(host)) {
-    logger.warn({ host }, 'executor listens beyond loopback without executor.shared_secret: anyone who can reach it can run commands');
+  if (!['127.0.0.1', 'localhost', '::1'].includes(host)) {
+    if (!config.executor.shared_secret && !config.executor.tls) {
+      logger.warn({ host }, 'executor listens beyond loopback with neither executor.tls nor executor.shared_secret: anyone who can reach it can run commands');
+    } else if (!config.executor.tls) {
+      logger.warn({ host }, 'executor listens beyond loopback without executor.tls: the shared secret and every command cross the network in the clear');
+    }
   }
   const { running: executor, metrics } = await startWithMetrics(config.metrics, 'executor', logger, (registry) =>
     startExecutor({
@@ -209,7 +224,7 @@ async function cmdExecutor(argv: string[]): Promise<number> {
   );
   printMetricsUrl(metrics);
   process.stdout.write(`berth executor (${config.terminal.backend}) serving on ${executor.address ?? ''}\n`);
-  await untilSignal(logger);
+  await untilSignal(logger, config.executor.tls ? () => executor.reloadCertificates() : undefined);
   await executor.close();
   await metrics?.close();
   return 0;
@@ -219,11 +234,25 @@ function printMetricsUrl(metrics: MetricsEndpoint | undefined): void {
   if (metrics) process.stdout.write(`berth metrics on ${metrics.url}\n`);
 }
 
-function clientFor(server: string | undefined) {
-  const address = server ?? process.env.BERTH_SERVER ?? DEFAULT_SERVER;
-  const channel = createChannel(address, undefined, CHANNEL_OPTIONS);
-  return { address, channel, client: createClient(DispatcherDefinition, channel) };
+/**
+ * Runs a client command against the server the flags name; a transport
+ * failure comes out as one line saying what to do (TLS flags, address).
+ */
+async function withClient<T>(values: ClientFlags, run: (connection: ReturnType<typeof openClient>, target: ClientTarget) => Promise<T>): Promise<T> {
+  const target = clientTarget(values, process.env);
+  const connection = openClient(target);
+  try {
+    return await run(connection, target);
+  } catch (err) {
+    const explained = await explainClientError(err, target);
+    throw explained === undefined ? err : new TransportError(explained);
+  } finally {
+    connection.channel.close();
+  }
 }
+
+/** The server could not be reached, or not over the transport the flags chose. */
+class TransportError extends Error {}
 
 function metadataFor(apiKey: string | undefined): Metadata {
   const metadata = new Metadata();
@@ -232,13 +261,10 @@ function metadataFor(apiKey: string | undefined): Metadata {
   return metadata;
 }
 
-const clientOptions = { server: { type: 'string' }, 'api-key': { type: 'string' } } as const;
-
 async function cmdTools(argv: string[]): Promise<number> {
-  const { values } = parse(argv, { ...clientOptions, toolsets: { type: 'string' }, disable: { type: 'string' } });
+  const { values } = parse(argv, { ...CLIENT_OPTIONS, toolsets: { type: 'string' }, disable: { type: 'string' } });
   if (values.help) return printHelp();
-  const { channel, client } = clientFor(values.server);
-  try {
+  return withClient(values, async ({ client }) => {
     const r = await client.listTools(
       { enabledToolsets: list(values.toolsets), disabledToolsets: list(values.disable) },
       { metadata: metadataFor(values['api-key']) },
@@ -248,14 +274,12 @@ async function cmdTools(argv: string[]): Promise<number> {
     }
     process.stdout.write(`${JSON.stringify(JSON.parse(r.toolsJson), null, 2)}\n`);
     return 0;
-  } finally {
-    channel.close();
-  }
+  });
 }
 
 async function cmdCall(argv: string[]): Promise<number> {
   const { values, positionals } = parse(argv, {
-    ...clientOptions,
+    ...CLIENT_OPTIONS,
     task: { type: 'string' },
     session: { type: 'string' },
     'non-interactive': { type: 'boolean' },
@@ -264,47 +288,46 @@ async function cmdCall(argv: string[]): Promise<number> {
   const [tool, args = '{}', ...rest] = positionals;
   if (!tool) throw new UsageError("call needs a tool name, e.g. berth call terminal '{\"command\":\"ls\"}'");
   if (rest.length > 0) throw new UsageError(`unexpected arguments: ${rest.join(' ')} (quote ARGS_JSON as one argument)`);
-  const { channel, client } = clientFor(values.server);
-  const abort = new AbortController();
-  const onSigint = () => abort.abort();
-  process.once('SIGINT', onSigint);
-  const metadata = metadataFor(values['api-key']);
-  if (values['non-interactive']) metadata.set(INTERACTIVE_HEADER, 'false');
-  // Over the Session stream the server can ask about commands that need approval, here on the terminal.
-  const session = new SessionConnection(
-    client,
-    { onApproval: (request, signal) => promptApproval(request, { input: process.stdin, output: process.stderr }, signal) },
-    { metadata, signal: abort.signal },
-  );
-  try {
-    const resultJson = await session.call({
-      name: tool,
-      argumentsJson: args,
-      taskId: values.task ?? 'default',
-      sessionId: values.session ?? '',
-    });
-    process.stdout.write(`${resultJson}\n`);
-    return 0;
-  } finally {
-    process.off('SIGINT', onSigint);
-    await session.close().catch(() => undefined);
-    channel.close();
-  }
+  return withClient(values, async ({ client }) => {
+    const abort = new AbortController();
+    const onSigint = () => abort.abort();
+    process.once('SIGINT', onSigint);
+    const metadata = metadataFor(values['api-key']);
+    if (values['non-interactive']) metadata.set(INTERACTIVE_HEADER, 'false');
+    // Over the Session stream the server can ask about commands that need approval, here on the terminal.
+    const session = new SessionConnection(
+      client,
+      { onApproval: (request, signal) => promptApproval(request, { input: process.stdin, output: process.stderr }, signal) },
+      { metadata, signal: abort.signal },
+    );
+    try {
+      const resultJson = await session.call({
+        name: tool,
+        argumentsJson: args,
+        taskId: values.task ?? 'default',
+        sessionId: values.session ?? '',
+      });
+      process.stdout.write(`${resultJson}\n`);
+      return 0;
+    } finally {
+      process.off('SIGINT', onSigint);
+      await session.close().catch(() => undefined);
+    }
+  });
 }
 
 async function cmdShell(argv: string[]): Promise<number> {
   const { values, positionals } = parse(argv, {
-    ...clientOptions,
+    ...CLIENT_OPTIONS,
     task: { type: 'string' },
     session: { type: 'string' },
     yolo: { type: 'boolean' },
   });
   if (values.help) return printHelp();
   if (positionals.length > 0) throw new UsageError(`unexpected arguments: ${positionals.join(' ')}`);
-  const { channel, client } = clientFor(values.server);
   const id = randomBytes(4).toString('hex');
-  try {
-    return await runShell({
+  return withClient(values, ({ client }, target) =>
+    runShell({
       client,
       metadata: metadataFor(values['api-key']),
       taskId: values.task ?? `shell-${id}`,
@@ -312,10 +335,9 @@ async function cmdShell(argv: string[]): Promise<number> {
       yolo: values.yolo === true,
       input: process.stdin,
       output: process.stdout,
-    });
-  } finally {
-    channel.close();
-  }
+      describeError: async (err) => (await explainClientError(err, target)) ?? (err as Error).message ?? String(err),
+    }),
+  );
 }
 
 async function cmdCheckCommand(argv: string[]): Promise<number> {
@@ -369,17 +391,12 @@ export async function main(argv: string[]): Promise<number> {
     return await run(rest);
   } catch (err) {
     process.stderr.write(`berth: ${describeError(err)}\n`);
-    return err instanceof UsageError || err instanceof BenchUsageError || err instanceof ConfigError ? 2 : 1;
+    return err instanceof UsageError || err instanceof BenchUsageError || err instanceof ConfigError || err instanceof ClientTlsError ? 2 : 1;
   }
 }
 
 function describeError(err: unknown): string {
-  if (err instanceof ClientError) {
-    if (err.code === Status.UNAVAILABLE) {
-      return `cannot reach the Berth server (${err.details}); is 'berth serve' running? Set --server or BERTH_SERVER`;
-    }
-    return `${Status[err.code]}: ${err.details}`;
-  }
+  if (err instanceof ClientError) return `${Status[err.code]}: ${err.details}`;
   if (err instanceof Error) return err.message;
   return String(err);
 }

@@ -74,6 +74,8 @@ export interface ShellOptions {
   readonly yolo: boolean;
   readonly input: NodeJS.ReadableStream & PromptInput;
   readonly output: NodeJS.WritableStream;
+  /** One line for a failed call (the CLI explains transport and TLS failures); default: the error's message. */
+  readonly describeError?: (err: unknown) => Promise<string>;
 }
 
 /** Reads one line on a TTY with a fresh readline (so approval prompts can own the keyboard in between). */
@@ -151,7 +153,7 @@ export async function runShell(options: ShellOptions): Promise<number> {
           const result = await conn.call({ name: line.name, argumentsJson: line.argumentsJson, taskId, sessionId });
           print(`\n${result}`);
         } catch (err) {
-          print(`berth: ${(err as Error).message ?? String(err)}`);
+          print(`berth: ${options.describeError ? await options.describeError(err) : ((err as Error).message ?? String(err))}`);
           connection = undefined;
           await conn.close().catch(() => undefined);
         }

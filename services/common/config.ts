@@ -55,10 +55,19 @@ const terminalSchema = z
   })
   .strict();
 
+const file = z.string().min(1);
+/** TLS of a gRPC server (`server.tls`, `executor.tls`); with client_ca_file, clients need a certificate it signed (mTLS). */
+const serverTlsSchema = z.object({ cert_file: file, key_file: file, client_ca_file: file.optional() }).strict();
+/** The dispatcher's TLS to one executor: the CA it trusts the executor by, its own client certificate. */
+const executorClientTlsSchema = z
+  .object({ ca_file: file.optional(), cert_file: file, key_file: file, server_name: z.string().min(1).optional() })
+  .strict();
+
 const executorEndpointSchema = z
   .object({
     address: z.string().min(1),
     backend: z.enum(BACKEND_NAMES),
+    tls: executorClientTlsSchema.optional(),
   })
   .strict();
 
@@ -116,6 +125,7 @@ export const configSchema = z
         port: int(0).max(65535).default(7700),
         /** Grace period for in-flight calls on shutdown before they are cancelled. */
         shutdown_grace_ms: int(0).default(2000),
+        tls: serverTlsSchema.optional(),
       })
       .strict()
       .prefault({}),
@@ -191,6 +201,8 @@ export const configSchema = z
         shared_secret: z.string().default(''),
         /** Root for per-task state dirs of the local backend ('' = OS temp dir). */
         state_root: z.string().default(''),
+        /** The executor's own server certificate; client_ca_file is required: dispatchers must present a certificate. */
+        tls: serverTlsSchema.optional(),
       })
       .strict()
       .prefault({}),
@@ -224,6 +236,8 @@ export const configSchema = z
 export type BerthConfig = z.infer<typeof configSchema>;
 export type TerminalConfig = BerthConfig['terminal'];
 export type MetricsConfig = BerthConfig['metrics'];
+export type ServerTlsConfig = NonNullable<BerthConfig['server']['tls']>;
+export type ExecutorClientTlsConfig = NonNullable<BerthConfig['executors'][number]['tls']>;
 
 export class ConfigError extends Error {
   constructor(message: string) {
@@ -314,6 +328,9 @@ export function parseConfig(raw: unknown, source = 'config'): BerthConfig {
   const { base_url: smartUrl, model: smartModel } = config.approvals.smart;
   if (smartUsers && (smartUrl === '' || smartModel === '')) {
     problems.push("approvals.smart: mode 'smart' needs approvals.smart.base_url and approvals.smart.model");
+  }
+  if (config.executor.tls && config.executor.tls.client_ca_file === undefined) {
+    problems.push('executor.tls.client_ca_file: an executor runs commands for whoever connects; name the CA that signs dispatchers\' client certificates');
   }
   if (config.terminal.backend === 'singularity' && config.terminal.singularity_image === '') {
     problems.push('terminal.singularity_image: the singularity backend needs it (a SIF path or docker://IMAGE)');

@@ -1,18 +1,19 @@
 /** Starts a dispatcher: tool registry, executor clients, the public gRPC server. */
-import { Metadata, createChannel, createClientFactory, type Channel, type ClientMiddleware } from 'nice-grpc';
-import type { BerthConfig, BackendName } from '../common/config.js';
+import { ConfigError, type BerthConfig, type BackendName } from '../common/config.js';
 import { taskContainerLimits } from '../common/container-limits.js';
-import { CHANNEL_OPTIONS, createBerthServer, EXECUTOR_SECRET_HEADER } from '../common/grpc-server.js';
+import { createBerthServer } from '../common/grpc-server.js';
 import type { Logger } from '../common/logging.js';
 import type { Registry } from '../common/metrics.js';
 import { DispatcherDefinition } from '../gen/berth/v1/dispatcher.js';
-import { ExecutorDefinition, type ExecutorClient } from '../gen/berth/v1/executor.js';
+import { reloadCertificates, serverCredentialsFor, TlsMaterialError, type ClientTlsFiles } from '../common/tls.js';
+import type { ExecutorClient } from '../gen/berth/v1/executor.js';
 import { ApprovalService } from './approval/approval-service.js';
 import { executeCodeLimitsFromConfig, executeCodeSchemaPatcher } from './code-execution/execute-code-tool.js';
 import { Dispatcher } from './dispatcher.js';
 import { DispatcherMetrics } from './dispatcher-metrics.js';
 import { createDispatcherService } from './dispatcher-service.js';
-import { ExecutorHealthWatcher } from './executor-health.js';
+import { connectExecutor, type ExecutorConnection } from './executor-channel.js';
+import { ExecutorHealthWatcher, type WatchedExecutor } from './executor-health.js';
 import { ExecutorRouter, type ExecutorEndpoint } from './executor-router.js';
 import { QuotaLedger, type QuotaKey } from './quotas/quota-ledger.js';
 import { anyQuota, quotaResolver } from './quotas/tenant-quotas.js';
@@ -25,6 +26,8 @@ export interface RemoteExecutorTarget {
   readonly address: string;
   readonly backend: BackendName;
   readonly sharedSecret: string;
+  /** mTLS to this executor (`executors[].tls`); absent: plaintext. */
+  readonly tls?: ClientTlsFiles;
 }
 
 /**
@@ -55,6 +58,11 @@ export interface RunningDispatcher {
   readonly address: string;
   readonly port: number;
   readonly dispatcher: Dispatcher;
+  /**
+   * Re-reads server.tls's files and the executors' client certificates
+   * (SIGHUP); false when some are bad and the previous ones stay in use.
+   */
+  reloadCertificates(): boolean;
   /** Cancels in-flight calls (their commands are killed) and stops serving. */
   close(graceMs?: number): Promise<void>;
 }
@@ -108,30 +116,38 @@ function startQuotas(config: BerthConfig, endpoints: readonly ExecutorEndpoint[]
   };
 }
 
-function secretMiddleware(secret: string): ClientMiddleware {
-  return async function* addExecutorSecret(call, options) {
-    const metadata = Metadata(options.metadata);
-    if (secret) metadata.set(EXECUTOR_SECRET_HEADER, secret);
-    return yield* call.next(call.request, { ...options, metadata });
-  };
-}
-
 export async function startDispatcher(options: DispatcherStartOptions): Promise<RunningDispatcher> {
   const { config } = options;
   const logger = options.logger.child({ component: 'dispatcher' });
-  const channels: Channel[] = [];
-  const watched: Array<{ endpoint: ExecutorEndpoint; channel: Channel }> = [];
-  const endpoints: ExecutorEndpoint[] = options.executors.map((t) => {
+  // key: the config key of the entry's TLS, for reload logs (undefined: plaintext).
+  const connections: Array<{ key: string | undefined; connection: ExecutorConnection }> = [];
+  const watched: WatchedExecutor[] = [];
+  // Bad TLS files of an executor entry stop the start here, before anything listens.
+  const credentials = serverCredentialsFor('server.tls', config.server.tls);
+  const endpoints: ExecutorEndpoint[] = options.executors.map((t, i) => {
     if ('client' in t) return { id: t.id, backend: t.backend, healthy: true, client: t.client };
-    const channel = createChannel(t.address, undefined, CHANNEL_OPTIONS);
-    channels.push(channel);
+    let connection: ExecutorConnection;
+    try {
+      connection = connectExecutor(t.address, t.sharedSecret, t.tls);
+    } catch (err) {
+      throw err instanceof TlsMaterialError ? new ConfigError(`executors[${i}].tls (${t.address}): ${err.message}`) : err;
+    }
+    connections.push({ key: t.tls ? `executors[${i}].tls (${t.address})` : undefined, connection });
     const endpoint: ExecutorEndpoint = {
       id: t.address,
       backend: t.backend,
       healthy: true,
-      client: createClientFactory().use(secretMiddleware(t.sharedSecret)).create(ExecutorDefinition, channel),
+      get client() {
+        return connection.client;
+      },
     };
-    watched.push({ endpoint, channel });
+    watched.push({
+      endpoint,
+      get channel() {
+        return connection.channel;
+      },
+      explain: connection.explain,
+    });
     return endpoint;
   });
   const health = new ExecutorHealthWatcher(watched, { intervalMs: 1000, timeoutMs: 2000, failuresBeforeDown: 3, logger });
@@ -172,15 +188,32 @@ export async function startDispatcher(options: DispatcherStartOptions): Promise<
   server
     .with(tenants.middleware())
     .add(DispatcherDefinition, createDispatcherService(dispatcher, logger, shutdown.signal));
-  const port = await server.listen(`${options.host}:${options.port}`);
+  const port = await server.listen(`${options.host}:${options.port}`, credentials);
   const address = `${options.host}:${port}`;
-  logger.info({ address, executors: endpoints.map((e) => e.id) }, 'dispatcher listening');
+  logger.info(
+    { address, executors: endpoints.map((e) => e.id), tls: credentials ? { serial: credentials.certificate.serial, mutual: config.server.tls?.client_ca_file !== undefined } : false },
+    'dispatcher listening',
+  );
 
   let closing: Promise<void> | undefined;
   return {
     address,
     port,
     dispatcher,
+    reloadCertificates() {
+      let ok = credentials ? reloadCertificates('server.tls', credentials, logger) : true;
+      for (const { key, connection } of connections) {
+        if (key === undefined) continue;
+        try {
+          connection.reload();
+          logger.info({ key }, `${key}: client certificate reloaded; new connections to the executor use it`);
+        } catch (err) {
+          ok = false;
+          logger.error({ key, error: (err as Error).message }, `${key}: client certificate not reloaded, the previous one stays in use: ${(err as Error).message}`);
+        }
+      }
+      return ok;
+    },
     close(graceMs = config.server.shutdown_grace_ms) {
       closing ??= (async () => {
         // Stop taking calls, give in-flight ones a moment, then cancel them (their commands get killed).
@@ -193,7 +226,7 @@ export async function startDispatcher(options: DispatcherStartOptions): Promise<
         // Let cancelled handlers send their UNAVAILABLE before the transport goes.
         await Promise.race([graceful, sleep(500)]);
         server.forceShutdown();
-        for (const c of channels) c.close();
+        for (const { connection } of connections) connection.close();
       })();
       return closing;
     },

@@ -4,7 +4,7 @@
  * clear error naming the lost environment on its next call, then a new
  * environment on a healthy executor (rendezvous hashing picks the next one).
  */
-import { createClient, type Channel } from 'nice-grpc';
+import { ClientError, createClient, type Channel } from 'nice-grpc';
 import { HealthDefinition } from 'nice-grpc-server-health';
 import type { Logger } from '../common/logging.js';
 import type { ExecutorEndpoint } from './executor-router.js';
@@ -20,21 +20,20 @@ export interface HealthWatcherOptions {
   readonly logger: Logger;
 }
 
+/** An executor to watch: its endpoint, the channel to check it over (read at each check), and how to explain a failed check. */
+export interface WatchedExecutor {
+  readonly endpoint: ExecutorEndpoint;
+  readonly channel: Channel;
+  readonly explain?: (details: string) => Promise<string>;
+}
+
 export class ExecutorHealthWatcher {
-  readonly #targets: Array<{
-    endpoint: ExecutorEndpoint;
-    health: ReturnType<typeof createClient<typeof HealthDefinition>>;
-    failures: number;
-  }>;
+  readonly #targets: Array<{ watched: WatchedExecutor; failures: number; checked: boolean }>;
   readonly #options: HealthWatcherOptions;
   #timer: NodeJS.Timeout | undefined;
 
-  constructor(targets: ReadonlyArray<{ endpoint: ExecutorEndpoint; channel: Channel }>, options: HealthWatcherOptions) {
-    this.#targets = targets.map((t) => ({
-      endpoint: t.endpoint,
-      health: createClient(HealthDefinition, t.channel),
-      failures: 0,
-    }));
+  constructor(targets: readonly WatchedExecutor[], options: HealthWatcherOptions) {
+    this.#targets = targets.map((watched) => ({ watched, failures: 0, checked: false }));
     this.#options = options;
   }
 
@@ -42,20 +41,28 @@ export class ExecutorHealthWatcher {
   async checkAll(): Promise<void> {
     await Promise.all(
       this.#targets.map(async (target) => {
-        const { endpoint, health } = target;
+        const { endpoint, explain } = target.watched;
+        // A client per check: the channel changes when the dispatcher's client certificate is reloaded.
+        const health = createClient(HealthDefinition, target.watched.channel);
         let answered = false;
+        let failure = '';
         try {
           const r = await health.check({ service: '' }, { signal: AbortSignal.timeout(this.#options.timeoutMs) });
           answered = r.status === SERVING;
-        } catch {
+        } catch (err) {
           answered = false;
+          failure = err instanceof ClientError ? err.details : String(err);
         }
+        const first = !target.checked;
+        target.checked = true;
         target.failures = answered ? 0 : target.failures + 1;
         const healthy = answered || (endpoint.healthy && target.failures < this.#options.failuresBeforeDown);
-        if (healthy !== endpoint.healthy) {
-          this.#options.logger[healthy ? 'info' : 'warn'](
-            { executor: endpoint.id, backend: endpoint.backend, healthy },
-            healthy ? 'executor is back' : 'executor is not answering; no new tasks go to it',
+        // A TLS mismatch shows at the first check: say so at start rather than at the first call.
+        if (healthy !== endpoint.healthy || (first && !answered)) {
+          const reason = !answered && explain && failure ? await explain(failure) : failure || undefined;
+          this.#options.logger[answered ? 'info' : 'warn'](
+            { executor: endpoint.id, backend: endpoint.backend, healthy, ...(reason ? { reason } : {}) },
+            answered ? 'executor is back' : `executor is not answering${healthy ? '' : '; no new tasks go to it'}${reason ? `: ${reason}` : ''}`,
           );
         }
         endpoint.healthy = healthy;

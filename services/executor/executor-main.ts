@@ -6,6 +6,7 @@ import { taskContainerLimits } from '../common/container-limits.js';
 import { errorBoundary } from '../common/grpc-errors.js';
 import { createBerthServer, sharedSecretMiddleware } from '../common/grpc-server.js';
 import { createInProcessClient } from '../common/in-process-client.js';
+import { reloadCertificates, serverCredentialsFor } from '../common/tls.js';
 import type { Logger } from '../common/logging.js';
 import type { Registry } from '../common/metrics.js';
 import { ExecutorDefinition, type ExecutorClient } from '../gen/berth/v1/executor.js';
@@ -24,6 +25,8 @@ export interface RunningExecutor {
   readonly port?: number;
   /** Calls this executor directly, without gRPC (for a dispatcher in the same process). */
   readonly client: ExecutorClient;
+  /** Re-reads executor.tls's files (SIGHUP); false when they are bad and the previous certificate stays. */
+  reloadCertificates(): boolean;
   /** Kills every task's processes and stops serving. */
   close(): Promise<void>;
 }
@@ -31,7 +34,10 @@ export interface RunningExecutor {
 export interface ExecutorStartOptions {
   readonly config: BerthConfig;
   readonly logger: Logger;
-  /** Serve the Executor API over gRPC; absent: only {@link RunningExecutor.client} reaches it (`berth serve`). */
+  /**
+   * Serve the Executor API over gRPC (with executor.tls, mTLS); absent: only
+   * {@link RunningExecutor.client} reaches it (`berth serve`).
+   */
   readonly listen?: { readonly host: string; readonly port: number; readonly sharedSecret: string };
   /** Where to record metrics (served by whoever made it); absent: metrics are off. */
   readonly metricsRegistry?: Registry;
@@ -41,6 +47,8 @@ export async function startExecutor(options: ExecutorStartOptions): Promise<Runn
   const { config } = options;
   const executorId = `exec-${randomUUID().slice(0, 8)}`;
   const logger = options.logger.child({ component: 'executor', executorId, backend: config.terminal.backend });
+  // Bad certificate files stop the start before any backend work.
+  const credentials = options.listen ? serverCredentialsFor('executor.tls', config.executor.tls) : undefined;
   const metrics = options.metricsRegistry && new ExecutorMetrics(options.metricsRegistry, config.terminal.backend);
   const backend = await createBackend(config, logger, metrics?.containerStarted);
   let codeContainers: CodeContainers | undefined;
@@ -78,9 +86,9 @@ export async function startExecutor(options: ExecutorStartOptions): Promise<Runn
   if (options.listen) {
     server = createBerthServer(logger, shutdown.signal, [ExecutorDefinition.fullName], options.metricsRegistry).server;
     server.with(sharedSecretMiddleware(options.listen.sharedSecret)).add(ExecutorDefinition, service);
-    port = await server.listen(`${options.listen.host}:${options.listen.port}`);
+    port = await server.listen(`${options.listen.host}:${options.listen.port}`, credentials);
     address = `${options.listen.host}:${port}`;
-    logger.info({ address }, 'executor listening');
+    logger.info({ address, tls: credentials ? { serial: credentials.certificate.serial, mutual: true } : false }, 'executor listening');
   }
 
   let closing: Promise<void> | undefined;
@@ -89,6 +97,7 @@ export async function startExecutor(options: ExecutorStartOptions): Promise<Runn
     ...(address !== undefined ? { address } : {}),
     ...(port !== undefined ? { port } : {}),
     client,
+    reloadCertificates: () => (credentials ? reloadCertificates('executor.tls', credentials, logger) : true),
     close() {
       closing ??= (async () => {
         shutdown.abort();

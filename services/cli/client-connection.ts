@@ -1,0 +1,114 @@
+/**
+ * How the CLI's client commands reach a server: the address, TLS from
+ * `--tls-ca/--tls-cert/--tls-key` (or `BERTH_TLS_CA/CERT/KEY`), and a
+ * transport failure explained in terms of those flags: a plaintext client at
+ * a TLS server is told the server speaks TLS, and so on.
+ */
+import { ClientError, Status, createChannel, createClient, type Channel } from 'nice-grpc';
+import { CHANNEL_OPTIONS } from '../common/grpc-server.js';
+import { clientTls, diagnoseTls, TlsMaterialError, type ClientTlsFiles, type TlsFailure } from '../common/tls.js';
+import { DispatcherDefinition, type DispatcherClient } from '../gen/berth/v1/dispatcher.js';
+
+export const DEFAULT_SERVER = '127.0.0.1:7700';
+
+/** Details grpc-js gives when no connection could be made (as opposed to a status the server sent). */
+const CONNECTION_FAILURE = /No connection established|Failed to connect|Connection dropped|ECONNREFUSED|ECONNRESET|ENOTFOUND|EAI_AGAIN/i;
+
+/** parseArgs options shared by every command that talks to a server. */
+export const CLIENT_OPTIONS = {
+  server: { type: 'string' },
+  'api-key': { type: 'string' },
+  'tls-ca': { type: 'string' },
+  'tls-cert': { type: 'string' },
+  'tls-key': { type: 'string' },
+} as const;
+
+export const CLIENT_HELP = `Client options (tools, call, shell):
+  --server ADDR     dispatcher address (env BERTH_SERVER, default ${DEFAULT_SERVER})
+  --api-key KEY     sent as 'authorization: Bearer KEY' (env BERTH_API_KEY)
+  --tls-ca FILE     connect with TLS and trust the server by this CA certificate
+                    (env BERTH_TLS_CA); any --tls-* flag turns TLS on, and
+                    without --tls-ca the system's CAs are trusted
+  --tls-cert FILE   client certificate, for a server with server.tls.client_ca_file
+  --tls-key FILE    its private key (env BERTH_TLS_CERT, BERTH_TLS_KEY)`;
+
+export interface ClientTarget {
+  readonly address: string;
+  /** Undefined: plaintext. */
+  readonly tls: ClientTlsFiles | undefined;
+}
+
+/** A failure to use the TLS flags' files; the CLI exits 2 as for other usage errors. */
+export class ClientTlsError extends Error {}
+
+export interface ClientFlags {
+  readonly server?: string | undefined;
+  readonly 'tls-ca'?: string | undefined;
+  readonly 'tls-cert'?: string | undefined;
+  readonly 'tls-key'?: string | undefined;
+}
+
+/** Flags first, then the environment. */
+export function clientTarget(values: ClientFlags, env: NodeJS.ProcessEnv): ClientTarget {
+  const pick = (flag: string | undefined, name: string) => flag ?? (env[name] || undefined);
+  const caFile = pick(values['tls-ca'], 'BERTH_TLS_CA');
+  const certFile = pick(values['tls-cert'], 'BERTH_TLS_CERT');
+  const keyFile = pick(values['tls-key'], 'BERTH_TLS_KEY');
+  const address = values.server ?? (env.BERTH_SERVER || DEFAULT_SERVER);
+  if (caFile === undefined && certFile === undefined && keyFile === undefined) return { address, tls: undefined };
+  return {
+    address,
+    tls: {
+      ...(caFile === undefined ? {} : { caFile }),
+      ...(certFile === undefined ? {} : { certFile }),
+      ...(keyFile === undefined ? {} : { keyFile }),
+    },
+  };
+}
+
+export function openClient(target: ClientTarget): { channel: Channel; client: DispatcherClient } {
+  let tls: ReturnType<typeof clientTls> | undefined;
+  if (target.tls !== undefined) {
+    try {
+      tls = clientTls(target.tls);
+    } catch (err) {
+      if (err instanceof TlsMaterialError) {
+        throw new ClientTlsError(`--tls-ca/--tls-cert/--tls-key: ${err.message.replace('its certificate file and its key file', '--tls-cert and --tls-key')}`);
+      }
+      throw err;
+    }
+  }
+  const channel = createChannel(target.address, tls?.credentials, { ...CHANNEL_OPTIONS, ...tls?.options });
+  return { channel, client: createClient(DispatcherDefinition, channel) };
+}
+
+/** What to do, per failure, in the terms of the CLI's flags. */
+export function describeClientTlsFailure(target: ClientTarget, failure: TlsFailure | 'server-tls', details: string): string {
+  const at = `the server at ${target.address}`;
+  switch (failure) {
+    case 'server-tls':
+      return `${at} speaks TLS: pass --tls-ca FILE (the CA that signed its certificate; env BERTH_TLS_CA), and --tls-cert/--tls-key if it requires a client certificate`;
+    case 'server-plaintext':
+      return `${at} does not speak TLS: drop --tls-ca/--tls-cert/--tls-key (and BERTH_TLS_*), or give the server server.tls`;
+    case 'server-untrusted':
+      return `${at} presented a certificate not signed by ${target.tls?.caFile ?? "the system's CAs"}: pass the CA that signed its server.tls.cert_file with --tls-ca`;
+    case 'server-expired':
+      return `${at} presented an expired (or not yet valid) certificate: its operator must renew server.tls.cert_file and send the server SIGHUP`;
+    case 'server-name-mismatch':
+      return `${at} presented a certificate for another name; connect by a name or address in its subjectAltName (${details})`;
+    case 'client-cert-required':
+      return `${at} requires a client certificate: pass --tls-cert FILE --tls-key FILE (env BERTH_TLS_CERT, BERTH_TLS_KEY)`;
+    case 'client-cert-rejected':
+      return `${at} refused the client certificate ${target.tls?.certFile ?? ''}: it must be signed by the CA in the server's server.tls.client_ca_file`;
+  }
+}
+
+/** A transport failure (UNAVAILABLE) as one line that says what to do; undefined for other errors. */
+export async function explainClientError(err: unknown, target: ClientTarget): Promise<string | undefined> {
+  if (!(err instanceof ClientError) || err.code !== Status.UNAVAILABLE) return undefined;
+  // UNAVAILABLE the server itself sent (shutting down, an executor unreachable) is its own message.
+  if (!CONNECTION_FAILURE.test(err.details)) return `UNAVAILABLE: ${err.details}`;
+  const failure = await diagnoseTls(target.address, target.tls);
+  if (failure !== undefined) return describeClientTlsFailure(target, failure, err.details);
+  return `cannot reach the Berth server at ${target.address} (${err.details}); is 'berth serve' running? Set --server or BERTH_SERVER`;
+}
