@@ -47,7 +47,8 @@ class ApprovalRequest:
     pattern_key: str
     choices: Tuple[str, ...]
     timeout_seconds: int
-    _session: "Session" = field(repr=False, compare=False)
+    # The Session or AsyncSession the request came on; both answer without blocking.
+    _session: Any = field(repr=False, compare=False)
     kind: ClassVar[str] = "approval"
 
     def answer(self, choice: str) -> None:
@@ -201,10 +202,8 @@ class Session:
                     raise self._failure or UnavailableError(
                         grpc.StatusCode.UNAVAILABLE, "the Session stream ended before the call's result"
                     )
-                if isinstance(ev, tuple):  # (Result, error_status): Berth could not run the call
-                    result, status = ev
-                    details = result.result.get("error", result.result_json) if isinstance(result.result, dict) else result.result_json
-                    raise error_for_name(status, str(details))
+                if isinstance(ev, tuple):
+                    raise failed_call_error(*ev)
                 yield ev
                 if isinstance(ev, Result):
                     return
@@ -222,20 +221,9 @@ class Session:
     def _read(self) -> None:
         try:
             for message in self._responses:
-                which = message.WhichOneof("message")
-                if which == "output":
-                    self._route(message.output.call_id, Output(message.output.call_id, message.output.text))
-                elif which == "approval_request":
-                    a = message.approval_request
-                    ev = ApprovalRequest(
-                        a.approval_id, a.call_id, a.command, a.description, a.pattern_key,
-                        tuple(a.choices), a.timeout_seconds, self,
-                    )
-                    self._route(a.call_id, ev)
-                elif which == "result":
-                    r = message.result
-                    result = Result(r.call_id, r.result_json)
-                    self._route(r.call_id, (result, r.error_status) if r.error_status else result)
+                routed = to_event(message, self)
+                if routed is not None:
+                    self._route(*routed)
         except grpc.RpcError as err:
             self._failure = from_rpc_error(err)
         finally:
@@ -248,3 +236,31 @@ class Session:
                 pending = list(self._calls.values())
             for q in pending:
                 q.put(_END)
+
+
+def to_event(message: pb.SessionServerMessage, session: Any) -> Optional[Tuple[str, Any]]:
+    """(call_id, what goes on that call's queue) for one server message.
+
+    A result that carries a gRPC status (Berth could not run the call) goes
+    as (Result, status) so the iterator raises instead of yielding it.
+    """
+    which = message.WhichOneof("message")
+    if which == "output":
+        return message.output.call_id, Output(message.output.call_id, message.output.text)
+    if which == "approval_request":
+        a = message.approval_request
+        return a.call_id, ApprovalRequest(
+            a.approval_id, a.call_id, a.command, a.description, a.pattern_key, tuple(a.choices), a.timeout_seconds, session
+        )
+    if which == "result":
+        r = message.result
+        result = Result(r.call_id, r.result_json)
+        return r.call_id, ((result, r.error_status) if r.error_status else result)
+    return None
+
+
+def failed_call_error(result: Result, status: str) -> BerthError:
+    """The exception for a Session result that carries a gRPC status name."""
+    parsed = result.result
+    details = parsed.get("error", result.result_json) if isinstance(parsed, dict) else result.result_json
+    return error_for_name(status, str(details))
