@@ -3,6 +3,7 @@ import os
 import shutil
 import socket
 import threading
+import time
 import unittest
 
 from berth_client import Berth, UnavailableError
@@ -78,7 +79,7 @@ class TaskTest(unittest.TestCase):
             interrupted = self.task.interrupt()
             if interrupted:
                 break
-            threading.Event().wait(0.05)
+            time.sleep(0.05)
         worker.join(30)
         self.assertEqual(interrupted, 1)
         self.assertFalse(worker.is_alive())

@@ -1,6 +1,7 @@
 """The Session stream as an iterator: streamed output, approvals answered both ways, interrupt."""
 import os
 import shutil
+import threading
 import unittest
 
 from berth_client import ApprovalRequest, Berth, Output, Result
@@ -103,6 +104,20 @@ class SessionTest(unittest.TestCase):
         session.close()
         self.assertFalse(session.open)
         self.assertIsNot(self.task.session(), session)
+
+    def test_threads_share_one_stream_and_each_gets_its_own_result(self):
+        session = self.task.session()
+        results = {}
+
+        def run(n):
+            results[n] = session.call("terminal", {"command": f"sleep 0.2; echo thread-{n}"})["output"]
+
+        threads = [threading.Thread(target=run, args=(n,)) for n in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+        self.assertEqual(results, {n: f"thread-{n}" for n in range(4)})
 
 
 if __name__ == "__main__":
