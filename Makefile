@@ -3,7 +3,7 @@ SHELL := /bin/bash
 .DEFAULT_GOAL := help
 TS_SOURCES := $(shell find services test -name '*.ts' -not -path '*/node_modules/*' 2>/dev/null)
 
-.PHONY: help setup build run test test-unit lint proto proto-check image bench clean
+.PHONY: help setup build run test test-unit lint proto proto-check proto-python proto-python-check image bench clean
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -40,6 +40,16 @@ proto: node_modules/.package-lock.json ## Regenerate services/gen from proto/
 
 proto-check: proto ## Fail if the committed generated code differs from proto/
 	@git diff --exit-code --stat -- services/gen || { echo "services/gen is stale: run 'make proto' and commit"; exit 1; }
+
+# The Python client's stubs come from Debian's protoc and grpc_python_plugin (bookworm: 3.21.12 and 1.51):
+# code of that age runs on Debian's python3-grpcio/python3-protobuf and on newer ones from PyPI alike.
+PY_GEN := clients/python/berth_client/_gen
+proto-python: ## Regenerate the Python client's stubs from proto/ (needs protobuf-compiler protobuf-compiler-grpc)
+	@command -v protoc >/dev/null && command -v grpc_python_plugin >/dev/null || { echo "protoc or grpc_python_plugin is missing: apt-get install protobuf-compiler protobuf-compiler-grpc"; exit 1; }
+	scripts/gen-python-stubs.sh $(PY_GEN)
+
+proto-python-check: proto-python ## Fail if the committed Python stubs differ from proto/
+	@git diff --exit-code --stat -- $(PY_GEN) && test -z "$$(git status --porcelain -- $(PY_GEN))" || { echo "$(PY_GEN) is stale: run 'make proto-python' (protoc $$(protoc --version)) and commit"; exit 1; }
 
 image: ## Build the sandbox image (starts Docker and builds its base without a registry where needed)
 	scripts/build-image.sh

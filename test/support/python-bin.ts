@@ -21,3 +21,31 @@ export function pythonBinDir(parent: string): string {
   for (const name of ['python3', 'python']) symlinkSync(python, path.join(dir, name));
   return dir;
 }
+
+/**
+ * A Python interpreter that has grpcio and protobuf (the Python client's
+ * runtime), as an absolute path, or the reason there is none. Tries
+ * BERTH_TEST_PYTHON, then Debian's /usr/bin/python3 (where python3-grpcio and
+ * python3-protobuf install), then `python3` on PATH. Under CI a missing one
+ * throws: .ci/run installs Debian's packages.
+ */
+export function grpcPython(): { python: string; reason?: undefined } | { python?: undefined; reason: string } {
+  const candidates = [process.env.BERTH_TEST_PYTHON, '/usr/bin/python3', 'python3'].filter((c): c is string => !!c);
+  const tried: string[] = [];
+  for (const candidate of candidates) {
+    try {
+      const python = execFileSync(candidate, ['-c', 'import grpc, google.protobuf, sys; print(sys.executable)'], {
+        encoding: 'utf8',
+        stdio: ['ignore', 'pipe', 'pipe'],
+      }).trim();
+      return { python };
+    } catch {
+      tried.push(candidate);
+    }
+  }
+  const reason =
+    `no Python with grpcio and protobuf (tried ${tried.join(', ')}); ` +
+    'on Debian: apt-get install python3-grpcio python3-protobuf, or set BERTH_TEST_PYTHON';
+  if (process.env.CI) throw new Error(reason);
+  return { reason };
+}
