@@ -11,6 +11,7 @@ import { ConfigError, loadConfig, BACKEND_NAMES, type BerthConfig, type BackendN
 import { CHANNEL_OPTIONS } from '../common/grpc-server.js';
 import { createLogger, type Logger } from '../common/logging.js';
 import { startWithMetrics, type MetricsEndpoint, type MetricsRole } from '../common/metrics-server.js';
+import { startTracing } from '../common/tracing/tracing.js';
 import { DispatcherDefinition } from '../gen/berth/v1/dispatcher.js';
 import { startDispatcher } from '../dispatcher/dispatcher-main.js';
 import { startExecutor } from '../executor/executor-main.js';
@@ -166,6 +167,7 @@ async function cmdDispatcher(argv: string[]): Promise<number> {
     throw new UsageError("no executors configured: list them under 'executors:' in the config file, or use 'berth serve'");
   }
   const logger = createLogger(config.log_level);
+  const tracing = await startTracing(config.tracing, 'dispatcher', logger);
   const { running: dispatcher, metrics } = await startWithMetrics(config.metrics, 'dispatcher', logger, (registry) =>
     startDispatcher({
       config,
@@ -179,6 +181,7 @@ async function cmdDispatcher(argv: string[]): Promise<number> {
       })),
       ...(configPath ? { configPath } : {}),
       ...(registry ? { metricsRegistry: registry } : {}),
+      ...(tracing ? { tracing } : {}),
     }),
   );
   printMetricsUrl(metrics);
@@ -186,6 +189,7 @@ async function cmdDispatcher(argv: string[]): Promise<number> {
   await untilSignal(logger);
   await dispatcher.close();
   await metrics?.close();
+  await tracing?.shutdown();
   return 0;
 }
 
@@ -199,12 +203,14 @@ async function cmdExecutor(argv: string[]): Promise<number> {
   if (!config.executor.shared_secret && !['127.0.0.1', 'localhost', '::1'].includes(host)) {
     logger.warn({ host }, 'executor listens beyond loopback without executor.shared_secret: anyone who can reach it can run commands');
   }
+  const tracing = await startTracing(config.tracing, 'executor', logger);
   const { running: executor, metrics } = await startWithMetrics(config.metrics, 'executor', logger, (registry) =>
     startExecutor({
       config,
       logger,
       listen: { host, port: portOf(values.port, config.executor.port), sharedSecret: config.executor.shared_secret },
       ...(registry ? { metricsRegistry: registry } : {}),
+      ...(tracing ? { tracing } : {}),
     }),
   );
   printMetricsUrl(metrics);
@@ -212,6 +218,7 @@ async function cmdExecutor(argv: string[]): Promise<number> {
   await untilSignal(logger);
   await executor.close();
   await metrics?.close();
+  await tracing?.shutdown();
   return 0;
 }
 

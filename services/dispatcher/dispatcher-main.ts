@@ -5,6 +5,7 @@ import { taskContainerLimits } from '../common/container-limits.js';
 import { CHANNEL_OPTIONS, createBerthServer, EXECUTOR_SECRET_HEADER } from '../common/grpc-server.js';
 import type { Logger } from '../common/logging.js';
 import type { Registry } from '../common/metrics.js';
+import type { Tracing } from '../common/tracing/tracing.js';
 import { DispatcherDefinition } from '../gen/berth/v1/dispatcher.js';
 import { ExecutorDefinition, type ExecutorClient } from '../gen/berth/v1/executor.js';
 import { ApprovalService } from './approval/approval-service.js';
@@ -18,6 +19,7 @@ import { QuotaLedger, type QuotaKey } from './quotas/quota-ledger.js';
 import { anyQuota, quotaResolver } from './quotas/tenant-quotas.js';
 import { ToolRegistry } from './registry.js';
 import { TenantDirectory } from './tenants.js';
+import { ToolCallTracing } from './tool-call-tracing.js';
 import { registerBuiltinTools } from './tools/builtin-tools.js';
 
 /** An executor reached over gRPC (another process or host). */
@@ -49,6 +51,8 @@ export interface DispatcherStartOptions {
   readonly configPath?: string;
   /** Where to record metrics (served by whoever made it); absent: metrics are off. */
   readonly metricsRegistry?: Registry;
+  /** Where to record spans (the process's tracer); absent: tracing is off. */
+  readonly tracing?: Tracing;
 }
 
 export interface RunningDispatcher {
@@ -125,11 +129,12 @@ export async function startDispatcher(options: DispatcherStartOptions): Promise<
     if ('client' in t) return { id: t.id, backend: t.backend, healthy: true, client: t.client };
     const channel = createChannel(t.address, undefined, CHANNEL_OPTIONS);
     channels.push(channel);
+    const factory = createClientFactory().use(secretMiddleware(t.sharedSecret));
     const endpoint: ExecutorEndpoint = {
       id: t.address,
       backend: t.backend,
       healthy: true,
-      client: createClientFactory().use(secretMiddleware(t.sharedSecret)).create(ExecutorDefinition, channel),
+      client: (options.tracing ? factory.use(options.tracing.rpcClientSpans) : factory).create(ExecutorDefinition, channel),
     };
     watched.push({ endpoint, channel });
     return endpoint;
@@ -165,11 +170,12 @@ export async function startDispatcher(options: DispatcherStartOptions): Promise<
     approvals,
     executeCodeSchema: executeCodeSchemaPatcher(executeCodeLimitsFromConfig(config)),
     ...(metrics ? { metrics } : {}),
+    ...(options.tracing ? { tracing: new ToolCallTracing(options.tracing, (name) => registry.has(name)) } : {}),
   });
 
   const shutdown = new AbortController();
   const { server } = createBerthServer(logger, shutdown.signal, [DispatcherDefinition.fullName], options.metricsRegistry);
-  server
+  (options.tracing ? server.with(options.tracing.continueTrace) : server)
     .with(tenants.middleware())
     .add(DispatcherDefinition, createDispatcherService(dispatcher, logger, shutdown.signal));
   const port = await server.listen(`${options.host}:${options.port}`);
