@@ -106,6 +106,28 @@ describe('tracing through berth serve', () => {
     assert.ok(childOf(spans, exec, 'local create_environment'), "the task's first call creates its environment inside the call");
   });
 
+  test("each call on a Session stream is a span of the stream's trace", async () => {
+    const client = clientContext();
+    async function* requests() {
+      for (const callId of ['s1', 's2']) {
+        const request = { name: 'terminal', argumentsJson: '{"command":"true"}', taskId: 'trace-session', sessionId: 's' };
+        yield { message: { $case: 'call' as const, value: { callId, request } } };
+      }
+    }
+    let results = 0;
+    for await (const m of serve.client.session(requests(), { metadata: client.metadata })) {
+      if (m.message?.$case === 'result') results += 1;
+      if (results === 2) break;
+    }
+    const spans = await receiver.waitFor('both session calls', (all) =>
+      all.filter((s) => s.traceId === client.traceId && s.name === 'execute_tool terminal').length === 2,
+    );
+    for (const span of spans.filter((s) => s.traceId === client.traceId && s.name === 'execute_tool terminal')) {
+      assert.equal(span.parentSpanId, client.spanId);
+      assert.equal(span.attributes['berth.outcome'], 'success');
+    }
+  });
+
   test('a failed call marks its span with the status; without a client context the span is a root', async () => {
     await assert.rejects(
       serve.client.callTool({ name: 'terminal', argumentsJson: '{"command":"true"}', taskId: 'not a valid id!', sessionId: '' }),
