@@ -138,6 +138,7 @@ function fail(span: Span, err: unknown): void {
   span.setStatus({ code: SpanStatusCode.ERROR, message: name });
 }
 
+/** A tracer exporting OTLP/protobuf as `config` says; `role` names the default service. */
 export function createOtelTracing(config: TracingConfig, role: TracingRole, logger: Logger): Tracing {
   const resourceAttributes = parseResourceAttributes(config.resource_attributes);
   const serviceName = config.service_name || resourceAttributes[ATTR_SERVICE_NAME] || DEFAULT_SERVICE_NAMES[role];
