@@ -11,6 +11,7 @@ import { ConfigError, loadConfig, BACKEND_NAMES, type BerthConfig, type BackendN
 import { createLogger, type Logger } from '../common/logging.js';
 import { executorClientTlsFiles } from '../common/tls.js';
 import { startWithMetrics, type MetricsEndpoint, type MetricsRole } from '../common/metrics-server.js';
+import { startTracing } from '../common/tracing/tracing.js';
 import { startDispatcher } from '../dispatcher/dispatcher-main.js';
 import { startExecutor } from '../executor/executor-main.js';
 import { INTERACTIVE_HEADER } from '../dispatcher/approval/approval-service.js';
@@ -175,6 +176,7 @@ async function cmdDispatcher(argv: string[]): Promise<number> {
     throw new UsageError("no executors configured: list them under 'executors:' in the config file, or use 'berth serve'");
   }
   const logger = createLogger(config.log_level);
+  const tracing = await startTracing(config.tracing, 'dispatcher', logger);
   const { running: dispatcher, metrics } = await startWithMetrics(config.metrics, 'dispatcher', logger, (registry) =>
     startDispatcher({
       config,
@@ -189,6 +191,7 @@ async function cmdDispatcher(argv: string[]): Promise<number> {
       })),
       ...(configPath ? { configPath } : {}),
       ...(registry ? { metricsRegistry: registry } : {}),
+      ...(tracing ? { tracing } : {}),
     }),
   );
   printMetricsUrl(metrics);
@@ -197,6 +200,7 @@ async function cmdDispatcher(argv: string[]): Promise<number> {
   await untilSignal(logger, anyTls ? () => dispatcher.reloadCertificates() : undefined);
   await dispatcher.close();
   await metrics?.close();
+  await tracing?.shutdown();
   return 0;
 }
 
@@ -214,12 +218,14 @@ async function cmdExecutor(argv: string[]): Promise<number> {
       logger.warn({ host }, 'executor listens beyond loopback without executor.tls: the shared secret and every command cross the network in the clear');
     }
   }
+  const tracing = await startTracing(config.tracing, 'executor', logger);
   const { running: executor, metrics } = await startWithMetrics(config.metrics, 'executor', logger, (registry) =>
     startExecutor({
       config,
       logger,
       listen: { host, port: portOf(values.port, config.executor.port), sharedSecret: config.executor.shared_secret },
       ...(registry ? { metricsRegistry: registry } : {}),
+      ...(tracing ? { tracing } : {}),
     }),
   );
   printMetricsUrl(metrics);
@@ -227,6 +233,7 @@ async function cmdExecutor(argv: string[]): Promise<number> {
   await untilSignal(logger, config.executor.tls ? () => executor.reloadCertificates() : undefined);
   await executor.close();
   await metrics?.close();
+  await tracing?.shutdown();
   return 0;
 }
 

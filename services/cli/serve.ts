@@ -9,6 +9,7 @@
 import type { BerthConfig } from '../common/config.js';
 import type { Logger } from '../common/logging.js';
 import { startWithMetrics, type MetricsEndpoint } from '../common/metrics-server.js';
+import { startTracing } from '../common/tracing/tracing.js';
 import { startDispatcher, type RunningDispatcher } from '../dispatcher/dispatcher-main.js';
 import { startExecutor, type RunningExecutor } from '../executor/executor-main.js';
 
@@ -32,9 +33,11 @@ export interface RunningServe {
 
 export async function startServe(options: ServeOptions): Promise<RunningServe> {
   const { config, logger } = options;
-  const { running, metrics } = await startWithMetrics(config.metrics, 'dispatcher', logger, async (metricsRegistry) => {
-    const registry = metricsRegistry ? { metricsRegistry } : {};
-    const executor = await startExecutor({ config, logger, ...registry });
+  // One tracer for both halves: the executor's spans find the dispatcher's tool-call span as their parent.
+  const tracing = await startTracing(config.tracing, 'serve', logger);
+  const started = startWithMetrics(config.metrics, 'dispatcher', logger, async (metricsRegistry) => {
+    const shared = { ...(metricsRegistry ? { metricsRegistry } : {}), ...(tracing ? { tracing } : {}) };
+    const executor = await startExecutor({ config, logger, ...shared });
     try {
       const dispatcher = await startDispatcher({
         config,
@@ -43,13 +46,17 @@ export async function startServe(options: ServeOptions): Promise<RunningServe> {
         port: options.port,
         executors: [{ id: `in-process:${executor.executorId}`, backend: config.terminal.backend, client: executor.client }],
         ...(options.configPath !== undefined ? { configPath: options.configPath } : {}),
-        ...registry,
+        ...shared,
       });
       return { dispatcher, executor };
     } catch (err) {
       await executor.close();
       throw err;
     }
+  });
+  const { running, metrics } = await started.catch(async (err: unknown) => {
+    await tracing?.shutdown();
+    throw err;
   });
   const { dispatcher, executor } = running;
   return {
@@ -60,6 +67,7 @@ export async function startServe(options: ServeOptions): Promise<RunningServe> {
       await dispatcher.close(graceMs);
       await executor.close();
       await metrics?.close();
+      await tracing?.shutdown();
     },
   };
 }

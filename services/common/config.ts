@@ -71,6 +71,15 @@ const executorEndpointSchema = z
   })
   .strict();
 
+/** OTEL_TRACES_SAMPLER values Berth builds (the OpenTelemetry SDK's standard set). */
+export const TRACE_SAMPLERS = [
+  'parentbased_always_on',
+  'parentbased_always_off',
+  'parentbased_traceidratio',
+  'always_on',
+  'always_off',
+  'traceidratio',
+] as const;
 export const APPROVAL_MODES = ['manual', 'smart', 'off'] as const;
 export const CODE_CONTAINER_SETTINGS = ['auto', 'docker', 'off'] as const;
 export const DISK_LIMIT_MODES = ['auto', 'require', 'off'] as const;
@@ -222,6 +231,33 @@ export const configSchema = z
       })
       .strict()
       .prefault({}),
+    /**
+     * OpenTelemetry traces (README "Tracing"), normally set by the standard OTEL_* variables
+     * (see OTEL_ENV below); off unless an exporter is named.
+     */
+    tracing: z
+      .object({
+        exporter: z.enum(['none', 'otlp'], {
+          error: 'OTEL_TRACES_EXPORTER (tracing.exporter): otlp or none; other exporters are not built in',
+        }).default('none'),
+        /** Where spans are POSTed ('' = http://localhost:4318/v1/traces, the OTLP default). */
+        endpoint: z.union([z.literal(''), z.url({ protocol: /^https?$/, error: 'tracing.endpoint: an http(s) URL' })]).default(''),
+        protocol: z.enum(['http/protobuf'], {
+          error: 'OTEL_EXPORTER_OTLP_PROTOCOL (tracing.protocol): only http/protobuf is built in; set it to http/protobuf',
+        }).default('http/protobuf'),
+        /** '' = berth (serve), berth-dispatcher, berth-executor. */
+        service_name: z.string().default(''),
+        sampler: z.enum(TRACE_SAMPLERS, { error: `OTEL_TRACES_SAMPLER (tracing.sampler): one of ${TRACE_SAMPLERS.join(', ')}` })
+          .default('parentbased_always_on'),
+        /** The ratio of the traceidratio samplers. */
+        sampler_arg: z.coerce.number().min(0).max(1).default(1),
+        /** OTEL_RESOURCE_ATTRIBUTES: key=value,key=value (percent-encoded values). */
+        resource_attributes: z.string().default(''),
+        /** Adds berth.task.id to spans; off by default, since task ids may carry user data. */
+        task_ids: bool.default(false),
+      })
+      .strict()
+      .prefault({}),
     /** Quota defaults for every tenant (the single `default` tenant without tenants). */
     quotas: quotasSchema.default({}),
     /** Executors for `berth dispatcher`; `berth serve` runs one in-process instead. */
@@ -238,6 +274,7 @@ export type TerminalConfig = BerthConfig['terminal'];
 export type MetricsConfig = BerthConfig['metrics'];
 export type ServerTlsConfig = NonNullable<BerthConfig['server']['tls']>;
 export type ExecutorClientTlsConfig = NonNullable<BerthConfig['executors'][number]['tls']>;
+export type TracingConfig = BerthConfig['tracing'];
 
 export class ConfigError extends Error {
   constructor(message: string) {
@@ -256,6 +293,37 @@ const METRICS_ENV: Readonly<Record<string, string>> = {
   BERTH_METRICS_PORT: 'port',
   BERTH_METRICS_EXECUTOR_PORT: 'executor_port',
 };
+
+/**
+ * The standard OpenTelemetry variables Berth reads itself, and the `tracing.*`
+ * keys they set; the trace-specific name wins over the general one. The OTLP
+ * exporter reads its transport details (OTEL_EXPORTER_OTLP_HEADERS, _TIMEOUT,
+ * _COMPRESSION, _CERTIFICATE...) from the environment on its own, as the
+ * OpenTelemetry specification defines them.
+ */
+const OTEL_ENV: ReadonlyArray<readonly [string, string]> = [
+  ['OTEL_TRACES_EXPORTER', 'exporter'],
+  ['OTEL_EXPORTER_OTLP_PROTOCOL', 'protocol'],
+  ['OTEL_EXPORTER_OTLP_TRACES_PROTOCOL', 'protocol'],
+  ['OTEL_SERVICE_NAME', 'service_name'],
+  ['OTEL_TRACES_SAMPLER', 'sampler'],
+  ['OTEL_TRACES_SAMPLER_ARG', 'sampler_arg'],
+  ['OTEL_RESOURCE_ATTRIBUTES', 'resource_attributes'],
+  ['BERTH_TRACING_TASK_IDS', 'task_ids'],
+];
+
+function applyOtelEnv(out: Record<string, unknown>, env: NodeJS.ProcessEnv): void {
+  for (const [name, key] of OTEL_ENV) {
+    const value = env[name]?.trim();
+    if (value) setPath(out, ['tracing', key], key === 'exporter' || key === 'sampler' ? value.toLowerCase() : value);
+  }
+  // The general endpoint is a base URL the signal's path is appended to; the traces one is used as is.
+  const base = env.OTEL_EXPORTER_OTLP_ENDPOINT?.trim();
+  const traces = env.OTEL_EXPORTER_OTLP_TRACES_ENDPOINT?.trim();
+  if (traces) setPath(out, ['tracing', 'endpoint'], traces);
+  else if (base) setPath(out, ['tracing', 'endpoint'], `${base.replace(/\/+$/, '')}/v1/traces`);
+  if (env.OTEL_SDK_DISABLED?.trim().toLowerCase() === 'true') setPath(out, ['tracing', 'exporter'], 'none');
+}
 
 function setPath(target: Record<string, unknown>, path: readonly string[], value: unknown): void {
   let node = target;
@@ -302,6 +370,7 @@ export function applyEnvOverrides(raw: Record<string, unknown>, env: NodeJS.Proc
     const value = env[name];
     if (value) setPath(out, ['metrics', key], value);
   }
+  applyOtelEnv(out, env);
   return out;
 }
 

@@ -4,6 +4,7 @@ import { taskContainerLimits } from '../common/container-limits.js';
 import { createBerthServer } from '../common/grpc-server.js';
 import type { Logger } from '../common/logging.js';
 import type { Registry } from '../common/metrics.js';
+import type { Tracing } from '../common/tracing/tracing.js';
 import { DispatcherDefinition } from '../gen/berth/v1/dispatcher.js';
 import { reloadCertificates, serverCredentialsFor, TlsMaterialError, type ClientTlsFiles } from '../common/tls.js';
 import type { ExecutorClient } from '../gen/berth/v1/executor.js';
@@ -19,6 +20,7 @@ import { QuotaLedger, type QuotaKey } from './quotas/quota-ledger.js';
 import { anyQuota, quotaResolver } from './quotas/tenant-quotas.js';
 import { ToolRegistry } from './registry.js';
 import { TenantDirectory } from './tenants.js';
+import { ToolCallTracing } from './tool-call-tracing.js';
 import { registerBuiltinTools } from './tools/builtin-tools.js';
 
 /** An executor reached over gRPC (another process or host). */
@@ -52,6 +54,8 @@ export interface DispatcherStartOptions {
   readonly configPath?: string;
   /** Where to record metrics (served by whoever made it); absent: metrics are off. */
   readonly metricsRegistry?: Registry;
+  /** Where to record spans (the process's tracer); absent: tracing is off. */
+  readonly tracing?: Tracing;
 }
 
 export interface RunningDispatcher {
@@ -128,7 +132,7 @@ export async function startDispatcher(options: DispatcherStartOptions): Promise<
     if ('client' in t) return { id: t.id, backend: t.backend, healthy: true, client: t.client };
     let connection: ExecutorConnection;
     try {
-      connection = connectExecutor(t.address, t.sharedSecret, t.tls);
+      connection = connectExecutor(t.address, t.sharedSecret, t.tls, options.tracing?.rpcClientSpans);
     } catch (err) {
       throw err instanceof TlsMaterialError ? new ConfigError(`executors[${i}].tls (${t.address}): ${err.message}`) : err;
     }
@@ -181,11 +185,12 @@ export async function startDispatcher(options: DispatcherStartOptions): Promise<
     approvals,
     executeCodeSchema: executeCodeSchemaPatcher(executeCodeLimitsFromConfig(config)),
     ...(metrics ? { metrics } : {}),
+    ...(options.tracing ? { tracing: new ToolCallTracing(options.tracing, (name) => registry.has(name)) } : {}),
   });
 
   const shutdown = new AbortController();
   const { server } = createBerthServer(logger, shutdown.signal, [DispatcherDefinition.fullName], options.metricsRegistry);
-  server
+  (options.tracing ? server.with(options.tracing.continueTrace) : server)
     .with(tenants.middleware())
     .add(DispatcherDefinition, createDispatcherService(dispatcher, logger, shutdown.signal));
   const port = await server.listen(`${options.host}:${options.port}`, credentials);

@@ -20,6 +20,8 @@ import type { QuotaLease, QuotaLedger } from './quotas/quota-ledger.js';
 import type { ToolRegistry } from './registry.js';
 import { getToolDefinitions, type ExecuteCodeSchemaBuilder } from './toolsets.js';
 import type { ToolContext } from './tool-types.js';
+import type { ToolCallTracing } from './tool-call-tracing.js';
+import { SPAN_ATTRIBUTES } from '../common/tracing/tracing.js';
 
 /** Task ids are opaque to us but bounded: they end up in paths and labels on the executor. */
 const TASK_ID_PATTERN = /^[A-Za-z0-9_.:@=+-]{1,128}$/;
@@ -74,6 +76,8 @@ export interface DispatcherOptions {
   readonly metrics?: DispatcherMetrics;
   /** Per-tenant quotas; absent: none. */
   readonly quotas?: QuotaLedger;
+  /** Tool-call spans; absent: tracing is off. */
+  readonly tracing?: ToolCallTracing;
 }
 
 /** Parses a CallTool argument string the way models send them; never throws. */
@@ -94,6 +98,7 @@ export class Dispatcher {
   readonly #approvals: ApprovalService | undefined;
   readonly #metrics: DispatcherMetrics | undefined;
   readonly #quotas: QuotaLedger | undefined;
+  readonly #tracing: ToolCallTracing | undefined;
   /** Which executor holds each task's environment, to notice when it moved (its executor died). */
   readonly #placements = new Map<string, string>();
 
@@ -105,6 +110,7 @@ export class Dispatcher {
     this.#approvals = options.approvals;
     this.#metrics = options.metrics;
     this.#quotas = options.quotas;
+    this.#tracing = options.tracing;
   }
 
   get approvals(): ApprovalService | undefined {
@@ -135,6 +141,13 @@ export class Dispatcher {
   }
 
   async callTool(tenant: string, input: CallToolInput, options: CallOptions): Promise<string> {
+    const tracing = this.#tracing;
+    if (tracing === undefined) return this.#measuredCall(tenant, input, options);
+    const span = { tool: input.name, tenant, taskId: input.taskId || 'default', nested: false };
+    return tracing.run(span, () => this.#measuredCall(tenant, input, options));
+  }
+
+  async #measuredCall(tenant: string, input: CallToolInput, options: CallOptions): Promise<string> {
     const metrics = this.#metrics;
     if (metrics === undefined) return this.#callTool(tenant, input, options);
     const started = performance.now();
@@ -158,11 +171,12 @@ export class Dispatcher {
     const started = performance.now();
     const { backend, client, executorId } = this.#router.route(tenant, taskId);
     const log = this.#logger.child({ tenant, task: taskId, tool: input.name, backend });
+    this.#tracing?.annotate({ [SPAN_ATTRIBUTES.backend]: backend });
     const quotas = this.#quotas;
     const leases: QuotaLease[] = [];
     if (quotas) leases.push(quotas.beginCall(tenant));
     try {
-      return await this.#runCall(tenant, taskId, input, options, { client, executorId, log, leases, started });
+      return await this.#runCall(tenant, taskId, input, options, { client, executorId, backend, log, leases, started });
     } finally {
       for (const l of leases) l.release();
     }
@@ -176,6 +190,7 @@ export class Dispatcher {
     call: {
       client: ExecutorClient;
       executorId: string;
+      backend: string;
       log: Logger;
       leases: QuotaLease[];
       started: number;
@@ -212,6 +227,7 @@ export class Dispatcher {
         if (input.name === 'execute_code') await quotas.admitCodeContainer(tenant, taskId, executorId);
         task = new AdmittingTaskClient(task, admit);
       }
+      if (this.#tracing) task = this.#tracing.traceScriptCalls(task, { tenant, taskId, backend: call.backend });
       const context: ToolContext = {
         tenant,
         taskId,

@@ -57,7 +57,13 @@ export function describeExecutorTlsFailure(address: string, failure: TlsFailure 
   }
 }
 
-export function connectExecutor(address: string, sharedSecret: string, tls: ClientTlsFiles | undefined): ExecutorConnection {
+/** `spans`: tracing's client middleware, when tracing is on (it sends the trace context to the executor). */
+export function connectExecutor(
+  address: string,
+  sharedSecret: string,
+  tls: ClientTlsFiles | undefined,
+  spans?: ClientMiddleware,
+): ExecutorConnection {
   let diagnosis: { atMs: number; sentence: Promise<string | undefined> } | undefined;
   const explain = async (details: string): Promise<string> => {
     const nowMs = Date.now();
@@ -69,7 +75,8 @@ export function connectExecutor(address: string, sharedSecret: string, tls: Clie
     }
     return (await diagnosis.sentence) ?? `executor ${address} is unreachable: ${details}`;
   };
-  const factory = createClientFactory().use(explainFailures(explain)).use(addSecret(sharedSecret));
+  const base = createClientFactory().use(explainFailures(explain)).use(addSecret(sharedSecret));
+  const factory = spans ? base.use(spans) : base;
   const open = () => {
     const { credentials, options } = tls === undefined ? { credentials: undefined, options: {} } : clientTls(tls);
     const channel = createChannel(address, credentials, { ...CHANNEL_OPTIONS, ...options });

@@ -1,6 +1,6 @@
 /** Starts an executor: one backend, its task environments, the gRPC server (or an in-process client). */
 import { randomUUID } from 'node:crypto';
-import type { Server } from 'nice-grpc';
+import { composeServerMiddleware, type Server } from 'nice-grpc';
 import type { BerthConfig } from '../common/config.js';
 import { taskContainerLimits } from '../common/container-limits.js';
 import { errorBoundary } from '../common/grpc-errors.js';
@@ -9,6 +9,7 @@ import { createInProcessClient } from '../common/in-process-client.js';
 import { reloadCertificates, serverCredentialsFor } from '../common/tls.js';
 import type { Logger } from '../common/logging.js';
 import type { Registry } from '../common/metrics.js';
+import { SPAN_ATTRIBUTES, type Tracing } from '../common/tracing/tracing.js';
 import { ExecutorDefinition, type ExecutorClient } from '../gen/berth/v1/executor.js';
 import type { Backend } from './backend.js';
 import { createBackend, dockerOptionsFromConfig } from './backends/create-backend.js';
@@ -17,6 +18,7 @@ import { CodeRunner } from './code-execution/code-runner.js';
 import { createExecutorService } from './executor-service.js';
 import { ExecutorMetrics, type CodeRunOutcome } from './executor-metrics.js';
 import { TaskEnvironments } from './task-environment.js';
+import { traceBackend } from './traced-backend.js';
 
 export interface RunningExecutor {
   readonly executorId: string;
@@ -41,6 +43,8 @@ export interface ExecutorStartOptions {
   readonly listen?: { readonly host: string; readonly port: number; readonly sharedSecret: string };
   /** Where to record metrics (served by whoever made it); absent: metrics are off. */
   readonly metricsRegistry?: Registry;
+  /** Where to record spans (the process's tracer); absent: tracing is off. */
+  readonly tracing?: Tracing;
 }
 
 export async function startExecutor(options: ExecutorStartOptions): Promise<RunningExecutor> {
@@ -50,7 +54,9 @@ export async function startExecutor(options: ExecutorStartOptions): Promise<Runn
   // Bad certificate files stop the start before any backend work.
   const credentials = options.listen ? serverCredentialsFor('executor.tls', config.executor.tls) : undefined;
   const metrics = options.metricsRegistry && new ExecutorMetrics(options.metricsRegistry, config.terminal.backend);
-  const backend = await createBackend(config, logger, metrics?.containerStarted);
+  const { tracing } = options;
+  const created = await createBackend(config, logger, metrics?.containerStarted);
+  const backend = tracing ? traceBackend(created, tracing) : created;
   let codeContainers: CodeContainers | undefined;
   try {
     codeContainers = await startCodeContainers(config, backend, logger, metrics);
@@ -78,14 +84,22 @@ export async function startExecutor(options: ExecutorStartOptions): Promise<Runn
     taskContainerLimits(config, config.terminal.backend, codeContainers !== undefined),
   );
   // The same error boundary as the gRPC server's, so callers see the same statuses either way.
-  const client = createInProcessClient(ExecutorDefinition, service, { middleware: errorBoundary(logger, shutdown.signal) });
+  const boundary = errorBoundary(logger, shutdown.signal);
+  const rpcSpans = (inProcess: boolean) =>
+    tracing?.rpcServerSpans({ inProcess, attributes: { [SPAN_ATTRIBUTES.backend]: config.terminal.backend } });
+  const inProcessSpans = rpcSpans(true);
+  const client = createInProcessClient(ExecutorDefinition, service, {
+    middleware: inProcessSpans ? composeServerMiddleware(boundary, inProcessSpans) : boundary,
+  });
 
   let server: Server | undefined;
   let address: string | undefined;
   let port: number | undefined;
   if (options.listen) {
     server = createBerthServer(logger, shutdown.signal, [ExecutorDefinition.fullName], options.metricsRegistry).server;
-    server.with(sharedSecretMiddleware(options.listen.sharedSecret)).add(ExecutorDefinition, service);
+    const checked = server.with(sharedSecretMiddleware(options.listen.sharedSecret));
+    const spans = rpcSpans(false);
+    (spans ? checked.with(spans) : checked).add(ExecutorDefinition, service);
     port = await server.listen(`${options.listen.host}:${options.listen.port}`, credentials);
     address = `${options.listen.host}:${port}`;
     logger.info({ address, tls: credentials ? { serial: credentials.certificate.serial, mutual: true } : false }, 'executor listening');

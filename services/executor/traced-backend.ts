@@ -1,0 +1,51 @@
+/**
+ * A Backend whose operations are spans (`docker exec`, `local read_file`,
+ * `ssh create_environment`, ...), children of the executor call that caused
+ * them. Wrapped around whatever backend the executor runs, so no backend
+ * knows about tracing. Work outside a traced call (the idle reaper, a warm
+ * pool) stays untraced.
+ */
+import { SPAN_ATTRIBUTES as A, type SpanScope, type Tracing } from '../common/tracing/tracing.js';
+import type { Backend, BackendEnvironment, ExecResult } from './backend.js';
+
+/** Environment methods that become spans, and their operation names. */
+const OPERATIONS: Readonly<Record<string, string>> = {
+  exec: 'exec',
+  startBackground: 'start_background',
+  readFile: 'read_file',
+  writeFile: 'write_file',
+  stat: 'stat',
+};
+
+export function traceBackend(backend: Backend, tracing: Tracing): Backend {
+  const name = backend.capabilities.name;
+  const operation = <T>(op: string, fn: (scope: SpanScope) => Promise<T>): Promise<T> =>
+    tracing.span(`${name} ${op}`, { kind: 'internal', childOnly: true, attributes: { [A.backend]: name } }, fn);
+
+  const traceEnvironment = (env: BackendEnvironment): BackendEnvironment =>
+    // A proxy, not a copy: environments are class instances whose other members (getters, private state) must keep working.
+    new Proxy(env, {
+      get(target, prop) {
+        const value: unknown = Reflect.get(target, prop, target);
+        if (typeof value !== 'function') return value;
+        const op = typeof prop === 'string' ? OPERATIONS[prop] : undefined;
+        const method = value as (...args: unknown[]) => Promise<unknown>;
+        if (op === undefined) return method.bind(target);
+        return (...args: unknown[]) =>
+          operation(op, async (scope) => {
+            const result = await method.apply(target, args);
+            if (op === 'exec') {
+              const r = result as ExecResult;
+              scope.setAttributes({ [A.exitCode]: r.exitCode, [A.timedOut]: r.timedOut, [A.interrupted]: r.interrupted });
+            }
+            return result;
+          });
+      },
+    });
+
+  return {
+    capabilities: backend.capabilities,
+    createEnvironment: (key) => operation('create_environment', async () => traceEnvironment(await backend.createEnvironment(key))),
+    close: () => backend.close(),
+  };
+}
