@@ -18,8 +18,11 @@ import { INTERACTIVE_HEADER } from '../dispatcher/approval/approval-service.js';
 import { promptApproval } from './approval-prompt.js';
 import { CHECK_COMMAND_HELP, readAllStdin, runCheckCommand } from './check-command.js';
 import { SessionConnection } from './session-connection.js';
+import { BerthClient } from '../client/berth-client.js';
+import { BerthError } from '../client/errors.js';
 import { startServe } from './serve.js';
 import { SHELL_HELP, runShell } from './shell.js';
+import { MCP_HELP, parseListen, runMcpStdio, startMcpHttp, type McpCommandOptions } from './mcp-command.js';
 import { BENCH_HELP, BenchUsageError, cmdBench } from './bench-command.js';
 import { DOCTOR_HELP, formatFinding, runDoctor } from './doctor.js';
 
@@ -47,6 +50,7 @@ Usage:
       with no terminal they are denied. --non-interactive tells the server
       nobody will answer (approvals.non_interactive then decides).
 ${SHELL_HELP}
+${MCP_HELP}
 ${CHECK_COMMAND_HELP}
 ${DOCTOR_HELP}
 ${BENCH_HELP}
@@ -232,25 +236,27 @@ function metadataFor(apiKey: string | undefined): Metadata {
   return metadata;
 }
 
+function berthClientFor(values: { server?: string | undefined; 'api-key'?: string | undefined }): BerthClient {
+  const apiKey = values['api-key'] ?? process.env.BERTH_API_KEY;
+  return new BerthClient(values.server ?? process.env.BERTH_SERVER ?? DEFAULT_SERVER, {
+    ...(apiKey ? { apiKey } : {}),
+    retry: { maxAttempts: 1 },
+  });
+}
+
 const clientOptions = { server: { type: 'string' }, 'api-key': { type: 'string' } } as const;
 
 async function cmdTools(argv: string[]): Promise<number> {
   const { values } = parse(argv, { ...clientOptions, toolsets: { type: 'string' }, disable: { type: 'string' } });
   if (values.help) return printHelp();
-  const { channel, client } = clientFor(values.server);
-  try {
-    const r = await client.listTools(
-      { enabledToolsets: list(values.toolsets), disabledToolsets: list(values.disable) },
-      { metadata: metadataFor(values['api-key']) },
-    );
-    if (r.unknownToolsets.length > 0) {
-      process.stderr.write(`berth: unknown toolsets ignored: ${r.unknownToolsets.join(', ')}\n`);
-    }
-    process.stdout.write(`${JSON.stringify(JSON.parse(r.toolsJson), null, 2)}\n`);
-    return 0;
-  } finally {
-    channel.close();
+  using berth = berthClientFor(values);
+  // One attempt: a person at the prompt wants the error now, not after backoff.
+  const r = await berth.listTools({ toolsets: list(values.toolsets), disable: list(values.disable) });
+  if (r.unknownToolsets.length > 0) {
+    process.stderr.write(`berth: unknown toolsets ignored: ${r.unknownToolsets.join(', ')}\n`);
   }
+  process.stdout.write(`${JSON.stringify(r.tools, null, 2)}\n`);
+  return 0;
 }
 
 async function cmdCall(argv: string[]): Promise<number> {
@@ -318,6 +324,48 @@ async function cmdShell(argv: string[]): Promise<number> {
   }
 }
 
+async function cmdMcp(argv: string[]): Promise<number> {
+  const { values, positionals } = parse(argv, {
+    ...clientOptions,
+    task: { type: 'string' },
+    session: { type: 'string' },
+    toolsets: { type: 'string' },
+    disable: { type: 'string' },
+    listen: { type: 'string' },
+  });
+  if (values.help) {
+    process.stdout.write(`Usage:\n${MCP_HELP}\n\nClient options:\n  --server ADDR     dispatcher address (env BERTH_SERVER, default ${DEFAULT_SERVER})\n  --api-key KEY     sent as 'authorization: Bearer KEY' (env BERTH_API_KEY)\n`);
+    return 0;
+  }
+  if (positionals.length > 0) throw new UsageError(`unexpected arguments: ${positionals.join(' ')}`);
+  const options: McpCommandOptions = {
+    server: values.server ?? process.env.BERTH_SERVER ?? DEFAULT_SERVER,
+    apiKey: values['api-key'] ?? process.env.BERTH_API_KEY,
+    taskId: values.task,
+    sessionId: values.session,
+    toolsets: list(values.toolsets),
+    disable: list(values.disable),
+    version: version(),
+    stderr: process.stderr,
+  };
+  if (values.listen === undefined) return runMcpStdio(options);
+  if (values.task !== undefined) throw new UsageError('--task is for stdio; over HTTP each MCP session gets its own task');
+  let listen: { host: string; port: number };
+  try {
+    listen = parseListen(values.listen);
+  } catch (err) {
+    throw new UsageError((err as Error).message);
+  }
+  const http = await startMcpHttp(options, listen);
+  process.stdout.write(`berth mcp listening on ${http.url} (server ${options.server})\n`);
+  await new Promise<void>((resolve) => {
+    process.once('SIGINT', () => resolve());
+    process.once('SIGTERM', () => resolve());
+  });
+  await http.close();
+  return 0;
+}
+
 async function cmdCheckCommand(argv: string[]): Promise<number> {
   const { values, positionals } = parse(argv, { home: { type: 'string' } });
   if (values.help) return printHelp();
@@ -351,6 +399,7 @@ const COMMANDS: Record<string, (argv: string[]) => Promise<number>> = {
   tools: cmdTools,
   call: cmdCall,
   shell: cmdShell,
+  mcp: cmdMcp,
   'check-command': cmdCheckCommand,
   doctor: cmdDoctor,
   bench: cmdBench,
@@ -374,7 +423,7 @@ export async function main(argv: string[]): Promise<number> {
 }
 
 function describeError(err: unknown): string {
-  if (err instanceof ClientError) {
+  if (err instanceof ClientError || err instanceof BerthError) {
     if (err.code === Status.UNAVAILABLE) {
       return `cannot reach the Berth server (${err.details}); is 'berth serve' running? Set --server or BERTH_SERVER`;
     }
