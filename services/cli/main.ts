@@ -357,7 +357,7 @@ async function cmdMcp(argv: string[]): Promise<number> {
     throw new UsageError((err as Error).message);
   }
   const http = await startMcpHttp(options, listen);
-  process.stdout.write(`berth mcp listening on ${http.url} (server ${options.server})\n`);
+  process.stdout.write(`berth mcp serving on ${http.url} (server ${options.server})\n`);
   await new Promise<void>((resolve) => {
     process.once('SIGINT', () => resolve());
     process.once('SIGTERM', () => resolve());
