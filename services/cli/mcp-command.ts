@@ -58,17 +58,19 @@ export async function runMcpStdio(options: McpCommandOptions): Promise<number> {
     warn,
   });
   const transport = new StdioServerTransport();
-  const closed = new Promise<void>((resolve) => {
-    transport.onclose = () => resolve();
-    // The transport does not notice the client closing our stdin; this does.
-    process.stdin.once('end', () => resolve());
-    process.stdin.once('close', () => resolve());
-    process.once('SIGINT', () => resolve());
-    process.once('SIGTERM', () => resolve());
-  });
+  let onGone = () => {};
+  const closed = new Promise<void>((resolve) => (onGone = resolve));
+  transport.onclose = onGone;
+  // The transport does not notice the client closing our stdin; this does.
+  process.stdin.once('end', onGone);
+  process.once('SIGINT', onGone);
+  process.once('SIGTERM', onGone);
   await bridge.server.connect(transport);
   warn(`serving task ${taskId} of ${options.server} over stdio`);
   await closed;
+  process.stdin.off('end', onGone);
+  process.off('SIGINT', onGone);
+  process.off('SIGTERM', onGone);
   await bridge.end();
   await bridge.server.close().catch(() => undefined);
   client.close();

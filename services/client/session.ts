@@ -84,8 +84,15 @@ export class SessionStream {
   #nextId = 1;
 
   constructor(rpc: DispatcherClient, options: { readonly metadata?: Metadata; readonly signal?: AbortSignal } = {}) {
-    const signal = options.signal === undefined ? this.#abort.signal : AbortSignal.any([options.signal, this.#abort.signal]);
-    const responses = rpc.session(this.#requests, { ...(options.metadata === undefined ? {} : { metadata: options.metadata }), signal });
+    // Forwarded by hand: on Node 20 a signal from AbortSignal.any() can be collected while the call still needs it.
+    const outer = options.signal;
+    const forward = () => this.#abort.abort(outer?.reason);
+    if (outer?.aborted) forward();
+    else outer?.addEventListener('abort', forward, { once: true });
+    const responses = rpc.session(this.#requests, {
+      ...(options.metadata === undefined ? {} : { metadata: options.metadata }),
+      signal: this.#abort.signal,
+    });
     this.#done = (async () => {
       try {
         for await (const m of responses) {
@@ -110,6 +117,8 @@ export class SessionStream {
         this.#failAll(new BerthError(Status.UNAVAILABLE, 'the server ended the session before answering'));
       } catch (err) {
         this.#failAll(toBerthError(err));
+      } finally {
+        outer?.removeEventListener('abort', forward);
       }
     })();
   }
