@@ -133,7 +133,7 @@ describe('berth/client against a real berth serve', () => {
     });
   });
 
-  test('interrupt stops the task’s running command; end releases its background processes', async () => {
+  test('interrupt and abort stop the running command; end releases background processes', async () => {
     const task = berth.task('client-interrupt');
     await using session = task.session();
     const seconds = uniqueSleepSeconds(60);
@@ -148,6 +148,15 @@ describe('berth/client against a real berth serve', () => {
     assert.equal(last?.type, 'result');
     assert.equal((last as { result: { exit_code: number } }).result.exit_code, 130);
     await waitUntil('the interrupted sleep to exit', () => pidsRunning(`sleep ${seconds}`).length === 0);
+
+    // Aborting a unary call cancels it, and the server stops the command.
+    const cancelled = uniqueSleepSeconds(60);
+    const abort = new AbortController();
+    const unary = task.terminal({ command: `sleep ${cancelled}` }, { signal: abort.signal });
+    await waitUntil('the unary sleep to start', () => pidsRunning(`sleep ${cancelled}`).length > 0);
+    abort.abort();
+    await assert.rejects(unary);
+    await waitUntil('the cancelled unary sleep to exit', () => pidsRunning(`sleep ${cancelled}`).length === 0);
 
     const bg = uniqueSleepSeconds(300);
     const started = await task.terminal({ command: `sleep ${bg}`, background: true });

@@ -8,6 +8,7 @@
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { request } from 'node:http';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
@@ -173,6 +174,25 @@ describe('berth mcp against a real berth serve', () => {
     } finally {
       await client.close();
     }
+  });
+
+  test('HTTP: a request naming another host is refused (DNS rebinding), an unknown session gets 404', async () => {
+    const url = new URL(http.address);
+    const post = (headers: Record<string, string>) =>
+      new Promise<number>((resolve, reject) => {
+        const req = request(
+          { host: url.hostname, port: url.port, path: url.pathname, method: 'POST', headers: { 'content-type': 'application/json', accept: 'application/json, text/event-stream', ...headers } },
+          (res) => {
+            res.resume();
+            resolve(res.statusCode ?? 0);
+          },
+        );
+        req.on('error', reject);
+        req.end(JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'initialize', params: { protocolVersion: '2025-06-18', capabilities: {}, clientInfo: { name: 'x', version: '1' } } }));
+      });
+    assert.equal(await post({ host: `attacker.example:${url.port}` }), 403);
+    assert.equal(await post({ 'mcp-session-id': 'no-such-session' }), 404);
+    assert.equal(await post({}), 200);
   });
 
   test('HTTP: one task per MCP session; calls, elicitation, cancellation, and close ending the task', async () => {
