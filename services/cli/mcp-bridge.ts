@@ -56,6 +56,12 @@ function textResult(text: string, isError: boolean): CallToolResult {
   return { content: [{ type: 'text', text }], ...(isError ? { isError: true } : {}) };
 }
 
+/** A call that failed as a call: the status and details, as a tool error the model can read. */
+function failureResult(err: unknown): CallToolResult {
+  const message = err instanceof BerthError ? `${err.status}: ${err.details}` : (err as Error).message;
+  return textResult(JSON.stringify({ error: message }), true);
+}
+
 const CHOICE_TITLES: Readonly<Record<ApprovalChoice, string>> = {
   once: 'Allow once',
   session: 'Allow for this session',
@@ -109,7 +115,13 @@ export class McpBridge {
     },
   ): Promise<CallToolResult> {
     // Only the tools offered may be called: --toolsets/--disable narrow what the MCP client can do.
-    if (this.#known === undefined || !this.#known.has(name)) await this.#listTools();
+    if (this.#known === undefined || !this.#known.has(name)) {
+      try {
+        await this.#listTools();
+      } catch (err) {
+        return failureResult(err);
+      }
+    }
     if (!this.#known?.has(name)) return textResult(JSON.stringify({ error: `Unknown tool: ${name}` }), true);
 
     const canAsk = this.server.getClientCapabilities()?.elicitation?.form !== undefined;
@@ -131,8 +143,7 @@ export class McpBridge {
       return textResult(JSON.stringify({ error: 'the Berth server ended the call without a result' }), true);
     } catch (err) {
       if (call.signal.aborted) throw err;
-      const message = err instanceof BerthError ? `${err.status}: ${err.details}` : (err as Error).message;
-      return textResult(JSON.stringify({ error: message }), true);
+      return failureResult(err);
     } finally {
       await session.close().catch(() => undefined);
     }

@@ -15,11 +15,13 @@ import { promisify } from 'node:util';
 import { ServerCredentials } from '@grpc/grpc-js';
 import { createServer as createGrpcServer } from 'nice-grpc';
 import { BerthClient, BerthError, SessionStream, Status, isToolError, type SessionEvent } from '../../services/client/index.js';
+import { hashApiKey } from '../../services/common/config.js';
 import { DispatcherDefinition } from '../../services/gen/berth/v1/dispatcher.js';
 import { pidsRunning, uniqueSleepSeconds, waitUntil } from '../support/host-processes.js';
 import { REPO_ROOT, startServe, type ServeProcess } from '../support/serve-process.js';
 
 const run = promisify(execFile);
+const API_KEY = 'client-e2e-key';
 
 /** A command that needs approval (bash -c) and leaves a marker when it runs. */
 function marking(dir: string, name: string): { command: string; marker: string } {
@@ -46,9 +48,22 @@ describe('berth/client against a real berth serve', () => {
   before(async () => {
     dir = mkdtempSync(join(tmpdir(), 'berth-e2e-client-'));
     const config = join(dir, 'config.yaml');
-    writeFileSync(config, ['approvals:', '  mode: manual', '  timeout: 60', 'command_allowlist: []', ''].join('\n'));
+    writeFileSync(
+      config,
+      [
+        'approvals:',
+        '  mode: manual',
+        '  timeout: 60',
+        'command_allowlist: []',
+        'allow_local_multi_tenant: true',
+        'tenants:',
+        '  - id: client-e2e',
+        `    api_key_sha256: ${hashApiKey(API_KEY)}`,
+        '',
+      ].join('\n'),
+    );
     serve = await startServe(['--config', config]);
-    berth = new BerthClient(serve.address);
+    berth = new BerthClient(serve.address, { apiKey: API_KEY });
   });
 
   after(async () => {
@@ -58,12 +73,20 @@ describe('berth/client against a real berth serve', () => {
   });
 
   test('listTools gives what `berth tools` prints, toolset flags included', async () => {
-    const cli = await serve.cli(['tools', '--toolsets', 'terminal,file', '--disable', 'file']);
+    const cli = await serve.cli(['tools', '--toolsets', 'terminal,file', '--disable', 'file'], { env: { BERTH_API_KEY: API_KEY } });
     assert.equal(cli.code, 0, cli.stderr);
     const listing = await berth.listTools({ toolsets: ['terminal', 'file', 'no-such-set'], disable: ['file'] });
     assert.deepEqual(listing.tools, JSON.parse(cli.stdout));
     assert.deepEqual(listing.tools.map((t) => t.function.name), ['process', 'terminal']);
     assert.deepEqual(listing.unknownToolsets, ['no-such-set']);
+  });
+
+  test('the API key selects the tenant; without a known one every call is refused', async () => {
+    for (const apiKey of [undefined, 'not-a-key']) {
+      using anonymous = new BerthClient(serve.address, apiKey === undefined ? {} : { apiKey });
+      await assert.rejects(anonymous.listTools(), (err: unknown) => err instanceof BerthError && err.code === Status.UNAUTHENTICATED);
+      await assert.rejects(anonymous.task('t').terminal({ command: 'true' }), (err: unknown) => err instanceof BerthError && err.code === Status.UNAUTHENTICATED);
+    }
   });
 
   test('typed tool methods keep the task environment and parse results', async () => {
@@ -174,7 +197,7 @@ describe('berth/client against a real berth serve', () => {
       assert.match(err.details, /task_id must be/);
       return true;
     });
-    const stream = new SessionStream(berth.rpc);
+    const stream = new SessionStream(berth.rpc, { metadata: berth.metadata() });
     const call = (taskId: string) => stream.start({ name: 'terminal', argumentsJson: '{"command":"echo still-here"}', taskId, sessionId: '' });
     await assert.rejects(call('bad id!').result(), (err: unknown) => err instanceof BerthError && err.code === Status.INVALID_ARGUMENT);
     assert.equal((await call('client-errors').result()).resultJson, '{"output":"still-here","exit_code":0,"error":null}');
@@ -196,13 +219,13 @@ describe('berth/client against a real berth serve', () => {
         join(project, 'app.mjs'),
         [
           "import { BerthClient } from 'berth/client';",
-          'const berth = new BerthClient(process.argv[2]);',
+          'const berth = new BerthClient(process.argv[2], { apiKey: process.env.BERTH_API_KEY });',
           "const r = await berth.task('packed').terminal({ command: 'echo from-tarball' });",
           'console.log(JSON.stringify(r));',
           'berth.close();',
         ].join('\n'),
       );
-      const app = await run(process.execPath, ['app.mjs', serve.address], { cwd: project });
+      const app = await run(process.execPath, ['app.mjs', serve.address], { cwd: project, env: { ...process.env, BERTH_API_KEY: API_KEY } });
       assert.equal(JSON.parse(app.stdout).output, 'from-tarball');
 
       // The types resolve through `exports` too.

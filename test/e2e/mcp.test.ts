@@ -15,11 +15,19 @@ import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StdioClientTransport } from '@modelcontextprotocol/sdk/client/stdio.js';
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
 import { ElicitRequestSchema, type CallToolResult } from '@modelcontextprotocol/sdk/types.js';
+import { hashApiKey } from '../../services/common/config.js';
 import { pidsRunning, uniqueSleepSeconds, waitUntil } from '../support/host-processes.js';
 import { startListeningChild, type ListeningChild } from '../support/listening-child.js';
 import { BERTH_BIN, REPO_ROOT, startServe, type ServeProcess } from '../support/serve-process.js';
 
 type Answer = 'once' | 'deny' | 'decline';
+
+const API_KEY = 'mcp-e2e-key';
+const AUTH = { requestInit: { headers: { Authorization: `Bearer ${API_KEY}` } } };
+
+function berthTools(serve: ServeProcess, args: string[]) {
+  return serve.cli(['tools', ...args], { env: { BERTH_API_KEY: API_KEY } });
+}
 
 /** An MCP client that declares elicitation and answers approval questions from `answers`, recording them. */
 function elicitingClient(answers: Answer[], asked: string[]): Client {
@@ -41,7 +49,7 @@ function text(result: unknown): string {
 function stdioTransport(serve: ServeProcess, args: string[]): StdioClientTransport {
   return new StdioClientTransport({
     command: process.execPath,
-    args: [BERTH_BIN, 'mcp', '--server', serve.address, ...args],
+    args: [BERTH_BIN, 'mcp', '--server', serve.address, '--api-key', API_KEY, ...args],
     cwd: REPO_ROOT,
     stderr: 'pipe',
   });
@@ -56,12 +64,29 @@ describe('berth mcp against a real berth serve', () => {
     dir = mkdtempSync(join(tmpdir(), 'berth-e2e-mcp-'));
     const config = join(dir, 'config.yaml');
     // non_interactive: approve is what a client without elicitation gets (berth-interactive: false).
-    writeFileSync(config, ['approvals:', '  mode: manual', '  timeout: 60', '  non_interactive: approve', 'command_allowlist: []', ''].join('\n'));
+    writeFileSync(
+      config,
+      [
+        'approvals:',
+        '  mode: manual',
+        '  timeout: 60',
+        '  non_interactive: approve',
+        'command_allowlist: []',
+        // A tenant, so API keys matter: stdio gets --api-key, HTTP clients send their own Authorization.
+        'allow_local_multi_tenant: true',
+        'tenants:',
+        `  - id: mcp-e2e`,
+        `    api_key_sha256: ${hashApiKey(API_KEY)}`,
+        '',
+      ].join('\n'),
+    );
     serve = await startServe(['--config', config]);
+    // No --api-key: each HTTP session must bring its own.
     http = await startListeningChild({
       name: 'berth mcp --listen',
       args: [BERTH_BIN, 'mcp', '--listen', '127.0.0.1:0', '--server', serve.address],
       cwd: REPO_ROOT,
+      env: { ...process.env, BERTH_API_KEY: '' },
     });
   });
 
@@ -75,7 +100,7 @@ describe('berth mcp against a real berth serve', () => {
     const client = new Client({ name: 'berth-e2e', version: '1.0.0' });
     await client.connect(stdioTransport(serve, ['--task', 'mcp-stdio', '--toolsets', 'terminal,file', '--disable', 'file']));
     try {
-      const cli = await serve.cli(['tools', '--toolsets', 'terminal,file', '--disable', 'file']);
+      const cli = await berthTools(serve, ['--toolsets', 'terminal,file', '--disable', 'file']);
       const expected = (JSON.parse(cli.stdout) as Array<{ function: { name: string; description: string; parameters: unknown } }>).map((t) => ({
         name: t.function.name,
         description: t.function.description,
@@ -195,18 +220,31 @@ describe('berth mcp against a real berth serve', () => {
     assert.equal(await post({}), 200);
   });
 
+  test('HTTP: a session without the Authorization of a Berth tenant cannot list or call tools', async () => {
+    const anonymous = new Client({ name: 'berth-e2e', version: '1.0.0' });
+    await anonymous.connect(new StreamableHTTPClientTransport(new URL(http.address)));
+    try {
+      await assert.rejects(anonymous.listTools(), /UNAUTHENTICATED|API key/);
+      const refused = await anonymous.callTool({ name: 'terminal', arguments: { command: 'echo no' } });
+      assert.equal(refused.isError, true);
+      assert.match(text(refused), /UNAUTHENTICATED/);
+    } finally {
+      await anonymous.close();
+    }
+  });
+
   test('HTTP: one task per MCP session; calls, elicitation, cancellation, and close ending the task', async () => {
     const url = new URL(http.address);
     const asked: string[] = [];
     const a = elicitingClient(['once'], asked);
     const b = new Client({ name: 'berth-e2e', version: '1.0.0' });
-    const ta = new StreamableHTTPClientTransport(url);
+    const ta = new StreamableHTTPClientTransport(url, AUTH);
     await a.connect(ta);
-    await b.connect(new StreamableHTTPClientTransport(url));
+    await b.connect(new StreamableHTTPClientTransport(url, AUTH));
     try {
       assert.deepEqual(
         (await a.listTools()).tools.map((t) => t.name),
-        (JSON.parse((await serve.cli(['tools'])).stdout) as Array<{ function: { name: string } }>).map((t) => t.function.name),
+        (JSON.parse((await berthTools(serve, [])).stdout) as Array<{ function: { name: string } }>).map((t) => t.function.name),
       );
       // Sessions are separate tasks: a's cwd is not b's.
       await a.callTool({ name: 'terminal', arguments: { command: `cd ${dir}` } });
