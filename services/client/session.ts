@@ -81,6 +81,7 @@ export class SessionStream {
   readonly #abort = new AbortController();
   readonly #done: Promise<void>;
   #failure: unknown;
+  #closed = false;
   #nextId = 1;
 
   constructor(rpc: DispatcherClient, options: { readonly metadata?: Metadata; readonly signal?: AbortSignal } = {}) {
@@ -164,8 +165,11 @@ export class SessionStream {
   start(request: CallToolRequest): SessionRun {
     const callId = `c${this.#nextId++}`;
     const queue = new AsyncQueue<RunItem>();
-    if (this.#failure !== undefined) {
-      queue.push({ type: 'failure', error: this.#failure });
+    const failure = this.#closed
+      ? new BerthError(Status.FAILED_PRECONDITION, 'this session is closed; open a new one with task.session()')
+      : this.#failure;
+    if (failure !== undefined) {
+      queue.push({ type: 'failure', error: failure });
       queue.close();
     } else {
       this.#runs.set(callId, queue);
@@ -202,12 +206,14 @@ export class SessionStream {
 
   /** Stops sending and waits for calls in flight to finish and the stream to end. */
   async close(): Promise<void> {
+    this.#closed = true;
     this.#requests.close();
     await this.#done;
   }
 
   /** Cancels the stream at once: the server aborts every call still running on it. */
   async abort(): Promise<void> {
+    this.#closed = true;
     this.#abort.abort();
     this.#requests.close();
     await this.#done;

@@ -202,6 +202,7 @@ describe('berth/client against a real berth serve', () => {
     await assert.rejects(call('bad id!').result(), (err: unknown) => err instanceof BerthError && err.code === Status.INVALID_ARGUMENT);
     assert.equal((await call('client-errors').result()).resultJson, '{"output":"still-here","exit_code":0,"error":null}');
     await stream.close();
+    await assert.rejects(call('client-errors').result(), /this session is closed; open a new one/);
   });
 
   test('the exports work from a packed tarball in a fresh project', async () => {
