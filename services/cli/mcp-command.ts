@@ -10,7 +10,7 @@ import type { AddressInfo } from 'node:net';
 import { StdioServerTransport } from '@modelcontextprotocol/sdk/server/stdio.js';
 import { StreamableHTTPServerTransport } from '@modelcontextprotocol/sdk/server/streamableHttp.js';
 import { isInitializeRequest } from '@modelcontextprotocol/sdk/types.js';
-import { BerthClient } from '../client/berth-client.js';
+import { BerthClient, type BerthClientOptions } from '../client/berth-client.js';
 import { McpBridge } from './mcp-bridge.js';
 
 export const MCP_HELP = `  berth mcp [--task ID] [--session ID] [--toolsets a,b] [--disable a,b]
@@ -37,10 +37,15 @@ export interface McpCommandOptions {
   readonly disable: readonly string[];
   readonly version: string;
   readonly stderr: NodeJS.WritableStream;
+  /** TLS towards the dispatcher, as the client takes it. */
+  readonly tls?: BerthClientOptions['tls'];
 }
 
 function newClient(options: McpCommandOptions, apiKey: string | undefined): BerthClient {
-  return new BerthClient(options.server, apiKey ? { apiKey } : {});
+  return new BerthClient(options.server, {
+    ...(apiKey ? { apiKey } : {}),
+    ...(options.tls === undefined ? {} : { tls: options.tls }),
+  });
 }
 
 /** Serves one MCP session on stdin/stdout until the client goes away, then ends the task. */

@@ -153,10 +153,15 @@ describe('berth mcp against a real berth serve', () => {
     }
   });
 
-  test('stdio: a client without elicitation gets the non-interactive rule (here: approve)', async () => {
+  test('stdio: a generated task id; a client without elicitation gets the non-interactive rule (here: approve)', async () => {
     const client = new Client({ name: 'berth-e2e', version: '1.0.0' });
-    await client.connect(stdioTransport(serve, ['--task', 'mcp-nonint']));
+    // No --task: the session gets a generated task id, told on stderr.
+    const transport = stdioTransport(serve, []);
+    let stderr = '';
+    transport.stderr?.on('data', (d: Buffer) => (stderr += d.toString()));
+    await client.connect(transport);
     try {
+      await waitUntil('berth mcp to name its task', () => /serving task mcp-[0-9a-f]{8} of /.test(stderr));
       const ran = join(dir, 'non-interactive');
       const result = await client.callTool({ name: 'terminal', arguments: { command: `bash -c 'touch ${ran}; echo ran'` } });
       assert.equal(JSON.parse(text(result)).output, 'ran');
