@@ -18,6 +18,7 @@ import { BerthClient, BerthError, SessionStream, Status, isToolError, type Sessi
 import { hashApiKey } from '../../services/common/config.js';
 import { DispatcherDefinition } from '../../services/gen/berth/v1/dispatcher.js';
 import { pidsRunning, uniqueSleepSeconds, waitUntil } from '../support/host-processes.js';
+import { startListeningChild } from '../support/listening-child.js';
 import { REPO_ROOT, startServe, type ServeProcess } from '../support/serve-process.js';
 
 const run = promisify(execFile);
@@ -205,7 +206,7 @@ describe('berth/client against a real berth serve', () => {
     await assert.rejects(call('client-errors').result(), /this session is closed; open a new one/);
   });
 
-  test('the exports work from a packed tarball in a fresh project', async () => {
+  test('a packed tarball in a fresh project: berth/client imports and type-checks, bin/berth serves', async () => {
     const project = mkdtempSync(join(tmpdir(), 'berth-pack-'));
     try {
       const { stdout } = await run('npm', ['pack', '--silent', '--pack-destination', project], { cwd: REPO_ROOT, maxBuffer: 64 * 1024 * 1024 });
@@ -229,6 +230,21 @@ describe('berth/client against a real berth serve', () => {
       const app = await run(process.execPath, ['app.mjs', serve.address], { cwd: project, env: { ...process.env, BERTH_API_KEY: API_KEY } });
       assert.equal(JSON.parse(app.stdout).output, 'from-tarball');
 
+      // The package's own bin serves too, and the packed client talks to it.
+      const stateRoot = join(project, 'state');
+      const packed = await startListeningChild({
+        name: 'packed berth serve',
+        args: [join(installed, 'bin', 'berth'), 'serve', '--port', '0'],
+        cwd: project,
+        env: { ...process.env, BERTH_STATE_ROOT: stateRoot, BERTH_CONFIG: '' },
+      });
+      try {
+        const viaPackedBin = await run(process.execPath, ['app.mjs', packed.address], { cwd: project });
+        assert.equal(JSON.parse(viaPackedBin.stdout).output, 'from-tarball');
+      } finally {
+        await packed.stop();
+      }
+
       // The types resolve through `exports` too.
       writeFileSync(
         join(project, 'app.ts'),
@@ -250,7 +266,6 @@ describe('berth/client against a real berth serve', () => {
         throw new Error(`tsc failed on a berth/client import:\n${e.stdout ?? String(e)}`);
       });
       assert.equal(tsc.stdout, '');
-      assert.ok(existsSync(join(installed, 'bin', 'berth')), 'bin stays in the package');
     } finally {
       rmSync(project, { recursive: true, force: true });
     }
