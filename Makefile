@@ -3,7 +3,7 @@ SHELL := /bin/bash
 .DEFAULT_GOAL := help
 TS_SOURCES := $(shell find services test -name '*.ts' -not -path '*/node_modules/*' 2>/dev/null)
 
-.PHONY: help setup build run test test-unit lint proto proto-check proto-python proto-python-check image bench clean
+.PHONY: help setup build run test test-unit lint proto proto-check proto-python proto-python-check client-gen client-check image bench clean
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -12,7 +12,12 @@ node_modules/.package-lock.json: package.json package-lock.json
 	npm ci --no-audit --no-fund
 	@touch $@
 
+# The client's typed tool methods are generated from the compiled registry, then compiled in turn.
+CLIENT_GEN := node dist/services/client/codegen/generate-tools.js
+
 dist/.built: node_modules/.package-lock.json tsconfig.json $(TS_SOURCES)
+	npx tsc -p tsconfig.json
+	$(CLIENT_GEN)
 	npx tsc -p tsconfig.json
 	@touch $@
 
@@ -50,6 +55,11 @@ proto-python: ## Regenerate the Python client's stubs from proto/ (needs protobu
 
 proto-python-check: proto-python ## Fail if the committed Python stubs differ from proto/
 	@git diff --exit-code --stat -- $(PY_GEN) && test -z "$$(git status --porcelain -- $(PY_GEN))" || { echo "$(PY_GEN) is stale: run 'make proto-python' (protoc $$(protoc --version)) and commit"; exit 1; }
+
+client-gen: dist/.built ## Regenerate services/client/generated from the tool schemas
+
+client-check: client-gen ## Fail if the committed client tool methods differ from the tool schemas
+	@git diff --exit-code --stat -- services/client/generated || { echo "services/client/generated is stale: run 'make client-gen' and commit"; exit 1; }
 
 image: ## Build the sandbox image (starts Docker and builds its base without a registry where needed)
 	scripts/build-image.sh

@@ -19,8 +19,10 @@ import { promptApproval } from './approval-prompt.js';
 import { CHECK_COMMAND_HELP, readAllStdin, runCheckCommand } from './check-command.js';
 import { CLIENT_HELP, CLIENT_OPTIONS, ClientTlsError, clientTarget, explainClientError, openClient, type ClientFlags, type ClientTarget } from './client-connection.js';
 import { SessionConnection } from './session-connection.js';
+import { BerthError } from '../client/errors.js';
 import { startServe } from './serve.js';
 import { SHELL_HELP, runShell } from './shell.js';
+import { MCP_HELP, parseListen, runMcpStdio, startMcpHttp, type McpCommandOptions } from './mcp-command.js';
 import { BENCH_HELP, BenchUsageError, cmdBench } from './bench-command.js';
 import { DOCTOR_HELP, formatFinding, runDoctor } from './doctor.js';
 
@@ -46,6 +48,7 @@ Usage:
       with no terminal they are denied. --non-interactive tells the server
       nobody will answer (approvals.non_interactive then decides).
 ${SHELL_HELP}
+${MCP_HELP}
 ${CHECK_COMMAND_HELP}
 ${DOCTOR_HELP}
 ${BENCH_HELP}
@@ -347,6 +350,58 @@ async function cmdShell(argv: string[]): Promise<number> {
   );
 }
 
+async function cmdMcp(argv: string[]): Promise<number> {
+  const { values, positionals } = parse(argv, {
+    ...CLIENT_OPTIONS,
+    task: { type: 'string' },
+    session: { type: 'string' },
+    toolsets: { type: 'string' },
+    disable: { type: 'string' },
+    listen: { type: 'string' },
+  });
+  if (values.help) {
+    process.stdout.write(`Usage:\n${MCP_HELP}\n\n${CLIENT_HELP}\n`);
+    return 0;
+  }
+  if (positionals.length > 0) throw new UsageError(`unexpected arguments: ${positionals.join(' ')}`);
+  const target = clientTarget(values, process.env);
+  const options: McpCommandOptions = {
+    server: target.address,
+    ...(target.tls === undefined
+      ? {}
+      : {
+          tls: {
+            ...(target.tls.caFile === undefined ? {} : { ca: target.tls.caFile }),
+            ...(target.tls.certFile === undefined ? {} : { cert: target.tls.certFile }),
+            ...(target.tls.keyFile === undefined ? {} : { key: target.tls.keyFile }),
+          },
+        }),
+    apiKey: values['api-key'] ?? process.env.BERTH_API_KEY,
+    taskId: values.task,
+    sessionId: values.session,
+    toolsets: list(values.toolsets),
+    disable: list(values.disable),
+    version: version(),
+    stderr: process.stderr,
+  };
+  if (values.listen === undefined) return runMcpStdio(options);
+  if (values.task !== undefined) throw new UsageError('--task is for stdio; over HTTP each MCP session gets its own task');
+  let listen: { host: string; port: number };
+  try {
+    listen = parseListen(values.listen);
+  } catch (err) {
+    throw new UsageError((err as Error).message);
+  }
+  const http = await startMcpHttp(options, listen);
+  process.stdout.write(`berth mcp serving on ${http.url} (server ${options.server})\n`);
+  await new Promise<void>((resolve) => {
+    process.once('SIGINT', () => resolve());
+    process.once('SIGTERM', () => resolve());
+  });
+  await http.close();
+  return 0;
+}
+
 async function cmdCheckCommand(argv: string[]): Promise<number> {
   const { values, positionals } = parse(argv, { home: { type: 'string' } });
   if (values.help) return printHelp();
@@ -380,6 +435,7 @@ const COMMANDS: Record<string, (argv: string[]) => Promise<number>> = {
   tools: cmdTools,
   call: cmdCall,
   shell: cmdShell,
+  mcp: cmdMcp,
   'check-command': cmdCheckCommand,
   doctor: cmdDoctor,
   bench: cmdBench,
@@ -403,7 +459,12 @@ export async function main(argv: string[]): Promise<number> {
 }
 
 function describeError(err: unknown): string {
-  if (err instanceof ClientError) return `${Status[err.code]}: ${err.details}`;
+  if (err instanceof ClientError || err instanceof BerthError) {
+    if (err.code === Status.UNAVAILABLE) {
+      return `cannot reach the Berth server (${err.details}); is 'berth serve' running? Set --server or BERTH_SERVER`;
+    }
+    return `${Status[err.code]}: ${err.details}`;
+  }
   if (err instanceof Error) return err.message;
   return String(err);
 }

@@ -1,29 +1,14 @@
 /**
- * A client of the bidi Session stream for the CLI: runs tool calls, passes
- * their live output on, and hands approval requests to a callback (the
- * terminal prompt) whose answer goes back on the stream. Calls are matched to
- * results by call id, so several can be in flight.
+ * The CLI's use of the client's Session stream: runs tool calls, passes their
+ * live output on, and hands approval requests to a callback (the terminal
+ * prompt) whose answer goes back on the stream. Calls carry their own task
+ * and session ids, so `berth shell` can switch tasks on one stream.
  */
 import type { Metadata } from 'nice-grpc';
-import { AsyncQueue } from '../common/async-queue.js';
-import type {
-  ApprovalRequest,
-  DispatcherClient,
-  SessionClientMessage,
-  SessionToolResult,
-} from '../gen/berth/v1/dispatcher.js';
+import { SessionStream, type ApprovalChoice, type ApprovalEvent } from '../client/session.js';
+import type { ApprovalRequest, DispatcherClient } from '../gen/berth/v1/dispatcher.js';
 
-/** The call failed as a call (not as a tool): carries the gRPC status name the server gave. */
-export class SessionCallError extends Error {
-  readonly status: string;
-  readonly details: string;
-  constructor(status: string, details: string) {
-    super(`${status}: ${details}`);
-    this.name = 'SessionCallError';
-    this.status = status;
-    this.details = details;
-  }
-}
+export { BerthError as SessionCallError } from '../client/errors.js';
 
 export interface CallRequest {
   readonly name: string;
@@ -42,100 +27,48 @@ export interface SessionHandlers {
   readonly onOutput?: (callId: string, text: string) => void;
 }
 
-interface InFlight {
-  readonly resolve: (resultJson: string) => void;
-  readonly reject: (err: unknown) => void;
-  readonly prompts: AbortController;
-}
-
 export class SessionConnection {
-  readonly #requests = new AsyncQueue<SessionClientMessage>();
-  readonly #calls = new Map<string, InFlight>();
+  readonly #stream: SessionStream;
   readonly #handlers: SessionHandlers;
-  readonly #done: Promise<void>;
-  #failure: unknown;
-  #nextId = 1;
 
   constructor(client: DispatcherClient, handlers: SessionHandlers, options: { metadata?: Metadata; signal?: AbortSignal } = {}) {
     this.#handlers = handlers;
-    const responses = client.session(this.#requests, {
-      ...(options.metadata === undefined ? {} : { metadata: options.metadata }),
-      ...(options.signal === undefined ? {} : { signal: options.signal }),
-    });
-    this.#done = (async () => {
-      try {
-        for await (const m of responses) {
-          const msg = m.message;
-          if (msg?.$case === 'output') handlers.onOutput?.(msg.value.callId, msg.value.text);
-          else if (msg?.$case === 'result') this.#settle(msg.value.callId, msg.value);
-          else if (msg?.$case === 'approvalRequest') void this.#approve(msg.value);
-        }
-        this.#failAll(new Error('the server ended the session before answering'));
-      } catch (err) {
-        this.#failAll(err);
-      }
-    })();
+    this.#stream = new SessionStream(client, options);
   }
 
-  #settle(callId: string, result: SessionToolResult): void {
-    const call = this.#calls.get(callId);
-    if (call === undefined) return;
-    this.#calls.delete(callId);
-    call.prompts.abort();
-    if (result.errorStatus === '') {
-      call.resolve(result.resultJson);
-      return;
-    }
-    let details = result.resultJson;
-    try {
-      details = String((JSON.parse(result.resultJson) as { error?: unknown }).error ?? details);
-    } catch {
-      // keep the raw text
-    }
-    call.reject(new SessionCallError(result.errorStatus, details));
-  }
-
-  #failAll(err: unknown): void {
-    this.#failure ??= err;
-    for (const [id, call] of this.#calls) {
-      this.#calls.delete(id);
-      call.prompts.abort();
-      call.reject(err);
-    }
-  }
-
-  async #approve(request: ApprovalRequest): Promise<void> {
-    const call = this.#calls.get(request.callId);
-    const signal = call?.prompts.signal ?? AbortSignal.abort();
+  async #approve(event: ApprovalEvent, signal: AbortSignal): Promise<void> {
+    const { request } = event;
     let choice: string | undefined;
     try {
-      choice = await this.#handlers.onApproval(request, signal);
+      choice = await this.#handlers.onApproval({ ...request, callId: event.callId, choices: [...request.choices] }, signal);
     } catch {
       choice = 'deny';
     }
-    if (choice !== undefined && !signal.aborted) {
-      this.#requests.push({ message: { $case: 'approvalAnswer', value: { approvalId: request.approvalId, choice } } });
-    }
+    if (choice !== undefined && !signal.aborted) event.answer(choice as ApprovalChoice);
   }
 
-  /** Runs one call; resolves with its result JSON, rejects when the stream fails. */
-  call(request: CallRequest): Promise<string> {
-    if (this.#failure !== undefined) return Promise.reject(this.#failure as Error);
-    const callId = `c${this.#nextId++}`;
-    return new Promise<string>((resolve, reject) => {
-      this.#calls.set(callId, { resolve, reject, prompts: new AbortController() });
-      this.#requests.push({ message: { $case: 'call', value: { callId, request } } });
-    });
+  /** Runs one call; resolves with its result JSON, rejects when the call or the stream fails. */
+  async call(request: CallRequest): Promise<string> {
+    const prompts = new AbortController();
+    try {
+      for await (const event of this.#stream.start(request)) {
+        if (event.type === 'output') this.#handlers.onOutput?.(event.callId, event.text);
+        else if (event.type === 'approval') void this.#approve(event, prompts.signal);
+        else return event.resultJson;
+      }
+      throw new Error('the server ended the session before answering');
+    } finally {
+      prompts.abort();
+    }
   }
 
   /** Puts the session in or out of yolo mode. */
   setYolo(sessionId: string, yolo: boolean): void {
-    this.#requests.push({ message: { $case: 'settings', value: { sessionId, yolo } } });
+    this.#stream.setYolo(sessionId, yolo);
   }
 
   /** Stops sending and waits for the stream to end. */
-  async close(): Promise<void> {
-    this.#requests.close();
-    await this.#done;
+  close(): Promise<void> {
+    return this.#stream.close();
   }
 }

@@ -1,0 +1,122 @@
+/**
+ * Result shapes of the built-in tools, as the tool-runtime contract states
+ * them. Every result may instead be a tool error, `{"error": "..."}`: the
+ * model reads those, so they are results, not exceptions. Fields not listed
+ * here may appear (index signatures keep them reachable).
+ */
+
+/** Options of one tool call. */
+export interface ToolCallOptions {
+  /** Approvals given "for this session" apply per session id; defaults to the task's session id. */
+  readonly sessionId?: string;
+  /** Aborts the call on the client; the server stops the work when the call is cancelled. */
+  readonly signal?: AbortSignal;
+  /** Deadline for this call, in milliseconds from now. */
+  readonly timeoutMs?: number;
+}
+
+/** A tool-level failure, as every tool may return. */
+export interface ToolErrorResult {
+  readonly error: string;
+  readonly [key: string]: unknown;
+}
+
+/** `terminal` in the foreground: output with stderr merged, ANSI stripped, capped. */
+export interface TerminalForegroundResult {
+  readonly output: string;
+  /** 124 after a timeout, 130 after an interrupt, -1 when the command was refused. */
+  readonly exit_code: number;
+  /** null when the command ran; a refusal message otherwise. */
+  readonly error: string | null;
+  readonly status?: 'error' | 'blocked' | 'pending_approval' | (string & {});
+  readonly exit_code_meaning?: string;
+  readonly approval?: string;
+  /** Set when a unary call waits for `Approve` (see {@link BerthTask.approve}). */
+  readonly approval_id?: string;
+  readonly approval_pending?: boolean;
+  readonly [key: string]: unknown;
+}
+
+/** `terminal` with `background: true`. */
+export interface TerminalBackgroundResult {
+  readonly output: 'Background process started' | (string & {});
+  /** The process id for the `process` tool: `proc_<12 hex>`. */
+  readonly session_id: string;
+  readonly pid: number;
+  readonly exit_code: number;
+  readonly error: null;
+  readonly [key: string]: unknown;
+}
+
+export type TerminalResult = TerminalForegroundResult | TerminalBackgroundResult;
+
+/** `read_file`: numbered lines. */
+export interface ReadFileResult {
+  readonly path?: string;
+  readonly content: string;
+  readonly total_lines: number;
+  readonly file_size?: number;
+  readonly truncated?: boolean;
+  readonly [key: string]: unknown;
+}
+
+export interface WriteFileResult {
+  readonly path?: string;
+  readonly bytes_written?: number;
+  readonly dirs_created?: boolean;
+  readonly error?: string;
+  readonly [key: string]: unknown;
+}
+
+export interface PatchResult {
+  readonly success?: boolean;
+  readonly diff?: string;
+  readonly files_modified?: string[];
+  readonly files_created?: string[];
+  readonly files_deleted?: string[];
+  readonly error?: string;
+  readonly [key: string]: unknown;
+}
+
+export interface SearchFilesResult {
+  readonly matches?: Array<{ readonly path: string; readonly line: number; readonly content: string; readonly [key: string]: unknown }>;
+  readonly files?: string[];
+  readonly counts?: Record<string, number>;
+  readonly total_count?: number;
+  readonly error?: string;
+  readonly [key: string]: unknown;
+}
+
+/** `execute_code`: the script's stdout and how it ended. */
+export interface ExecuteCodeResult {
+  readonly status: 'success' | 'error' | 'timeout' | 'interrupted';
+  readonly output: string;
+  readonly tool_calls_made: number;
+  readonly duration_seconds: number;
+  readonly error?: string;
+  readonly [key: string]: unknown;
+}
+
+/** Result types by tool name, where the contract gives a shape. */
+export interface ToolResults {
+  terminal: TerminalResult;
+  read_file: ReadFileResult;
+  write_file: WriteFileResult;
+  patch: PatchResult;
+  search_files: SearchFilesResult;
+  execute_code: ExecuteCodeResult;
+}
+
+/**
+ * The parsed result of tool `N`: its shape where the contract gives one,
+ * otherwise unknown JSON. Any tool may answer `{"error": ...}` instead; test
+ * with {@link isToolError}.
+ */
+export type ToolResultOf<N extends string> = N extends keyof ToolResults ? ToolResults[N] : unknown;
+
+/** Whether a parsed result is a tool-level error: an object whose `error` is a non-empty string. */
+export function isToolError(result: unknown): result is ToolErrorResult {
+  if (typeof result !== 'object' || result === null) return false;
+  const error = (result as { error?: unknown }).error;
+  return typeof error === 'string' && error !== '';
+}
