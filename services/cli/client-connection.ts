@@ -4,6 +4,7 @@
  * transport failure explained in terms of those flags: a plaintext client at
  * a TLS server is told the server speaks TLS, and so on.
  */
+import { BerthError } from '../client/errors.js';
 import { ClientError, Status, createChannel, createClient, type Channel } from 'nice-grpc';
 import { CHANNEL_OPTIONS } from '../common/grpc-server.js';
 import { clientTls, diagnoseTls, TlsMaterialError, type ClientTlsFiles, type TlsFailure } from '../common/tls.js';
@@ -105,7 +106,8 @@ export function describeClientTlsFailure(target: ClientTarget, failure: TlsFailu
 
 /** A transport failure (UNAVAILABLE) as one line that says what to do; undefined for other errors. */
 export async function explainClientError(err: unknown, target: ClientTarget): Promise<string | undefined> {
-  if (!(err instanceof ClientError) || err.code !== Status.UNAVAILABLE) return undefined;
+  // The CLI's calls fail as nice-grpc ClientErrors, or as the client library's BerthErrors (Session calls).
+  if (!(err instanceof ClientError || err instanceof BerthError) || err.code !== Status.UNAVAILABLE) return undefined;
   // UNAVAILABLE the server itself sent (shutting down, an executor unreachable) is its own message.
   if (!CONNECTION_FAILURE.test(err.details)) return `UNAVAILABLE: ${err.details}`;
   const failure = await diagnoseTls(target.address, target.tls);
