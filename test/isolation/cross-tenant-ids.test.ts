@@ -104,9 +104,12 @@ for (const backend of ['local', 'docker'] as const) {
 
     test("Interrupt of A's task id while A's command runs: A's command finishes, same answer as an unknown task", async () => {
       const call = streamingTerminal(t.a, busy, 'echo started; sleep 3; echo finished');
+      let finished = false;
+      void call.result.finally(() => (finished = true)).catch(() => undefined);
       await call.started;
       const unknown = never();
       const named = await answerOf(() => t.b.interrupt({ taskId: busy }));
+      assert.equal(finished, false, "A's command was still running when B interrupted");
       const fresh = await answerOf(() => t.b.interrupt({ taskId: unknown }));
       assert.equal(named, 'ok {"interrupted":0}');
       assert.equal(normalized(named, busy), normalized(fresh, unknown));
