@@ -78,6 +78,12 @@ SCRIPT_PIPE_BYTES = 60 * 1024
 # After a kill, how long to wait for output pipes that a process outside the
 # group still holds before closing them ourselves.
 DRAIN_AFTER_KILL = 1.0
+# Output the agent forwards to the executor, all processes of the task
+# together: a burst, then a sustained rate. Past them the agent reads more
+# slowly and a flooding process blocks on its full pipe, so a flood costs the
+# executor (shared by every tenant) at most this rate, and loses nothing.
+OUTPUT_BURST = 16 * 1024 * 1024
+OUTPUT_RATE = 4 * 1024 * 1024
 PTY_ROWS, PTY_COLS = 50, 200
 # Counters reported with every exit, so the executor can tell that a limit
 # of the container (memory, pids) hit the command: name -> (files, line key).
@@ -272,6 +278,8 @@ class Agent(object):
         self.running = True
         self.counters = find_counters()
         self.ready = None  # a pre-started shell (Ready), or None
+        self.out_budget = float(OUTPUT_BURST)
+        self.out_stamp = time.monotonic()
         # A pre-started shell reads its script through /dev/fd; without it, start bash per command.
         self.prestart = os.path.isdir("/dev/fd")
         # Signals only wake the loop: the wakeup fd receives the signal number.
@@ -603,7 +611,18 @@ class Agent(object):
             raise OSError(getattr(errno, name, errno.EIO), "cannot start bash: %s" % message)
         return pid
 
+    def pace_output(self):
+        """Waits until the output budget allows another read (at most one chunk's worth of time)."""
+        now = time.monotonic()
+        self.out_budget = min(OUTPUT_BURST, self.out_budget + (now - self.out_stamp) * OUTPUT_RATE)
+        self.out_stamp = now
+        if self.out_budget < 0:
+            time.sleep(-self.out_budget / OUTPUT_RATE)
+            self.out_budget = 0.0
+            self.out_stamp = time.monotonic()
+
     def on_output(self, proc, fd):
+        self.pace_output()
         try:
             data = os.read(fd, READ_CHUNK)
         except (BlockingIOError, InterruptedError):
@@ -611,6 +630,7 @@ class Agent(object):
         except OSError:
             data = b""  # EIO from a PTY master whose terminal hung up
         if data:
+            self.out_budget -= len(data)
             self.send({"op": "out", "id": proc.id}, data)
             return
         self.close_output(proc, fd)

@@ -12,6 +12,7 @@ import {
   poolLabels,
   taskContainerName,
   taskLabels,
+  tenantCgroupParent,
   type ContainerSpecInput,
   type ExecutorLabels,
 } from '../../services/executor/backends/docker/container-spec.js';
@@ -130,6 +131,23 @@ describe('buildContainerCreateOptions', () => {
     assert.equal(h.Runtime, 'runsc');
     assert.equal(h.NetworkMode, 'bridge');
     assert.deepEqual(h.Binds, ['/data:/data:ro']);
+  });
+});
+
+describe('tenant cgroup parents', () => {
+  test('one parent per tenant, in the shape each cgroup driver takes; none where the daemon manages no cgroups', () => {
+    const fs = tenantCgroupParent('acme', 'cgroupfs')!;
+    assert.match(fs, /^\/berth\/t[0-9a-f]{16}$/);
+    assert.equal(tenantCgroupParent('acme', 'cgroupfs'), fs, 'stable');
+    assert.notEqual(tenantCgroupParent('globex', 'cgroupfs'), fs, 'per tenant');
+    assert.match(tenantCgroupParent('acme', 'systemd')!, /^berth-t[0-9a-f]{16}\.slice$/);
+    assert.equal(tenantCgroupParent('acme', 'none'), undefined);
+    assert.equal(tenantCgroupParent('acme', undefined), undefined);
+  });
+
+  test('the create options carry the parent when one is given, and none otherwise', () => {
+    assert.equal(buildContainerCreateOptions(input({ cgroupParent: '/berth/tabc' })).HostConfig!.CgroupParent, '/berth/tabc');
+    assert.equal(buildContainerCreateOptions(input()).HostConfig!.CgroupParent, undefined);
   });
 });
 

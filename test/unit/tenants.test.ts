@@ -33,4 +33,27 @@ describe('tenants', () => {
       assert.throws(() => d.authenticate(md(bad)), (e: Error & { code?: string }) => e.code === 'UNAUTHENTICATED', String(bad));
     }
   });
+
+  test('a key is compared with every tenant entry, in constant time each, wherever it matches', () => {
+    const keys = ['k-first', 'k-second', 'k-third', 'k-fourth'];
+    const config = parseConfig({
+      allow_local_multi_tenant: true,
+      tenants: keys.map((k, i) => ({ id: `t${i}`, api_key_sha256: hashApiKey(k) })),
+    });
+    const seen: string[] = [];
+    const d = new TenantDirectory(config, {
+      compare: (stored, presented) => {
+        assert.equal(stored.length, presented.length, 'timingSafeEqual needs equal lengths');
+        seen.push(stored.toString('hex'));
+        return stored.equals(presented);
+      },
+    });
+    const every = keys.map((k) => hashApiKey(k));
+    for (const [presented, tenant] of [['k-first', 't0'], ['k-fourth', 't3'], ['k-none', undefined]] as const) {
+      seen.length = 0;
+      if (tenant === undefined) assert.throws(() => d.authenticate(md(`Bearer ${presented}`)), /unknown API key/);
+      else assert.equal(d.authenticate(md(`Bearer ${presented}`)), tenant);
+      assert.deepEqual(seen, every, `${presented}: every entry compared once, in order`);
+    }
+  });
 });

@@ -20,7 +20,9 @@
  *   /run because it sorts mounts by depth, so the tmpfs never hides it;
  * - optional read-only root filesystem, network `none` or `bridge`,
  *   optional gVisor (`runtime: runsc`);
- * - Docker's init (tini) as PID 1 reaps orphans; the agent reaps its own.
+ * - Docker's init (tini) as PID 1 reaps orphans; the agent reaps its own;
+ * - a cgroup parent per tenant, so tenants share CPU fairly whatever the
+ *   number of containers each runs.
  */
 import { createHash } from 'node:crypto';
 import { posix } from 'node:path';
@@ -103,6 +105,23 @@ export interface PersistentVolumeNames {
 export function persistentVolumeNames(key: TaskKey): PersistentVolumeNames {
   const hash = taskHash(key);
   return { workspace: `berth-${hash}-workspace`, home: `berth-${hash}-home` };
+}
+
+/**
+ * The cgroup parent of a tenant's containers, so that the kernel shares CPU
+ * between tenants rather than between containers: every tenant's parent
+ * gets the same default weight (cgroup v1 `cpu.shares` 1024, v2 `cpu.weight`
+ * 100), however many containers it runs. Named by a hash of the tenant id
+ * (a systemd slice name cannot hold every character a tenant id may).
+ * Undefined where the daemon manages no cgroups (`driver` none, rootless
+ * without delegation).
+ */
+export function tenantCgroupParent(tenant: string, driver: string | undefined): string | undefined {
+  const hash = createHash('sha256').update(tenant).digest('hex').slice(0, 16);
+  // systemd: `berth-tX.slice` is a child of `berth.slice`, the dash being systemd's hierarchy separator.
+  if (driver === 'systemd') return `berth-t${hash}.slice`;
+  if (driver === 'cgroupfs') return `/berth/t${hash}`;
+  return undefined;
 }
 
 /** Labels every container of one executor carries. */
@@ -226,6 +245,8 @@ export interface ContainerSpecInput {
   readonly disk?: DiskLimitRequest;
   /** What terminal.docker_extra_args adds (see docker-extra-args.ts). */
   readonly extra?: ExtraDockerOptions;
+  /** The tenant's cgroup parent ({@link tenantCgroupParent}); absent: the daemon's default. */
+  readonly cgroupParent?: string;
 }
 
 const TMPFS: Readonly<Record<string, string>> = {
@@ -285,6 +306,7 @@ export function buildContainerCreateOptions(input: ContainerSpecInput): Dockerod
     AutoRemove: false,
   };
   if (input.runtime) hostConfig.Runtime = input.runtime;
+  if (input.cgroupParent !== undefined) hostConfig.CgroupParent = input.cgroupParent;
   if (input.disk?.layerMiB !== undefined) hostConfig.StorageOpt = { size: `${input.disk.layerMiB}m` };
   if (input.extra) applyExtra(hostConfig, input.extra);
   const env = { ...input.env, ...input.extra?.env, BERTH_AGENT_TOKEN: input.agentToken };

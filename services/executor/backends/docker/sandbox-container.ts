@@ -15,9 +15,11 @@ import type { Logger } from '../../../common/logging.js';
 import { AgentListener } from './agent-listener.js';
 import {
   AGENT_UNAVAILABLE_FILE,
+  LABEL,
   SANDBOX_GID,
   SANDBOX_UID,
   buildContainerCreateOptions,
+  tenantCgroupParent,
   type ContainerSpecInput,
   type PersistentVolumeNames,
 } from './container-spec.js';
@@ -186,6 +188,7 @@ export async function removeContainer(container: Dockerode.Container, daemon: st
 export class ContainerFactory {
   readonly options: ContainerFactoryOptions;
   readonly #fallbackLogged = new Set<string>();
+  #cgroupDriver: Promise<string | undefined> | undefined;
 
   constructor(options: ContainerFactoryOptions) {
     this.options = options;
@@ -233,8 +236,23 @@ export class ContainerFactory {
     await chmod(agent, 0o644);
   }
 
+  /** The daemon's cgroup driver, asked once; a failed answer is asked again next time. */
+  #driver(): Promise<string | undefined> {
+    this.#cgroupDriver ??= this.options.docker.info().then(
+      (info: { CgroupDriver?: string }) => info.CgroupDriver,
+      (err: unknown) => {
+        this.#cgroupDriver = undefined;
+        throw dockerError(err, 'asking for the cgroup driver', this.options.daemon);
+      },
+    );
+    return this.#cgroupDriver;
+  }
+
   async start(params: StartParams): Promise<SandboxContainer> {
     const o = this.options;
+    // Pool containers have no tenant yet: they keep the daemon's default parent (see README, fair share).
+    const tenant = params.labels[LABEL.tenant];
+    const cgroupParent = tenant === undefined ? undefined : tenantCgroupParent(tenant, await this.#driver());
     await this.prepareHostDir(params.hostDir);
     const listener = await AgentListener.listen(
       path.join(params.hostDir, 'agent.sock'),
@@ -262,6 +280,7 @@ export class ContainerFactory {
       ...(params.volumeLabels ? { volumeLabels: params.volumeLabels } : {}),
       workspaceDir: o.workspaceDir,
       homeDir: o.homeDir,
+      ...(cgroupParent !== undefined ? { cgroupParent } : {}),
     };
     // Expect the agent before the container starts: a busy daemon may answer the start request only after
     // the agent has dialled in, and a hello nobody waits for is refused (the agent then exits, and so does
