@@ -343,6 +343,58 @@ export function runBackendConformance(
         const fromShell = (await envs.readFile(key, `${dir}/from-shell.bin`)).content;
         assert.equal((await exec(key, `sha256sum < ${dir}/from-shell.bin`)).output.split(' ')[0], sha256(fromShell));
       });
+
+      /** Asserts that `promise` is refused with INVALID_ARGUMENT and a message matching `pattern`. */
+      const refused = (promise: Promise<unknown>, pattern: RegExp) =>
+        assert.rejects(promise, (err: unknown) => {
+          assert.ok(err instanceof BerthError, String(err));
+          assert.equal(err.code, 'INVALID_ARGUMENT', err.message);
+          assert.match(err.message, pattern);
+          return true;
+        });
+
+      // Each of these once grew the executor without bound or hung the call (a FIFO without a writer).
+      it('refuses to read or write a character device', { timeout: testTimeoutMs }, async () => {
+        const key = newTask();
+        await refused(envs.readFile(key, '/dev/zero'), /\/dev\/zero is not a regular file \(it is a character (device|special file)\)/);
+        await refused(envs.writeFile(key, '/dev/null', 'x'), /\/dev\/null is not a regular file/);
+        // The environment keeps serving.
+        assert.equal((await exec(key, 'echo still here')).output, 'still here\n');
+      });
+
+      it('refuses a FIFO without opening it for long', { timeout: testTimeoutMs }, async () => {
+        const key = newTask();
+        const dir = await tempDir(key);
+        assert.equal((await exec(key, `mkfifo ${dir}/pipe && echo made`)).output, 'made\n');
+        await refused(envs.readFile(key, `${dir}/pipe`), /pipe is not a regular file \(it is a (FIFO|fifo)\)/);
+        await refused(envs.writeFile(key, `${dir}/pipe`, 'x'), /pipe is not a regular file/);
+        assert.equal((await exec(key, `[ -p ${dir}/pipe ] && echo still a fifo`)).output, 'still a fifo\n');
+      });
+
+      it('refuses a Unix socket', { timeout: testTimeoutMs }, async () => {
+        const key = newTask();
+        const dir = await tempDir(key);
+        const made = await exec(
+          key,
+          `python3 -c 'import socket,sys; socket.socket(socket.AF_UNIX).bind(sys.argv[1])' ${dir}/sock && [ -S ${dir}/sock ] && echo made`,
+        );
+        assert.equal(made.output, 'made\n', `cannot make a socket in ${name}: ${made.output}`);
+        await refused(envs.readFile(key, `${dir}/sock`), /sock is not a regular file \(it is a socket\)/);
+        await refused(envs.writeFile(key, `${dir}/sock`, 'x'), /sock is not a regular file/);
+      });
+
+      it('refuses a file over the read cap from its size, sparse or not', { timeout: testTimeoutMs }, async () => {
+        const key = newTask();
+        const dir = await tempDir(key);
+        // 64 GiB of holes: reading it whole is what must not happen.
+        assert.equal((await exec(key, `truncate -s 64G ${dir}/sparse && echo made`)).output, 'made\n');
+        await refused(envs.readFile(key, `${dir}/sparse`), /File too large to read: .*sparse is 68,719,476,736 bytes; the file tools read files up to 8,388,608 bytes/);
+        assert.equal((await envs.stat(key, `${dir}/sparse`)).sizeBytes, 64 * 1024 ** 3);
+        // One byte over the cap is refused; the cap itself is read whole.
+        await exec(key, `head -c 8388609 /dev/urandom > ${dir}/over.bin && head -c 8388608 ${dir}/over.bin > ${dir}/cap.bin`);
+        await refused(envs.readFile(key, `${dir}/over.bin`), /over\.bin is 8,388,609 bytes/);
+        assert.equal((await envs.readFile(key, `${dir}/cap.bin`)).content.length, 8 * 1024 * 1024);
+      });
     });
 
     describe('isolation and release', () => {
