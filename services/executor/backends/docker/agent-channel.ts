@@ -271,7 +271,8 @@ export class AgentChannel implements SandboxChannel {
       exitResolve = res;
       exitReject = rej;
     });
-    // Nobody may be waiting on the exit yet when the connection drops.
+    // Nobody may be waiting on these yet when the connection drops (even while this spawn is being sent).
+    started.catch(() => undefined);
     exitFrame.catch(() => undefined);
     this.#procs.set(id, {
       onOutput: options.onOutput,
