@@ -39,6 +39,24 @@ export function specialFileKind(mode: number): SpecialFileKind {
   }
 }
 
+/** The kind from what `stat -c %F` prints (`fifo`, `character special file`, ...), for helpers that run stat. */
+export function specialFileKindFromStat(text: string): SpecialFileKind {
+  switch (text.trim()) {
+    case 'directory':
+      return 'directory';
+    case 'character special file':
+      return 'character device';
+    case 'block special file':
+      return 'block device';
+    case 'fifo':
+      return 'FIFO';
+    case 'socket':
+      return 'socket';
+    default:
+      return 'special file';
+  }
+}
+
 /** The refusal for a device, FIFO or socket (directories have their own message). */
 export function notRegularFileError(absPath: string, kind: SpecialFileKind | string): InvalidArgumentError {
   if (kind === 'directory') return new InvalidArgumentError(`${absPath} is a directory`);

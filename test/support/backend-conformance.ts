@@ -356,7 +356,7 @@ export function runBackendConformance(
       // Each of these once grew the executor without bound or hung the call (a FIFO without a writer).
       it('refuses to read or write a character device', { timeout: testTimeoutMs }, async () => {
         const key = newTask();
-        await refused(envs.readFile(key, '/dev/zero'), /\/dev\/zero is not a regular file \(it is a character (device|special file)\)/);
+        await refused(envs.readFile(key, '/dev/zero'), /\/dev\/zero is not a regular file \(it is a character device\)/);
         await refused(envs.writeFile(key, '/dev/null', 'x'), /\/dev\/null is not a regular file/);
         // The environment keeps serving.
         assert.equal((await exec(key, 'echo still here')).output, 'still here\n');
@@ -366,7 +366,7 @@ export function runBackendConformance(
         const key = newTask();
         const dir = await tempDir(key);
         assert.equal((await exec(key, `mkfifo ${dir}/pipe && echo made`)).output, 'made\n');
-        await refused(envs.readFile(key, `${dir}/pipe`), /pipe is not a regular file \(it is a (FIFO|fifo)\)/);
+        await refused(envs.readFile(key, `${dir}/pipe`), /pipe is not a regular file \(it is a FIFO\)/);
         await refused(envs.writeFile(key, `${dir}/pipe`, 'x'), /pipe is not a regular file/);
         assert.equal((await exec(key, `[ -p ${dir}/pipe ] && echo still a fifo`)).output, 'still a fifo\n');
       });

@@ -39,7 +39,7 @@ import type {
   FileStat,
   TaskKey,
 } from '../../backend.js';
-import { MAX_READ_FILE_BYTES, fileTooLargeError, notRegularFileError } from '../../file-limits.js';
+import { MAX_READ_FILE_BYTES, fileTooLargeError, notRegularFileError, specialFileKindFromStat } from '../../file-limits.js';
 import { taskKeyString } from '../../backend.js';
 import { ExecDeadline } from '../../exec-deadline.js';
 import { isProviderSecretName } from '../../shell-state-runner.js';
@@ -591,7 +591,7 @@ class SingularityEnvironment implements BackendEnvironment {
       case FILE_EXIT.notDirectory:
         return new InvalidArgumentError(`cannot create ${absPath}: a parent path is not a directory`);
       case FILE_EXIT.notRegular:
-        return notRegularFileError(absPath, stderrTail(stderr).trim() || 'special file');
+        return notRegularFileError(absPath, specialFileKindFromStat(stderrTail(stderr)));
       case FILE_EXIT.tooLarge:
         return fileTooLargeError(absPath, Number.parseInt(stderr, 10) || MAX_READ_FILE_BYTES + 1);
       case FILE_EXIT.denied:
