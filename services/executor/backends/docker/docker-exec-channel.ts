@@ -63,6 +63,8 @@ const WRITE_SCRIPT =
   'd=$(dirname -- "$1"); if [ ! -d "$d" ]; then mkdir -p -- "$d" 2>/dev/null || exit 69; fi; ' +
   '[ -d "$1" ] && exit 67; if [ -e "$1" ] && [ ! -f "$1" ]; then stat -L -c %F -- "$1" >&2; exit 70; fi; ' +
   'cat > "$1" 2>/dev/null || exit 68';
+/** stderr kept from a helper: a message, not a stream. */
+const RUN_MAX_STDERR_BYTES = 64 * 1024;
 const STAT_SCRIPT = 'if [ -e "$1" ]; then stat -L -c "%F|%s|%u" -- "$1"; else echo missing; fi';
 
 interface RunResult {
@@ -161,8 +163,18 @@ export class DockerExecChannel implements SandboxChannel {
     const demux = new DockerStreamDemuxer();
     const out: Buffer[] = [];
     const err: Buffer[] = [];
+    // The helpers print at most a file (the read cap plus one byte) and a line of stderr; whatever a
+    // tampered-with container sends beyond that is dropped, not kept.
+    const kept = { stdout: 0, stderr: 0 };
     stream.on('data', (chunk: Buffer) => {
-      for (const part of demux.push(chunk)) (part.stream === 'stderr' ? err : out).push(part.data);
+      for (const part of demux.push(chunk)) {
+        const which = part.stream === 'stderr' ? 'stderr' : 'stdout';
+        const room = (which === 'stderr' ? RUN_MAX_STDERR_BYTES : MAX_READ_FILE_BYTES + 1) - kept[which];
+        if (room <= 0) continue;
+        const data = part.data.length > room ? part.data.subarray(0, room) : part.data;
+        kept[which] += data.length;
+        (which === 'stderr' ? err : out).push(data);
+      }
     });
     stream.end(stdin && stdin.length > 0 ? Buffer.from(stdin) : undefined);
     const code = await this.#exitCode(exec, stream);
