@@ -19,6 +19,9 @@ import { silentLogger } from '../../services/common/logging.js';
 import type { Backend, BackendEnvironment, TaskKey } from '../../services/executor/backend.js';
 import { taskKeyString } from '../../services/executor/backend.js';
 import { TaskEnvironments } from '../../services/executor/task-environment.js';
+import type { TaskClient } from '../../services/common/task-client.js';
+import type { ToolContext } from '../../services/dispatcher/tool-types.js';
+import { fileToolRegistrations } from '../../services/dispatcher/tools/file-tools.js';
 
 export interface BackendConformanceOptions {
   /**
@@ -381,6 +384,33 @@ export function runBackendConformance(
         assert.equal(made.output, 'made\n', `cannot make a socket in ${name}: ${made.output}`);
         await refused(envs.readFile(key, `${dir}/sock`), /sock is not a regular file \(it is a socket\)/);
         await refused(envs.writeFile(key, `${dir}/sock`, 'x'), /sock is not a regular file/);
+      });
+
+      it('the file tools refuse a FIFO and a device, and search_files passes a FIFO by', { timeout: testTimeoutMs }, async () => {
+        const key = newTask();
+        const dir = await tempDir(key);
+        await exec(key, `mkfifo ${dir}/pipe && printf 'beside the pipe\\n' > ${dir}/text.txt`);
+        // The dispatcher's own tools, on this backend's environment: what a model's call does.
+        const task: TaskClient = {
+          exec: (request) => envs.exec(key, request),
+          readFile: (path) => envs.readFile(key, path),
+          writeFile: (path, content) => envs.writeFile(key, path, content),
+          stat: (path) => envs.stat(key, path),
+          startBackground: (request) => envs.startBackground(key, request),
+          process: (request) => envs.process(key, request),
+        };
+        const context: ToolContext = { tenant, taskId: key.taskId, sessionId: 's', task, signal: new AbortController().signal, logger: silentLogger() };
+        const call = async (tool: string, args: Record<string, unknown>) => {
+          const registration = fileToolRegistrations().find((r) => r.name === tool);
+          assert.ok(registration, tool);
+          return JSON.parse(await registration.handler(args, context)) as Record<string, unknown>;
+        };
+        assert.match(String((await call('read_file', { path: `${dir}/pipe` })).error), /pipe is not a regular file \(it is a FIFO\)/);
+        assert.match(String((await call('read_file', { path: '/dev/zero' })).error), /is not a regular file \(it is a character device\)/);
+        assert.match(String((await call('write_file', { path: `${dir}/pipe`, content: 'x' })).error), /pipe is not a regular file/);
+        const found = await call('search_files', { pattern: 'beside', path: dir });
+        assert.deepEqual(found.matches, [{ path: `${dir}/text.txt`, line: 1, content: 'beside the pipe' }]);
+        assert.match(String((await call('search_files', { pattern: 'x', path: `${dir}/pipe` })).error), /is not a regular file or directory/);
       });
 
       it('refuses a file over the read cap from its size, sparse or not', { timeout: testTimeoutMs }, async () => {
