@@ -39,22 +39,25 @@ export function specialFileKind(mode: number): SpecialFileKind {
   }
 }
 
-/** The kind from what `stat -c %F` prints (`fifo`, `character special file`, ...), for helpers that run stat. */
+const KINDS_BY_NAME: Readonly<Record<string, SpecialFileKind>> = {
+  directory: 'directory',
+  'character special file': 'character device',
+  'character device': 'character device',
+  'block special file': 'block device',
+  'block device': 'block device',
+  fifo: 'FIFO',
+  FIFO: 'FIFO',
+  socket: 'socket',
+};
+
+/**
+ * The kind from what a helper in the sandbox said: `stat -c %F` output
+ * (`fifo`, `character special file`, ...) or the exec agent's own names.
+ * Anything else is a `special file`: the text comes from the sandbox and is
+ * not repeated.
+ */
 export function specialFileKindFromStat(text: string): SpecialFileKind {
-  switch (text.trim()) {
-    case 'directory':
-      return 'directory';
-    case 'character special file':
-      return 'character device';
-    case 'block special file':
-      return 'block device';
-    case 'fifo':
-      return 'FIFO';
-    case 'socket':
-      return 'socket';
-    default:
-      return 'special file';
-  }
+  return KINDS_BY_NAME[text.trim()] ?? 'special file';
 }
 
 /** The refusal for a device, FIFO or socket (directories have their own message). */

@@ -98,7 +98,7 @@ export function fileErrnoError(errno: string, absPath: string, message: string, 
       return new PermissionDeniedError(`Permission denied: ${absPath}`);
     // Berth's own: `message` is what the file is (FIFO, socket, character device, ...; or as `stat -c %F` says it).
     case 'ENOTREG':
-      return notRegularFileError(absPath, /^[a-z ]+$/.test(message) ? specialFileKindFromStat(message) : message);
+      return notRegularFileError(absPath, specialFileKindFromStat(message));
     // `message` is the file's size in bytes (or the cap plus one, when it grew while read).
     case 'EFBIG':
       return fileTooLargeError(absPath, Number.parseInt(message, 10) || MAX_READ_FILE_BYTES + 1);
