@@ -159,18 +159,18 @@ describe('exec agent channel against a hostile peer', { timeout: 120_000 }, () =
     await assertServing(healthy);
   });
 
-  it('a peer that stops reading is cut off once 4 MiB wait for it', async () => {
+  it('a peer that stops reading is cut off once 16 MiB wait for it', async () => {
     const a = await hostileTask('task-A-stall', 'stall');
-    // 64 spawns each carrying 2 MiB of stdin that the peer never reads: 128 MiB asked to be sent.
-    const stdin = Buffer.alloc(2 * 1024 * 1024, 1);
+    // 128 spawns each carrying 1 MiB of stdin that the peer never reads: 128 MiB asked to be sent.
+    const stdin = Buffer.alloc(1024 * 1024, 1);
     const before = process.memoryUsage().external;
-    const spawns = Array.from({ length: 64 }, () => a.channel.spawn({ script: 'cat', cwd: '/', stdin, onOutput: () => undefined }));
+    const spawns = Array.from({ length: 128 }, () => a.channel.spawn({ script: 'cat', cwd: '/', stdin, onOutput: () => undefined }));
     const grewBytes = process.memoryUsage().external - before;
     for (const attempt of spawns) {
       await assert.rejects(attempt, /the exec agent of task-A-stall stopped reading what the executor sends \(\d+ bytes unread\); its connection was closed/);
     }
-    // Queued: the 4 MiB cap plus one frame; with their copies not yet collected, under 32 MiB, not 128 MiB.
-    assert.ok(grewBytes < 32 * 1024 * 1024, `external memory grew by ${grewBytes} bytes`);
+    // Queued: the 16 MiB cap plus one frame, each with a copy not yet collected: under 64 MiB, not 256 MiB.
+    assert.ok(grewBytes < 64 * 1024 * 1024, `external memory grew by ${grewBytes} bytes`);
     await assertServing(healthy);
   });
 

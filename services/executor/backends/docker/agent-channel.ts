@@ -7,7 +7,14 @@ import { FailedPreconditionError, ResourceExhaustedError } from '../../../common
 import type { Logger } from '../../../common/logging.js';
 import { MAX_READ_FILE_BYTES, fileTooLargeError } from '../../file-limits.js';
 import type { FrameDecoder } from './agent-protocol.js';
-import { FILE_CHUNK_BYTES, FrameError, encodeFrame, type Frame, type FrameHeader } from './agent-protocol.js';
+import {
+  FILE_CHUNK_BYTES,
+  FrameError,
+  MAX_OUTBOUND_FRAME_BYTES,
+  encodeFrame,
+  type Frame,
+  type FrameHeader,
+} from './agent-protocol.js';
 import {
   SandboxLostError,
   fileErrnoError,
@@ -38,12 +45,14 @@ class AgentOpError extends Error {
 
 /**
  * Bytes the executor may have queued for an agent that is not reading them
- * (beyond the one frame being queued). Requests wait for their replies and
- * file content moves in chunks, so a reading agent never lets this build up;
- * an agent that stops reading is cut off here instead of growing the
- * executor.
+ * (beyond the one frame being queued): one frame of the largest size, so a
+ * spawn with an 8 MiB script followed at once by other requests never
+ * trips it. Requests wait for their replies and file content moves in
+ * chunks, so a reading agent drains this in milliseconds; an agent that
+ * stops reading is cut off here (memory) or at the answer deadline (time),
+ * whichever comes first, instead of growing the executor.
  */
-export const MAX_UNSENT_BYTES = 4 * 1024 * 1024;
+export const MAX_UNSENT_BYTES = MAX_OUTBOUND_FRAME_BYTES;
 
 /** Requests and processes one channel may have open at once. */
 export const MAX_OPEN_REQUESTS = 1024;
