@@ -216,6 +216,47 @@ describe('exec agent channel against a hostile peer', { timeout: 120_000 }, () =
     assert.ok(MAX_INBOUND_FRAME_BYTES <= 1024 * 1024);
   });
 
+  it('before the agent: at most 4 connections wait for a hello, and a first frame over 4 KiB is refused', async () => {
+    const dir = await mkdtemp(path.join(os.tmpdir(), 'berth-hostile-'));
+    const listener = await AgentListener.listen(path.join(dir, 'agent.sock'), 'task-C', { uid: process.getuid!(), gid: process.getgid!() }, logger);
+    const waiting = listener.expect('c'.repeat(32), 20_000);
+    waiting.catch(() => undefined);
+    const open = (payload?: Buffer) =>
+      new Promise<net.Socket>((resolve) => {
+        const socket = net.connect(listener.socketPath, () => {
+          if (payload) socket.write(payload);
+          resolve(socket);
+        });
+        socket.on('error', () => undefined);
+      });
+    const closed = (socket: net.Socket) =>
+      socket.destroyed ? Promise.resolve() : new Promise<void>((resolve) => socket.once('close', () => resolve()));
+    try {
+      const quiet = await Promise.all(Array.from({ length: 4 }, () => open()));
+      const fifth = await open();
+      await closed(fifth);
+      assert.equal(listener.refusedConnections, 1, 'the fifth connection waiting to say hello was refused');
+      for (const socket of quiet) socket.destroy();
+      await Promise.all(quiet.map(closed));
+      // Once the executor has seen them go, they no longer count as waiting.
+      while (listener.waitingConnections > 0) await new Promise((r) => setTimeout(r, 10));
+      // A length prefix that promises a 1 MiB hello: refused once 4 KiB of it arrived.
+      const prefix = Buffer.alloc(8);
+      prefix.writeUInt32BE(1024 * 1024, 0);
+      prefix.writeUInt32BE(100, 4);
+      const long = await open(Buffer.concat([prefix, Buffer.alloc(8 * 1024, 0x20)]));
+      await closed(long);
+      assert.equal(listener.refusedConnections, 2);
+      const logged = () => logLines.some((line) => line.includes('first frame too long for a hello') && line.includes('task-C'));
+      // The logger hands lines to its stream asynchronously.
+      for (let i = 0; i < 100 && !logged(); i++) await new Promise((r) => setTimeout(r, 20));
+      assert.ok(logged(), logLines.join('\n'));
+    } finally {
+      await listener.close();
+      await rm(dir, { recursive: true, force: true });
+    }
+  });
+
   it('a replayed hello and other connections after the agent are refused unread, and logged', async () => {
     const refusedBefore = healthy.listener.refusedConnections;
     const replay = (payload: Buffer) =>

@@ -130,6 +130,11 @@ export class AgentListener {
     });
   }
 
+  /** Connections that have not said hello yet. */
+  get waitingConnections(): number {
+    return this.#waiting;
+  }
+
   /** Connections refused so far (a replayed hello, a second agent, garbage); for logs and tests. */
   get refusedConnections(): number {
     return this.#refusals;
@@ -165,6 +170,7 @@ export class AgentListener {
       clearTimeout(timer);
       socket.off('data', onData);
       socket.off('error', onError);
+      socket.off('close', onClose);
       return true;
     };
     const decoder = new FrameDecoder();
@@ -211,8 +217,11 @@ export class AgentListener {
     const onError = () => {
       if (settle()) socket.destroy();
     };
+    // A connection that goes away before its hello no longer counts as waiting.
+    const onClose = () => settle();
     socket.on('data', onData);
     socket.on('error', onError);
+    socket.on('close', onClose);
   }
 
   async close(): Promise<void> {
