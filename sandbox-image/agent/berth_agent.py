@@ -30,13 +30,35 @@ executor -> agent
     eof    {id, proc}  close `proc`'s stdin (^D under a PTY) -> ok | error
     kill   {id, proc, grace_ms}  SIGTERM to the process group and session,
            SIGKILL after grace_ms if anything is left -> ok when none is
-    read   {id, path}  -> data {id} body: the file | error
-    write  {id, path}  body: content; creates parent directories -> ok | error
+    read   {id, path, offset, length, max}  -> data {id, eof} body: up to
+           min(length, FILE_CHUNK) bytes of the file from `offset` | error.
+           Regular files only (errno ENOTREG, message: what it is);
+           a file over `max` bytes is refused (errno EFBIG, message: its
+           size). The executor reads a file as a series of these.
+    write  {id, path, offset}  body: up to FILE_CHUNK bytes of content.
+           offset 0 creates parent directories and creates or truncates the
+           file; later chunks write at their offset. Regular files only
+           -> ok | error
     stat   {id, path}  -> stat {id, exists, is_dir, size, uid}
     ping   {id}  -> pong {id}
 
 agent -> executor, unasked
     hello  {id: 0, token, version, pid, python}  first frame after connecting
+
+Frame caps: the executor accepts frames of at most 1 MiB from the agent
+(MAX_SEND_FRAME: output goes in 64 KiB reads, file content in FILE_CHUNK
+pieces) and sends at most MAX_FRAME (16 MiB: a script as long as a tool
+argument may be). Anything in the sandbox can connect to the executor's
+socket, so the executor checks every frame; see agent-protocol.ts.
+
+The token. The executor writes it to a file next to the socket
+(/run/berth/agent-token) before the container starts; the agent reads it,
+removes the file and only then connects, so no command of the task (they
+all start later, through this agent) ever finds it: it is not in the
+container's environment, nor in this process's environ or argv. The agent
+also makes itself non-dumpable, so commands running as the same user cannot
+ptrace it or read its memory. The executor accepts one hello per container
+start, whatever token a later connection presents.
 
 When the connection ends the agent kills everything it started and exits,
 which ends the container: nothing runs on with nobody listening.
@@ -68,10 +90,14 @@ import sys
 import termios
 import time
 
-VERSION = 1
-MAX_FRAME = 256 * 1024 * 1024
-# Largest file `read` returns in one frame.
-MAX_FILE = 128 * 1024 * 1024
+VERSION = 2
+# Largest frame accepted from the executor, and sent to it (its own cap).
+MAX_FRAME = 16 * 1024 * 1024
+MAX_SEND_FRAME = 1024 * 1024
+# File content per read reply / write request.
+FILE_CHUNK = 256 * 1024
+# Error messages are cut to this many characters, so an error frame stays small.
+MAX_ERROR_MESSAGE = 4096
 READ_CHUNK = 64 * 1024
 # Scripts up to this size go to a pre-started shell: what an empty pipe takes without waiting.
 SCRIPT_PIPE_BYTES = 60 * 1024
@@ -299,8 +325,14 @@ class Agent(object):
     # --- sending ---------------------------------------------------------
 
     def send(self, header, body=b""):
+        frame = encode_frame(header, body)
+        if len(frame) - 4 > MAX_SEND_FRAME:
+            # The executor would close the connection; answer with an error instead.
+            log("frame of %d bytes for %s is over the cap" % (len(frame), header.get("op")))
+            frame = encode_frame({"op": "error", "id": header.get("id"), "errno": "EMSGSIZE",
+                                  "message": "reply too large"})
         try:
-            self.sock.sendall(encode_frame(header, body))
+            self.sock.sendall(frame)
         except OSError as err:
             log("send failed: %s" % err)
             self.running = False
@@ -309,6 +341,7 @@ class Agent(object):
         name = err if isinstance(err, str) else errno_name(err)
         if message is None:
             message = getattr(err, "strerror", None) or str(err)
+        message = message[:MAX_ERROR_MESSAGE]
         self.send({"op": "error", "id": req_id, "errno": name, "message": message})
 
     # --- main loop -------------------------------------------------------
@@ -316,6 +349,8 @@ class Agent(object):
     def run(self):
         self.send({"op": "hello", "id": 0, "token": self.token, "version": VERSION, "pid": os.getpid(),
                    "python": "%d.%d.%d" % tuple(sys.version_info[:3])})
+        # Used once: the executor accepts no second hello for this container start.
+        self.token = None
         while self.running:
             try:
                 events = self.sel.select(self.next_timeout())
@@ -399,9 +434,9 @@ class Agent(object):
             elif op == "kill":
                 self.op_kill(req_id, header)
             elif op == "read":
-                self.op_read(req_id, header["path"])
+                self.op_read(req_id, header)
             elif op == "write":
-                self.op_write(req_id, header["path"], body)
+                self.op_write(req_id, header, body)
             elif op == "stat":
                 self.op_stat(req_id, header["path"])
             elif op == "ping":
@@ -798,22 +833,71 @@ class Agent(object):
 
     # --- files -----------------------------------------------------------
 
-    def op_read(self, req_id, path):
-        with open(path, "rb") as f:
-            size = os.fstat(f.fileno()).st_size
-            if size > MAX_FILE:
-                raise OSError(errno.EFBIG, "%s is %d bytes; at most %d can be read at once" % (path, size, MAX_FILE))
-            data = f.read(MAX_FILE + 1)
-        if len(data) > MAX_FILE:
-            raise OSError(errno.EFBIG, "%s is larger than %d bytes" % (path, MAX_FILE))
-        self.send({"op": "data", "id": req_id}, data)
+    def open_regular(self, path, flags):
+        """Opens without blocking (a FIFO would block open(2) forever); anything but a regular file is refused."""
+        fd = os.open(path, flags | os.O_NONBLOCK | os.O_NOCTTY | getattr(os, "O_CLOEXEC", 0), 0o666)
+        try:
+            info = os.fstat(fd)
+            if stat_module.S_ISDIR(info.st_mode):
+                raise OSError(errno.EISDIR, "is a directory")
+            if not stat_module.S_ISREG(info.st_mode):
+                raise NotRegular(file_kind(info.st_mode))
+            return fd, info
+        except BaseException:
+            os.close(fd)
+            raise
 
-    def op_write(self, req_id, path, body):
-        parent = os.path.dirname(path)
-        if parent and not os.path.isdir(parent):
-            os.makedirs(parent, exist_ok=True)
-        with open(path, "wb") as f:
-            f.write(body)
+    def op_read(self, req_id, header):
+        path = header["path"]
+        offset = max(0, int(header.get("offset", 0)))
+        length = max(0, min(int(header.get("length", FILE_CHUNK)), FILE_CHUNK))
+        limit = int(header.get("max", 0))
+        try:
+            fd, info = self.open_regular(path, os.O_RDONLY)
+        except NotRegular as err:
+            self.send_error(req_id, "ENOTREG", err.kind)
+            return
+        except OSError as err:
+            if err.errno == errno.ENXIO:  # open(2) of a socket
+                self.send_error(req_id, "ENOTREG", "socket")
+                return
+            raise
+        try:
+            if limit > 0 and offset == 0 and info.st_size > limit:
+                self.send_error(req_id, "EFBIG", str(info.st_size))
+                return
+            data = os.pread(fd, length, offset)
+        finally:
+            os.close(fd)
+        self.send({"op": "data", "id": req_id, "eof": len(data) < length}, data)
+
+    def op_write(self, req_id, header, body):
+        path = header["path"]
+        offset = max(0, int(header.get("offset", 0)))
+        if offset == 0:
+            parent = os.path.dirname(path)
+            if parent and not os.path.isdir(parent):
+                os.makedirs(parent, exist_ok=True)
+        flags = os.O_WRONLY | (os.O_CREAT if offset == 0 else 0)
+        try:
+            fd, _ = self.open_regular(path, flags)
+        except NotRegular as err:
+            self.send_error(req_id, "ENOTREG", err.kind)
+            return
+        except OSError as err:
+            if err.errno == errno.ENXIO:  # a socket, or a FIFO nobody reads
+                self.send_error(req_id, "ENOTREG", "socket" if stat_module.S_ISSOCK(os.stat(path).st_mode) else "FIFO")
+                return
+            raise
+        try:
+            if offset == 0:
+                os.ftruncate(fd, 0)
+            view = memoryview(body)
+            written = 0
+            while written < len(view):
+                written += os.pwrite(fd, view[written:], offset + written)
+        finally:
+            os.close(fd)
         self.send({"op": "ok", "id": req_id})
 
     def op_stat(self, req_id, path):
@@ -846,6 +930,51 @@ class Agent(object):
             pass
 
 
+class NotRegular(Exception):
+    """A path that is not a regular file (nor a directory); `kind` says what it is."""
+
+    def __init__(self, kind):
+        Exception.__init__(self, kind)
+        self.kind = kind
+
+
+def file_kind(mode):
+    if stat_module.S_ISCHR(mode):
+        return "character device"
+    if stat_module.S_ISBLK(mode):
+        return "block device"
+    if stat_module.S_ISFIFO(mode):
+        return "FIFO"
+    if stat_module.S_ISSOCK(mode):
+        return "socket"
+    return "special file"
+
+
+def take_token(path):
+    """The token from its file, which is removed at once: nothing started later can find it."""
+    try:
+        with open(path, "r") as f:
+            token = f.read().strip()
+    finally:
+        try:
+            os.unlink(path)
+        except OSError as err:
+            if err.errno != errno.ENOENT:
+                log("cannot remove %s: %s" % (path, err))
+    return token
+
+
+def make_undumpable():
+    """Commands run as our user; without this they could ptrace us or read our memory. Best effort."""
+    try:
+        import ctypes
+        pr_set_dumpable = 4
+        if ctypes.CDLL(None, use_errno=True).prctl(pr_set_dumpable, 0, 0, 0, 0) != 0:
+            log("prctl(PR_SET_DUMPABLE) failed: errno %d" % ctypes.get_errno())
+    except Exception as err:
+        log("cannot make the agent non-dumpable: %s" % err)
+
+
 def connect(path, timeout):
     deadline = time.monotonic() + timeout
     while True:
@@ -861,8 +990,14 @@ def connect(path, timeout):
 
 
 def main():
+    make_undumpable()
     path = sys.argv[1] if len(sys.argv) > 1 else os.environ.get("BERTH_AGENT_SOCKET", "/run/berth/agent.sock")
-    token = os.environ.get("BERTH_AGENT_TOKEN", "")
+    token_path = sys.argv[2] if len(sys.argv) > 2 else os.path.join(os.path.dirname(path), "agent-token")
+    try:
+        token = take_token(token_path)
+    except OSError as err:
+        log("cannot read the agent token: %s" % err)
+        return 3
     try:
         sock = connect(path, 30.0)
     except OSError as err:

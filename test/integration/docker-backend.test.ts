@@ -554,6 +554,14 @@ describe('docker backend (real engine)', { skip: unavailable }, () => {
       await e.writeFile(key, '/tmp/with space.bin', Buffer.from([0, 1, 255]));
       assert.deepEqual([...(await e.readFile(key, '/tmp/with space.bin')).content], [0, 1, 255]);
       await assert.rejects(e.readFile(key, '/tmp/none'), (err: unknown) => (err as BerthError).code === 'NOT_FOUND');
+      // The fallback's file helpers refuse what is not a regular file, and files over the cap, at once.
+      const invalid = (pattern: RegExp) => (err: unknown) =>
+        (err as BerthError).code === 'INVALID_ARGUMENT' && pattern.test((err as Error).message);
+      await assert.rejects(e.readFile(key, '/dev/zero'), invalid(/\/dev\/zero is not a regular file \(it is a character device\)/));
+      await run(e, key, 'mkfifo /tmp/pipe; truncate -s 20G /tmp/sparse');
+      await assert.rejects(e.readFile(key, '/tmp/pipe'), invalid(/pipe is not a regular file \(it is a FIFO\)/));
+      await assert.rejects(e.writeFile(key, '/tmp/pipe', 'x'), invalid(/pipe is not a regular file \(it is a FIFO\)/));
+      await assert.rejects(e.readFile(key, '/tmp/sparse'), invalid(/File too large to read: \/tmp\/sparse is 21,474,836,480 bytes/));
     } finally {
       await e.closeAll();
     }

@@ -215,6 +215,26 @@ describe('read_file', () => {
   });
 });
 
+describe('read_file and write_file on what is not a regular file', () => {
+  let h: ToolHarness;
+  before(async () => {
+    h = await withHarness();
+  });
+  after(async () => h.task.dispose());
+
+  it('refuses devices, FIFOs and files over the cap at once, with the reason', async () => {
+    assert.match(String((await h.call('read_file', { path: '/dev/zero' })).error), /^\/dev\/zero is not a regular file \(it is a character device\)/);
+    execFileSync('mkfifo', [h.path('pipe')]);
+    assert.match(String((await h.call('read_file', { path: 'pipe' })).error), /pipe is not a regular file \(it is a FIFO\)/);
+    assert.match(String((await h.call('write_file', { path: 'pipe', content: 'x' })).error), /pipe is not a regular file/);
+    execFileSync('truncate', ['-s', '1G', h.path('sparse')]);
+    assert.match(
+      String((await h.call('read_file', { path: 'sparse' })).error),
+      /^File too large to read: .*sparse is 1,073,741,824 bytes; the file tools read files up to 8,388,608 bytes \(8 MiB\)\. Read parts of it with the terminal/,
+    );
+  });
+});
+
 describe('write_file', () => {
   let h: ToolHarness;
   before(async () => {
@@ -512,6 +532,19 @@ function searchSuite(label: string, engine: SearchEngine): void {
       assert.deepEqual(await h.call('search_files', { pattern: 'x', path: 'missing-dir' }), { error: 'Path not found: missing-dir' });
       assert.match(String((await h.call('search_files', { pattern: '(' })).error), /^Search failed: /);
       assert.deepEqual(await h.call('search_files', {}), { error: 'Missing required parameter: pattern' });
+    });
+
+    it('skips a FIFO inside the searched directory and refuses one named as the path', async () => {
+      await mkdir(h.path('fifo-dir'), { recursive: true });
+      execFileSync('mkfifo', [h.path('fifo-dir/pipe')]);
+      await h.write('fifo-dir/text.txt', 'fifo neighbour\n');
+      // Without -D skip / the path check, grep and rg block on the FIFO until the search times out.
+      const inside = await h.call('search_files', { pattern: 'neighbour', path: 'fifo-dir' });
+      assert.deepEqual(inside.matches, [{ path: 'fifo-dir/text.txt', line: 1, content: 'fifo neighbour' }]);
+      assert.deepEqual(await h.call('search_files', { pattern: 'x', path: 'fifo-dir/pipe' }), {
+        error: 'Search failed: fifo-dir/pipe is not a regular file or directory; search_files only reads regular files',
+      });
+      assert.match(String((await h.call('search_files', { pattern: 'x', path: '/dev/zero' })).error), /is not a regular file or directory/);
     });
 
     it('runs as a stateless exec', async () => {

@@ -19,6 +19,9 @@ import { silentLogger } from '../../services/common/logging.js';
 import type { Backend, BackendEnvironment, TaskKey } from '../../services/executor/backend.js';
 import { taskKeyString } from '../../services/executor/backend.js';
 import { TaskEnvironments } from '../../services/executor/task-environment.js';
+import type { TaskClient } from '../../services/common/task-client.js';
+import type { ToolContext } from '../../services/dispatcher/tool-types.js';
+import { fileToolRegistrations } from '../../services/dispatcher/tools/file-tools.js';
 
 export interface BackendConformanceOptions {
   /**
@@ -342,6 +345,85 @@ export function runBackendConformance(
         await exec(key, `head -c 3000000 /dev/urandom > ${dir}/from-shell.bin`);
         const fromShell = (await envs.readFile(key, `${dir}/from-shell.bin`)).content;
         assert.equal((await exec(key, `sha256sum < ${dir}/from-shell.bin`)).output.split(' ')[0], sha256(fromShell));
+      });
+
+      /** Asserts that `promise` is refused with INVALID_ARGUMENT and a message matching `pattern`. */
+      const refused = (promise: Promise<unknown>, pattern: RegExp) =>
+        assert.rejects(promise, (err: unknown) => {
+          assert.ok(err instanceof BerthError, String(err));
+          assert.equal(err.code, 'INVALID_ARGUMENT', err.message);
+          assert.match(err.message, pattern);
+          return true;
+        });
+
+      // Each of these once grew the executor without bound or hung the call (a FIFO without a writer).
+      it('refuses to read or write a character device', { timeout: testTimeoutMs }, async () => {
+        const key = newTask();
+        await refused(envs.readFile(key, '/dev/zero'), /\/dev\/zero is not a regular file \(it is a character device\)/);
+        await refused(envs.writeFile(key, '/dev/null', 'x'), /\/dev\/null is not a regular file/);
+        // The environment keeps serving.
+        assert.equal((await exec(key, 'echo still here')).output, 'still here\n');
+      });
+
+      it('refuses a FIFO without opening it for long', { timeout: testTimeoutMs }, async () => {
+        const key = newTask();
+        const dir = await tempDir(key);
+        assert.equal((await exec(key, `mkfifo ${dir}/pipe && echo made`)).output, 'made\n');
+        await refused(envs.readFile(key, `${dir}/pipe`), /pipe is not a regular file \(it is a FIFO\)/);
+        await refused(envs.writeFile(key, `${dir}/pipe`, 'x'), /pipe is not a regular file/);
+        assert.equal((await exec(key, `[ -p ${dir}/pipe ] && echo still a fifo`)).output, 'still a fifo\n');
+      });
+
+      it('refuses a Unix socket', { timeout: testTimeoutMs }, async () => {
+        const key = newTask();
+        const dir = await tempDir(key);
+        const made = await exec(
+          key,
+          `python3 -c 'import socket,sys; socket.socket(socket.AF_UNIX).bind(sys.argv[1])' ${dir}/sock && [ -S ${dir}/sock ] && echo made`,
+        );
+        assert.equal(made.output, 'made\n', `cannot make a socket in ${name}: ${made.output}`);
+        await refused(envs.readFile(key, `${dir}/sock`), /sock is not a regular file \(it is a socket\)/);
+        await refused(envs.writeFile(key, `${dir}/sock`, 'x'), /sock is not a regular file/);
+      });
+
+      it('the file tools refuse a FIFO and a device, and search_files passes a FIFO by', { timeout: testTimeoutMs }, async () => {
+        const key = newTask();
+        const dir = await tempDir(key);
+        await exec(key, `mkfifo ${dir}/pipe && printf 'beside the pipe\\n' > ${dir}/text.txt`);
+        // The dispatcher's own tools, on this backend's environment: what a model's call does.
+        const task: TaskClient = {
+          exec: (request) => envs.exec(key, request),
+          readFile: (path) => envs.readFile(key, path),
+          writeFile: (path, content) => envs.writeFile(key, path, content),
+          stat: (path) => envs.stat(key, path),
+          startBackground: (request) => envs.startBackground(key, request),
+          process: (request) => envs.process(key, request),
+        };
+        const context: ToolContext = { tenant, taskId: key.taskId, sessionId: 's', task, signal: new AbortController().signal, logger: silentLogger() };
+        const call = async (tool: string, args: Record<string, unknown>) => {
+          const registration = fileToolRegistrations().find((r) => r.name === tool);
+          assert.ok(registration, tool);
+          return JSON.parse(await registration.handler(args, context)) as Record<string, unknown>;
+        };
+        assert.match(String((await call('read_file', { path: `${dir}/pipe` })).error), /pipe is not a regular file \(it is a FIFO\)/);
+        assert.match(String((await call('read_file', { path: '/dev/zero' })).error), /is not a regular file \(it is a character device\)/);
+        assert.match(String((await call('write_file', { path: `${dir}/pipe`, content: 'x' })).error), /pipe is not a regular file/);
+        const found = await call('search_files', { pattern: 'beside', path: dir });
+        assert.deepEqual(found.matches, [{ path: `${dir}/text.txt`, line: 1, content: 'beside the pipe' }]);
+        assert.match(String((await call('search_files', { pattern: 'x', path: `${dir}/pipe` })).error), /is not a regular file or directory/);
+      });
+
+      it('refuses a file over the read cap from its size, sparse or not', { timeout: testTimeoutMs }, async () => {
+        const key = newTask();
+        const dir = await tempDir(key);
+        // 64 GiB of holes: reading it whole is what must not happen.
+        assert.equal((await exec(key, `truncate -s 64G ${dir}/sparse && echo made`)).output, 'made\n');
+        await refused(envs.readFile(key, `${dir}/sparse`), /File too large to read: .*sparse is 68,719,476,736 bytes; the file tools read files up to 8,388,608 bytes/);
+        assert.equal((await envs.stat(key, `${dir}/sparse`)).sizeBytes, 64 * 1024 ** 3);
+        // One byte over the cap is refused; the cap itself is read whole.
+        await exec(key, `head -c 8388609 /dev/urandom > ${dir}/over.bin && head -c 8388608 ${dir}/over.bin > ${dir}/cap.bin`);
+        await refused(envs.readFile(key, `${dir}/over.bin`), /over\.bin is 8,388,609 bytes/);
+        assert.equal((await envs.readFile(key, `${dir}/cap.bin`)).content.length, 8 * 1024 * 1024);
       });
     });
 

@@ -4,6 +4,8 @@ import { describe, test } from 'node:test';
 import {
   FrameDecoder,
   FrameError,
+  MAX_INBOUND_FRAME_BYTES,
+  MAX_OUTBOUND_FRAME_BYTES,
   backgroundExitCode,
   encodeFrame,
   foregroundExitCode,
@@ -37,10 +39,10 @@ describe('agent frames', () => {
     }
   });
 
-  test('a 5 MB body arriving in small chunks decodes once, intact', () => {
+  test('a 5 MB body (executor to agent) arriving in small chunks decodes once, intact', () => {
     const body = Buffer.alloc(5 * 1024 * 1024, 7);
-    const wire = encodeFrame({ op: 'data', id: 1 }, body);
-    const d = new FrameDecoder();
+    const wire = encodeFrame({ op: 'spawn', id: 1 }, body);
+    const d = new FrameDecoder(MAX_OUTBOUND_FRAME_BYTES);
     const frames = [];
     for (let at = 0; at < wire.length; at += 65536) frames.push(...d.push(wire.subarray(at, at + 65536)));
     assert.equal(frames.length, 1);
@@ -54,6 +56,20 @@ describe('agent frames', () => {
     assert.throws(() => new FrameDecoder().push(bad), FrameError);
     const notJson = Buffer.concat([Buffer.from([0, 0, 0, 7, 0, 0, 0, 3]), Buffer.from('{{{')]);
     assert.throws(() => new FrameDecoder().push(notJson), FrameError);
+  });
+
+  test('a length prefix over the inbound cap is refused from its 8 bytes, before any body arrives', () => {
+    const prefix = Buffer.alloc(8);
+    prefix.writeUInt32BE(MAX_INBOUND_FRAME_BYTES + 1, 0);
+    prefix.writeUInt32BE(10, 4);
+    const d = new FrameDecoder();
+    assert.throws(() => d.push(prefix), /frame of 1048577 bytes is over the 1048576-byte cap/);
+    // The largest frame allowed still decodes.
+    const header = { op: 'data', id: 12345 };
+    const body = Buffer.alloc(MAX_INBOUND_FRAME_BYTES - 4 - JSON.stringify(header).length);
+    const wire = encodeFrame(header, body);
+    assert.equal(wire.length - 4, MAX_INBOUND_FRAME_BYTES);
+    assert.equal(new FrameDecoder().push(wire).length, 1);
   });
 
   test('exit codes: 128+n in the foreground, -n in the background', () => {

@@ -30,7 +30,6 @@ function input(overrides: Partial<ContainerSpecInput> = {}): ContainerSpecInput 
     name: 'berth-task',
     image: 'berth-sandbox:latest',
     hostDir: '/var/lib/berth/docker/tasks/abc',
-    agentToken: 'tok',
     labels: { a: 'b' },
     env: { HOME: '/home/sandbox', FOO: 'bar' },
     memoryMiB: 512,
@@ -79,11 +78,11 @@ describe('buildContainerCreateOptions', () => {
     ]);
   });
 
-  test('runs the agent entrypoint with the token only in the environment', () => {
+  test('runs the agent entrypoint with no token in the environment', () => {
     const o = buildContainerCreateOptions(input());
     assert.deepEqual(o.Entrypoint, ['/bin/sh', '-c', AGENT_ENTRYPOINT_SCRIPT, 'berth-sandbox']);
     assert.deepEqual(o.Cmd, []);
-    assert.ok(o.Env!.includes('BERTH_AGENT_TOKEN=tok'));
+    assert.ok(!o.Env!.some((e) => e.startsWith('BERTH_AGENT_TOKEN=')), 'every process could read it from /proc/1/environ');
     assert.ok(o.Env!.includes('FOO=bar'));
     assert.equal(o.WorkingDir, '/workspace');
     assert.deepEqual(o.Labels, { a: 'b' });

@@ -134,9 +134,16 @@ describe('singularity argv', () => {
     try {
       const sh = (argv: string[], input?: string) => spawnSync(argv[0] ?? 'bash', argv.slice(1), { input, encoding: 'utf8' });
       assert.equal(sh(writeFileCommand(`${dir}/a b/c.txt`), 'data').status, 0);
-      assert.equal(sh(readFileCommand(`${dir}/a b/c.txt`)).stdout, 'data');
-      assert.equal(sh(readFileCommand(`${dir}/missing`)).status, 44);
-      assert.equal(sh(readFileCommand(dir)).status, 45);
+      assert.equal(sh(readFileCommand(`${dir}/a b/c.txt`, 100)).stdout, 'data');
+      assert.equal(sh(readFileCommand(`${dir}/missing`, 100)).status, 44);
+      assert.equal(sh(readFileCommand(dir, 100)).status, 45);
+      // Devices and FIFOs are refused before a byte is read (a FIFO without a writer would block cat forever).
+      const zero = sh(readFileCommand('/dev/zero', 100));
+      assert.deepEqual([zero.status, zero.stdout, zero.stderr], [48, '', 'character special file\n']);
+      spawnSync('mkfifo', [`${dir}/fifo`]);
+      assert.deepEqual([sh(readFileCommand(`${dir}/fifo`, 100)).status, sh(readFileCommand(`${dir}/fifo`, 100)).stderr], [48, 'fifo\n']);
+      assert.equal(sh(writeFileCommand(`${dir}/fifo`), 'x').status, 48);
+      assert.deepEqual([sh(readFileCommand(`${dir}/a b/c.txt`, 3)).status, sh(readFileCommand(`${dir}/a b/c.txt`, 3)).stderr], [49, '4\n']);
       assert.equal(sh(writeFileCommand(`${dir}/a b/c.txt/under-a-file`), 'x').status, 46);
       assert.equal(sh(statCommand(`${dir}/a b/c.txt`)).stdout, 'file 4\n');
       assert.match(sh(statCommand(dir)).stdout, /^dir \d+\n$/);

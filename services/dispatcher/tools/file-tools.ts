@@ -14,7 +14,7 @@
  */
 import { posix } from 'node:path';
 import { randomBytes } from 'node:crypto';
-import { NotFoundError } from '../../common/errors.js';
+import { BerthError, NotFoundError } from '../../common/errors.js';
 import type { TaskClient, TaskExecResult } from '../../common/task-client.js';
 import type { ToolArgs, ToolContext, ToolHandler, ToolRegistration } from '../tool-types.js';
 import {
@@ -281,6 +281,9 @@ function guarded(run: (args: ToolArgs, context: ToolContext) => Promise<JsonObje
     } catch (err) {
       if (err instanceof ToolInputError) return JSON.stringify({ error: err.message, ...err.extra });
       if (err instanceof PatchError) return JSON.stringify({ error: err.message });
+      // The environment refused the path itself (a device, FIFO or socket, a file over the read cap, a directory):
+      // the model can act on that, so it reads the reason as the tool's error.
+      if (err instanceof BerthError && err.code === 'INVALID_ARGUMENT') return JSON.stringify({ error: err.message });
       throw err;
     }
   };
@@ -856,7 +859,7 @@ function buildSearchScript(plan: SearchPlan, sentinel: string): string {
     // PCRE is the closest grep dialect to ripgrep's (\d, \s, lazy quantifiers); ERE otherwise.
     fallbackCommand =
       `if printf 'x\\n' | grep -qP 'x' 2>/dev/null; then flavor=-P; else flavor=-E; fi; ` +
-      `grep -r -H -Z -I $flavor --color=never ${grepExcludes} ${grepMode}${grepGlob} -e ${q(plan.pattern)} -- ${path}`;
+      `grep -r -D skip -H -Z -I $flavor --color=never ${grepExcludes} ${grepMode}${grepGlob} -e ${q(plan.pattern)} -- ${path}`;
   }
   const select =
     plan.engine === 'rg'
@@ -871,6 +874,10 @@ function buildSearchScript(plan: SearchPlan, sentinel: string): string {
         ? fallbackCommand
         : `if [ "$engine" = rg ]; then ${rgCommand}; else ${fallbackCommand}; fi`;
   return [
+    // A FIFO or device named as the path would be read by rg or grep until the timeout (a FIFO) or forever
+    // (/dev/zero); inside a directory both skip them (grep by -D skip, rg by itself).
+    `if [ ! -d ${path} ] && [ ! -f ${path} ]; then printf 'engine=refused\\n\\n%s\\n2\\n%s\\n' ${q(sentinel)} ` +
+      `${q(`${plan.searchPath} is not a regular file or directory; search_files only reads regular files`)}; exit 0; fi`,
     `t=$(mktemp -d 2>/dev/null) || { t="\${TMPDIR:-/tmp}/berth-search.$$"; mkdir -p "$t" || exit 90; }`,
     `trap 'rm -rf "$t"' EXIT`,
     select,

@@ -8,6 +8,14 @@
  * without reading answers only fills kernel buffers and blocks itself; lines
  * have a size cap; closing the server ends every connection and abandons
  * calls still in flight.
+ *
+ * The script is untrusted (it may be anything the model wrote, or anything
+ * else in the sandbox that found the socket), so what one run can make the
+ * executor hold is bounded: {@link MAX_CONNECTIONS} connections, partial
+ * request lines of all of them together at most twice the line cap, and a
+ * connection that sends {@link MAX_BAD_REQUESTS_IN_A_ROW} invalid or
+ * unauthorised requests in a row is closed (and after
+ * {@link MAX_BAD_REQUESTS} in all, the socket stops answering for the run).
  */
 import { createHash, timingSafeEqual } from 'node:crypto';
 import { chmod, lchown } from 'node:fs/promises';
@@ -22,7 +30,13 @@ export const MAX_SOCKET_PATH_BYTES = 107;
 export const DEFAULT_MAX_LINE_BYTES = 9 * 1024 * 1024;
 
 /** Connections one script may hold open at once. */
-const MAX_CONNECTIONS = 64;
+export const MAX_CONNECTIONS = 64;
+
+/** Invalid or unauthorised requests in a row on one connection before it is closed. */
+export const MAX_BAD_REQUESTS_IN_A_ROW = 100;
+
+/** Invalid or unauthorised requests in all, for one run, before the socket stops answering. */
+export const MAX_BAD_REQUESTS = 1000;
 
 export const UNAUTHORIZED_RESPONSE = JSON.stringify({ error: 'Unauthorized RPC request' });
 
@@ -97,12 +111,26 @@ export class RpcSocketServer implements AsyncDisposable {
   readonly #sockets = new Set<net.Socket>();
   readonly #options: RpcSocketServerOptions;
   readonly #maxLineBytes: number;
+  /** Bytes of unfinished request lines held for all connections together, and their cap. */
+  readonly #buffered: LineBudget;
+  #badRequests = 0;
   #closed = false;
 
   private constructor(server: net.Server, options: RpcSocketServerOptions) {
     this.#server = server;
     this.#options = options;
     this.#maxLineBytes = options.maxLineBytes ?? DEFAULT_MAX_LINE_BYTES;
+    this.#buffered = { bytes: 0, maxBytes: 2 * this.#maxLineBytes };
+  }
+
+  /** True once closed (by its owner, or after {@link MAX_BAD_REQUESTS}). */
+  get isClosed(): boolean {
+    return this.#closed;
+  }
+
+  /** Invalid or unauthorised requests answered so far in this run. */
+  get badRequests(): number {
+    return this.#badRequests;
   }
 
   /** Listens at `options.path` with mode 0600 (owned by the sandbox user when given). */
@@ -166,23 +194,49 @@ export class RpcSocketServer implements AsyncDisposable {
     );
   }
 
+  /** Answers with `response`, then discards whatever else the client sends so its blocked write can finish. */
+  #endWith(socket: net.Socket, response: string): void {
+    socket.on('data', () => undefined);
+    socket.resume();
+    socket.end(`${response}\n`);
+  }
+
   async #serve(socket: net.Socket): Promise<void> {
-    for await (const line of readLines(socket, this.#maxLineBytes)) {
+    let badInARow = 0;
+    for await (const line of readLines(socket, this.#maxLineBytes, this.#buffered)) {
       if (this.#closed || socket.destroyed) return;
       let response: string;
       if ('tooLong' in line) {
-        // Answer, then discard whatever else the client sends so its blocked write can finish and it can read this.
-        socket.on('data', () => undefined);
-        socket.resume();
-        socket.end(`${invalidRequest(`request line longer than ${this.#maxLineBytes} bytes`)}\n`);
+        this.#endWith(socket, invalidRequest(`request line longer than ${this.#maxLineBytes} bytes`));
+        return;
+      }
+      if ('overBudget' in line) {
+        this.#endWith(
+          socket,
+          invalidRequest(
+            `requests waiting on the socket exceed ${this.#buffered.maxBytes} bytes in all; ` +
+              'send large content in fewer calls at a time',
+          ),
+        );
         return;
       }
       const text = line.text;
       if (text.trim() === '') continue;
       const parsed = parseRpcRequest(text, this.#options.token);
       if ('response' in parsed) {
+        badInARow++;
+        if (++this.#badRequests === MAX_BAD_REQUESTS) {
+          this.#options.logger?.warn({ badRequests: MAX_BAD_REQUESTS }, 'execute_code socket: too many invalid requests; closing it');
+          void this.close();
+          return;
+        }
+        if (badInARow >= MAX_BAD_REQUESTS_IN_A_ROW) {
+          this.#endWith(socket, invalidRequest(`${badInARow} invalid requests in a row; closing this connection`));
+          return;
+        }
         response = `${parsed.response}\n`;
       } else {
+        badInARow = 0;
         response = responseLine(await this.#options.onRequest(parsed.request));
       }
       if (this.#closed || socket.destroyed) return;
@@ -206,16 +260,26 @@ function write(socket: net.Socket, data: string): Promise<void> {
   });
 }
 
-type Line = { readonly text: string } | { readonly tooLong: true };
+type Line = { readonly text: string } | { readonly tooLong: true } | { readonly overBudget: true };
+
+/** Bytes of unfinished lines held across the connections of one server. */
+interface LineBudget {
+  bytes: number;
+  readonly maxBytes: number;
+}
 
 /**
  * The socket's lines, read only as fast as they are consumed: the socket is
  * paused whenever a complete line is waiting. A line over `maxBytes` yields
  * `tooLong` and ends the stream.
  */
-async function* readLines(socket: net.Socket, maxBytes: number): AsyncGenerator<Line> {
+async function* readLines(socket: net.Socket, maxBytes: number, budget: LineBudget): AsyncGenerator<Line> {
   let pending: Buffer[] = [];
   let pendingBytes = 0;
+  const setPending = (bytes: number) => {
+    budget.bytes += bytes - pendingBytes;
+    pendingBytes = bytes;
+  };
   const ready: Line[] = [];
   let ended = false;
   let wake: (() => void) | undefined;
@@ -232,16 +296,16 @@ async function* readLines(socket: net.Socket, maxBytes: number): AsyncGenerator<
         pendingBytes + (nl - start) > maxBytes ? { tooLong: true } : { text: Buffer.concat(pending).toString('utf8') },
       );
       pending = [];
-      pendingBytes = 0;
+      setPending(0);
       start = nl + 1;
     }
     if (start < chunk.length) {
       pending.push(chunk.subarray(start));
-      pendingBytes += chunk.length - start;
-      if (pendingBytes > maxBytes) {
-        ready.push({ tooLong: true });
+      setPending(pendingBytes + chunk.length - start);
+      if (pendingBytes > maxBytes || budget.bytes > budget.maxBytes) {
+        ready.push(pendingBytes > maxBytes ? { tooLong: true } : { overBudget: true });
         pending = [];
-        pendingBytes = 0;
+        setPending(0);
       }
     }
     if (ready.length > 0) socket.pause();
@@ -260,7 +324,7 @@ async function* readLines(socket: net.Socket, maxBytes: number): AsyncGenerator<
       const line = ready.shift();
       if (line !== undefined) {
         yield line;
-        if ('tooLong' in line) return;
+        if (!('text' in line)) return;
         continue;
       }
       if (ended || socket.destroyed) return;
@@ -268,6 +332,8 @@ async function* readLines(socket: net.Socket, maxBytes: number): AsyncGenerator<
       await new Promise<void>((resolve) => (wake = resolve));
     }
   } finally {
+    pending = [];
+    setPending(0);
     socket.off('data', onData);
     socket.off('end', finish);
     socket.off('close', finish);

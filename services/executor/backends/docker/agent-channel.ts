@@ -3,10 +3,18 @@
  * multiplexed by id over the agent's Unix socket (see agent-protocol.ts).
  */
 import type { Socket } from 'node:net';
-import { FailedPreconditionError } from '../../../common/errors.js';
+import { FailedPreconditionError, ResourceExhaustedError } from '../../../common/errors.js';
 import type { Logger } from '../../../common/logging.js';
-import type { FrameDecoder} from './agent-protocol.js';
-import { FrameError, encodeFrame, type Frame, type FrameHeader } from './agent-protocol.js';
+import { MAX_READ_FILE_BYTES, fileTooLargeError } from '../../file-limits.js';
+import type { FrameDecoder } from './agent-protocol.js';
+import {
+  FILE_CHUNK_BYTES,
+  FrameError,
+  MAX_OUTBOUND_FRAME_BYTES,
+  encodeFrame,
+  type Frame,
+  type FrameHeader,
+} from './agent-protocol.js';
 import {
   SandboxLostError,
   fileErrnoError,
@@ -35,6 +43,33 @@ class AgentOpError extends Error {
   }
 }
 
+/**
+ * Bytes the executor may have queued for an agent that is not reading them
+ * (beyond the one frame being queued): one frame of the largest size, so a
+ * spawn with an 8 MiB script followed at once by other requests never
+ * trips it. Requests wait for their replies and file content moves in
+ * chunks, so a reading agent drains this in milliseconds; an agent that
+ * stops reading is cut off here (memory) or at the answer deadline (time),
+ * whichever comes first, instead of growing the executor.
+ */
+export const MAX_UNSENT_BYTES = MAX_OUTBOUND_FRAME_BYTES;
+
+/** Requests and processes one channel may have open at once. */
+export const MAX_OPEN_REQUESTS = 1024;
+
+/**
+ * How long the agent has to answer a request (a kill: this beyond its
+ * grace). A live agent answers in milliseconds; one that does not answer is
+ * stuck or is not our agent, and its channel is closed.
+ */
+export const REQUEST_TIMEOUT_MS = 60_000;
+
+/** Tuning of one channel; defaults are the production values. */
+export interface AgentChannelOptions {
+  /** {@link REQUEST_TIMEOUT_MS} unless set (tests shorten it). */
+  readonly requestTimeoutMs?: number;
+}
+
 interface Pending {
   readonly resolve: (frame: Frame) => void;
   readonly reject: (err: Error) => void;
@@ -54,8 +89,9 @@ export class AgentChannel implements SandboxChannel {
   readonly #decoder: FrameDecoder;
   readonly #logger: Logger | undefined;
   readonly #description: string;
-  readonly #pending = new Map<number, Pending>();
+  readonly #pending = new Map<number, Pending & { readonly timer: NodeJS.Timeout }>();
   readonly #procs = new Map<number, ProcEntry>();
+  readonly #requestTimeoutMs: number;
   #nextId = 1;
   #lost: Error | undefined;
   readonly #lostListeners: ((err: Error) => void)[] = [];
@@ -64,7 +100,15 @@ export class AgentChannel implements SandboxChannel {
    * Takes over `socket` after the hello; `decoder` holds whatever followed
    * the hello in the same read.
    */
-  constructor(socket: Socket, decoder: FrameDecoder, hello: AgentHello, description: string, logger?: Logger) {
+  constructor(
+    socket: Socket,
+    decoder: FrameDecoder,
+    hello: AgentHello,
+    description: string,
+    logger?: Logger,
+    options: AgentChannelOptions = {},
+  ) {
+    this.#requestTimeoutMs = options.requestTimeoutMs ?? REQUEST_TIMEOUT_MS;
     this.#socket = socket;
     this.#decoder = decoder;
     this.hello = hello;
@@ -94,7 +138,10 @@ export class AgentChannel implements SandboxChannel {
     if (this.#lost) return;
     this.#lost = err;
     this.#socket.destroy();
-    for (const p of this.#pending.values()) p.reject(err);
+    for (const p of this.#pending.values()) {
+      clearTimeout(p.timer);
+      p.reject(err);
+    }
     this.#pending.clear();
     for (const proc of this.#procs.values()) {
       if (!proc.isStarted) proc.started.reject(err);
@@ -157,23 +204,60 @@ export class AgentChannel implements SandboxChannel {
       return;
     }
     this.#pending.delete(header.id);
+    clearTimeout(pending.timer);
     if (header.op === 'error') pending.reject(replyError(header));
     else pending.resolve(frame);
   }
 
   #send(header: FrameHeader, body?: Uint8Array): void {
     if (this.#lost) throw this.#lost;
+    if (this.#socket.writableLength > MAX_UNSENT_BYTES) {
+      this.#logger?.error({ unsentBytes: this.#socket.writableLength }, 'exec agent stopped reading; closing its channel');
+      this.#fail(
+        new SandboxLostError(
+          `the exec agent of ${this.#description} stopped reading what the executor sends ` +
+            `(${this.#socket.writableLength} bytes unread); its connection was closed`,
+        ),
+      );
+      throw this.#lost ?? new SandboxLostError(`the exec agent of ${this.#description} stopped reading`);
+    }
     this.#socket.write(encodeFrame(header, body));
   }
 
-  #request(op: string, fields: Record<string, unknown>, body?: Uint8Array): Promise<Frame> {
+  #assertRoom(): void {
+    if (this.#pending.size + this.#procs.size >= MAX_OPEN_REQUESTS) {
+      throw new ResourceExhaustedError(
+        `${this.#description} has ${MAX_OPEN_REQUESTS} requests and processes open on its exec agent; ` +
+          'wait for some to finish (or end background processes) and try again',
+      );
+    }
+  }
+
+  #request(op: string, fields: Record<string, unknown>, body?: Uint8Array, extraTimeoutMs = 0): Promise<Frame> {
     if (this.#lost) return Promise.reject(this.#lost);
+    const timeoutMs = this.#requestTimeoutMs + extraTimeoutMs;
+    try {
+      this.#assertRoom();
+    } catch (err) {
+      return Promise.reject(err as Error);
+    }
     const id = this.#nextId++;
     return new Promise<Frame>((resolve, reject) => {
-      this.#pending.set(id, { resolve, reject });
+      const timer = setTimeout(() => {
+        this.#logger?.error({ op, timeoutMs }, 'exec agent did not answer; closing its channel');
+        this.#fail(
+          new SandboxLostError(
+            `the exec agent of ${this.#description} did not answer a ${op} request within ${timeoutMs} ms; ` +
+              'its connection was closed',
+          ),
+        );
+      }, timeoutMs);
+      timer.unref();
+      this.#pending.set(id, { resolve, reject, timer });
       try {
         this.#send({ ...fields, op, id }, body);
       } catch (err) {
+        clearTimeout(timer);
         this.#pending.delete(id);
         reject(err as Error);
       }
@@ -182,6 +266,7 @@ export class AgentChannel implements SandboxChannel {
 
   async spawn(options: SpawnOptions): Promise<SandboxProcess> {
     if (this.#lost) throw this.#lost;
+    this.#assertRoom();
     const id = this.#nextId++;
     let startedResolve!: (f: Frame) => void;
     let startedReject!: (e: Error) => void;
@@ -195,7 +280,8 @@ export class AgentChannel implements SandboxChannel {
       exitResolve = res;
       exitReject = rej;
     });
-    // Nobody may be waiting on the exit yet when the connection drops.
+    // Nobody may be waiting on these yet when the connection drops (even while this spawn is being sent).
+    started.catch(() => undefined);
     exitFrame.catch(() => undefined);
     this.#procs.set(id, {
       onOutput: options.onOutput,
@@ -245,9 +331,9 @@ export class AgentChannel implements SandboxChannel {
     );
     // The caller awaits it later; a connection lost in between must not count as unhandled.
     exited.catch(() => undefined);
-    const procOp = async (op: string, fields: Record<string, unknown>, body?: Uint8Array): Promise<void> => {
+    const procOp = async (op: string, fields: Record<string, unknown>, body?: Uint8Array, extraTimeoutMs?: number): Promise<void> => {
       try {
-        await this.#request(op, { ...fields, proc: id }, body);
+        await this.#request(op, { ...fields, proc: id }, body, extraTimeoutMs);
       } catch (err) {
         if (err instanceof AgentOpError) {
           throw new FailedPreconditionError(err.errno === 'ESRCH' ? 'the process has exited' : err.message);
@@ -260,21 +346,51 @@ export class AgentChannel implements SandboxChannel {
       exited,
       write: (data) => procOp('stdin', {}, Buffer.from(data)),
       closeStdin: () => procOp('eof', {}),
-      kill: (graceMs) => procOp('kill', { grace_ms: graceMs }),
+      kill: (graceMs) => procOp('kill', { grace_ms: graceMs }, undefined, graceMs),
     };
   }
 
+  /**
+   * Reads a regular file in {@link FILE_CHUNK_BYTES} chunks, one request
+   * each; the agent refuses other file types and files over the cap. The
+   * agent's answers are checked, not trusted: a chunk longer than asked, or
+   * more in all than the cap, ends the read.
+   */
   async readFile(absPath: string): Promise<Buffer> {
+    const chunks: Buffer[] = [];
+    let total = 0;
     try {
-      return (await this.#request('read', { path: absPath })).body;
+      for (;;) {
+        const frame = await this.#request('read', {
+          path: absPath,
+          offset: total,
+          length: FILE_CHUNK_BYTES,
+          max: MAX_READ_FILE_BYTES,
+        });
+        if (frame.body.length > FILE_CHUNK_BYTES) {
+          this.#fail(new SandboxLostError(`the exec agent of ${this.#description} sent more file data than asked`));
+          throw this.#lost;
+        }
+        chunks.push(frame.body);
+        total += frame.body.length;
+        if (total > MAX_READ_FILE_BYTES) throw fileTooLargeError(absPath, total);
+        if (frame.header.eof === true || frame.body.length < FILE_CHUNK_BYTES) break;
+      }
     } catch (err) {
       throw this.#fileError(err, absPath, 'read');
     }
+    return Buffer.concat(chunks, total);
   }
 
+  /** Writes in {@link FILE_CHUNK_BYTES} chunks: the first creates or truncates, the rest append at their offset. */
   async writeFile(absPath: string, data: Uint8Array): Promise<void> {
     try {
-      await this.#request('write', { path: absPath }, data);
+      let offset = 0;
+      do {
+        const end = Math.min(offset + FILE_CHUNK_BYTES, data.byteLength);
+        await this.#request('write', { path: absPath, offset }, data.subarray(offset, end));
+        offset = end;
+      } while (offset < data.byteLength);
     } catch (err) {
       throw this.#fileError(err, absPath, 'write');
     }

@@ -8,16 +8,31 @@
  * token; a connection must present the expected one in its hello, so an
  * agent of a container that was replaced (or anything else in the sandbox)
  * cannot take the place of the current agent.
+ *
+ * Everything in the sandbox can connect here, and commands run as the
+ * agent's user (they could read its memory), so the token alone is not
+ * enough: one hello is accepted per container start and every later
+ * connection is refused unread and logged; before that, a connection gets
+ * {@link MAX_HELLO_FRAME_BYTES} and {@link HELLO_TIMEOUT_MS} to say hello, and
+ * at most {@link MAX_WAITING_CONNECTIONS} may be waiting at once.
  */
+import { createHash, timingSafeEqual } from 'node:crypto';
 import { chmod, chown, rm } from 'node:fs/promises';
 import { createServer, type Server, type Socket } from 'node:net';
 import { UnavailableError } from '../../../common/errors.js';
 import type { Logger } from '../../../common/logging.js';
-import { AgentChannel, type AgentHello } from './agent-channel.js';
-import { AGENT_PROTOCOL_VERSION, FrameDecoder, type Frame } from './agent-protocol.js';
+import { AgentChannel, type AgentChannelOptions, type AgentHello } from './agent-channel.js';
+import { AGENT_PROTOCOL_VERSION, FrameDecoder, MAX_HELLO_FRAME_BYTES, type Frame } from './agent-protocol.js';
 
 /** How long a new connection has to say hello. */
 const HELLO_TIMEOUT_MS = 5000;
+
+/** Connections that have not said hello yet, at once; more are refused. */
+const MAX_WAITING_CONNECTIONS = 4;
+
+/** Refused connections logged one by one; after that, one line per this many. */
+const REFUSALS_LOGGED_EACH = 5;
+const REFUSALS_LOG_EVERY = 100;
 
 interface Waiter {
   readonly token: string;
@@ -29,11 +44,23 @@ export class AgentListener {
   readonly #server: Server;
   readonly #description: string;
   readonly #logger: Logger | undefined;
+  readonly #channelOptions: AgentChannelOptions;
   #waiter: Waiter | undefined;
   #closed = false;
+  /** Set once an agent's hello was accepted: this container start has its agent. */
+  #accepted = false;
+  #waiting = 0;
+  #refusals = 0;
 
-  private constructor(server: Server, socketPath: string, description: string, logger: Logger | undefined) {
+  private constructor(
+    server: Server,
+    socketPath: string,
+    description: string,
+    logger: Logger | undefined,
+    channelOptions: AgentChannelOptions,
+  ) {
     this.#server = server;
+    this.#channelOptions = channelOptions;
     this.socketPath = socketPath;
     this.#description = description;
     this.#logger = logger;
@@ -51,6 +78,7 @@ export class AgentListener {
     description: string,
     owner: { uid: number; gid: number },
     logger?: Logger,
+    channelOptions: AgentChannelOptions = {},
   ): Promise<AgentListener> {
     await rm(socketPath, { force: true });
     const server = createServer();
@@ -68,7 +96,7 @@ export class AgentListener {
     } catch {
       await chmod(socketPath, 0o666);
     }
-    return new AgentListener(server, socketPath, description, logger);
+    return new AgentListener(server, socketPath, description, logger, channelOptions);
   }
 
   /**
@@ -102,55 +130,98 @@ export class AgentListener {
     });
   }
 
+  /** Connections that have not said hello yet. */
+  get waitingConnections(): number {
+    return this.#waiting;
+  }
+
+  /** Connections refused so far (a replayed hello, a second agent, garbage); for logs and tests. */
+  get refusedConnections(): number {
+    return this.#refusals;
+  }
+
+  #refuse(socket: Socket, reason: string, fields: Record<string, unknown> = {}): void {
+    socket.destroy();
+    const n = ++this.#refusals;
+    if (n <= REFUSALS_LOGGED_EACH || n % REFUSALS_LOG_EVERY === 0) {
+      this.#logger?.warn({ ...fields, refused: n, environment: this.#description }, `refused a connection to the agent socket: ${reason}`);
+    }
+  }
+
   #onConnection(socket: Socket): void {
     if (this.#closed) {
       socket.destroy();
       return;
     }
+    if (this.#accepted) {
+      this.#refuse(socket, 'this container start has its agent already (a second hello is never accepted)');
+      return;
+    }
+    if (this.#waiting >= MAX_WAITING_CONNECTIONS) {
+      this.#refuse(socket, 'too many connections waiting to say hello');
+      return;
+    }
+    this.#waiting++;
+    let settled = false;
+    const settle = () => {
+      if (settled) return false;
+      settled = true;
+      this.#waiting--;
+      clearTimeout(timer);
+      socket.off('data', onData);
+      socket.off('error', onError);
+      socket.off('close', onClose);
+      return true;
+    };
     const decoder = new FrameDecoder();
     const timer = setTimeout(() => {
-      this.#logger?.warn('a connection to the agent socket sent no hello; closing it');
-      socket.destroy();
+      if (settle()) this.#refuse(socket, 'no hello in time');
     }, HELLO_TIMEOUT_MS);
     const onData = (chunk: Buffer) => {
       let frames: Frame[];
       try {
         frames = decoder.push(chunk);
-      } catch {
-        clearTimeout(timer);
-        socket.destroy();
+      } catch (err) {
+        if (settle()) this.#refuse(socket, 'not a frame', { detail: (err as Error).message });
         return;
       }
-      if (frames.length === 0) return;
-      clearTimeout(timer);
-      socket.off('data', onData);
-      socket.off('error', onError);
+      if (frames.length === 0) {
+        if (decoder.bufferedBytes > MAX_HELLO_FRAME_BYTES && settle()) this.#refuse(socket, 'first frame too long for a hello');
+        return;
+      }
+      if (!settle()) return;
       const [first, ...rest] = frames;
       const hello = parseHello(first!);
       const waiter = this.#waiter;
-      if (!hello || !waiter || hello.token !== waiter.token) {
-        this.#logger?.warn(
-          { version: hello?.version, expected: waiter !== undefined },
-          'refused a connection to the agent socket: not the expected agent',
+      if (this.#accepted) {
+        this.#refuse(socket, 'this container start has its agent already (a second hello is never accepted)');
+        return;
+      }
+      if (!hello || !waiter || !sameToken(hello.token, waiter.token)) {
+        this.#refuse(socket, 'not the expected agent', { version: hello?.version, expected: waiter !== undefined });
+        return;
+      }
+      if (hello.version !== AGENT_PROTOCOL_VERSION) {
+        this.#logger?.error(
+          { version: hello.version, expected: AGENT_PROTOCOL_VERSION },
+          'exec agent speaks another protocol version',
         );
         socket.destroy();
         return;
       }
-      if (hello.version !== AGENT_PROTOCOL_VERSION) {
-        this.#logger?.error({ version: hello.version }, 'exec agent speaks another protocol version');
-        socket.destroy();
-        return;
-      }
-      const channel = new AgentChannel(socket, decoder, hello, this.#description, this.#logger);
+      this.#accepted = true;
+      const channel = new AgentChannel(socket, decoder, hello, this.#description, this.#logger, this.#channelOptions);
       channel.drainBuffered(rest);
       waiter.resolve(channel);
     };
     const onError = () => {
-      clearTimeout(timer);
-      socket.destroy();
+      if (settle()) socket.destroy();
     };
+    // A connection that goes away before its hello no longer counts as waiting.
+    const onClose = () => settle();
     socket.on('data', onData);
     socket.on('error', onError);
+    socket.on('close', onClose);
   }
 
   async close(): Promise<void> {
@@ -162,9 +233,15 @@ export class AgentListener {
   }
 }
 
+/** Constant-time comparison (of digests, so lengths do not show either). */
+function sameToken(presented: string, expected: string): boolean {
+  const digest = (text: string) => createHash('sha256').update(text, 'utf8').digest();
+  return expected !== '' && timingSafeEqual(digest(presented), digest(expected));
+}
+
 function parseHello(frame: Frame): AgentHello | undefined {
   const h = frame.header;
-  if (h.op !== 'hello' || typeof h.token !== 'string') return undefined;
+  if (h.op !== 'hello' || typeof h.token !== 'string' || frame.body.length > 0) return undefined;
   return {
     token: h.token,
     version: typeof h.version === 'number' ? h.version : 0,

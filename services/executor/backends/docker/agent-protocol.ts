@@ -7,11 +7,35 @@
  * so any number of requests share the one socket. Pure: no I/O here.
  */
 
-/** Frames larger than this are refused by both ends. */
-export const MAX_FRAME_BYTES = 256 * 1024 * 1024;
+/**
+ * Largest frame the executor accepts from the sandbox: 1 MiB. Everything the
+ * agent sends is small by construction (output in 64 KiB reads, file content
+ * in {@link FILE_CHUNK_BYTES} chunks, headers of a few hundred bytes), and
+ * anything in the sandbox can speak on the agent's socket, so a frame's
+ * length prefix is a claim to check, not a size to allocate: at most this
+ * much is ever buffered for one channel's incomplete frame.
+ */
+export const MAX_INBOUND_FRAME_BYTES = 1024 * 1024;
 
-/** Protocol version the agent announces in its hello. */
-export const AGENT_PROTOCOL_VERSION = 1;
+/**
+ * Largest frame the executor sends (and the agent accepts): 16 MiB, for a
+ * spawn whose script is as long as the dispatcher lets a tool argument be
+ * (8 MiB), plus its environment. File content never needs that much: it
+ * moves in chunks.
+ */
+export const MAX_OUTBOUND_FRAME_BYTES = 16 * 1024 * 1024;
+
+/** File content per `read` reply and per `write` request. */
+export const FILE_CHUNK_BYTES = 256 * 1024;
+
+/** The hello is a header only; a longer first frame is not an agent. */
+export const MAX_HELLO_FRAME_BYTES = 4 * 1024;
+
+/**
+ * Protocol version the agent announces in its hello. 2: file content in
+ * chunks, the 1 MiB inbound cap, the token read from a file.
+ */
+export const AGENT_PROTOCOL_VERSION = 2;
 
 export interface FrameHeader {
   readonly op: string;
@@ -25,10 +49,14 @@ export interface Frame {
 }
 
 /** Encodes one frame. */
-export function encodeFrame(header: FrameHeader, body: Uint8Array = Buffer.alloc(0)): Buffer {
+export function encodeFrame(
+  header: FrameHeader,
+  body: Uint8Array = Buffer.alloc(0),
+  maxFrameBytes = MAX_OUTBOUND_FRAME_BYTES,
+): Buffer {
   const head = Buffer.from(JSON.stringify(header), 'utf8');
   const total = 4 + head.length + body.length;
-  if (total > MAX_FRAME_BYTES) throw new RangeError(`frame of ${total} bytes exceeds ${MAX_FRAME_BYTES}`);
+  if (total > maxFrameBytes) throw new RangeError(`frame of ${total} bytes exceeds ${maxFrameBytes}`);
   const prefix = Buffer.allocUnsafe(8);
   prefix.writeUInt32BE(total, 0);
   prefix.writeUInt32BE(head.length, 4);
@@ -37,12 +65,26 @@ export function encodeFrame(header: FrameHeader, body: Uint8Array = Buffer.alloc
 
 export class FrameError extends Error {}
 
-/** Incremental decoder: feed socket chunks, get whole frames. */
+/**
+ * Incremental decoder: feed socket chunks, get whole frames. A length prefix
+ * over `maxFrameBytes` is refused as soon as its 8 bytes arrive, so the
+ * decoder never holds more than one frame's cap plus one socket read.
+ */
 export class FrameDecoder {
+  readonly #maxFrameBytes: number;
   #chunks: Buffer[] = [];
   #buffered = 0;
   /** Bytes the frame being received needs in all; chunks are joined only once it is complete. */
   #need = 8;
+
+  constructor(maxFrameBytes = MAX_INBOUND_FRAME_BYTES) {
+    this.#maxFrameBytes = maxFrameBytes;
+  }
+
+  /** Bytes held for frames not complete yet. */
+  get bufferedBytes(): number {
+    return this.#buffered;
+  }
 
   /** Returns the frames completed by `chunk`; throws FrameError on a malformed stream. */
   push(chunk: Buffer): Frame[] {
@@ -54,7 +96,10 @@ export class FrameDecoder {
       const data = this.#flatten();
       const total = data.readUInt32BE(0);
       const headLength = data.readUInt32BE(4);
-      if (total > MAX_FRAME_BYTES || total < 4 || headLength > total - 4) {
+      if (total > this.#maxFrameBytes) {
+        throw new FrameError(`frame of ${total} bytes is over the ${this.#maxFrameBytes}-byte cap`);
+      }
+      if (total < 4 || headLength > total - 4) {
         throw new FrameError(`malformed frame (length ${total}, header ${headLength})`);
       }
       if (data.length < 4 + total) {

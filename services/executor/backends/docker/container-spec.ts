@@ -38,6 +38,14 @@ import type { ExtraDockerOptions } from './docker-extra-args.js';
 export const SANDBOX_RPC_DIR = '/run/berth';
 /** The agent's socket, in the container's view. */
 export const AGENT_SOCKET_PATH = `${SANDBOX_RPC_DIR}/agent.sock`;
+/**
+ * File in the host directory holding the agent's token for one container
+ * start: written by the executor before the start (readable by the sandbox
+ * user only), read and removed by the agent before it connects, so before
+ * any command of the task runs; removed by the executor too once the hello
+ * was accepted or the start failed.
+ */
+export const AGENT_TOKEN_FILE = 'agent-token';
 /** File the entrypoint writes when the image cannot run the agent. */
 export const AGENT_UNAVAILABLE_FILE = 'agent-unavailable';
 /** The sandbox user. */
@@ -222,8 +230,6 @@ export interface ContainerSpecInput {
   readonly image: string;
   /** Host directory bind-mounted at /run/berth (agent, its socket, runner state). */
   readonly hostDir: string;
-  /** Token the agent presents when it dials in; passed in its environment only. */
-  readonly agentToken: string;
   readonly labels: Readonly<Record<string, string>>;
   readonly env: Readonly<Record<string, string>>;
   readonly memoryMiB: number;
@@ -309,7 +315,12 @@ export function buildContainerCreateOptions(input: ContainerSpecInput): Dockerod
   if (input.cgroupParent !== undefined) hostConfig.CgroupParent = input.cgroupParent;
   if (input.disk?.layerMiB !== undefined) hostConfig.StorageOpt = { size: `${input.disk.layerMiB}m` };
   if (input.extra) applyExtra(hostConfig, input.extra);
-  const env = { ...input.env, ...input.extra?.env, BERTH_AGENT_TOKEN: input.agentToken };
+  // The agent's token never enters the container's environment (every process could read it from
+  // /proc/1/environ): it is handed over in a file the agent removes (AGENT_TOKEN_FILE). Names of the
+  // agent's own settings are Berth's, whatever the operator's extra args say.
+  const env = Object.fromEntries(
+    Object.entries({ ...input.env, ...input.extra?.env }).filter(([name]) => !name.startsWith('BERTH_AGENT_')),
+  );
   return {
     name: input.name,
     Image: input.image,

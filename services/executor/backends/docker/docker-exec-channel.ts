@@ -12,6 +12,7 @@
 import type { Duplex } from 'node:stream';
 import type Dockerode from 'dockerode';
 import { FailedPreconditionError } from '../../../common/errors.js';
+import { MAX_READ_FILE_BYTES, fileTooLargeError } from '../../file-limits.js';
 import type { Logger } from '../../../common/logging.js';
 import { SANDBOX_GID, SANDBOX_UID } from './container-spec.js';
 import { dockerError, isConflict, isNotFound } from './docker-errors.js';
@@ -41,13 +42,29 @@ export const KILL_SCRIPT = [
 ].join('\n');
 
 /** Exit codes of the file helper scripts, mapped to errno names. */
-const FILE_EXIT_ERRNO: Readonly<Record<number, string>> = { 66: 'ENOENT', 67: 'EISDIR', 68: 'EACCES', 69: 'ENOTDIR' };
+const FILE_EXIT_ERRNO: Readonly<Record<number, string>> = {
+  66: 'ENOENT',
+  67: 'EISDIR',
+  68: 'EACCES',
+  69: 'ENOTDIR',
+  70: 'ENOTREG',
+  71: 'EFBIG',
+};
 
+/**
+ * Regular files only (stderr names what it is otherwise), refused from their
+ * size over the cap, and never more than the cap plus one byte read.
+ */
 const READ_SCRIPT =
-  '[ -e "$1" ] || exit 66; [ -d "$1" ] && exit 67; [ -r "$1" ] || exit 68; exec cat -- "$1"';
+  '[ -e "$1" ] || exit 66; [ -d "$1" ] && exit 67; [ -f "$1" ] || { stat -L -c %F -- "$1" >&2; exit 70; }; ' +
+  `[ -r "$1" ] || exit 68; s=$(stat -L -c %s -- "$1"); [ "$s" -le ${MAX_READ_FILE_BYTES} ] || { echo "$s" >&2; exit 71; }; ` +
+  `exec head -c ${MAX_READ_FILE_BYTES + 1} -- "$1"`;
 const WRITE_SCRIPT =
   'd=$(dirname -- "$1"); if [ ! -d "$d" ]; then mkdir -p -- "$d" 2>/dev/null || exit 69; fi; ' +
-  '[ -d "$1" ] && exit 67; cat > "$1" 2>/dev/null || exit 68';
+  '[ -d "$1" ] && exit 67; if [ -e "$1" ] && [ ! -f "$1" ]; then stat -L -c %F -- "$1" >&2; exit 70; fi; ' +
+  'cat > "$1" 2>/dev/null || exit 68';
+/** stderr kept from a helper: a message, not a stream. */
+const RUN_MAX_STDERR_BYTES = 64 * 1024;
 const STAT_SCRIPT = 'if [ -e "$1" ]; then stat -L -c "%F|%s|%u" -- "$1"; else echo missing; fi';
 
 interface RunResult {
@@ -146,8 +163,18 @@ export class DockerExecChannel implements SandboxChannel {
     const demux = new DockerStreamDemuxer();
     const out: Buffer[] = [];
     const err: Buffer[] = [];
+    // The helpers print at most a file (the read cap plus one byte) and a line of stderr; whatever a
+    // tampered-with container sends beyond that is dropped, not kept.
+    const kept = { stdout: 0, stderr: 0 };
     stream.on('data', (chunk: Buffer) => {
-      for (const part of demux.push(chunk)) (part.stream === 'stderr' ? err : out).push(part.data);
+      for (const part of demux.push(chunk)) {
+        const which = part.stream === 'stderr' ? 'stderr' : 'stdout';
+        const room = (which === 'stderr' ? RUN_MAX_STDERR_BYTES : MAX_READ_FILE_BYTES + 1) - kept[which];
+        if (room <= 0) continue;
+        const data = part.data.length > room ? part.data.subarray(0, room) : part.data;
+        kept[which] += data.length;
+        (which === 'stderr' ? err : out).push(data);
+      }
     });
     stream.end(stdin && stdin.length > 0 ? Buffer.from(stdin) : undefined);
     const code = await this.#exitCode(exec, stream);
@@ -242,6 +269,7 @@ export class DockerExecChannel implements SandboxChannel {
   async readFile(absPath: string): Promise<Buffer> {
     const r = await this.#run(['bash', '-c', READ_SCRIPT, 'berth-read', absPath]);
     if (r.code !== 0) throw this.#fileError(r, absPath, 'read');
+    if (r.stdout.length > MAX_READ_FILE_BYTES) throw fileTooLargeError(absPath, r.stdout.length);
     return r.stdout;
   }
 

@@ -14,6 +14,7 @@ import {
   UnavailableError,
 } from '../../../common/errors.js';
 import type { FileStat } from '../../backend.js';
+import { MAX_READ_FILE_BYTES, fileTooLargeError, notRegularFileError, specialFileKindFromStat } from '../../file-limits.js';
 
 export interface SpawnOptions {
   /** Run as `bash -c script` in a new session (its own process group). */
@@ -95,8 +96,12 @@ export function fileErrnoError(errno: string, absPath: string, message: string, 
     case 'EPERM':
     case 'EROFS':
       return new PermissionDeniedError(`Permission denied: ${absPath}`);
+    // Berth's own: `message` is what the file is (FIFO, socket, character device, ...; or as `stat -c %F` says it).
+    case 'ENOTREG':
+      return notRegularFileError(absPath, specialFileKindFromStat(message));
+    // `message` is the file's size in bytes (or the cap plus one, when it grew while read).
     case 'EFBIG':
-      return new ResourceExhaustedError(message);
+      return fileTooLargeError(absPath, Number.parseInt(message, 10) || MAX_READ_FILE_BYTES + 1);
     case 'ENOSPC':
     case 'EDQUOT':
       return new ResourceExhaustedError(`No space left to write ${absPath}`);

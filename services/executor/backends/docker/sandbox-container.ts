@@ -7,13 +7,14 @@
  */
 import { randomBytes } from 'node:crypto';
 import { constants as fsConstants } from 'node:fs';
-import { access, chmod, copyFile, lchown, lstat, mkdir, readFile, rm } from 'node:fs/promises';
+import { access, chmod, copyFile, lchown, lstat, mkdir, open, readFile, rm } from 'node:fs/promises';
 import path from 'node:path';
 import type Dockerode from 'dockerode';
 import { UnavailableError } from '../../../common/errors.js';
 import type { Logger } from '../../../common/logging.js';
 import { AgentListener } from './agent-listener.js';
 import {
+  AGENT_TOKEN_FILE,
   AGENT_UNAVAILABLE_FILE,
   LABEL,
   SANDBOX_GID,
@@ -184,6 +185,27 @@ export async function removeContainer(container: Dockerode.Container, daemon: st
   throw new UnavailableError(`${daemon} did not finish removing container ${container.id} within 30 s`);
 }
 
+/**
+ * Writes the agent's token where only the sandbox user can read it (0600,
+ * owned by it; 0644 where the executor may not chown: the host directory's
+ * parent stays private to the executor, and the file is gone before any
+ * command of the task runs). Never follows a link left in the directory.
+ */
+async function writeTokenFile(file: string, token: string): Promise<void> {
+  await rm(file, { force: true });
+  const handle = await open(file, fsConstants.O_WRONLY | fsConstants.O_CREAT | fsConstants.O_EXCL | fsConstants.O_NOFOLLOW, 0o600);
+  try {
+    await handle.writeFile(token, 'utf8');
+    try {
+      await handle.chown(SANDBOX_UID, SANDBOX_GID);
+    } catch {
+      await handle.chmod(0o644);
+    }
+  } finally {
+    await handle.close();
+  }
+}
+
 /** Prepares host directories and starts containers with one backend's settings. */
 export class ContainerFactory {
   readonly options: ContainerFactoryOptions;
@@ -230,6 +252,7 @@ export class ContainerFactory {
       }
     }
     await rm(path.join(hostDir, AGENT_UNAVAILABLE_FILE), { force: true });
+    await rm(path.join(hostDir, AGENT_TOKEN_FILE), { force: true });
     const agent = path.join(hostDir, 'berth_agent.py');
     await rm(agent, { force: true });
     await copyFile(this.options.agentScriptPath, agent, fsConstants.COPYFILE_EXCL);
@@ -261,11 +284,12 @@ export class ContainerFactory {
       o.logger,
     );
     const token = randomBytes(16).toString('hex');
+    const tokenFile = path.join(params.hostDir, AGENT_TOKEN_FILE);
+    await writeTokenFile(tokenFile, token);
     const spec: ContainerSpecInput = {
       name: params.name,
       image: o.image,
       hostDir: params.hostDir,
-      agentToken: token,
       labels: params.labels,
       env: o.env,
       memoryMiB: o.memoryMiB,
@@ -298,8 +322,11 @@ export class ContainerFactory {
         throw dockerError(err, `starting container ${params.name}`, o.daemon);
       }
       const channel = await this.#connect(container, params, agent, signal);
+      // The agent removed it before dialling in; gone for certain now (and for the docker exec fallback).
+      await rm(tokenFile, { force: true });
       return new SandboxContainer(this, container, params.name, params.hostDir, listener, channel);
     } catch (err) {
+      await rm(tokenFile, { force: true }).catch(() => undefined);
       await listener.close();
       // Never leave a container stuck in Created (or running without its agent).
       if (container) await removeContainer(container, o.daemon).catch(() => undefined);

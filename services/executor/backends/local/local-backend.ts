@@ -6,19 +6,19 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { createHash, randomBytes } from 'node:crypto';
 import { existsSync } from 'node:fs';
-import { mkdir, lstat, chmod, readFile, rm, stat, writeFile } from 'node:fs/promises';
+import { mkdir, lstat, chmod, rm, stat } from 'node:fs/promises';
 import { createRequire } from 'node:module';
 import os from 'node:os';
 import path from 'node:path';
 import type * as NodePty from 'node-pty';
 import {
+  BerthError,
   FailedPreconditionError,
   InvalidArgumentError,
   NotFoundError,
   PermissionDeniedError,
   UnavailableError,
 } from '../../../common/errors.js';
-import type { BerthError } from '../../../common/errors.js';
 import type { Logger } from '../../../common/logging.js';
 import type {
   Backend,
@@ -34,6 +34,7 @@ import type {
 import { taskKeyString } from '../../backend.js';
 import { partialPrefixLength } from '../../output.js';
 import { ExecDeadline } from '../../exec-deadline.js';
+import { readRegularFile, writeRegularFile } from '../../file-limits.js';
 import { isProviderSecretName } from '../../shell-state-runner.js';
 
 /**
@@ -690,9 +691,9 @@ class LocalEnvironment implements BackendEnvironment {
   async readFile(absPath: string): Promise<Buffer> {
     assertAbsolute(absPath);
     try {
-      return await readFile(absPath);
+      return await readRegularFile(absPath);
     } catch (err) {
-      throw fileError(err, absPath);
+      throw err instanceof BerthError ? err : fileError(err, absPath);
     }
   }
 
@@ -700,8 +701,9 @@ class LocalEnvironment implements BackendEnvironment {
     assertAbsolute(absPath);
     try {
       await mkdir(path.dirname(absPath), { recursive: true });
-      await writeFile(absPath, data);
+      await writeRegularFile(absPath, data);
     } catch (err) {
+      if (err instanceof BerthError) throw err;
       if (errnoCode(err) === 'ENOTDIR' || errnoCode(err) === 'EEXIST') {
         throw new InvalidArgumentError(`cannot create ${absPath}: a parent path is not a directory`, { cause: err });
       }

@@ -173,15 +173,29 @@ export function killGroupCommand(pgid: number, graceMs: number): string[] {
 }
 
 /** Exit codes of the file helpers, mapped to domain errors by the backend. */
-export const FILE_EXIT = { notFound: 44, isDirectory: 45, notDirectory: 46, denied: 47 } as const;
+export const FILE_EXIT = {
+  notFound: 44,
+  isDirectory: 45,
+  notDirectory: 46,
+  denied: 47,
+  /** stderr: what it is (`fifo`, `socket`, `character special file`, ...). */
+  notRegular: 48,
+  /** stderr: its size in bytes. */
+  tooLarge: 49,
+} as const;
 
-/** Prints the file to stdout (binary-safe). */
-export function readFileCommand(absPath: string): string[] {
+/**
+ * Prints the file to stdout (binary-safe): a regular file only, refused from
+ * its size over `maxBytes`, and never more than `maxBytes + 1` bytes of it.
+ */
+export function readFileCommand(absPath: string, maxBytes: number): string[] {
   const script = [
     `[ -e "$1" ] || exit ${FILE_EXIT.notFound}`,
     `[ -d "$1" ] && exit ${FILE_EXIT.isDirectory}`,
+    `[ -f "$1" ] || { stat -L -c %F -- "$1" >&2; exit ${FILE_EXIT.notRegular}; }`,
     `[ -r "$1" ] || exit ${FILE_EXIT.denied}`,
-    'exec cat -- "$1"',
+    `s=$(stat -L -c %s -- "$1"); [ "$s" -le ${maxBytes} ] || { echo "$s" >&2; exit ${FILE_EXIT.tooLarge}; }`,
+    `exec head -c ${maxBytes + 1} -- "$1"`,
   ].join('\n');
   return ['bash', '-c', script, 'berth', absPath];
 }
@@ -193,6 +207,7 @@ export function writeFileCommand(absPath: string): string[] {
     `if [ -e "$d" ] && [ ! -d "$d" ]; then exit ${FILE_EXIT.notDirectory}; fi`,
     `mkdir -p -- "$d" 2>/dev/null || exit ${FILE_EXIT.notDirectory}`,
     `[ -d "$1" ] && exit ${FILE_EXIT.isDirectory}`,
+    `if [ -e "$1" ] && [ ! -f "$1" ]; then stat -L -c %F -- "$1" >&2; exit ${FILE_EXIT.notRegular}; fi`,
     `exec cat > "$1" || exit ${FILE_EXIT.denied}`,
   ].join('\n');
   return ['bash', '-c', script, 'berth', absPath];

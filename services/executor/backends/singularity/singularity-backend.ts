@@ -39,6 +39,7 @@ import type {
   FileStat,
   TaskKey,
 } from '../../backend.js';
+import { MAX_READ_FILE_BYTES, fileTooLargeError, notRegularFileError, specialFileKindFromStat } from '../../file-limits.js';
 import { taskKeyString } from '../../backend.js';
 import { ExecDeadline } from '../../exec-deadline.js';
 import { isProviderSecretName } from '../../shell-state-runner.js';
@@ -552,8 +553,11 @@ class SingularityEnvironment implements BackendEnvironment {
 
   async readFile(absPath: string): Promise<Buffer> {
     this.#assertAbsolute(absPath);
-    const r = await this.#helper(readFileCommand(absPath));
-    if (r.exitCode === 0) return r.stdout;
+    const r = await this.#helper(readFileCommand(absPath, MAX_READ_FILE_BYTES));
+    if (r.exitCode === 0) {
+      if (r.stdout.length > MAX_READ_FILE_BYTES) throw fileTooLargeError(absPath, r.stdout.length);
+      return r.stdout;
+    }
     throw this.#fileError(r.exitCode, absPath, r.stderr);
   }
 
@@ -586,6 +590,10 @@ class SingularityEnvironment implements BackendEnvironment {
         return new InvalidArgumentError(`${absPath} is a directory`);
       case FILE_EXIT.notDirectory:
         return new InvalidArgumentError(`cannot create ${absPath}: a parent path is not a directory`);
+      case FILE_EXIT.notRegular:
+        return notRegularFileError(absPath, specialFileKindFromStat(stderrTail(stderr)));
+      case FILE_EXIT.tooLarge:
+        return fileTooLargeError(absPath, Number.parseInt(stderr, 10) || MAX_READ_FILE_BYTES + 1);
       case FILE_EXIT.denied:
         return new PermissionDeniedError(`Permission denied: ${absPath}`);
       default:

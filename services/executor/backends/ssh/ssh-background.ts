@@ -60,6 +60,14 @@ export interface BackgroundHost {
 }
 
 const SFTP_NO_SUCH_FILE = 2;
+/**
+ * Log bytes read per poll: a process that floods its log costs the executor
+ * this much per poll, not the whole log at once (the process registry keeps
+ * only a bounded tail of it anyway).
+ */
+const DRAIN_MAX_BYTES = 4 * 1024 * 1024;
+/** Extra drains once the process exited, for output it wrote just before. */
+const DRAIN_ROUNDS_AT_EXIT = 4;
 const MAX_BACKOFF_MS = 5000;
 
 /** One background process: its files, how far its log was read, and its exit. */
@@ -223,22 +231,25 @@ export class BackgroundProcesses {
     );
     const code = parseExitFile(exitText);
     if (code === undefined) return; // Being written; next time.
-    await this.#drain(sftp, proc); // What the process wrote just before it exited.
+    // What the process wrote just before it exited; a flood beyond a few rounds is left unread.
+    for (let round = 0; round < DRAIN_ROUNDS_AT_EXIT && (await this.#drain(sftp, proc)); round++);
     if (proc.logHandle) sftp.close(proc.logHandle.handle, () => undefined);
     proc.logHandle = undefined;
     this.#finish(proc, code);
   }
 
-  async #drain(sftp: SFTPWrapper, proc: RemoteProcess): Promise<void> {
-    if (!proc.logHandle) return;
-    const data = await readAll(sftp, proc.logHandle.handle, proc.offset);
-    if (data.length === 0) return;
+  /** Hands on what the log gained since the last drain, at most {@link DRAIN_MAX_BYTES}; true when more is left. */
+  async #drain(sftp: SFTPWrapper, proc: RemoteProcess): Promise<boolean> {
+    if (!proc.logHandle) return false;
+    const data = await readAll(sftp, proc.logHandle.handle, proc.offset, DRAIN_MAX_BYTES);
+    if (data.length === 0) return false;
     proc.offset += data.length;
     try {
       proc.options.onOutput(data);
     } catch (err) {
       this.#host.logger?.warn({ err }, 'output consumer threw');
     }
+    return data.length >= DRAIN_MAX_BYTES;
   }
 
   #finish(proc: RemoteProcess, code: number): void {

@@ -13,6 +13,7 @@ import {
   UnavailableError,
 } from '../../../common/errors.js';
 import type { FileStat } from '../../backend.js';
+import { MAX_READ_FILE_BYTES, fileTooLargeError, notRegularFileError, specialFileKind } from '../../file-limits.js';
 
 /** SFTP status codes (draft-ietf-secsh-filexfer-02 §7). */
 const SFTP_NO_SUCH_FILE = 2;
@@ -63,17 +64,27 @@ export async function sftpStat(sftp: SFTPWrapper, absPath: string, where: string
 }
 
 /** Reads a whole file: chunked reads, {@link IN_FLIGHT} at a time, until end of file. */
-export async function sftpReadFile(sftp: SFTPWrapper, absPath: string, where: string): Promise<Buffer> {
+export async function sftpReadFile(
+  sftp: SFTPWrapper,
+  absPath: string,
+  where: string,
+  maxBytes = MAX_READ_FILE_BYTES,
+): Promise<Buffer> {
   let handle: Buffer;
   try {
     const info = await statPath(sftp, absPath);
-    if (info.isDirectory()) throw new InvalidArgumentError(`${absPath} is a directory`);
+    // sftp-server opens with a blocking open(2): a FIFO would hang the whole SFTP session, /dev/zero never ends.
+    if (!info.isFile()) throw notRegularFileError(absPath, specialFileKind(info.mode));
+    if (info.size > maxBytes) throw fileTooLargeError(absPath, info.size, maxBytes);
     handle = await call<Buffer>((cb) => sftp.open(absPath, 'r', cb));
   } catch (err) {
     throw sftpError(err, absPath, where);
   }
   try {
-    return await readAll(sftp, handle);
+    const data = await readAll(sftp, handle, 0, maxBytes + 1);
+    // Grew past the cap since the stat (or a file whose size says 0, as in /proc).
+    if (data.length > maxBytes) throw fileTooLargeError(absPath, data.length, maxBytes);
+    return data;
   } catch (err) {
     throw sftpError(err, absPath, where);
   } finally {
@@ -88,7 +99,7 @@ export async function sftpReadFile(sftp: SFTPWrapper, absPath: string, where: st
  * short read marks the end: a file that grows while we read (a log) keeps
  * the rest for the next read.
  */
-export async function readAll(sftp: SFTPWrapper, handle: Buffer, start = 0): Promise<Buffer> {
+export async function readAll(sftp: SFTPWrapper, handle: Buffer, start = 0, maxBytes = Infinity): Promise<Buffer> {
   const readChunk = (position: number) =>
     new Promise<Buffer>((resolve, reject) => {
       const buf = Buffer.allocUnsafe(CHUNK_BYTES);
@@ -105,7 +116,7 @@ export async function readAll(sftp: SFTPWrapper, handle: Buffer, start = 0): Pro
     for (const chunk of round) {
       out.push(chunk);
       position += chunk.length;
-      if (chunk.length < CHUNK_BYTES) return Buffer.concat(out);
+      if (chunk.length < CHUNK_BYTES || position - start >= maxBytes) return Buffer.concat(out);
     }
   }
 }
@@ -136,6 +147,8 @@ export async function sftpWriteFile(sftp: SFTPWrapper, absPath: string, data: Ui
   let handle: Buffer;
   try {
     const parent = posix.dirname(absPath);
+    const existing = await statPath(sftp, absPath).catch(() => undefined);
+    if (existing && !existing.isFile()) throw notRegularFileError(absPath, specialFileKind(existing.mode));
     const parentInfo = await statPath(sftp, parent).catch(() => undefined);
     if (!parentInfo) await mkdirp(sftp, parent);
     else if (!parentInfo.isDirectory()) {

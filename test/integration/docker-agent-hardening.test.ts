@@ -1,0 +1,135 @@
+/**
+ * The exec agent's channel seen from a hostile command in a real container:
+ * the agent's token is nowhere a command can look (environments, command
+ * lines, /run/berth, the agent's memory), a command that learnt it anyway
+ * cannot replay the hello, and an output flood through the agent costs the
+ * executor bounded memory.
+ */
+import assert from 'node:assert/strict';
+import { randomBytes } from 'node:crypto';
+import { mkdtemp, rm } from 'node:fs/promises';
+import os from 'node:os';
+import path from 'node:path';
+import { after, before, describe, it } from 'node:test';
+import Dockerode from 'dockerode';
+import { silentLogger } from '../../services/common/logging.js';
+import type { TaskKey } from '../../services/executor/backend.js';
+import { AgentChannel } from '../../services/executor/backends/docker/agent-channel.js';
+import { DockerBackend } from '../../services/executor/backends/docker/docker-backend.js';
+import { TaskEnvironments } from '../../services/executor/task-environment.js';
+import { SANDBOX_IMAGE, cleanupDocker, dockerUnavailableReason } from '../support/docker-fixtures.js';
+
+const docker = new Dockerode();
+const unavailable = await dockerUnavailableReason(docker);
+const TENANT = `docker-hardening-${randomBytes(4).toString('hex')}`;
+let taskNo = 0;
+const newKey = (): TaskKey => ({ tenant: TENANT, taskId: `t${++taskNo}` });
+
+describe('exec agent hardening (real engine)', { skip: unavailable, timeout: 300_000 }, () => {
+  let stateRoot: string;
+  let backend: DockerBackend;
+  let envs: TaskEnvironments;
+
+  before(async () => {
+    stateRoot = await mkdtemp(path.join(os.tmpdir(), 'berth-docker-hardening-'));
+    backend = await DockerBackend.start({ image: SANDBOX_IMAGE, stateRoot, persistent: false, sweepIntervalMs: 0, logger: silentLogger() });
+    envs = new TaskEnvironments({ backend, logger: silentLogger(), lifetimeSeconds: 0 });
+  });
+
+  after(async () => {
+    await envs?.closeAll();
+    await backend?.close();
+    await cleanupDocker(docker, TENANT, [stateRoot]);
+    await rm(stateRoot, { recursive: true, force: true });
+  });
+
+  const run = (key: TaskKey, command: string, stdin?: string) =>
+    envs.exec(key, { command, timeoutMs: 60_000, maxOutputChars: 100_000, ...(stdin !== undefined ? { stdin } : {}) });
+
+  /** The token the task's agent presented: what a command must not be able to find. */
+  async function tokenOf(key: TaskKey): Promise<string> {
+    await run(key, 'true');
+    const channel = backend.environmentOf(key)?.container.channel;
+    assert.ok(channel instanceof AgentChannel, 'the task runs through the exec agent');
+    assert.match(channel.hello.token, /^[0-9a-f]{32}$/);
+    return channel.hello.token;
+  }
+
+  it('a command finds the token in no environment, command line, file of /run/berth or the agent\'s memory', async () => {
+    const key = newKey();
+    const token = await tokenOf(key);
+    // The token reaches the probe on stdin and sits in a file outside /run/berth, so the probe's own command
+    // lines never hold it.
+    const r = await run(
+      key,
+      [
+        'cat > /tmp/needle',
+        'for f in /proc/[0-9]*/environ /proc/[0-9]*/cmdline; do grep -qaF -f /tmp/needle "$f" 2>/dev/null && echo "found in $f"; done',
+        'grep -rlaF -f /tmp/needle /run/berth 2>/dev/null | sed "s/^/found in /"',
+        'tr "\\0" "\\n" < /proc/1/environ | grep -c "^BERTH_AGENT" || true',
+        'ls -A /run/berth | tr "\\n" " "; echo',
+        // The agent itself, not the entrypoint shell that started it.
+        'agent=$(pgrep -f "^python3 /run/berth/berth_agent.py" | head -1); echo "agent=${agent:+yes}"',
+        'cat /proc/$agent/environ > /dev/null 2>&1 && echo environ-readable || echo environ-unreadable',
+        'head -c 1 /proc/$agent/mem > /dev/null 2>&1 && echo mem-readable || echo mem-unreadable',
+        // PTRACE_ATTACH (16) as the agent's own user: refused, the agent is not dumpable.
+        'python3 -c "import ctypes,sys; l=ctypes.CDLL(None,use_errno=True); r=l.ptrace(16,int(sys.argv[1]),0,0); print(\'ptrace\', r, ctypes.get_errno())" $agent',
+        'rm -f /tmp/needle',
+      ].join('\n'),
+      token,
+    );
+    assert.equal(r.exitCode, 0, r.output);
+    const lines = r.output.trim().split('\n');
+    assert.deepEqual(lines.filter((l) => l.startsWith('found in')), [], r.output);
+    assert.equal(lines[0], '0', 'no BERTH_AGENT_* variable in the container\'s environment');
+    assert.doesNotMatch(lines[1] ?? '', /agent-token/, 'the token file is gone');
+    assert.deepEqual(lines.slice(2), ['agent=yes', 'environ-unreadable', 'mem-unreadable', 'ptrace -1 1']);
+  });
+
+  it('a command that replays the hello (token and all) is refused, and the task keeps working', async () => {
+    const key = newKey();
+    const token = await tokenOf(key);
+    const r = await run(
+      key,
+      [
+        'python3 - "$(cat)" <<\'EOF\'',
+        'import json, socket, struct, sys',
+        'head = json.dumps({"op": "hello", "id": 0, "token": sys.argv[1], "version": 2, "pid": 1, "python": "x"}).encode()',
+        's = socket.socket(socket.AF_UNIX); s.connect("/run/berth/agent.sock")',
+        '# Refused unread: the executor may close before the hello is even sent.',
+        'try:',
+        '    s.sendall(struct.pack(">II", 4 + len(head), len(head)) + head)',
+        '    s.settimeout(20)',
+        '    print("closed" if s.recv(65536) == b"" else "answered")',
+        'except (BrokenPipeError, ConnectionResetError):',
+        '    print("closed")',
+        'EOF',
+      ].join('\n'),
+      token,
+    );
+    assert.equal(r.output, 'closed\n', r.output);
+    assert.equal((await run(key, 'echo still mine')).output, 'still mine\n');
+  });
+
+  it('an output flood through the agent is capped and costs the executor bounded memory', async (t) => {
+    const key = newKey();
+    await run(key, 'true');
+    const baseline = process.memoryUsage().rss;
+    let peak = baseline;
+    const sampler = setInterval(() => (peak = Math.max(peak, process.memoryUsage().rss)), 20);
+    const r = await envs.exec(key, {
+      command: 'head -c 536870912 /dev/zero | tr "\\0" x; echo; echo end-of-flood',
+      timeoutMs: 120_000,
+      maxOutputChars: 10_000,
+    });
+    clearInterval(sampler);
+    assert.equal(r.exitCode, 0);
+    assert.ok(r.output.length < 12_000, `output of ${r.output.length} characters`);
+    assert.match(r.output, /OUTPUT TRUNCATED/);
+    assert.match(r.output, /end-of-flood\n$/);
+    const grew = peak - baseline;
+    t.diagnostic(`512 MiB of output: peak rss +${(grew / 1024 / 1024).toFixed(1)} MiB`);
+    // A quarter of the flood: an executor that kept the output, or read it faster than it freed it, passes this.
+    assert.ok(grew < 128 * 1024 * 1024, `rss grew by ${(grew / 1024 / 1024).toFixed(1)} MiB`);
+  });
+});
