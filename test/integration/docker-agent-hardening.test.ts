@@ -117,8 +117,10 @@ describe('exec agent hardening (real engine)', { skip: unavailable, timeout: 300
     const baseline = process.memoryUsage().rss;
     let peak = baseline;
     const sampler = setInterval(() => (peak = Math.max(peak, process.memoryUsage().rss)), 20);
+    // 96 MiB: six times the agent's output burst, so the pacing (4 MiB/s past 16 MiB) runs for about 20 s,
+    // and far past every frame and queue cap of the channel.
     const r = await envs.exec(key, {
-      command: 'head -c 536870912 /dev/zero | tr "\\0" x; echo; echo end-of-flood',
+      command: 'head -c 100663296 /dev/zero | tr "\\0" x; echo; echo end-of-flood',
       timeoutMs: 120_000,
       maxOutputChars: 10_000,
     });
