@@ -9,7 +9,8 @@ import { describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
 import { readdirSync, readFileSync } from 'node:fs';
-import { join, posix } from 'node:path';
+import { dirname, join, posix } from 'node:path';
+import { createRequire } from 'node:module';
 import { fileURLToPath } from 'node:url';
 import { parseAllDocuments, parse as parseYaml } from 'yaml';
 import { Namespace, ServiceAccount, ConfigMap, Service } from 'kubernetes-models/v1';
@@ -94,6 +95,123 @@ function configOf(r: Rendered, w: Obj): ReturnType<typeof parseConfig> {
 
 const rawConfigOf = (r: Rendered): Obj => parseYaml(find(r, 'ConfigMap')[0]!.data['config.yaml']) as Obj;
 
+/**
+ * The field names each schema knows, read from kubernetes-models' compiled validators (every property the
+ * schema declares is read as `data.NAME` there). kubernetes-models ignores unknown fields, so without this a
+ * misspelt field (`readinesProbe`) would validate and then do nothing on a cluster.
+ */
+const require = createRequire(import.meta.url);
+const knownFieldCache = new Map<string, Set<string>>();
+function knownFields(schema: string): Set<string> {
+  let known = knownFieldCache.get(schema);
+  if (!known) {
+    const file = schema.startsWith('IoK8sApimachinery')
+      ? require.resolve(`@kubernetes-models/apimachinery/_schemas/${schema}`)
+      : join(dirname(require.resolve('kubernetes-models')), '_schemas', `${schema}.js`);
+    known = new Set([...readFileSync(file, 'utf8').matchAll(/\bdata\.([A-Za-z_$][\w$]*)/g)].map((m) => m[1]!));
+    knownFieldCache.set(schema, known);
+  }
+  return known;
+}
+
+const META = 'IoK8sApimachineryPkgApisMetaV1ObjectMeta';
+/** Schema of each object Berth ships, and of the nested objects whose fields are checked too. */
+const FIELD_TREE: Record<string, Record<string, string>> = {
+  IoK8sApiCoreV1Namespace: { metadata: META },
+  IoK8sApiCoreV1ServiceAccount: { metadata: META },
+  IoK8sApiCoreV1ConfigMap: { metadata: META },
+  IoK8sApiCoreV1Service: { metadata: META, spec: 'IoK8sApiCoreV1ServiceSpec' },
+  IoK8sApiCoreV1ServiceSpec: { ports: 'IoK8sApiCoreV1ServicePort' },
+  IoK8sApiCoreV1ServicePort: {},
+  IoK8sApiAppsV1Deployment: { metadata: META, spec: 'IoK8sApiAppsV1DeploymentSpec' },
+  IoK8sApiAppsV1DeploymentSpec: { template: 'IoK8sApiCoreV1PodTemplateSpec' },
+  IoK8sApiAppsV1StatefulSet: { metadata: META, spec: 'IoK8sApiAppsV1StatefulSetSpec' },
+  IoK8sApiAppsV1StatefulSetSpec: { template: 'IoK8sApiCoreV1PodTemplateSpec', volumeClaimTemplates: 'IoK8sApiCoreV1PersistentVolumeClaim' },
+  IoK8sApiCoreV1PersistentVolumeClaim: { metadata: META },
+  IoK8sApiCoreV1PodTemplateSpec: { metadata: META, spec: 'IoK8sApiCoreV1PodSpec' },
+  IoK8sApiCoreV1PodSpec: {
+    containers: 'IoK8sApiCoreV1Container',
+    initContainers: 'IoK8sApiCoreV1Container',
+    securityContext: 'IoK8sApiCoreV1PodSecurityContext',
+    volumes: 'IoK8sApiCoreV1Volume',
+  },
+  IoK8sApiCoreV1PodSecurityContext: { seccompProfile: 'IoK8sApiCoreV1SeccompProfile' },
+  IoK8sApiCoreV1Container: {
+    securityContext: 'IoK8sApiCoreV1SecurityContext',
+    readinessProbe: 'IoK8sApiCoreV1Probe',
+    livenessProbe: 'IoK8sApiCoreV1Probe',
+    startupProbe: 'IoK8sApiCoreV1Probe',
+    resources: 'IoK8sApiCoreV1ResourceRequirements',
+    ports: 'IoK8sApiCoreV1ContainerPort',
+    volumeMounts: 'IoK8sApiCoreV1VolumeMount',
+    env: 'IoK8sApiCoreV1EnvVar',
+  },
+  IoK8sApiCoreV1SecurityContext: { capabilities: 'IoK8sApiCoreV1Capabilities', seccompProfile: 'IoK8sApiCoreV1SeccompProfile' },
+  IoK8sApiCoreV1Capabilities: {},
+  IoK8sApiCoreV1SeccompProfile: {},
+  IoK8sApiCoreV1Probe: { grpc: 'IoK8sApiCoreV1GRPCAction', tcpSocket: 'IoK8sApiCoreV1TCPSocketAction', exec: 'IoK8sApiCoreV1ExecAction' },
+  IoK8sApiCoreV1GRPCAction: {},
+  IoK8sApiCoreV1TCPSocketAction: {},
+  IoK8sApiCoreV1ExecAction: {},
+  IoK8sApiCoreV1ResourceRequirements: {},
+  IoK8sApiCoreV1ContainerPort: {},
+  IoK8sApiCoreV1VolumeMount: {},
+  IoK8sApiCoreV1EnvVar: { valueFrom: 'IoK8sApiCoreV1EnvVarSource' },
+  IoK8sApiCoreV1EnvVarSource: { secretKeyRef: 'IoK8sApiCoreV1SecretKeySelector' },
+  IoK8sApiCoreV1SecretKeySelector: {},
+  IoK8sApiCoreV1Volume: {
+    emptyDir: 'IoK8sApiCoreV1EmptyDirVolumeSource',
+    configMap: 'IoK8sApiCoreV1ConfigMapVolumeSource',
+    secret: 'IoK8sApiCoreV1SecretVolumeSource',
+  },
+  IoK8sApiCoreV1EmptyDirVolumeSource: {},
+  IoK8sApiCoreV1ConfigMapVolumeSource: {},
+  IoK8sApiCoreV1SecretVolumeSource: {},
+  IoK8sApiPolicyV1PodDisruptionBudget: { metadata: META, spec: 'IoK8sApiPolicyV1PodDisruptionBudgetSpec' },
+  IoK8sApiPolicyV1PodDisruptionBudgetSpec: {},
+  IoK8sApiAutoscalingV2HorizontalPodAutoscaler: { metadata: META, spec: 'IoK8sApiAutoscalingV2HorizontalPodAutoscalerSpec' },
+  IoK8sApiAutoscalingV2HorizontalPodAutoscalerSpec: {},
+  IoK8sApiNetworkingV1NetworkPolicy: { metadata: META, spec: 'IoK8sApiNetworkingV1NetworkPolicySpec' },
+  IoK8sApiNetworkingV1NetworkPolicySpec: { ingress: 'IoK8sApiNetworkingV1NetworkPolicyIngressRule', egress: 'IoK8sApiNetworkingV1NetworkPolicyEgressRule' },
+  IoK8sApiNetworkingV1NetworkPolicyIngressRule: { from: 'IoK8sApiNetworkingV1NetworkPolicyPeer', ports: 'IoK8sApiNetworkingV1NetworkPolicyPort' },
+  IoK8sApiNetworkingV1NetworkPolicyEgressRule: { to: 'IoK8sApiNetworkingV1NetworkPolicyPeer', ports: 'IoK8sApiNetworkingV1NetworkPolicyPort' },
+  IoK8sApiNetworkingV1NetworkPolicyPeer: { ipBlock: 'IoK8sApiNetworkingV1IPBlock' },
+  IoK8sApiNetworkingV1NetworkPolicyPort: {},
+  IoK8sApiNetworkingV1IPBlock: {},
+  [META]: {},
+};
+
+const ROOT_SCHEMA: Record<string, string> = {
+  'v1/Namespace': 'IoK8sApiCoreV1Namespace',
+  'v1/ServiceAccount': 'IoK8sApiCoreV1ServiceAccount',
+  'v1/ConfigMap': 'IoK8sApiCoreV1ConfigMap',
+  'v1/Service': 'IoK8sApiCoreV1Service',
+  'apps/v1/Deployment': 'IoK8sApiAppsV1Deployment',
+  'apps/v1/StatefulSet': 'IoK8sApiAppsV1StatefulSet',
+  'policy/v1/PodDisruptionBudget': 'IoK8sApiPolicyV1PodDisruptionBudget',
+  'autoscaling/v2/HorizontalPodAutoscaler': 'IoK8sApiAutoscalingV2HorizontalPodAutoscaler',
+  'networking.k8s.io/v1/NetworkPolicy': 'IoK8sApiNetworkingV1NetworkPolicy',
+};
+
+/** Paths of fields the schema does not know, e.g. `spec.template.spec.containers[0].readinesProbe`. */
+function unknownFields(value: Obj, schema: string, at = ''): string[] {
+  const known = knownFields(schema);
+  const children = FIELD_TREE[schema] ?? {};
+  const found: string[] = [];
+  for (const [key, child] of Object.entries(value)) {
+    const path = at ? `${at}.${key}` : key;
+    if (!known.has(key)) {
+      found.push(path);
+      continue;
+    }
+    const childSchema = children[key];
+    if (!childSchema || child === null || typeof child !== 'object') continue;
+    if (Array.isArray(child)) child.forEach((item, i) => found.push(...unknownFields(item as Obj, childSchema, `${path}[${i}]`)));
+    else found.push(...unknownFields(child as Obj, childSchema, path));
+  }
+  return found;
+}
+
 const unavailable = kubectlUnavailableReason();
 const DIRS = unavailable ? [] : ['base', ...readdirSync(join(KUBE_DIR, 'overlays')).sort().map((d) => `overlays/${d}`)];
 const rendered = DIRS.map(render);
@@ -134,10 +252,25 @@ describe('kubernetes manifests', { skip: unavailable }, () => {
       assert.throws(() => new Deployment(d as never).validate(), message, what);
     }
     // kubernetes-models does not refuse fields the schema does not know (an API server with strict field
-    // validation would); the policy and consistency tests below require the fields that matter by name.
+    // validation would): the field check below does.
     const typo = structuredClone(base);
     typo.spec.template.spec.containers[0].readinesProbe = typo.spec.template.spec.containers[0].readinessProbe;
+    typo.spec.template.spec.securityContext.runAsNonroot = true;
     assert.doesNotThrow(() => new Deployment(typo as never).validate());
+    assert.deepEqual(unknownFields(typo, 'IoK8sApiAppsV1Deployment'), [
+      'spec.template.spec.containers[0].readinesProbe',
+      'spec.template.spec.securityContext.runAsNonroot',
+    ]);
+  });
+
+  test('no object carries a field its schema does not know', () => {
+    for (const r of rendered) {
+      for (const o of r.objects) {
+        const schema = ROOT_SCHEMA[kindOf(o)];
+        assert.ok(schema, `${r.name}: no schema known for ${kindOf(o)}`);
+        assert.deepEqual(unknownFields(o, schema), [], `${r.name} ${o.kind} ${o.metadata.name}: unknown fields`);
+      }
+    }
   });
 
   test('every pod: non-root, read-only root, no escalation, no capabilities, seccomp, requests and limits', () => {
