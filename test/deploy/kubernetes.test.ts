@@ -78,14 +78,35 @@ const matches = (selector: Obj, labels: Obj) => Object.entries(selector).every((
 /** The documented exception: the rootless Docker engine sidecar of the docker-rootless option. */
 const isEngineSidecar = (r: Rendered, c: Obj) => r.name === 'overlays/docker-rootless' && c.name === 'docker';
 
-/** The Berth config a pod would load: the ConfigMap's config.yaml with the pod's environment applied. */
+/** `ENV` settings of the Berth image (deploy/Dockerfile, where the image is defined): they override config.yaml too. */
+function imageEnv(): Record<string, string> {
+  let dockerfile: string;
+  try {
+    dockerfile = readFileSync(join(REPO_ROOT, 'deploy', 'Dockerfile'), 'utf8');
+  } catch {
+    return {};
+  }
+  const env: Record<string, string> = {};
+  for (const m of dockerfile.replace(/\\\n/g, ' ').matchAll(/^ENV\s+(.+)$/gm)) {
+    for (const pair of m[1]!.matchAll(/(\w+)=(\S+)/g)) env[pair[1]!] = pair[2]!;
+  }
+  return env;
+}
+
+/**
+ * The Berth config a pod's first container would load: the ConfigMap's config.yaml, then the image's ENV,
+ * the container's own variables, and stand-ins for Secret values shaped as the README tells users to make them.
+ */
 function configOf(r: Rendered, w: Obj): ReturnType<typeof parseConfig> {
   const volume = (w.spec.template.spec.volumes as Obj[]).find((v) => v.configMap);
   assert.ok(volume, `${r.name} ${w.metadata.name}: no ConfigMap volume`);
   const cm = one(r, 'ConfigMap', volume.configMap.name);
   const raw = parseYaml(cm.data['config.yaml']) as Obj;
-  // Stand-ins for the Secrets' values, shaped as the README tells users to make them.
-  const env = { BERTH_TENANTS: '[]', BERTH_EXECUTOR_SECRET: 'stand-in-secret' };
+  const env: Record<string, string> = { ...imageEnv() };
+  for (const e of (w.spec.template.spec.containers[0].env ?? []) as Obj[]) {
+    if (e.value !== undefined) env[e.name] = e.value;
+    else if (e.valueFrom?.secretKeyRef) env[e.name] = e.name === 'BERTH_TENANTS' ? '[]' : 'stand-in-secret';
+  }
   if (!('executor_discovery' in configSchema.shape)) {
     // A schema without DNS discovery: check the rest; the discovery entries are checked against the Services below.
     delete raw.executor_discovery;
@@ -406,7 +427,12 @@ describe('kubernetes manifests', { skip: unavailable }, () => {
       const dispatcher = one(r, 'Deployment', 'berth-dispatcher');
       const executor = one(r, 'StatefulSet', 'berth-executor');
       const config = configOf(r, dispatcher);
-      assert.deepEqual(configOf(r, executor), config, `${r.name}: dispatchers and executors read one config`);
+      const executorConfig = configOf(r, executor);
+      assert.deepEqual(
+        { ...executorConfig, executor: { ...executorConfig.executor, state_root: config.executor.state_root } },
+        config,
+        `${r.name}: dispatchers and executors read one config (the state root matters to executors only)`,
+      );
       const portOf = (w: Obj, name: string) => w.spec.template.spec.containers[0].ports.find((p: Obj) => p.name === name).containerPort;
       assert.equal(config.server.host, '0.0.0.0', `${r.name}: the dispatcher must listen on the pod address`);
       assert.equal(config.executor.host, '0.0.0.0', `${r.name}: the executor must listen on the pod address`);
@@ -420,9 +446,11 @@ describe('kubernetes manifests', { skip: unavailable }, () => {
       // Read-only root: the state root and the working directory must sit on a writable volume.
       const executorMounts = executor.spec.template.spec.containers[0].volumeMounts as Obj[];
       const writable = (p: string) => executorMounts.some((m) => !m.readOnly && (p === m.mountPath || p.startsWith(`${m.mountPath}/`)));
-      assert.ok(writable(config.executor.state_root), `${r.name}: executor.state_root ${config.executor.state_root} is not on a writable volume`);
-      assert.notEqual(posix.dirname(config.executor.state_root), '/', `${r.name}: the state root must be a directory inside the volume (the volume's own root belongs to root)`);
-      assert.ok(!executorMounts.some((m) => m.mountPath === config.executor.state_root), `${r.name}: the state root must be made by the executor, not be a mount point`);
+      const stateRoot = executorConfig.executor.state_root;
+      assert.equal(stateRoot, rawConfigOf(r).executor.state_root, `${r.name}: config.yaml must name the state root the executor uses (BERTH_STATE_ROOT overrides it)`);
+      assert.ok(writable(stateRoot), `${r.name}: the executor's state root ${stateRoot} is not on a writable volume`);
+      assert.notEqual(posix.dirname(stateRoot), '/', `${r.name}: the state root must be a directory inside the volume (the volume's own root belongs to root)`);
+      assert.ok(!executorMounts.some((m) => m.mountPath === stateRoot), `${r.name}: the state root ${stateRoot} must be made by the executor, not be a mount point`);
       if (config.terminal.cwd) assert.ok(writable(config.terminal.cwd), `${r.name}: terminal.cwd`);
     }
   });
