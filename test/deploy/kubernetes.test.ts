@@ -441,8 +441,10 @@ describe('kubernetes manifests', { skip: unavailable }, () => {
       assert.equal(config.metrics.enabled, true);
       assert.equal(config.metrics.port, portOf(dispatcher, 'metrics'), `${r.name}: metrics.port`);
       assert.equal(config.metrics.executor_port, portOf(executor, 'metrics'), `${r.name}: metrics.executor_port`);
-      // Dispatchers must finish in-flight calls before the kubelet kills them.
+      // Dispatchers and executors must finish in-flight calls before the kubelet kills them.
       assert.ok(config.server.shutdown_grace_ms < dispatcher.spec.template.spec.terminationGracePeriodSeconds * 1000);
+      const drainMs = (executorConfig.executor as Record<string, unknown>).drain_grace_ms;
+      if (typeof drainMs === 'number') assert.ok(drainMs < executor.spec.template.spec.terminationGracePeriodSeconds * 1000, `${r.name}: executor.drain_grace_ms`);
       // Read-only root: the state root and the working directory must sit on a writable volume.
       const executorMounts = executor.spec.template.spec.containers[0].volumeMounts as Obj[];
       const writable = (p: string) => executorMounts.some((m) => !m.readOnly && (p === m.mountPath || p.startsWith(`${m.mountPath}/`)));
