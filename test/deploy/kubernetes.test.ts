@@ -433,6 +433,11 @@ describe('kubernetes manifests', { skip: unavailable }, () => {
         config,
         `${r.name}: dispatchers and executors read one config (the state root matters to executors only)`,
       );
+      // `berth executor --backend NAME` overrides terminal.backend: both must say the same.
+      const args = executor.spec.template.spec.containers[0].args as string[];
+      assert.equal(args[0], 'executor', r.name);
+      assert.equal(args[args.indexOf('--backend') + 1], config.terminal.backend, `${r.name}: the executor's --backend`);
+      assert.deepEqual(one(r, 'Deployment', 'berth-dispatcher').spec.template.spec.containers[0].args.slice(0, 1), ['dispatcher']);
       const portOf = (w: Obj, name: string) => w.spec.template.spec.containers[0].ports.find((p: Obj) => p.name === name).containerPort;
       assert.equal(config.server.host, '0.0.0.0', `${r.name}: the dispatcher must listen on the pod address`);
       assert.equal(config.executor.host, '0.0.0.0', `${r.name}: the executor must listen on the pod address`);
