@@ -335,6 +335,23 @@ function setPath(target: Record<string, unknown>, path: readonly string[], value
   node[path[path.length - 1]!] = value;
 }
 
+/**
+ * `BERTH_TENANTS`: the whole `tenants:` list as YAML or JSON, replacing the file's. It lets the key hashes
+ * live in a secret store (a Kubernetes Secret) while the rest of the config sits in a plain file.
+ */
+function tenantsFromEnv(text: string): unknown {
+  let value: unknown;
+  try {
+    value = parseYaml(text);
+  } catch (err) {
+    throw new ConfigError(`BERTH_TENANTS is not valid YAML: ${(err as Error).message}`);
+  }
+  if (!Array.isArray(value)) {
+    throw new ConfigError('BERTH_TENANTS must hold a YAML list of tenants (- id: NAME, api_key_sha256: HEX), or [] for none');
+  }
+  return value;
+}
+
 /** Applies environment overrides to a raw (unvalidated) config object. */
 export function applyEnvOverrides(raw: Record<string, unknown>, env: NodeJS.ProcessEnv): Record<string, unknown> {
   const out = structuredClone(raw);
@@ -366,6 +383,7 @@ export function applyEnvOverrides(raw: Record<string, unknown>, env: NodeJS.Proc
   if (env.BERTH_STATE_ROOT) setPath(out, ['executor', 'state_root'], env.BERTH_STATE_ROOT);
   if (env.BERTH_EXECUTOR_SECRET) setPath(out, ['executor', 'shared_secret'], env.BERTH_EXECUTOR_SECRET);
   if (env.BERTH_CODE_CONTAINER) setPath(out, ['code_execution', 'code_container'], env.BERTH_CODE_CONTAINER);
+  if (env.BERTH_TENANTS) setPath(out, ['tenants'], tenantsFromEnv(env.BERTH_TENANTS));
   for (const [name, key] of Object.entries(METRICS_ENV)) {
     const value = env[name];
     if (value) setPath(out, ['metrics', key], value);

@@ -145,4 +145,16 @@ describe('config', () => {
     );
     assert.throws(() => loadConfig(undefined, { BERTH_METRICS_PORT: 'ninety' }), /metrics\.port/);
   });
+
+  test('BERTH_TENANTS replaces the tenants list; bad YAML or a non-list is refused by name', () => {
+    const hash = hashApiKey('k1');
+    withConfigFile(`terminal:\n  backend: docker\ntenants:\n  - { id: old, api_key_sha256: ${hash} }\n`, (file) => {
+      const c = loadConfig(file, { BERTH_TENANTS: `- id: acme\n  api_key_sha256: ${hash}\n  allowed_backends: [docker]\n` });
+      assert.deepEqual(c.tenants.map((t) => [t.id, t.allowed_backends]), [['acme', ['docker']]]);
+      assert.deepEqual(loadConfig(file, { BERTH_TENANTS: '[]' }).tenants, []);
+      assert.throws(() => loadConfig(file, { BERTH_TENANTS: '- id: [' }), /BERTH_TENANTS is not valid YAML/);
+      assert.throws(() => loadConfig(file, { BERTH_TENANTS: 'id: acme' }), /BERTH_TENANTS must hold a YAML list/);
+      assert.throws(() => loadConfig(file, { BERTH_TENANTS: '- id: acme\n  api_key_sha256: short\n' }), /api_key_sha256/);
+    });
+  });
 });
