@@ -171,8 +171,8 @@ async function cmdDispatcher(argv: string[]): Promise<number> {
   if (values.help) return printHelp();
   const config = loadServerConfig(values);
   const configPath = values.config ?? process.env.BERTH_CONFIG;
-  if (config.executors.length === 0) {
-    throw new UsageError("no executors configured: list them under 'executors:' in the config file, or use 'berth serve'");
+  if (config.executors.length === 0 && config.executor_discovery.length === 0) {
+    throw new UsageError("no executors configured: list them under 'executors:' (or a DNS name under 'executor_discovery:') in the config file, or use 'berth serve'");
   }
   const logger = createLogger(config.log_level);
   const { running: dispatcher, metrics } = await startWithMetrics(config.metrics, 'dispatcher', logger, (registry) =>
@@ -187,13 +187,28 @@ async function cmdDispatcher(argv: string[]): Promise<number> {
         sharedSecret: config.executor.shared_secret,
         ...(e.tls ? { tls: executorClientTlsFiles(e.tls) } : {}),
       })),
+      ...(config.executor_discovery.length > 0
+        ? {
+            discovery: {
+              sources: config.executor_discovery.map((d) => ({
+                dns: d.dns,
+                port: d.port,
+                backend: d.backend as BackendName,
+                ...(d.tls ? { tls: executorClientTlsFiles(d.tls) } : {}),
+              })),
+              intervalMs: config.executor_discovery_interval_ms,
+              sharedSecret: config.executor.shared_secret,
+            },
+          }
+        : {}),
       ...(configPath ? { configPath } : {}),
       ...(registry ? { metricsRegistry: registry } : {}),
     }),
   );
   printMetricsUrl(metrics);
   process.stdout.write(`berth dispatcher serving on ${dispatcher.address}\n`);
-  const anyTls = config.server.tls !== undefined || config.executors.some((e) => e.tls !== undefined);
+  const anyTls =
+    config.server.tls !== undefined || [...config.executors, ...config.executor_discovery].some((e) => e.tls !== undefined);
   await untilSignal(logger, anyTls ? () => dispatcher.reloadCertificates() : undefined);
   await dispatcher.close();
   await metrics?.close();
@@ -225,7 +240,7 @@ async function cmdExecutor(argv: string[]): Promise<number> {
   printMetricsUrl(metrics);
   process.stdout.write(`berth executor (${config.terminal.backend}) serving on ${executor.address ?? ''}\n`);
   await untilSignal(logger, config.executor.tls ? () => executor.reloadCertificates() : undefined);
-  await executor.close();
+  await executor.close(config.executor.drain_grace_ms);
   await metrics?.close();
   return 0;
 }
