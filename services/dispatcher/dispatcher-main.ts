@@ -69,6 +69,8 @@ export interface RunningDispatcher {
   readonly address: string;
   readonly port: number;
   readonly dispatcher: Dispatcher;
+  /** The executors this dispatcher routes to now (static and discovered) and whether each is in rotation. */
+  executors(): Array<{ readonly id: string; readonly healthy: boolean; readonly draining: boolean }>;
   /**
    * Re-reads server.tls's files and the executors' client certificates
    * (SIGHUP); false when some are bad and the previous ones stay in use.
@@ -254,6 +256,7 @@ export async function startDispatcher(options: DispatcherStartOptions): Promise<
     address,
     port,
     dispatcher,
+    executors: () => members().map((e) => ({ id: e.id, healthy: e.healthy, draining: e.draining ?? false })),
     reloadCertificates() {
       let ok = credentials ? reloadCertificates('server.tls', credentials, logger) : true;
       for (const { key, connection } of connections) {
