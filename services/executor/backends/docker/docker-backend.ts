@@ -281,6 +281,16 @@ export class DockerBackend implements Backend {
     }
   }
 
+  async #volumeExists(name: string): Promise<boolean> {
+    try {
+      await this.#docker.getVolume(name).inspect();
+      return true;
+    } catch (err) {
+      if (isNotFound(err)) return false;
+      throw dockerError(err, `inspecting volume ${name}`, this.#daemon);
+    }
+  }
+
   /** The live environment of a task, if this backend has one. */
   environmentOf(key: TaskKey): DockerEnvironment | undefined {
     return this.#environments.get(taskKeyString(key));
@@ -317,6 +327,8 @@ export class DockerBackend implements Backend {
     const volumes = this.#persistent ? persistentVolumeNames(key) : undefined;
     const volumeLabels = { [LABEL.task]: key.taskId, [LABEL.tenant]: key.tenant };
     const started = Date.now();
+    // Volumes that already exist come from an earlier environment of this task (here, or on an executor drained or lost).
+    const resumed = this.#role === 'task' && volumes !== undefined && (await this.#volumeExists(volumes.workspace));
     let container = await this.#claimFromPool(key, name, logger);
     const fromPool = container !== undefined;
     if (!container) {
@@ -352,6 +364,13 @@ export class DockerBackend implements Backend {
     });
     this.#environments.set(id, environment);
     await environment.init().catch(() => undefined);
+    if (resumed) {
+      environment.addNotice(
+        `This task's environment was started anew (its previous one was released: idle, or its executor was drained or lost); ` +
+          `files in ${this.#factory.options.workspaceDir} and ${this.#factory.options.homeDir} were kept in the task's volumes, ` +
+          'but variables, the working directory and background processes were not.',
+      );
+    }
     logger.info(
       { containerId: container.id.slice(0, 12), channel: container.channel.kind, fromPool, ms: Date.now() - started },
       this.#role === 'code' ? 'execute_code code container ready' : 'task container ready',
