@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # Runs the test tiers with node's test runner on the compiled tests and ends
-# with a plain "N passed, N failed" line. Usage: test/run.sh [unit|integration|e2e|contract|bench]...
+# with a plain "N passed, N failed" line. Usage: test/run.sh [unit|integration|e2e|contract|deploy|bench]...
 # The bench tier is `berth bench --smoke` (each benchmark case a few times,
 # no timing asserted), counted as one test so the harness never rots.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 tiers=("$@")
-[ ${#tiers[@]} -gt 0 ] || tiers=(unit integration e2e contract bench)
+[ ${#tiers[@]} -gt 0 ] || tiers=(unit integration e2e contract deploy bench)
 files=()
 for t in "${tiers[@]}"; do
   [ -d "dist/test/$t" ] || continue

@@ -235,6 +235,8 @@ export class DockerBackend implements Backend {
       );
     }
     backend.#pool?.start();
+    // The label value on this executor's containers: how an operator tells whose a sandbox is.
+    backend.#logger.info({ [LABEL.executor]: backend.identity.id, stateRoot }, 'docker backend ready');
     const interval = options.sweepIntervalMs ?? 60_000;
     if (interval > 0) {
       backend.#sweepTimer = setInterval(() => {
