@@ -164,10 +164,14 @@ export class Dispatcher {
     if (quotas) leases.push(quotas.beginCall(tenant));
     try {
       for (let attempt = 0; ; attempt++) {
-        this.#remember(key, placement.executorId);
+        // After the one lost-environment error the task is placed afresh (its new executor may not be known yet).
+        if (placement.lost) this.#placements.delete(key);
+        else this.#remember(key, placement.executorId);
         try {
           return await this.#runCall(tenant, taskId, input, options, { ...placement, log, leases, started });
         } catch (err) {
+          // Where a new task's first call failed is no home of it: the next call looks for a holder again.
+          if (placement.fresh) this.#placements.delete(key);
           // A draining executor refuses tasks it does not hold before doing anything: a new task may go elsewhere.
           if (!(placement.fresh && attempt === 0 && isDrainingRefusal(err))) throw err;
           log.info({ executor: placement.executorId }, 'executor is draining; placing the new task elsewhere');

@@ -71,7 +71,7 @@ describe('the compose stack', async () => {
         const r = await client.callTool({ name, argumentsJson: JSON.stringify(args), taskId, sessionId: '' });
         return JSON.parse(r.resultJson) as Result;
       } catch (err) {
-        if (!(err instanceof ClientError && err.code === Status.UNAVAILABLE) || attempt >= 80) throw err;
+        if (!(err instanceof ClientError && err.code === Status.UNAVAILABLE) || attempt >= 160) throw err;
         await sleep(250);
       }
     }
@@ -121,6 +121,17 @@ describe('the compose stack', async () => {
     await compose('up', '-d');
     channel = createChannel(`127.0.0.1:${port}`);
     client = createClient(DispatcherDefinition, channel);
+    // Ready when a call through the balancer reaches a dispatcher with executors in rotation.
+    for (let attempt = 0; ; attempt++) {
+      try {
+        const r = await client.callTool({ name: 'terminal', argumentsJson: '{"command":"true"}', taskId: `${project}-ready`, sessionId: '' });
+        taskIds.add(`${project}-ready`);
+        if ((JSON.parse(r.resultJson) as Result).error === null) break;
+      } catch (err) {
+        if (attempt >= 120) throw err;
+      }
+      await sleep(500);
+    }
   });
 
   after(async () => {
@@ -198,7 +209,11 @@ describe('the compose stack', async () => {
       if (onRemoved.includes(t)) {
         assert.match(String(r.error), new RegExp(`environment of task '${t}' was lost: its executor \\(\\S+\\) (was shut down|left the executor membership)`));
         const resumed = await sh(t, 'echo "[$WHO]"; cat /workspace/who');
-        assert.match(String(resumed.output), new RegExp(`^\\[\\]\\n${t}\\n\\[Note: This task's environment was started anew.*were kept in the task's volumes`, 's'));
+        assert.match(
+          String(resumed.output),
+          new RegExp(`^\\[\\]\\n${t}\\n\\[Note: This task's environment was started anew.*were kept in the task's volumes`, 's'),
+          JSON.stringify(resumed),
+        );
       } else {
         assert.deepEqual(r, { output: t, exit_code: 0, error: null }, `${t} on a remaining executor noticed nothing`);
       }
@@ -232,15 +247,16 @@ describe('the compose stack', async () => {
     // The replica the client's connection goes to is the one that logged the call.
     let served: string | undefined;
     for (const n of [1, 2]) {
-      const { stdout } = await run('docker', ['logs', containerOf('dispatcher', n)], { maxBuffer: 64 * 1024 * 1024 });
-      if (stdout.includes(`"task":"${t}"`)) served = containerOf('dispatcher', n);
+      // The JSON log lines are on stderr.
+      const { stdout, stderr } = await run('docker', ['logs', containerOf('dispatcher', n)], { maxBuffer: 64 * 1024 * 1024 });
+      if ((stdout + stderr).includes(`"task":"${t}"`)) served = containerOf('dispatcher', n);
     }
     assert.ok(served, 'a dispatcher logged the call');
     await run('docker', ['kill', served]);
     // The other replica never saw the task: it finds the executor holding it.
     assert.deepEqual(await sh(t, 'echo $WHO; cat /workspace/f'), { output: 'replica\nx', exit_code: 0, error: null });
-    const { stdout: other } = await run('docker', ['logs', [1, 2].map((n) => containerOf('dispatcher', n)).find((c) => c !== served)!]);
-    assert.ok(other.includes(`"task":"${t}"`), 'the surviving replica served the call');
+    const other = await run('docker', ['logs', [1, 2].map((n) => containerOf('dispatcher', n)).find((c) => c !== served)!], { maxBuffer: 64 * 1024 * 1024 });
+    assert.ok((other.stdout + other.stderr).includes(`"task":"${t}"`), 'the surviving replica served the call');
   });
 
   test('down leaves no container, network or volume of the stack behind', { skip }, async () => {

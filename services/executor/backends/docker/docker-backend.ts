@@ -39,6 +39,7 @@ import { DockerEnvironment, prepareShellSnapshot } from './docker-environment.js
 import { parseDockerExtraArgs } from './docker-extra-args.js';
 import { describeDaemon, dockerError, isNotFound } from './docker-errors.js';
 import {
+  HEARTBEAT_STALE_MS,
   Heartbeat,
   executorLabels,
   hostProbes,
@@ -461,10 +462,15 @@ export class DockerBackend implements Backend {
       await removeContainer(this.#docker.getContainer(info.Id), this.#daemon);
       return;
     }
+    if (liveness === 'alive') {
+      // Often an executor that was just killed: its heartbeat goes stale soon, and a retry then succeeds.
+      throw new UnavailableError(
+        `container ${name} for this task belongs to executor ${labels[LABEL.executor]}, which still counts as running ` +
+          `(an executor killed moments ago counts as gone once its heartbeat is ${HEARTBEAT_STALE_MS / 1000} s old); retry shortly`,
+      );
+    }
     throw new FailedPreconditionError(
-      `container ${name} for this task already exists and belongs to ${
-        liveness === 'alive' ? `executor ${labels[LABEL.executor]}, which is still running` : 'something other than Berth'
-      }; refusing to replace it`,
+      `container ${name} for this task already exists and belongs to something other than Berth; refusing to replace it`,
     );
   }
 
