@@ -30,9 +30,11 @@ Usage:
       Dispatcher plus one in-process executor (backend local by default) on
       127.0.0.1:7700; the dispatcher calls the executor directly.
   berth dispatcher [--config FILE] [--port N] [--host H] [--log-level L] [--metrics-port N]
-      Dispatcher only; executors come from 'executors:' in the config file.
+      Dispatcher only; executors come from 'executors:' in the config file
+      and from DNS names under 'executor_discovery:'.
   berth executor --backend NAME [--config FILE] [--port N] [--host H] [--log-level L] [--metrics-port N]
-      One executor for one terminal backend (default port 7701).
+      One executor for one terminal backend (default port 7701). SIGTERM drains
+      it: no new tasks, calls in flight get executor.drain_grace_ms to finish.
   --metrics-port N turns metrics on and serves them on http://HOST:N/metrics
       (HOST: metrics.host, 127.0.0.1 by default). Without it, metrics.enabled
       uses port 9464 for serve and dispatcher, 9465 for executor.
