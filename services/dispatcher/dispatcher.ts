@@ -308,7 +308,7 @@ export class Dispatcher {
 const LOSS_CAUSES: Readonly<Record<LossReason, string>> = {
   unreachable: 'stopped answering',
   draining: 'was shut down (drained for an upgrade or a scale-down)',
-  removed: 'left the executor membership (scaled down or replaced)',
+  removed: 'is gone from the executor membership (scaled down, replaced or failed)',
 };
 
 /** The one error a task gets when its environment went with its executor. */
