@@ -9,6 +9,7 @@
 #
 # Environment:
 #   BERTH_DEPLOY_IMAGE  image name (default berth)
+#   BERTH_DEPLOY_NO_TSC=1  use dist/ as it is (the tests, which run from it, set this)
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -32,8 +33,12 @@ node_bin=$(readlink -f "$(command -v node)") || die "node is not installed on th
 node_major=$("$node_bin" -p 'process.versions.node.split(".")[0]')
 ((node_major >= 20)) || die "this host's node is $("$node_bin" --version); the image needs Node.js 20 or later"
 
-log "compiling TypeScript ..."
-(cd "$root" && npx tsc -p tsconfig.json)
+if [[ ${BERTH_DEPLOY_NO_TSC:-} != 1 ]]; then
+  log "compiling TypeScript ..."
+  (cd "$root" && npx tsc -p tsconfig.json)
+fi
+[[ -f $root/dist/services/cli/main.js ]] || die "dist/ is not built; run 'make build'"
+
 
 mkdir -p "$ctx/app"
 lock_hash=$(sha256sum "$root/package-lock.json" | cut -c1-16)
