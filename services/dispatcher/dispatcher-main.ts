@@ -193,7 +193,10 @@ export async function startDispatcher(options: DispatcherStartOptions): Promise<
           // Calls still on it finish or fail by themselves; the channel goes once they had time to.
           const connection = joined.get(address);
           joined.delete(address);
-          if (connection) setTimeout(() => connection.close(), 60_000).unref();
+          if (connection) {
+            connections.splice(connections.findIndex((c) => c.connection === connection), 1);
+            setTimeout(() => connection.close(), 60_000).unref();
+          }
         }
         await Promise.all(
           added.map(async (m) => {
