@@ -5,7 +5,7 @@ import { createBerthServer } from '../common/grpc-server.js';
 import type { Logger } from '../common/logging.js';
 import type { Registry } from '../common/metrics.js';
 import { DispatcherDefinition } from '../gen/berth/v1/dispatcher.js';
-import { reloadCertificates, serverCredentialsFor, TlsMaterialError, type ClientTlsFiles } from '../common/tls.js';
+import { clientTls, reloadCertificates, serverCredentialsFor, TlsMaterialError, type ClientTlsFiles } from '../common/tls.js';
 import type { ExecutorClient } from '../gen/berth/v1/executor.js';
 import { ApprovalService } from './approval/approval-service.js';
 import { executeCodeLimitsFromConfig, executeCodeSchemaPatcher } from './code-execution/execute-code-tool.js';
@@ -137,6 +137,14 @@ export async function startDispatcher(options: DispatcherStartOptions): Promise<
   const watched: WatchedExecutor[] = [];
   // Bad TLS files of an executor entry stop the start here, before anything listens.
   const credentials = serverCredentialsFor('server.tls', config.server.tls);
+  // Likewise those of a discovery entry, rather than at the first executor that appears.
+  options.discovery?.sources.forEach((source, i) => {
+    try {
+      if (source.tls) clientTls(source.tls);
+    } catch (err) {
+      throw err instanceof TlsMaterialError ? new ConfigError(`executor_discovery[${i}].tls (${source.dns}): ${err.message}`) : err;
+    }
+  });
   // Connects one remote executor; `key` names its config entry in errors and reload logs.
   const connect = (address: string, backend: BackendName, tls: ClientTlsFiles | undefined, secret: string, key: string, healthy: boolean) => {
     let connection: ExecutorConnection;
@@ -187,6 +195,8 @@ export async function startDispatcher(options: DispatcherStartOptions): Promise<
       (running ??= (async () => {
         const { added, removed } = await found.refresh();
         for (const address of removed) {
+          // Only what discovery added leaves with it: a static entry of the same address stays.
+          if (!joined.has(address)) continue;
           endpoints = endpoints.filter((e) => e.id !== address);
           health.remove(address);
           router.forgetHolders(address);
@@ -199,7 +209,8 @@ export async function startDispatcher(options: DispatcherStartOptions): Promise<
           }
         }
         await Promise.all(
-          added.map(async (m) => {
+          // An address also listed under executors: is that entry already.
+          added.filter((m) => !endpoints.some((e) => e.id === m.address)).map(async (m) => {
             const i = d.sources.findIndex((s) => s.backend === m.backend && s.tls === m.tls);
             const { endpoint, watch, connection } = connect(m.address, m.backend, m.tls, d.sharedSecret, `executor_discovery[${i}]`, false);
             joined.set(m.address, connection);

@@ -169,3 +169,25 @@ describe('executors from DNS behind two dispatcher replicas', () => {
     assert.equal((await run(1, bystander, 'echo $KEEP')).output, 'kept', 'a task on another executor notices nothing');
   });
 });
+
+describe('executor discovery settings', () => {
+  test('unreadable TLS files of a discovery entry stop the start with the entry named', async () => {
+    const config = parseConfig({ executor_discovery: [{ dns: NAME, backend: 'local', tls: { cert_file: '/nonexistent/c.pem', key_file: '/nonexistent/k.pem' } }] });
+    await assert.rejects(
+      startDispatcher({
+        config,
+        logger: silentLogger(),
+        host: '127.0.0.1',
+        port: 0,
+        executors: [],
+        discovery: {
+          sources: [{ dns: NAME, port: 7701, backend: 'local', tls: { certFile: '/nonexistent/c.pem', keyFile: '/nonexistent/k.pem' } }],
+          intervalMs: 1000,
+          sharedSecret: '',
+          resolve: async () => [],
+        },
+      }),
+      (err: Error) => err.name === 'ConfigError' && err.message.startsWith(`executor_discovery[0].tls (${NAME})`),
+    );
+  });
+});
