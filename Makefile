@@ -3,7 +3,7 @@ SHELL := /bin/bash
 .DEFAULT_GOAL := help
 TS_SOURCES := $(shell find services test -name '*.ts' -not -path '*/node_modules/*' 2>/dev/null)
 
-.PHONY: help setup build run test test-unit lint proto proto-check proto-python proto-python-check client-gen client-check image bench clean
+.PHONY: help setup build run test test-unit lint proto proto-check proto-python proto-python-check client-gen client-check image deploy-image bench clean
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -63,6 +63,9 @@ client-check: client-gen ## Fail if the committed client tool methods differ fro
 
 image: ## Build the sandbox image (starts Docker and builds its base without a registry where needed)
 	scripts/build-image.sh
+
+deploy-image: ## Build the Berth image (deploy/Dockerfile) and the compose stack's Prometheus image, without a registry
+	scripts/build-deploy-image.sh
 
 bench: setup ## Benchmarks beside their baselines into test/bench/results/ (BENCH_FLAGS=--quick)
 	bin/berth bench $(BENCH_FLAGS)

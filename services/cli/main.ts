@@ -33,9 +33,11 @@ Usage:
       Dispatcher plus one in-process executor (backend local by default) on
       127.0.0.1:7700; the dispatcher calls the executor directly.
   berth dispatcher [--config FILE] [--port N] [--host H] [--log-level L] [--metrics-port N]
-      Dispatcher only; executors come from 'executors:' in the config file.
+      Dispatcher only; executors come from 'executors:' in the config file
+      and from DNS names under 'executor_discovery:'.
   berth executor --backend NAME [--config FILE] [--port N] [--host H] [--log-level L] [--metrics-port N]
-      One executor for one terminal backend (default port 7701).
+      One executor for one terminal backend (default port 7701). SIGTERM drains
+      it: no new tasks, calls in flight get executor.drain_grace_ms to finish.
   --metrics-port N turns metrics on and serves them on http://HOST:N/metrics
       (HOST: metrics.host, 127.0.0.1 by default). Without it, metrics.enabled
       uses port 9464 for serve and dispatcher, 9465 for executor.
@@ -175,8 +177,8 @@ async function cmdDispatcher(argv: string[]): Promise<number> {
   if (values.help) return printHelp();
   const config = loadServerConfig(values);
   const configPath = values.config ?? process.env.BERTH_CONFIG;
-  if (config.executors.length === 0) {
-    throw new UsageError("no executors configured: list them under 'executors:' in the config file, or use 'berth serve'");
+  if (config.executors.length === 0 && config.executor_discovery.length === 0) {
+    throw new UsageError("no executors configured: list them under 'executors:' (or a DNS name under 'executor_discovery:') in the config file, or use 'berth serve'");
   }
   const logger = createLogger(config.log_level);
   const tracing = await startTracing(config.tracing, 'dispatcher', logger);
@@ -192,6 +194,20 @@ async function cmdDispatcher(argv: string[]): Promise<number> {
         sharedSecret: config.executor.shared_secret,
         ...(e.tls ? { tls: executorClientTlsFiles(e.tls) } : {}),
       })),
+      ...(config.executor_discovery.length > 0
+        ? {
+            discovery: {
+              sources: config.executor_discovery.map((d) => ({
+                dns: d.dns,
+                port: d.port,
+                backend: d.backend as BackendName,
+                ...(d.tls ? { tls: executorClientTlsFiles(d.tls) } : {}),
+              })),
+              intervalMs: config.executor_discovery_interval_ms,
+              sharedSecret: config.executor.shared_secret,
+            },
+          }
+        : {}),
       ...(configPath ? { configPath } : {}),
       ...(registry ? { metricsRegistry: registry } : {}),
       ...(tracing ? { tracing } : {}),
@@ -199,7 +215,8 @@ async function cmdDispatcher(argv: string[]): Promise<number> {
   );
   printMetricsUrl(metrics);
   process.stdout.write(`berth dispatcher serving on ${dispatcher.address}\n`);
-  const anyTls = config.server.tls !== undefined || config.executors.some((e) => e.tls !== undefined);
+  const anyTls =
+    config.server.tls !== undefined || [...config.executors, ...config.executor_discovery].some((e) => e.tls !== undefined);
   await untilSignal(logger, anyTls ? () => dispatcher.reloadCertificates() : undefined);
   await dispatcher.close();
   await metrics?.close();
@@ -234,7 +251,7 @@ async function cmdExecutor(argv: string[]): Promise<number> {
   printMetricsUrl(metrics);
   process.stdout.write(`berth executor (${config.terminal.backend}) serving on ${executor.address ?? ''}\n`);
   await untilSignal(logger, config.executor.tls ? () => executor.reloadCertificates() : undefined);
-  await executor.close();
+  await executor.close(config.executor.drain_grace_ms);
   await metrics?.close();
   await tracing?.shutdown();
   return 0;

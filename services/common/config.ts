@@ -80,6 +80,17 @@ export const TRACE_SAMPLERS = [
   'always_off',
   'traceidratio',
 ] as const;
+
+/** Executors found by DNS: every A/AAAA record of `dns` (a headless Service, a compose service) on `port`. */
+const executorDiscoverySchema = z
+  .object({
+    dns: z.string().min(1),
+    port: int(1).max(65535).default(7701),
+    backend: z.enum(BACKEND_NAMES),
+    tls: executorClientTlsSchema.optional(),
+  })
+  .strict();
+
 export const APPROVAL_MODES = ['manual', 'smart', 'off'] as const;
 export const CODE_CONTAINER_SETTINGS = ['auto', 'docker', 'off'] as const;
 export const DISK_LIMIT_MODES = ['auto', 'require', 'off'] as const;
@@ -212,6 +223,8 @@ export const configSchema = z
         state_root: z.string().default(''),
         /** The executor's own server certificate; client_ca_file is required: dispatchers must present a certificate. */
         tls: serverTlsSchema.optional(),
+        /** On SIGTERM: how long calls in flight may finish (no new tasks meanwhile) before environments are released. */
+        drain_grace_ms: int(0).default(30_000),
       })
       .strict()
       .prefault({}),
@@ -262,6 +275,9 @@ export const configSchema = z
     quotas: quotasSchema.default({}),
     /** Executors for `berth dispatcher`; `berth serve` runs one in-process instead. */
     executors: z.array(executorEndpointSchema).default([]),
+    /** More executors from DNS, re-resolved every `executor_discovery_interval_ms` (membership changes). */
+    executor_discovery: z.array(executorDiscoverySchema).default([]),
+    executor_discovery_interval_ms: int(200).default(5000),
     /** With no tenants every caller is tenant `default`; with tenants a Bearer key is required. */
     tenants: z.array(tenantSchema).default([]),
     /** Allow the local backend (no isolation) when tenants are configured. */

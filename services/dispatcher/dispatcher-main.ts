@@ -6,7 +6,7 @@ import type { Logger } from '../common/logging.js';
 import type { Registry } from '../common/metrics.js';
 import type { Tracing } from '../common/tracing/tracing.js';
 import { DispatcherDefinition } from '../gen/berth/v1/dispatcher.js';
-import { reloadCertificates, serverCredentialsFor, TlsMaterialError, type ClientTlsFiles } from '../common/tls.js';
+import { clientTls, reloadCertificates, serverCredentialsFor, TlsMaterialError, type ClientTlsFiles } from '../common/tls.js';
 import type { ExecutorClient } from '../gen/berth/v1/executor.js';
 import { ApprovalService } from './approval/approval-service.js';
 import { executeCodeLimitsFromConfig, executeCodeSchemaPatcher } from './code-execution/execute-code-tool.js';
@@ -15,6 +15,7 @@ import { DispatcherMetrics } from './dispatcher-metrics.js';
 import { createDispatcherService } from './dispatcher-service.js';
 import { connectExecutor, type ExecutorConnection } from './executor-channel.js';
 import { ExecutorHealthWatcher, type WatchedExecutor } from './executor-health.js';
+import { ExecutorDiscovery, type AddressResolver, type DiscoverySource } from './executor-membership.js';
 import { ExecutorRouter, type ExecutorEndpoint } from './executor-router.js';
 import { QuotaLedger, type QuotaKey } from './quotas/quota-ledger.js';
 import { anyQuota, quotaResolver } from './quotas/tenant-quotas.js';
@@ -44,8 +45,18 @@ export interface InProcessExecutorTarget {
 
 export type ExecutorTarget = RemoteExecutorTarget | InProcessExecutorTarget;
 
+/** Executors found by DNS (`executor_discovery:`), re-resolved every `intervalMs`. */
+export interface ExecutorDiscoveryOptions {
+  readonly sources: readonly DiscoverySource<ClientTlsFiles>[];
+  readonly intervalMs: number;
+  readonly sharedSecret: string;
+  /** The resolver; default the system's (tests inject one). */
+  readonly resolve?: AddressResolver;
+}
+
 export interface DispatcherStartOptions {
   readonly config: BerthConfig;
+  readonly discovery?: ExecutorDiscoveryOptions;
   readonly logger: Logger;
   readonly host: string;
   readonly port: number;
@@ -62,6 +73,8 @@ export interface RunningDispatcher {
   readonly address: string;
   readonly port: number;
   readonly dispatcher: Dispatcher;
+  /** The executors this dispatcher routes to now (static and discovered) and whether each is in rotation. */
+  executors(): Array<{ readonly id: string; readonly healthy: boolean; readonly draining: boolean }>;
   /**
    * Re-reads server.tls's files and the executors' client certificates
    * (SIGHUP); false when some are bad and the previous ones stay in use.
@@ -80,8 +93,8 @@ const USAGE_TIMEOUT_MS = 5000;
  * once now, then every {@link USAGE_REFRESH_MS}, and before any task-side
  * refusal (see quota-ledger.ts).
  */
-function startQuotas(config: BerthConfig, endpoints: readonly ExecutorEndpoint[], logger: Logger) {
-  const byId = new Map(endpoints.map((e) => [e.id, e]));
+function startQuotas(config: BerthConfig, members: () => readonly ExecutorEndpoint[], logger: Logger) {
+  const byId = { get: (id: string) => members().find((e) => e.id === id) };
   const state: { onRejected: ((quota: QuotaKey) => void) | undefined } = { onRejected: undefined };
   const ledger = new QuotaLedger({
     quotasFor: quotaResolver(config),
@@ -108,7 +121,7 @@ function startQuotas(config: BerthConfig, endpoints: readonly ExecutorEndpoint[]
       return taskContainerLimits(config, backend, code);
     },
   });
-  const refreshAll = () => Promise.all(endpoints.map((e) => ledger.refresh(e.id))).then(() => undefined);
+  const refreshAll = () => Promise.all(members().map((e) => ledger.refresh(e.id))).then(() => undefined);
   const timer = setInterval(() => void refreshAll().catch(() => undefined), USAGE_REFRESH_MS).unref();
   return {
     ledger,
@@ -128,37 +141,94 @@ export async function startDispatcher(options: DispatcherStartOptions): Promise<
   const watched: WatchedExecutor[] = [];
   // Bad TLS files of an executor entry stop the start here, before anything listens.
   const credentials = serverCredentialsFor('server.tls', config.server.tls);
-  const endpoints: ExecutorEndpoint[] = options.executors.map((t, i) => {
-    if ('client' in t) return { id: t.id, backend: t.backend, healthy: true, client: t.client };
+  // Likewise those of a discovery entry, rather than at the first executor that appears.
+  options.discovery?.sources.forEach((source, i) => {
+    try {
+      if (source.tls) clientTls(source.tls);
+    } catch (err) {
+      throw err instanceof TlsMaterialError ? new ConfigError(`executor_discovery[${i}].tls (${source.dns}): ${err.message}`) : err;
+    }
+  });
+  // Connects one remote executor; `key` names its config entry in errors and reload logs.
+  const connect = (address: string, backend: BackendName, tls: ClientTlsFiles | undefined, secret: string, key: string, healthy: boolean) => {
     let connection: ExecutorConnection;
     try {
-      connection = connectExecutor(t.address, t.sharedSecret, t.tls, options.tracing?.rpcClientSpans);
+      connection = connectExecutor(address, secret, tls, options.tracing?.rpcClientSpans);
     } catch (err) {
-      throw err instanceof TlsMaterialError ? new ConfigError(`executors[${i}].tls (${t.address}): ${err.message}`) : err;
+      throw err instanceof TlsMaterialError ? new ConfigError(`${key}.tls (${address}): ${err.message}`) : err;
     }
-    connections.push({ key: t.tls ? `executors[${i}].tls (${t.address})` : undefined, connection });
+    connections.push({ key: tls ? `${key}.tls (${address})` : undefined, connection });
     const endpoint: ExecutorEndpoint = {
-      id: t.address,
-      backend: t.backend,
-      healthy: true,
+      id: address,
+      backend,
+      healthy,
       get client() {
         return connection.client;
       },
     };
-    watched.push({
+    const watch: WatchedExecutor = {
       endpoint,
       get channel() {
         return connection.channel;
       },
       explain: connection.explain,
-    });
+    };
+    return { endpoint, watch, connection };
+  };
+  let endpoints: ExecutorEndpoint[] = options.executors.map((t, i) => {
+    if ('client' in t) return { id: t.id, backend: t.backend, healthy: true, client: t.client };
+    const { endpoint, watch } = connect(t.address, t.backend, t.tls, t.sharedSecret, `executors[${i}]`, true);
+    watched.push(watch);
     return endpoint;
   });
   const health = new ExecutorHealthWatcher(watched, { intervalMs: 1000, timeoutMs: 2000, failuresBeforeDown: 3, logger });
   await health.checkAll();
   health.start();
+  const members = () => endpoints;
   const tenants = new TenantDirectory(config);
-  const router = new ExecutorRouter(endpoints, (tenant) => tenants.policyFor(tenant));
+  const router = new ExecutorRouter(members, (tenant) => tenants.policyFor(tenant));
+  const discovery = options.discovery && startDiscovery(options.discovery);
+  await discovery?.refresh();
+
+  /** Membership from DNS: new addresses join once healthy, vanished ones leave (their tasks are reported lost). */
+  function startDiscovery(d: ExecutorDiscoveryOptions) {
+    const found = new ExecutorDiscovery(d.sources, { logger, ...(d.resolve ? { resolve: d.resolve } : {}) });
+    const joined = new Map<string, ExecutorConnection>();
+    let running: Promise<void> | undefined;
+    const refresh = () =>
+      (running ??= (async () => {
+        const { added, removed } = await found.refresh();
+        for (const address of removed) {
+          // Only what discovery added leaves with it: a static entry of the same address stays.
+          if (!joined.has(address)) continue;
+          endpoints = endpoints.filter((e) => e.id !== address);
+          health.remove(address);
+          router.forgetHolders(address);
+          // Calls still on it finish or fail by themselves; the channel goes once they had time to.
+          const connection = joined.get(address);
+          joined.delete(address);
+          if (connection) {
+            connections.splice(connections.findIndex((c) => c.connection === connection), 1);
+            setTimeout(() => connection.close(), 60_000).unref();
+          }
+        }
+        await Promise.all(
+          // An address also listed under executors: is that entry already.
+          added.filter((m) => !endpoints.some((e) => e.id === m.address)).map(async (m) => {
+            const i = d.sources.findIndex((s) => s.backend === m.backend && s.tls === m.tls);
+            const { endpoint, watch, connection } = connect(m.address, m.backend, m.tls, d.sharedSecret, `executor_discovery[${i}]`, false);
+            joined.set(m.address, connection);
+            endpoints = [...endpoints, endpoint];
+            await health.add(watch);
+          }),
+        );
+        if (added.length > 0) router.forgetHolders();
+      })().finally(() => {
+        running = undefined;
+      }));
+    const timer = setInterval(() => void refresh().catch((err: unknown) => logger.error({ err }, 'executor discovery failed')), d.intervalMs).unref();
+    return { refresh, stop: () => clearInterval(timer) };
+  }
   const registry = new ToolRegistry({ logger });
   registerBuiltinTools(registry, config);
   const metrics = options.metricsRegistry && new DispatcherMetrics(options.metricsRegistry, (name) => registry.has(name));
@@ -170,7 +240,7 @@ export async function startDispatcher(options: DispatcherStartOptions): Promise<
     smartApiKey: process.env[config.approvals.smart.api_key_env] ?? '',
     ...(metrics ? { onDecision: metrics.approvalDecided } : {}),
   });
-  const quotas = anyQuota(config) ? startQuotas(config, endpoints, logger) : undefined;
+  const quotas = anyQuota(config) ? startQuotas(config, members, logger) : undefined;
   if (quotas && metrics && options.metricsRegistry) {
     quotas.onRejected = metrics.observeQuotas(options.metricsRegistry, quotas.ledger, config.metrics.tenant_labels);
   }
@@ -189,14 +259,14 @@ export async function startDispatcher(options: DispatcherStartOptions): Promise<
   });
 
   const shutdown = new AbortController();
-  const { server } = createBerthServer(logger, shutdown.signal, [DispatcherDefinition.fullName], options.metricsRegistry);
+  const { server, health: serving } = createBerthServer(logger, shutdown.signal, [DispatcherDefinition.fullName], options.metricsRegistry);
   (options.tracing ? server.with(options.tracing.continueTrace) : server)
     .with(tenants.middleware())
     .add(DispatcherDefinition, createDispatcherService(dispatcher, logger, shutdown.signal));
   const port = await server.listen(`${options.host}:${options.port}`, credentials);
   const address = `${options.host}:${port}`;
   logger.info(
-    { address, executors: endpoints.map((e) => e.id), tls: credentials ? { serial: credentials.certificate.serial, mutual: config.server.tls?.client_ca_file !== undefined } : false },
+    { address, executors: members().map((e) => e.id), tls: credentials ? { serial: credentials.certificate.serial, mutual: config.server.tls?.client_ca_file !== undefined } : false },
     'dispatcher listening',
   );
 
@@ -205,6 +275,7 @@ export async function startDispatcher(options: DispatcherStartOptions): Promise<
     address,
     port,
     dispatcher,
+    executors: () => members().map((e) => ({ id: e.id, healthy: e.healthy, draining: e.draining ?? false })),
     reloadCertificates() {
       let ok = credentials ? reloadCertificates('server.tls', credentials, logger) : true;
       for (const { key, connection } of connections) {
@@ -221,12 +292,14 @@ export async function startDispatcher(options: DispatcherStartOptions): Promise<
     },
     close(graceMs = config.server.shutdown_grace_ms) {
       closing ??= (async () => {
-        // Stop taking calls, give in-flight ones a moment, then cancel them (their commands get killed).
+        // Out of the load balancer's rotation, stop taking calls, give in-flight ones (and Session streams) the grace, then cancel them.
+        serving.setStatus('unhealthy');
         const graceful = server.shutdown();
         const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms).unref());
         await Promise.race([graceful, sleep(graceMs)]);
         shutdown.abort();
         health.stop();
+        discovery?.stop();
         quotas?.stop();
         // Let cancelled handlers send their UNAVAILABLE before the transport goes.
         await Promise.race([graceful, sleep(500)]);

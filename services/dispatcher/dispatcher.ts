@@ -5,14 +5,14 @@
  */
 import { performance } from 'node:perf_hooks';
 import type { TerminalConfig } from '../common/config.js';
-import { InvalidArgumentError } from '../common/errors.js';
+import { BerthError, InvalidArgumentError } from '../common/errors.js';
 import type { Logger } from '../common/logging.js';
 import type { TaskClient } from '../common/task-client.js';
 import type { ExecutorClient } from '../gen/berth/v1/executor.js';
 import type { ApprovalGrant } from './approval/approval-guard.js';
 import type { ApprovalService } from './approval/approval-service.js';
 import type { ApprovalSurface } from './approval/approval-types.js';
-import type { ExecutorRouter } from './executor-router.js';
+import type { ExecutorRouter, LossReason, Placement } from './executor-router.js';
 import { resultHasError, type DispatcherMetrics } from './dispatcher-metrics.js';
 import { ExecutorTaskClient } from './executor-task-client.js';
 import { AdmittingTaskClient } from './quotas/admitting-task-client.js';
@@ -169,14 +169,31 @@ export class Dispatcher {
       );
     }
     const started = performance.now();
-    const { backend, client, executorId } = this.#router.route(tenant, taskId);
-    const log = this.#logger.child({ tenant, task: taskId, tool: input.name, backend });
-    this.#tracing?.annotate({ [SPAN_ATTRIBUTES.backend]: backend });
+    const key = `${tenant}/${taskId}`;
+    let placement = await this.#router.place(tenant, taskId, this.#placements.get(key));
+    const log = this.#logger.child({ tenant, task: taskId, tool: input.name, backend: placement.backend });
+    this.#tracing?.annotate({ [SPAN_ATTRIBUTES.backend]: placement.backend });
     const quotas = this.#quotas;
     const leases: QuotaLease[] = [];
     if (quotas) leases.push(quotas.beginCall(tenant));
     try {
-      return await this.#runCall(tenant, taskId, input, options, { client, executorId, backend, log, leases, started });
+      for (let attempt = 0; ; attempt++) {
+        // After the one lost-environment error the task is placed afresh (its new executor may not be known yet).
+        if (placement.lost) this.#placements.delete(key);
+        else this.#remember(key, placement.executorId);
+        try {
+          return await this.#runCall(tenant, taskId, input, options, { ...placement, log, leases, started });
+        } catch (err) {
+          // Where a new task's first call failed is no home of it: the next call looks for a holder again.
+          if (placement.fresh) this.#placements.delete(key);
+          // A draining executor refuses tasks it does not hold before doing anything: a new task may go elsewhere.
+          if (!(placement.fresh && attempt === 0 && isDrainingRefusal(err))) throw err;
+          log.info({ executor: placement.executorId }, 'executor is draining; placing the new task elsewhere');
+          this.#router.markDraining(placement.executorId);
+          this.#placements.delete(key);
+          placement = await this.#router.place(tenant, taskId, undefined);
+        }
+      }
     } finally {
       for (const l of leases) l.release();
     }
@@ -191,21 +208,16 @@ export class Dispatcher {
       client: ExecutorClient;
       executorId: string;
       backend: string;
+      lost?: Placement['lost'];
       log: Logger;
       leases: QuotaLease[];
       started: number;
     },
   ): Promise<string> {
-    const { client, executorId, log, leases, started } = call;
-    const lost = this.#place(`${tenant}/${taskId}`, executorId);
+    const { client, executorId, lost, log, leases, started } = call;
     if (lost !== undefined) {
-      log.warn({ lostExecutor: lost, executor: executorId }, 'task environment lost with its executor');
-      return JSON.stringify({
-        error:
-          `The environment of task '${taskId}' was lost: its executor (${lost}) stopped answering. ` +
-          'A new environment will be created on a healthy executor; working directory, variables, files ' +
-          'outside shared storage and background processes are gone. Re-run any setup, then retry.',
-      });
+      log.warn({ lostExecutor: lost.executorId, reason: lost.reason, executor: executorId }, 'task environment lost with its executor');
+      return JSON.stringify({ error: lostEnvironmentMessage(taskId, lost.executorId, lost.reason) });
     }
     let outcome = 'ok';
     try {
@@ -264,10 +276,9 @@ export class Dispatcher {
     }
   }
 
-  /** Records where a task lives; returns the previous executor when the task had to move. */
-  #place(key: string, executorId: string): string | undefined {
-    const previous = this.#placements.get(key);
-    if (previous === executorId) return undefined;
+  /** Records where a task lives. */
+  #remember(key: string, executorId: string): void {
+    if (this.#placements.get(key) === executorId) return;
     // Bounded: forget the oldest placements first (Map keeps insertion order).
     if (this.#placements.size >= MAX_PLACEMENTS) {
       const oldest = this.#placements.keys().next().value;
@@ -275,13 +286,18 @@ export class Dispatcher {
     }
     this.#placements.delete(key);
     this.#placements.set(key, executorId);
-    return previous;
+  }
+
+  /** The executor holding the task's environment, without reporting a loss (interrupt, end). */
+  async #locate(tenant: string, taskId: string): Promise<ExecutorClient> {
+    const placement = await this.#router.place(tenant, taskId, this.#placements.get(`${tenant}/${taskId}`));
+    return placement.client;
   }
 
   /** Interrupts the task's running foreground work; returns how many commands were stopped. */
   async interrupt(tenant: string, taskId: string): Promise<number> {
     const id = Dispatcher.checkTaskId(taskId);
-    const { client } = this.#router.route(tenant, id);
+    const client = await this.#locate(tenant, id);
     const r = await client.interruptTask({ task: { tenant, taskId: id } });
     this.#logger.info({ tenant, task: id, interrupted: r.interrupted }, 'interrupt');
     return r.interrupted;
@@ -290,7 +306,7 @@ export class Dispatcher {
   /** Releases the task's environment on its executor. */
   async endTask(tenant: string, taskId: string): Promise<boolean> {
     const id = Dispatcher.checkTaskId(taskId);
-    const { client } = this.#router.route(tenant, id);
+    const client = await this.#locate(tenant, id);
     this.#placements.delete(`${tenant}/${id}`);
     this.#approvals?.guard.forgetTask(tenant, id);
     const released = this.#quotas?.releaseTask(tenant, id);
@@ -303,4 +319,26 @@ export class Dispatcher {
     this.#logger.info({ tenant, task: id, released: r.released }, 'end task');
     return r.released;
   }
+}
+
+const LOSS_CAUSES: Readonly<Record<LossReason, string>> = {
+  unreachable: 'stopped answering',
+  draining: 'was shut down (drained for an upgrade or a scale-down)',
+  removed: 'is gone from the executor membership (scaled down, replaced or failed)',
+};
+
+/** The one error a task gets when its environment went with its executor. */
+export function lostEnvironmentMessage(taskId: string, executorId: string, reason: LossReason): string {
+  return (
+    `The environment of task '${taskId}' was lost: its executor (${executorId}) ${LOSS_CAUSES[reason]}. ` +
+    'A new environment will be created on a healthy executor; working directory, variables, files ' +
+    'outside shared storage and background processes are gone (on the docker backend with ' +
+    'terminal.container_persistent, /workspace and the home directory come back from their volumes). ' +
+    'Re-run any setup, then retry.'
+  );
+}
+
+/** The refusal of an executor that is draining and does not hold the task (see TaskEnvironments.drain). */
+function isDrainingRefusal(err: unknown): boolean {
+  return err instanceof BerthError && err.code === 'UNAVAILABLE' && /\bis draining\b/.test(err.message);
 }

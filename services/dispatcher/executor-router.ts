@@ -3,6 +3,12 @@
  * hashing of `tenant/task_id` over the executors of the tenant's backend, so a
  * task's environment stays on one executor and only the tasks of a removed
  * executor move.
+ *
+ * Membership changes (discovery, scaling) move some tasks' rendezvous choice
+ * away from the executor that holds their environment. So a task this
+ * dispatcher has not placed yet is first looked up: the executors say which
+ * tasks they hold (TaskUsage), and a holder keeps the task. See the README's
+ * design notes on membership for the failure cases.
  */
 import { createHash } from 'node:crypto';
 import type { BackendName } from '../common/config.js';
@@ -15,7 +21,26 @@ export interface ExecutorEndpoint {
   readonly client: ExecutorClient;
   /** False while health checks fail; unhealthy executors get no new tasks. */
   healthy: boolean;
+  /** The executor said NOT_SERVING: it is draining (shutdown, upgrade, scale-down). */
+  draining?: boolean;
 }
+
+/** Why a task's environment is gone: its executor stopped answering, drained, or left the membership. */
+export type LossReason = 'unreachable' | 'draining' | 'removed';
+
+export interface Placement {
+  readonly backend: BackendName;
+  readonly client: ExecutorClient;
+  readonly executorId: string;
+  /** Set when the task had lived on another executor that no longer serves it. */
+  readonly lost?: { readonly executorId: string; readonly reason: LossReason };
+  /** True when nothing said where the task lived: a draining refusal may send it elsewhere. */
+  readonly fresh: boolean;
+}
+
+/** How long one executor's TaskUsage answer serves holder lookups (a burst of new tasks costs one call per executor). */
+const HOLDERS_TTL_MS = 1000;
+const HOLDERS_TIMEOUT_MS = 2000;
 
 export interface TenantPolicy {
   readonly backend: BackendName;
@@ -41,16 +66,86 @@ export function rendezvousPick<T extends { id: string }>(candidates: readonly T[
 }
 
 export class ExecutorRouter {
-  readonly #endpoints: ExecutorEndpoint[];
+  readonly #endpoints: () => readonly ExecutorEndpoint[];
   readonly #policyFor: (tenant: string) => TenantPolicy;
+  readonly #holders = new Map<string, { atMs: number; tasks: Promise<Set<string>> }>();
 
-  constructor(endpoints: ExecutorEndpoint[], policyFor: (tenant: string) => TenantPolicy) {
-    this.#endpoints = endpoints;
+  /** `endpoints`: the membership, read at every call (discovery changes it). */
+  constructor(endpoints: readonly ExecutorEndpoint[] | (() => readonly ExecutorEndpoint[]), policyFor: (tenant: string) => TenantPolicy) {
+    this.#endpoints = typeof endpoints === 'function' ? endpoints : () => endpoints;
     this.#policyFor = policyFor;
   }
 
   get endpoints(): readonly ExecutorEndpoint[] {
-    return this.#endpoints;
+    return this.#endpoints();
+  }
+
+  /**
+   * Where a task's calls go. `previous`: the executor this dispatcher last
+   * sent the task to. A healthy previous executor keeps the task even when
+   * the rendezvous choice moved (membership grew); one that is gone, draining
+   * or removed is reported in `lost`. Without a previous executor the
+   * executors are asked who holds the task before the rendezvous choice is
+   * taken as a new task's home.
+   */
+  async place(tenant: string, taskId: string, previous: string | undefined): Promise<Placement> {
+    const choice = this.route(tenant, taskId);
+    const members = this.#endpoints();
+    if (previous !== undefined) {
+      const was = members.find((e) => e.id === previous);
+      if (was && was.healthy) return { backend: was.backend, client: was.client, executorId: was.id, fresh: false };
+      if (previous === choice.executorId) return { ...choice, fresh: false };
+      const reason: LossReason = was === undefined ? 'removed' : was.draining ? 'draining' : 'unreachable';
+      return { ...choice, lost: { executorId: previous, reason }, fresh: false };
+    }
+    const holder = await this.#findHolder(tenant, taskId, choice);
+    if (holder) return { backend: holder.backend, client: holder.client, executorId: holder.id, fresh: false };
+    return { ...choice, fresh: true };
+  }
+
+  /** Takes an executor that refused a new task out of rotation until its health check says otherwise. */
+  markDraining(executorId: string): void {
+    const endpoint = this.#endpoints().find((e) => e.id === executorId);
+    if (endpoint) {
+      endpoint.healthy = false;
+      endpoint.draining = true;
+    }
+    this.#holders.delete(executorId);
+  }
+
+  /** Forgets cached holder lists (an executor refused a task, membership changed). */
+  forgetHolders(executorId?: string): void {
+    if (executorId === undefined) this.#holders.clear();
+    else this.#holders.delete(executorId);
+  }
+
+  async #findHolder(tenant: string, taskId: string, choice: { backend: BackendName; executorId: string }) {
+    const candidates = this.#endpoints().filter((e) => e.backend === choice.backend && e.healthy);
+    if (candidates.length <= 1) return undefined;
+    const key = `${tenant}/${taskId}`;
+    // The rendezvous choice usually holds the task (membership unchanged since it was made): ask it alone first.
+    const first = candidates.find((e) => e.id === choice.executorId);
+    if (first && (await this.#holds(first, key))) return first;
+    const others = candidates.filter((e) => e !== first);
+    const answers = await Promise.all(others.map((e) => this.#holds(e, key)));
+    return others.find((_, i) => answers[i]);
+  }
+
+  async #holds(endpoint: ExecutorEndpoint, key: string): Promise<boolean> {
+    const nowMs = Date.now();
+    let entry = this.#holders.get(endpoint.id);
+    if (entry === undefined || nowMs - entry.atMs > HOLDERS_TTL_MS) {
+      entry = {
+        atMs: nowMs,
+        tasks: endpoint.client
+          .taskUsage({}, { signal: AbortSignal.timeout(HOLDERS_TIMEOUT_MS) })
+          .then((r) => new Set(r.tasks.map((t) => `${t.task?.tenant ?? ''}/${t.task?.taskId ?? ''}`)))
+          // An executor that cannot answer holds nothing we could reach anyway.
+          .catch(() => new Set<string>()),
+      };
+      this.#holders.set(endpoint.id, entry);
+    }
+    return (await entry.tasks).has(key);
   }
 
   route(tenant: string, taskId: string): { backend: BackendName; client: ExecutorClient; executorId: string } {
@@ -58,11 +153,11 @@ export class ExecutorRouter {
     if (policy.allowedBackends && !policy.allowedBackends.includes(policy.backend)) {
       throw new PermissionDeniedError(`tenant '${tenant}' may not use the ${policy.backend} backend`);
     }
-    const ofBackend = this.#endpoints.filter((e) => e.backend === policy.backend);
+    const ofBackend = this.#endpoints().filter((e) => e.backend === policy.backend);
     if (ofBackend.length === 0) {
       throw new FailedPreconditionError(
         `no executor serves the ${policy.backend} backend; start one with 'berth executor --backend ${policy.backend}' ` +
-          'and list it under executors: in the dispatcher config',
+          'and list it under executors: (or executor_discovery:) in the dispatcher config',
       );
     }
     // Health only steers when there is somewhere else to go: with every

@@ -1,10 +1,10 @@
 /** Starts an executor: one backend, its task environments, the gRPC server (or an in-process client). */
 import { randomUUID } from 'node:crypto';
-import { composeServerMiddleware, type Server } from 'nice-grpc';
+import { composeServerMiddleware, type Server, type ServerMiddleware } from 'nice-grpc';
 import type { BerthConfig } from '../common/config.js';
 import { taskContainerLimits } from '../common/container-limits.js';
 import { errorBoundary } from '../common/grpc-errors.js';
-import { createBerthServer, sharedSecretMiddleware } from '../common/grpc-server.js';
+import { createBerthServer, sharedSecretMiddleware, type BerthServer } from '../common/grpc-server.js';
 import { createInProcessClient } from '../common/in-process-client.js';
 import { reloadCertificates, serverCredentialsFor } from '../common/tls.js';
 import type { Logger } from '../common/logging.js';
@@ -29,8 +29,14 @@ export interface RunningExecutor {
   readonly client: ExecutorClient;
   /** Re-reads executor.tls's files (SIGHUP); false when they are bad and the previous certificate stays. */
   reloadCertificates(): boolean;
-  /** Kills every task's processes and stops serving. */
-  close(): Promise<void>;
+  /**
+   * Drains, then stops: health says NOT_SERVING at once, tasks without an
+   * environment here are refused (UNAVAILABLE, the dispatcher places them
+   * elsewhere), calls in flight get up to `graceMs` to finish; then every
+   * task's processes are killed and its environment released (docker's
+   * persistent volumes stay, so the task resumes elsewhere with its files).
+   */
+  close(graceMs?: number): Promise<void>;
 }
 
 export interface ExecutorStartOptions {
@@ -93,11 +99,24 @@ export async function startExecutor(options: ExecutorStartOptions): Promise<Runn
   });
 
   let server: Server | undefined;
+  let health: BerthServer['health'] | undefined;
+  // Executor API calls in flight (health checks not counted), for the drain.
+  let active = 0;
+  let idle: (() => void) | undefined;
+  const countCalls: ServerMiddleware = async function* countInFlight(call, context) {
+    active += 1;
+    try {
+      return yield* call.next(call.request, context);
+    } finally {
+      active -= 1;
+      if (active === 0) idle?.();
+    }
+  };
   let address: string | undefined;
   let port: number | undefined;
   if (options.listen) {
-    server = createBerthServer(logger, shutdown.signal, [ExecutorDefinition.fullName], options.metricsRegistry).server;
-    const checked = server.with(sharedSecretMiddleware(options.listen.sharedSecret));
+    ({ server, health } = createBerthServer(logger, shutdown.signal, [ExecutorDefinition.fullName], options.metricsRegistry));
+    const checked = server.with(countCalls).with(sharedSecretMiddleware(options.listen.sharedSecret));
     const spans = rpcSpans(false);
     (spans ? checked.with(spans) : checked).add(ExecutorDefinition, service);
     port = await server.listen(`${options.listen.host}:${options.listen.port}`, credentials);
@@ -112,8 +131,18 @@ export async function startExecutor(options: ExecutorStartOptions): Promise<Runn
     ...(port !== undefined ? { port } : {}),
     client,
     reloadCertificates: () => (credentials ? reloadCertificates('executor.tls', credentials, logger) : true),
-    close() {
+    close(graceMs = 0) {
       closing ??= (async () => {
+        health?.setStatus('unhealthy');
+        environments.drain();
+        if (graceMs > 0 && active > 0) {
+          logger.info({ inFlight: active, graceMs }, 'draining: no new tasks; waiting for calls in flight');
+          await new Promise<void>((resolve) => {
+            idle = resolve;
+            setTimeout(resolve, graceMs).unref();
+          });
+          if (active > 0) logger.warn({ inFlight: active }, 'drain grace over; cancelling the calls still running');
+        }
         shutdown.abort();
         await environments.closeAll();
         await codeContainers?.close();

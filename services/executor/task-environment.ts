@@ -114,6 +114,7 @@ export class TaskEnvironments {
     launch: () => Promise.reject(new Error('no environment')),
   });
   #closed = false;
+  #draining = false;
 
   constructor(options: TaskEnvironmentsOptions) {
     this.#backend = options.backend;
@@ -341,6 +342,15 @@ export class TaskEnvironments {
     return true;
   }
 
+  /**
+   * Takes no new tasks from now on: a call for a task without an environment
+   * here gets UNAVAILABLE "is draining" (the dispatcher places it elsewhere);
+   * tasks that have one carry on until {@link closeAll}.
+   */
+  drain(): void {
+    this.#draining = true;
+  }
+
   /** Releases every task; later calls fail. */
   async closeAll(): Promise<void> {
     this.#closed = true;
@@ -402,6 +412,9 @@ export class TaskEnvironments {
     const id = taskKeyString(key);
     let entry = this.#tasks.get(id);
     if (!entry) {
+      if (this.#draining) {
+        throw new UnavailableError(`this executor is draining (shutting down): it takes no new tasks; send task ${id} to another executor`);
+      }
       entry = this.#create(key);
       this.#tasks.set(id, entry);
       const created = entry;

@@ -18,7 +18,7 @@ import { Deployment, StatefulSet } from 'kubernetes-models/apps/v1';
 import { PodDisruptionBudget } from 'kubernetes-models/policy/v1';
 import { HorizontalPodAutoscaler } from 'kubernetes-models/autoscaling/v2';
 import { NetworkPolicy } from 'kubernetes-models/networking.k8s.io/v1';
-import { applyEnvOverrides, configSchema, hashApiKey, parseConfig } from '../../services/common/config.js';
+import { applyEnvOverrides, hashApiKey, parseConfig } from '../../services/common/config.js';
 
 const REPO_ROOT = fileURLToPath(new URL('../../../', import.meta.url));
 const KUBE_DIR = join(REPO_ROOT, 'deploy', 'kubernetes');
@@ -106,10 +106,6 @@ function configOf(r: Rendered, w: Obj): ReturnType<typeof parseConfig> {
   for (const e of (w.spec.template.spec.containers[0].env ?? []) as Obj[]) {
     if (e.value !== undefined) env[e.name] = e.value;
     else if (e.valueFrom?.secretKeyRef) env[e.name] = e.name === 'BERTH_TENANTS' ? '[]' : 'stand-in-secret';
-  }
-  if (!('executor_discovery' in configSchema.shape)) {
-    // A schema without DNS discovery: check the rest; the discovery entries are checked against the Services below.
-    delete raw.executor_discovery;
   }
   return parseConfig(applyEnvOverrides(raw, env), `${r.name} ConfigMap ${cm.metadata.name} config.yaml`);
 }
@@ -560,13 +556,11 @@ describe('kubernetes manifests', { skip: unavailable }, () => {
   test('a tenants Secret in the shape the README shows is accepted by the dispatcher', () => {
     const r = rendered.find((x) => x.name === 'overlays/docker-rootless')!;
     const raw = parseYaml(find(r, 'ConfigMap')[0]!.data['config.yaml']) as Obj;
-    if (!('executor_discovery' in configSchema.shape)) delete raw.executor_discovery;
     const tenants = `- id: acme\n  api_key_sha256: ${hashApiKey('acme-key')}\n  allowed_backends: [docker]\n`;
     const config = parseConfig(applyEnvOverrides(raw, { BERTH_TENANTS: tenants }));
     assert.deepEqual(config.tenants.map((t) => t.id), ['acme']);
     // The local backend refuses tenants unless told otherwise: the base says so rather than allowing it quietly.
     const base = parseYaml(find(rendered[0]!, 'ConfigMap')[0]!.data['config.yaml']) as Obj;
-    if (!('executor_discovery' in configSchema.shape)) delete base.executor_discovery;
     assert.throws(() => parseConfig(applyEnvOverrides(base, { BERTH_TENANTS: tenants })), /allow_local_multi_tenant/);
   });
 });

@@ -39,6 +39,7 @@ import { DockerEnvironment, prepareShellSnapshot } from './docker-environment.js
 import { parseDockerExtraArgs } from './docker-extra-args.js';
 import { describeDaemon, dockerError, isNotFound } from './docker-errors.js';
 import {
+  HEARTBEAT_STALE_MS,
   Heartbeat,
   executorLabels,
   hostProbes,
@@ -235,6 +236,8 @@ export class DockerBackend implements Backend {
       );
     }
     backend.#pool?.start();
+    // The label value on this executor's containers: how an operator tells whose a sandbox is.
+    backend.#logger.info({ [LABEL.executor]: backend.identity.id, stateRoot }, 'docker backend ready');
     const interval = options.sweepIntervalMs ?? 60_000;
     if (interval > 0) {
       backend.#sweepTimer = setInterval(() => {
@@ -281,6 +284,16 @@ export class DockerBackend implements Backend {
     }
   }
 
+  async #volumeExists(name: string): Promise<boolean> {
+    try {
+      await this.#docker.getVolume(name).inspect();
+      return true;
+    } catch (err) {
+      if (isNotFound(err)) return false;
+      throw dockerError(err, `inspecting volume ${name}`, this.#daemon);
+    }
+  }
+
   /** The live environment of a task, if this backend has one. */
   environmentOf(key: TaskKey): DockerEnvironment | undefined {
     return this.#environments.get(taskKeyString(key));
@@ -317,6 +330,8 @@ export class DockerBackend implements Backend {
     const volumes = this.#persistent ? persistentVolumeNames(key) : undefined;
     const volumeLabels = { [LABEL.task]: key.taskId, [LABEL.tenant]: key.tenant };
     const started = Date.now();
+    // Volumes that already exist come from an earlier environment of this task (here, or on an executor drained or lost).
+    const resumed = this.#role === 'task' && volumes !== undefined && (await this.#volumeExists(volumes.workspace));
     let container = await this.#claimFromPool(key, name, logger);
     const fromPool = container !== undefined;
     if (!container) {
@@ -352,6 +367,13 @@ export class DockerBackend implements Backend {
     });
     this.#environments.set(id, environment);
     await environment.init().catch(() => undefined);
+    if (resumed) {
+      environment.addNotice(
+        `This task's environment was started anew (its previous one was released: idle, or its executor was drained or lost); ` +
+          `files in ${this.#factory.options.workspaceDir} and ${this.#factory.options.homeDir} were kept in the task's volumes, ` +
+          'but variables, the working directory and background processes were not.',
+      );
+    }
     logger.info(
       { containerId: container.id.slice(0, 12), channel: container.channel.kind, fromPool, ms: Date.now() - started },
       this.#role === 'code' ? 'execute_code code container ready' : 'task container ready',
@@ -440,10 +462,15 @@ export class DockerBackend implements Backend {
       await removeContainer(this.#docker.getContainer(info.Id), this.#daemon);
       return;
     }
+    if (liveness === 'alive') {
+      // Often an executor that was just killed: its heartbeat goes stale soon, and a retry then succeeds.
+      throw new UnavailableError(
+        `container ${name} for this task belongs to executor ${labels[LABEL.executor]}, which still counts as running ` +
+          `(an executor killed moments ago counts as gone once its heartbeat is ${HEARTBEAT_STALE_MS / 1000} s old); retry shortly`,
+      );
+    }
     throw new FailedPreconditionError(
-      `container ${name} for this task already exists and belongs to ${
-        liveness === 'alive' ? `executor ${labels[LABEL.executor]}, which is still running` : 'something other than Berth'
-      }; refusing to replace it`,
+      `container ${name} for this task already exists and belongs to something other than Berth; refusing to replace it`,
     );
   }
 

@@ -127,6 +127,11 @@ export class DockerEnvironment implements BackendEnvironment {
     return this.#notices.splice(0);
   }
 
+  /** Adds a notice for the next result (the backend's word on how the environment began). */
+  addNotice(text: string): void {
+    this.#notices.push(text);
+  }
+
   /** Records the baselines of the OOM and pids counters; called once the container runs. */
   async init(): Promise<void> {
     this.#counters.clear();

@@ -90,8 +90,12 @@ export interface LivenessProbes {
   readonly heartbeatAgeMs: (executorId: string) => number | undefined;
 }
 
-/** How old a heartbeat may be before its executor counts as gone. */
-export const HEARTBEAT_STALE_MS = 60_000;
+/**
+ * How old a heartbeat may be before its executor counts as gone: five missed
+ * beats, so a stalled event loop is not mistaken for death, while a killed
+ * executor's tasks can start elsewhere within seconds.
+ */
+export const HEARTBEAT_STALE_MS = 15_000;
 
 /** Judges the executor named by a container's labels. Pure given the probes. */
 export function judgeExecutor(
@@ -126,7 +130,7 @@ export class Heartbeat {
   readonly #intervalMs: number;
   #timer: NodeJS.Timeout | undefined;
 
-  constructor(stateRoot: string, executorId: string, intervalMs = 10_000) {
+  constructor(stateRoot: string, executorId: string, intervalMs = 3000) {
     this.#file = path.join(heartbeatDir(stateRoot), executorId);
     this.#intervalMs = intervalMs;
   }
