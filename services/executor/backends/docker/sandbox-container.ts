@@ -24,7 +24,7 @@ import {
 import type { DiskLimits } from './disk-limits.js';
 import type { ExtraDockerOptions } from './docker-extra-args.js';
 import { DockerExecChannel } from './docker-exec-channel.js';
-import { dockerError, isConflict, isNotFound, missingImageError } from './docker-errors.js';
+import { dockerError, dockerMessage, isConflict, isNotFound, missingImageError } from './docker-errors.js';
 import { DockerStreamDemuxer } from './docker-stream-demuxer.js';
 import type { SandboxChannel } from './sandbox-channel.js';
 
@@ -34,7 +34,12 @@ export interface ContainerFactoryOptions {
   /** How error messages name the daemon. */
   readonly daemon: string;
   readonly image: string;
-  readonly network: 'none' | 'bridge';
+  /**
+   * Docker's NetworkMode for a tenant's containers (undefined: a warm pool
+   * container, whose tenant is not known yet); `renew` after the network
+   * vanished under a create.
+   */
+  readonly networkFor: (tenant: string | undefined, renew: boolean) => Promise<string>;
   readonly runtime: string;
   readonly readOnlyRoot: boolean;
   readonly memoryMiB: number;
@@ -65,6 +70,8 @@ export interface StartParams {
   readonly labels: Readonly<Record<string, string>>;
   readonly persistentVolumes?: PersistentVolumeNames;
   readonly volumeLabels?: Readonly<Record<string, string>>;
+  /** Whose container this is (picks its network policy); undefined for a warm pool container. */
+  readonly tenant?: string;
   readonly signal?: AbortSignal;
 }
 
@@ -253,7 +260,7 @@ export class ContainerFactory {
       memoryMiB: o.memoryMiB,
       cpus: o.cpus,
       pidsLimit: o.pidsLimit,
-      network: o.network,
+      network: await o.networkFor(params.tenant, false),
       readOnlyRoot: o.readOnlyRoot,
       runtime: o.runtime,
       binds: o.binds,
@@ -272,7 +279,7 @@ export class ContainerFactory {
     agent.catch(() => undefined);
     let container: Dockerode.Container | undefined;
     try {
-      container = await this.#create(spec);
+      container = await this.#create(spec, params.tenant);
       try {
         await container.start();
       } catch (err) {
@@ -290,9 +297,11 @@ export class ContainerFactory {
     }
   }
 
-  async #create(spec: ContainerSpecInput): Promise<Dockerode.Container> {
+  async #create(first: ContainerSpecInput, tenant: string | undefined): Promise<Dockerode.Container> {
     const o = this.options;
+    let spec = first;
     let nameCleared = false;
+    let networkRenewed = false;
     // At most: once as asked, once per disk-limit part the daemon refuses, once after clearing the name.
     for (;;) {
       const disk = o.diskLimits.request();
@@ -301,6 +310,12 @@ export class ContainerFactory {
         o.diskLimits.applied(disk);
         return container;
       } catch (err) {
+        if (isNotFound(err) && /network/i.test(dockerMessage(err)) && !networkRenewed) {
+          // Another executor removed the shared network while it had no containers: make it (and its rules) again.
+          networkRenewed = true;
+          spec = { ...spec, network: await o.networkFor(tenant, true) };
+          continue;
+        }
         if (isNotFound(err)) throw missingImageError(o.image, o.daemon);
         if (o.diskLimits.refused(err, disk)) continue;
         if (!isConflict(err) || nameCleared) throw dockerError(err, `creating container ${spec.name}`, o.daemon);

@@ -1,0 +1,322 @@
+/**
+ * Installs and removes what `docker.network: isolated` needs on the Docker
+ * host: Berth's iptables/ip6tables chains (layout in network-policy.ts) and
+ * one Docker network per policy. The executor runs as root next to dockerd;
+ * where it cannot install the rules it refuses to start, never falling back
+ * to the plain bridge.
+ *
+ * Lifetime: rules go in at start (replacing any left by an executor killed
+ * with -9, atomically, so nothing is open in between) and come out on close,
+ * but only for a network that Docker agrees to remove: a network another
+ * executor's containers still use keeps its network and its rules. A Berth
+ * bridge whose chain is gone meets BERTH-FORWARD's final DROP: closed, not open.
+ */
+import { execFile, spawn } from 'node:child_process';
+import { existsSync } from 'node:fs';
+import { readFile } from 'node:fs/promises';
+import { networkInterfaces } from 'node:os';
+import { promisify } from 'node:util';
+import type Dockerode from 'dockerode';
+import type { IpFamily } from '../../../common/cidr.js';
+import { FailedPreconditionError } from '../../../common/errors.js';
+import type { Logger } from '../../../common/logging.js';
+import { dockerError, dockerMessage, isConflict, isNotFound } from './docker-errors.js';
+import {
+  CHAIN_FORWARD,
+  CHAIN_INPUT,
+  NETWORK_LABEL,
+  bridgeName,
+  buildInputChainRestore,
+  buildNetworkChainRestore,
+  embeddedDnsUpstreams,
+  forwardEntry,
+  networkChain,
+  networkCreateOptions,
+  networkName,
+  parentJumps,
+  policyId,
+  tenantPolicy,
+  type NetworkPolicy,
+  type TenantNetworkOverride,
+} from './network-policy.js';
+
+const run = promisify(execFile);
+
+export interface NetworkIsolationOptions {
+  readonly docker: Dockerode;
+  readonly daemon: string;
+  /** docker.egress / docker.egress_allow. */
+  readonly operator: NetworkPolicy;
+  /** tenants[].network from the executor's own config, by tenant id. */
+  readonly tenants: Readonly<Record<string, TenantNetworkOverride>>;
+  /** `--dns` servers from terminal.docker_extra_args (the embedded resolver forwards to them). */
+  readonly extraDns: readonly string[];
+  readonly logger: Logger;
+  /** Default /etc/resolv.conf. */
+  readonly resolvConfPath?: string;
+}
+
+/** One finding of {@link NetworkIsolation.verify}, for `berth doctor`. */
+export interface IsolationCheck {
+  readonly ok: boolean;
+  readonly text: string;
+}
+
+function binary(family: IpFamily): string {
+  return family === 4 ? 'iptables' : 'ip6tables';
+}
+
+async function iptables(family: IpFamily, args: readonly string[]): Promise<void> {
+  await run(binary(family), ['-w', '5', ...args], { timeout: 30_000 });
+}
+
+async function succeeds(family: IpFamily, args: readonly string[]): Promise<boolean> {
+  return iptables(family, args).then(
+    () => true,
+    () => false,
+  );
+}
+
+async function restore(family: IpFamily, text: string): Promise<void> {
+  await new Promise<void>((resolve, reject) => {
+    const child = spawn(`${binary(family)}-restore`, ['--noflush'], { stdio: ['pipe', 'ignore', 'pipe'] });
+    let stderr = '';
+    child.stderr.on('data', (d: Buffer) => (stderr += d.toString()));
+    child.on('error', reject);
+    child.on('close', (code) =>
+      code === 0 ? resolve() : reject(new Error(`${binary(family)}-restore exited ${code}: ${stderr.trim()}`)),
+    );
+    child.stdin.end(text);
+  });
+}
+
+/** The host's own addresses, to tell which resolvers are reached through INPUT rather than FORWARD. */
+function hostAddresses(): Set<string> {
+  return new Set(
+    Object.values(networkInterfaces())
+      .flat()
+      .map((a) => a?.address.replace(/%.*$/, ''))
+      .filter((a): a is string => a !== undefined),
+  );
+}
+
+/** Where Docker's embedded DNS forwards to, and which of those are this host's own addresses. */
+async function dnsUpstreams(o: NetworkIsolationOptions): Promise<{ resolvers: string[]; localResolvers: string[] }> {
+  const text = await readFile(o.resolvConfPath ?? '/etc/resolv.conf', 'utf8').catch(() => '');
+  const daemonDns = await readFile('/etc/docker/daemon.json', 'utf8')
+    .then((t) => (JSON.parse(t) as { dns?: unknown }).dns)
+    .catch(() => undefined);
+  const resolvers = embeddedDnsUpstreams(text, [...o.extraDns, ...(Array.isArray(daemonDns) ? daemonDns.map(String) : [])]);
+  const local = hostAddresses();
+  return { resolvers, localResolvers: resolvers.filter((r) => local.has(r)) };
+}
+
+export class NetworkIsolation {
+  readonly families: readonly IpFamily[];
+  readonly #o: NetworkIsolationOptions;
+  readonly #policies: ReadonlyMap<string, NetworkPolicy>;
+  readonly #forwardParent: Readonly<Record<IpFamily, string>>;
+  readonly #networks = new Map<string, Promise<string>>();
+  readonly #dns: { readonly resolvers: string[]; readonly localResolvers: string[] };
+
+  private constructor(
+    o: NetworkIsolationOptions,
+    families: IpFamily[],
+    forwardParent: Record<IpFamily, string>,
+    policies: Map<string, NetworkPolicy>,
+    dns: { resolvers: string[]; localResolvers: string[] },
+  ) {
+    this.#o = o;
+    this.#dns = dns;
+    this.families = families;
+    this.#forwardParent = forwardParent;
+    this.#policies = policies;
+  }
+
+  /**
+   * Installs every chain for the operator's policy and each tenant's, or
+   * throws FailedPreconditionError saying what to do. Docker need not
+   * answer yet: the rules name bridges, which exist once networks do.
+   */
+  static async install(o: NetworkIsolationOptions): Promise<NetworkIsolation> {
+    const refuse = (why: string) =>
+      new FailedPreconditionError(
+        `docker.network: isolated cannot be enforced on this host: ${why}. The executor must run as root ` +
+          '(CAP_NET_ADMIN) on the Docker host, beside a dockerd that manages iptables; or set docker.network: bridge ' +
+          'to run without network isolation',
+      );
+    try {
+      await iptables(4, ['-S', 'INPUT']);
+    } catch (err) {
+      throw refuse(`iptables does not work here (${(err as Error).message.split('\n')[0]}); install it (apt-get install -y iptables)`);
+    }
+    if (!(await succeeds(4, ['-S', 'DOCKER-USER']))) {
+      throw refuse('iptables has no DOCKER-USER chain (dockerd runs with iptables: false, or is not on this host)');
+    }
+    const families: IpFamily[] = [4];
+    const forwardParent: Record<IpFamily, string> = { 4: 'DOCKER-USER', 6: 'FORWARD' };
+    if (existsSync('/proc/net/if_inet6') && (await succeeds(6, ['-S', 'INPUT']))) {
+      families.push(6);
+      const { stdout } = await run('ip6tables', ['-w', '5', '-S']);
+      if (/^-N DOCKER-USER$/m.test(stdout)) forwardParent[6] = 'DOCKER-USER';
+    } else if (existsSync('/proc/net/if_inet6')) {
+      o.logger.warn('docker.network: isolated: ip6tables does not work on this host, so IPv6 traffic of containers is not filtered');
+    }
+    const policies = new Map<string, NetworkPolicy>([[policyId(o.operator), o.operator]]);
+    for (const override of Object.values(o.tenants)) {
+      const policy = tenantPolicy(o.operator, override);
+      policies.set(policyId(policy), policy);
+    }
+    const isolation = new NetworkIsolation(o, families, forwardParent, policies, await dnsUpstreams(o));
+    try {
+      await isolation.#installRules();
+    } catch (err) {
+      throw refuse(`installing its rules failed (${(err as Error).message.trim().split('\n')[0]})`);
+    }
+    o.logger.info({ families, policies: [...policies.keys()] }, 'network isolation rules installed');
+    return isolation;
+  }
+
+  /** Policy id of a tenant's containers (undefined: the operator's, e.g. warm pool containers). */
+  policyIdOf(tenant: string | undefined): string {
+    const override = tenant === undefined ? undefined : this.#o.tenants[tenant];
+    return policyId(tenantPolicy(this.#o.operator, override));
+  }
+
+  /**
+   * The Docker network for a tenant's containers, created on first use.
+   * `renew`: the network vanished (another executor removed it while idle):
+   * make it and its rules again.
+   */
+  networkFor(tenant: string | undefined, renew = false): Promise<string> {
+    const id = this.policyIdOf(tenant);
+    if (renew) this.#networks.delete(id);
+    let ready = this.#networks.get(id);
+    if (!ready) {
+      ready = this.#ensureNetwork(id);
+      ready.catch(() => this.#networks.delete(id));
+      this.#networks.set(id, ready);
+    }
+    return ready;
+  }
+
+  /** Whether every chain and jump is in place, for `berth doctor`. */
+  async verify(): Promise<IsolationCheck[]> {
+    const checks: IsolationCheck[] = [];
+    for (const family of this.families) {
+      const name = binary(family);
+      for (const { chain, rule } of parentJumps(this.#forwardParent[family])) {
+        const ok = await succeeds(family, ['-C', chain, ...rule]);
+        checks.push({ ok, text: `${name}: ${chain} ${rule.join(' ')}` });
+      }
+      for (const id of this.#policies.keys()) {
+        const ok = await succeeds(family, ['-C', CHAIN_FORWARD, ...forwardEntry(id)]);
+        checks.push({ ok, text: `${name}: ${CHAIN_FORWARD} ${forwardEntry(id).join(' ')}` });
+      }
+    }
+    return checks;
+  }
+
+  /**
+   * Removes the networks Docker lets go (no container on them) and their
+   * chains; the shared chains go when no Berth network is left on the host.
+   */
+  async close(): Promise<void> {
+    const { docker, logger } = this.#o;
+    for (const id of this.#policies.keys()) {
+      try {
+        await docker.getNetwork(networkName(id)).remove();
+      } catch (err) {
+        if (!isNotFound(err)) {
+          logger.info({ network: networkName(id), err: dockerMessage(err) }, 'network isolation: network still in use or not removable; its rules stay');
+          continue;
+        }
+      }
+      for (const family of this.families) {
+        await iptables(family, ['-D', CHAIN_FORWARD, ...forwardEntry(id)]).catch(() => undefined);
+        await iptables(family, ['-F', networkChain(id)]).catch(() => undefined);
+        await iptables(family, ['-X', networkChain(id)]).catch(() => undefined);
+      }
+    }
+    const others = await docker
+      .listNetworks({ filters: { label: [`${NETWORK_LABEL}=1`] } })
+      .catch(() => undefined);
+    if (others === undefined || others.length > 0) return;
+    for (const family of this.families) {
+      const { stdout } = await run(binary(family), ['-w', '5', '-S', CHAIN_FORWARD]).catch(() => ({ stdout: '' }));
+      if (stdout.split('\n').filter((l) => l.startsWith('-A ')).length > 1) continue;
+      for (const { chain, rule } of parentJumps(this.#forwardParent[family])) {
+        await iptables(family, ['-D', chain, ...rule]).catch(() => undefined);
+      }
+      for (const chain of [CHAIN_FORWARD, CHAIN_INPUT]) {
+        await iptables(family, ['-F', chain]).catch(() => undefined);
+        await iptables(family, ['-X', chain]).catch(() => undefined);
+      }
+    }
+  }
+
+  async #installRules(): Promise<void> {
+    for (const family of this.families) await this.#installFamily(family);
+  }
+
+  async #installFamily(family: IpFamily): Promise<void> {
+    const { resolvers, localResolvers } = this.#dns;
+    if (!(await succeeds(family, ['-S', CHAIN_FORWARD]))) {
+      await restore(family, `*filter\n:${CHAIN_FORWARD} - [0:0]\n-A ${CHAIN_FORWARD} -j DROP\nCOMMIT\n`);
+    }
+    for (const [id, policy] of this.#policies) await this.#installPolicy(family, id, policy, resolvers);
+    await restore(family, buildInputChainRestore(family, localResolvers));
+    for (const { chain, rule } of parentJumps(this.#forwardParent[family])) {
+      if (!(await succeeds(family, ['-C', chain, ...rule]))) await iptables(family, ['-I', chain, '1', ...rule]);
+    }
+  }
+
+  async #installPolicy(family: IpFamily, id: string, policy: NetworkPolicy, resolvers: string[]): Promise<void> {
+    await restore(family, buildNetworkChainRestore(family, id, policy, resolvers));
+    const entry = forwardEntry(id);
+    if (!(await succeeds(family, ['-C', CHAIN_FORWARD, ...entry]))) {
+      await iptables(family, ['-I', CHAIN_FORWARD, '1', ...entry]);
+    }
+  }
+
+  async #ensureNetwork(id: string): Promise<string> {
+    const { docker, daemon } = this.#o;
+    const name = networkName(id);
+    const policy = this.#policies.get(id)!;
+    let info: Dockerode.NetworkInspectInfo | undefined;
+    try {
+      info = (await docker.getNetwork(name).inspect()) as Dockerode.NetworkInspectInfo;
+    } catch (err) {
+      if (!isNotFound(err)) throw dockerError(err, `inspecting network ${name}`, daemon);
+    }
+    if (!info) {
+      try {
+        await docker.createNetwork(networkCreateOptions(id, policy));
+      } catch (err) {
+        if (!isConflict(err)) throw dockerError(err, `creating network ${name}`, daemon);
+      }
+      info = (await docker.getNetwork(name).inspect()) as Dockerode.NetworkInspectInfo;
+    }
+    const options = info.Options ?? {};
+    if (options['com.docker.network.bridge.enable_icc'] !== 'false' || options['com.docker.network.bridge.name'] !== bridgeName(id)) {
+      throw new FailedPreconditionError(
+        `network ${name} exists but was not made by Berth (inter-container traffic on, or another bridge); remove it ` +
+          `(docker network rm ${name}) and Berth makes its own`,
+      );
+    }
+    // Rules match the bridge by name in this network namespace: a bridge not seen here gets none of them.
+    if (!existsSync(`/sys/class/net/${bridgeName(id)}`)) {
+      throw new FailedPreconditionError(
+        `the bridge ${bridgeName(id)} of network ${name} is not visible to the executor, so its rules would not ` +
+          'apply: run the executor on the Docker host, in the host network namespace, or set docker.network: bridge',
+      );
+    }
+    // Another executor's close may have removed this policy's chain while the network was unused.
+    for (const family of this.families) {
+      if (!(await succeeds(family, ['-C', CHAIN_FORWARD, ...forwardEntry(id)]))) {
+        await this.#installFamily(family);
+      }
+    }
+    return name;
+  }
+}
