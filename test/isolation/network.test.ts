@@ -245,6 +245,40 @@ describe('docker.network: isolated (real engine, real iptables)', { skip: unavai
     assert.equal(await attempt(envs, umbrella, ADDR.public, PORT), `got:berth-netiso ${servers.name} ${ADDR.public}`);
   });
 
+  it('egress: open reaches private ranges, still not link-local, the host, or a port published on a host address', async () => {
+    const open = await newBackend({ network: 'isolated', egress: 'open', egressAllow: [] });
+    const openEnvs = new TaskEnvironments({ backend: open, logger: silentLogger(), lifetimeSeconds: 0 });
+    const key: TaskKey = { tenant: ACME, taskId: 'open' };
+    const other = otherHostAddress();
+    const publishedPort = PORT + 1;
+    // A container of the engine's own bridge, its port published on the host: the host reached sideways.
+    const published = await docker.createContainer({
+      Image: SANDBOX_IMAGE,
+      Cmd: ['python3', '-c', ECHO_SERVER_PY, String(publishedPort), 'published', '0.0.0.0'],
+      Labels: { 'berth.tenant': ACME },
+      ExposedPorts: { [`${publishedPort}/tcp`]: {} },
+      HostConfig: { AutoRemove: true, PortBindings: { [`${publishedPort}/tcp`]: [{ HostIp: other ?? '', HostPort: String(publishedPort) }] } },
+    });
+    try {
+      await published.start();
+      assert.equal(await attempt(openEnvs, key, ADDR.private, PORT), `got:berth-netiso ${servers.name} ${ADDR.private}`);
+      assert.match(await attempt(openEnvs, key, ADDR.linkLocal, PORT), /^err:/, 'egress: open reached link-local');
+      if (other) {
+        let control = '';
+        for (let i = 0; i < 20 && !control.startsWith('got:'); i++) {
+          control = await attemptFromHost(other, publishedPort);
+          if (!control.startsWith('got:')) await new Promise((r) => setTimeout(r, 250));
+        }
+        assert.match(control, /^got:berth-netiso published/, 'control: the published port answers the host');
+        assert.match(await attempt(openEnvs, key, other, publishedPort), /^err:/, 'egress: open reached a published host port');
+      }
+    } finally {
+      await published.remove({ force: true }).catch(() => undefined);
+      await openEnvs.closeAll();
+      await open.close();
+    }
+  });
+
   it('control: on docker.network: bridge the same servers are reachable (what isolated takes away)', async () => {
     const bridge = await newBackend({ network: 'bridge' });
     const bridgeEnvs = new TaskEnvironments({ backend: bridge, logger: silentLogger(), lifetimeSeconds: 0 });
@@ -284,6 +318,32 @@ describe('docker.network: isolated (real engine, real iptables)', { skip: unavai
     const { gateway } = await containerAddress(backend, acme1);
     assert.match(await attemptFromHost(gateway, PORT), /^got:/, 'control: the gateway server answers the host');
     assert.match(await attempt(envs, acme2, gateway, PORT), /^err:/, 'a task reached the host after the other executor closed');
+  });
+
+  it('an executor whose idle network another executor removed makes it, and its rules, again', async () => {
+    // A policy no other test uses, so the other executor is free to remove its network.
+    const solo: Partial<DockerBackendOptions> = { ...ISOLATED, tenantNetworks: {}, egressAllow: ['10.78.0.1/32', '10.78.0.2/32'] };
+    const a = await newBackend(solo);
+    const aEnvs = new TaskEnvironments({ backend: a, logger: silentLogger(), lifetimeSeconds: 0 });
+    const key: TaskKey = { tenant: GLOBEX, taskId: 'renew' };
+    try {
+      await aEnvs.exec(key, { command: 'true', timeoutMs: 60_000 });
+      const { network } = await containerAddress(a, key);
+      await aEnvs.release(key);
+      const b = await newBackend(solo);
+      await b.close();
+      await assert.rejects(docker.getNetwork(network).inspect(), 'the other executor left the unused network in place');
+      assert.match(await attempt(aEnvs, key, ADDR.public, PORT), /^got:/);
+      const again = await containerAddress(a, key);
+      assert.equal(again.network, network);
+      hostServers.push(await echoServer(again.gateway, 'renewed-gateway'));
+      assert.match(await attemptFromHost(again.gateway, PORT), /^got:/, 'control: the new gateway server answers the host');
+      assert.match(await attempt(aEnvs, key, again.gateway, PORT), /^err:/, 'the re-made network is open to the host');
+      assert.match(await attempt(aEnvs, key, ADDR.private, PORT), /^err:/, 'the re-made network is open to private ranges');
+    } finally {
+      await aEnvs.closeAll();
+      await a.close();
+    }
   });
 
   it('closing removes the rules; an executor killed with -9 leaves them in place; the next start replaces them', async () => {

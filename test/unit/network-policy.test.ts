@@ -140,6 +140,7 @@ describe('network policy rules', () => {
         '*filter',
         ':BERTH-NET-abc - [0:0]',
         '-A BERTH-NET-abc -o berthabc -j DROP',
+        '-A BERTH-NET-abc -m conntrack --ctstate DNAT -j DROP',
         '-A BERTH-NET-abc -d 10.255.255.53/32 -p udp -m udp --dport 53 -j RETURN',
         '-A BERTH-NET-abc -d 10.255.255.53/32 -p tcp -m tcp --dport 53 -j RETURN',
         '-A BERTH-NET-abc -d 10.20.0.0/16 -j RETURN',
@@ -168,7 +169,12 @@ describe('network policy rules', () => {
     const none = buildNetworkChainRestore(4, 'n', { egress: 'none', egressAllow: ['10.20.0.0/16'] }, ['8.8.8.8']);
     assert.deepEqual(none.split('\n').slice(-5), ['-A BERTH-NET-n -d 8.8.8.8/32 -p tcp -m tcp --dport 53 -j RETURN', '-A BERTH-NET-n -d 10.20.0.0/16 -j RETURN', '-A BERTH-NET-n -j DROP', 'COMMIT', ''].slice(-5));
     const open = buildNetworkChainRestore(4, 'o', { egress: 'open', egressAllow: [] }, []);
-    assert.deepEqual(open.split('\n').slice(2, -2), ['-A BERTH-NET-o -o bertho -j DROP', '-A BERTH-NET-o -d 169.254.0.0/16 -j DROP', '-A BERTH-NET-o -j RETURN']);
+    assert.deepEqual(open.split('\n').slice(2, -2), [
+      '-A BERTH-NET-o -o bertho -j DROP',
+      '-A BERTH-NET-o -m conntrack --ctstate DNAT -j DROP',
+      '-A BERTH-NET-o -d 169.254.0.0/16 -j DROP',
+      '-A BERTH-NET-o -j RETURN',
+    ]);
   });
 
   it('nothing from a Berth bridge reaches the host but replies, DNS on the host and (IPv6) neighbour discovery', () => {

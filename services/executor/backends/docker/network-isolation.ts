@@ -150,8 +150,10 @@ export class NetworkIsolation {
     } catch (err) {
       throw refuse(`iptables does not work here (${(err as Error).message.split('\n')[0]}); install it (apt-get install -y iptables)`);
     }
-    if (!(await succeeds(4, ['-S', 'DOCKER-USER']))) {
-      throw refuse('iptables has no DOCKER-USER chain (dockerd runs with iptables: false, or is not on this host)');
+    if (!(await succeeds(4, ['-C', 'FORWARD', '-j', 'DOCKER-USER']))) {
+      throw refuse(
+        'FORWARD does not jump to DOCKER-USER (dockerd has not started yet, runs with iptables: false, or is not on this host)',
+      );
     }
     const families: IpFamily[] = [4];
     const forwardParent: Record<IpFamily, string> = { 4: 'DOCKER-USER', 6: 'FORWARD' };
@@ -203,6 +205,8 @@ export class NetworkIsolation {
   /** Whether every chain and jump is in place, for `berth doctor`. */
   async verify(): Promise<IsolationCheck[]> {
     const checks: IsolationCheck[] = [];
+    const dockerUser = await succeeds(4, ['-C', 'FORWARD', '-j', 'DOCKER-USER']);
+    checks.push({ ok: dockerUser, text: 'iptables: FORWARD -j DOCKER-USER (made by dockerd)' });
     for (const family of this.families) {
       const name = binary(family);
       for (const { chain, rule } of parentJumps(this.#forwardParent[family])) {

@@ -13,6 +13,7 @@
  *     -j DROP                                      a Berth bridge without its chain is closed, not open
  *   BERTH-NET-<id>                                 one per policy
  *     -o berth<id> -j DROP                         no traffic between task containers
+ *     --ctstate DNAT -j DROP                       nor to ports published on the host's addresses
  *     -d RESOLVER -p udp|tcp --dport 53 -j RETURN  Docker's embedded DNS forwards from the container's namespace
  *     -d ALLOWED -j RETURN                         egress_allow
  *     -d NON-PUBLIC -j DROP ... -j RETURN          public-only (open: link-local only; none: -j DROP)
@@ -142,7 +143,13 @@ export function buildNetworkChainRestore(
   resolvers: readonly string[],
 ): string {
   const chain = networkChain(id);
-  const lines = [`*filter`, `:${chain} - [0:0]`, `-A ${chain} -o ${bridgeName(id)} -j DROP`];
+  const lines = [
+    `*filter`,
+    `:${chain} - [0:0]`,
+    `-A ${chain} -o ${bridgeName(id)} -j DROP`,
+    // A port published on a host address is DNATed to a container before FORWARD: the host, reached sideways.
+    `-A ${chain} -m conntrack --ctstate DNAT -j DROP`,
+  ];
   lines.push(...dnsRules(chain, ofFamily(resolvers, family)));
   for (const cidr of ofFamily(policy.egressAllow, family)) lines.push(`-A ${chain} -d ${cidr} -j RETURN`);
   if (policy.egress === 'none') {

@@ -189,6 +189,11 @@ export async function removeContainer(container: Dockerode.Container, daemon: st
   throw new UnavailableError(`${daemon} did not finish removing container ${container.id} within 30 s`);
 }
 
+/** The engine's answer when a container's network does not exist (at create or, in older engines, at start). */
+function isMissingNetwork(err: unknown): boolean {
+  return isNotFound(err) && /network \S+ not found/i.test(dockerMessage(err));
+}
+
 /** Prepares host directories and starts containers with one backend's settings. */
 export class ContainerFactory {
   readonly options: ContainerFactoryOptions;
@@ -279,11 +284,18 @@ export class ContainerFactory {
     agent.catch(() => undefined);
     let container: Dockerode.Container | undefined;
     try {
-      container = await this.#create(spec, params.tenant);
-      try {
-        await container.start();
-      } catch (err) {
-        throw dockerError(err, `starting container ${params.name}`, o.daemon);
+      for (let renewed = false; ; renewed = true) {
+        container = await this.#create(spec, params.tenant);
+        try {
+          await container.start();
+          break;
+        } catch (err) {
+          // The engine looks the network up at start: one removed under us is made again, once.
+          if (renewed || !isMissingNetwork(err)) throw dockerError(err, `starting container ${params.name}`, o.daemon);
+          await removeContainer(container, o.daemon);
+          container = undefined;
+          await o.networkFor(params.tenant, true);
+        }
       }
       const channel = await this.#connect(container, params, agent, signal);
       return new SandboxContainer(this, container, params.name, params.hostDir, listener, channel);
@@ -297,9 +309,8 @@ export class ContainerFactory {
     }
   }
 
-  async #create(first: ContainerSpecInput, tenant: string | undefined): Promise<Dockerode.Container> {
+  async #create(spec: ContainerSpecInput, tenant: string | undefined): Promise<Dockerode.Container> {
     const o = this.options;
-    let spec = first;
     let nameCleared = false;
     let networkRenewed = false;
     // At most: once as asked, once per disk-limit part the daemon refuses, once after clearing the name.
@@ -310,10 +321,10 @@ export class ContainerFactory {
         o.diskLimits.applied(disk);
         return container;
       } catch (err) {
-        if (isNotFound(err) && /network/i.test(dockerMessage(err)) && !networkRenewed) {
+        if (isMissingNetwork(err) && !networkRenewed) {
           // Another executor removed the shared network while it had no containers: make it (and its rules) again.
           networkRenewed = true;
-          spec = { ...spec, network: await o.networkFor(tenant, true) };
+          await o.networkFor(tenant, true);
           continue;
         }
         if (isNotFound(err)) throw missingImageError(o.image, o.daemon);
