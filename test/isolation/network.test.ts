@@ -27,6 +27,7 @@ import Dockerode from 'dockerode';
 import { silentLogger } from '../../services/common/logging.js';
 import type { TaskKey } from '../../services/executor/backend.js';
 import { DockerBackend, type DockerBackendOptions } from '../../services/executor/backends/docker/docker-backend.js';
+import { policyId, tenantPolicy } from '../../services/executor/backends/docker/network-policy.js';
 import { TaskEnvironments } from '../../services/executor/task-environment.js';
 import { SANDBOX_IMAGE, cleanupDocker, dockerUnavailableReason } from '../support/docker-fixtures.js';
 import { CLIENT_PY, ECHO_SERVER_PY, pythonCommand, startNetnsServers, type NetnsServers } from '../support/netns-servers.js';
@@ -87,11 +88,13 @@ async function newBackend(options: Partial<DockerBackendOptions>): Promise<Docke
   return backend;
 }
 
+const OPERATOR = { egress: 'public-only', egressAllow: [`${ADDR.allowed}/32`] } as const;
+
 const ISOLATED: Partial<DockerBackendOptions> = {
   network: 'isolated',
-  egress: 'public-only',
-  egressAllow: [`${ADDR.allowed}/32`],
-  tenantNetworks: { [INITECH]: { egress: 'none' }, [UMBRELLA]: { egress_allow: [] } },
+  egress: OPERATOR.egress,
+  egressAllow: OPERATOR.egressAllow,
+  tenantNetworks: { [INITECH]: { egress: 'none' }, [UMBRELLA]: { egress_allow: ['10.78.0.9/32'] } },
   extraArgs: ['--dns', ADDR.dns],
 };
 
@@ -141,6 +144,11 @@ async function containerAddress(backend: DockerBackend, key: TaskKey): Promise<{
 }
 
 /** An address of the host that is neither loopback nor one of Docker's or Berth's bridges. */
+/** Policy id of a tenant's containers under {@link ISOLATED}. */
+function policyIdOf(tenant: string | undefined): string {
+  return policyId(tenantPolicy(OPERATOR, tenant === undefined ? undefined : ISOLATED.tenantNetworks?.[tenant]));
+}
+
 function otherHostAddress(): string | undefined {
   for (const [name, addrs] of Object.entries(os.networkInterfaces())) {
     if (/^(lo|docker|br-|berth|veth|bnt)/.test(name)) continue;
@@ -240,7 +248,7 @@ describe('docker.network: isolated (real engine, real iptables)', { skip: unavai
     assert.notEqual(own.network, acme.network, 'a narrower tenant shares the operator policy network');
   });
 
-  it("a tenant narrowed to egress_allow: [] loses the operator's private range and keeps public egress", async () => {
+  it("a tenant narrowed to a smaller egress_allow loses the operator's private range and keeps public egress", async () => {
     assert.match(await attempt(envs, umbrella, ADDR.allowed, PORT), /^err:/, 'the narrowed tenant reached 10.78.0.1');
     assert.equal(await attempt(envs, umbrella, ADDR.public, PORT), `got:berth-netiso ${servers.name} ${ADDR.public}`);
   });
@@ -347,11 +355,15 @@ describe('docker.network: isolated (real engine, real iptables)', { skip: unavai
   });
 
   it('closing removes the rules; an executor killed with -9 leaves them in place; the next start replaces them', async () => {
+    // Other test files may run docker backends at the same time: judge this test's own chains, and
+    // the shared ones only by whether any Berth network is left.
+    const ours = [undefined, INITECH, UMBRELLA].map((t) => `BERTH-NET-${policyIdOf(t)}`);
+    const sharedLeft = async () => (await docker.listNetworks({ filters: { label: ['berth.network=1'] } })).length > 0;
     await envs.closeAll();
     await backend.close();
     let rules = await iptablesRules('iptables');
-    assert.doesNotMatch(rules, /BERTH-/, 'rules left after every executor closed');
-    assert.equal((await docker.listNetworks({ filters: { label: ['berth.network=1'] } })).length, 0, 'networks left');
+    for (const chain of ours) assert.ok(!rules.includes(chain), `${chain} left after its executors closed`);
+    if (!(await sharedLeft())) assert.doesNotMatch(rules, /BERTH-/, 'shared chains left with no Berth network');
 
     const stateRoot = await mkdtemp(path.join(os.tmpdir(), 'berth-netiso-killed-'));
     stateRoots.push(stateRoot);
@@ -379,14 +391,23 @@ describe('docker.network: isolated (real engine, real iptables)', { skip: unavai
     rules = await iptablesRules('iptables');
     assert.match(rules, /^-A DOCKER-USER -i berth\+ -j BERTH-FORWARD$/m, 'a killed executor took its rules with it');
     assert.match(rules, /^-A BERTH-FORWARD -j DROP$/m);
+    for (const chain of ours) assert.match(rules, new RegExp(`^-A ${chain} -j (DROP|RETURN)$`, 'm'), `${chain} gone after kill -9`);
 
     const next = await newBackend(ISOLATED);
     rules = await iptablesRules('iptables');
     assert.equal(rules.match(/^-A DOCKER-USER -i berth\+ -j BERTH-FORWARD$/gm)?.length, 1, 'jump duplicated');
+    assert.equal(rules.match(/^-A INPUT -i berth\+ -j BERTH-INPUT$/gm)?.length, 1, 'jump duplicated');
     assert.equal(rules.match(/^-A BERTH-FORWARD -j DROP$/gm)?.length, 1);
-    assert.equal(rules.match(/^-A BERTH-FORWARD -i berth[0-9a-f]{10} -g BERTH-NET-[0-9a-f]{10}$/gm)?.length, 3, 'one entry per policy');
+    for (const chain of ours) {
+      assert.equal(rules.match(new RegExp(`^-A BERTH-FORWARD -i berth[0-9a-f]{10} -g ${chain}$`, 'gm'))?.length, 1, `${chain} entry`);
+      assert.equal(rules.match(new RegExp(`^-A ${chain} -o berth`, 'gm'))?.length, 1, `${chain} not replaced but appended to`);
+    }
     await next.close();
-    assert.doesNotMatch(await iptablesRules('iptables'), /BERTH-/);
-    assert.doesNotMatch(await iptablesRules('ip6tables').catch(() => ''), /BERTH-/);
+    rules = await iptablesRules('iptables');
+    for (const chain of ours) assert.ok(!rules.includes(chain), `${chain} left after the restarted executor closed`);
+    if (!(await sharedLeft())) {
+      assert.doesNotMatch(rules, /BERTH-/);
+      assert.doesNotMatch(await iptablesRules('ip6tables').catch(() => ''), /BERTH-/);
+    }
   });
 });

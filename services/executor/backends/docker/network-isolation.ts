@@ -241,6 +241,10 @@ export class NetworkIsolation {
         await iptables(family, ['-F', networkChain(id)]).catch(() => undefined);
         await iptables(family, ['-X', networkChain(id)]).catch(() => undefined);
       }
+      // Another executor may have made the network again meanwhile: its containers keep their rules.
+      if (await docker.getNetwork(networkName(id)).inspect().then(() => true, () => false)) {
+        for (const family of this.families) await this.#installPolicy(family, id, this.#policies.get(id)!, this.#dns.resolvers);
+      }
     }
     const others = await docker
       .listNetworks({ filters: { label: [`${NETWORK_LABEL}=1`] } })
