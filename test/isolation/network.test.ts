@@ -287,6 +287,27 @@ describe('docker.network: isolated (real engine, real iptables)', { skip: unavai
     }
   });
 
+  it("warm pool containers sit on the operator's network; a tenant with a narrower policy never takes one", async () => {
+    const pooled = await newBackend({ ...ISOLATED, warmPool: 1 });
+    const pooledEnvs = new TaskEnvironments({ backend: pooled, logger: silentLogger(), lifetimeSeconds: 0 });
+    try {
+      await pooled.pool!.whenFull();
+      const narrow: TaskKey = { tenant: INITECH, taskId: 'pool' };
+      await pooledEnvs.exec(narrow, { command: 'true', timeoutMs: 60_000 });
+      assert.equal(pooled.pool!.readyCount, 1, 'the narrower tenant took a container made for the operator policy');
+      assert.match(await attempt(pooledEnvs, narrow, ADDR.public, PORT), /^err:/, 'the narrower tenant got public egress');
+      const plain: TaskKey = { tenant: ACME, taskId: 'pool' };
+      await pooledEnvs.exec(plain, { command: 'true', timeoutMs: 60_000 });
+      assert.equal(pooled.pool!.readyCount, 0, 'a tenant on the operator policy did not take the pool container');
+      const [a, n] = [await containerAddress(pooled, plain), await containerAddress(pooled, narrow)];
+      assert.notEqual(a.network, n.network);
+      assert.match(await attempt(pooledEnvs, plain, ADDR.private, PORT), /^err:/, 'a pool container reached a private address');
+    } finally {
+      await pooledEnvs.closeAll();
+      await pooled.close();
+    }
+  });
+
   it('control: on docker.network: bridge the same servers are reachable (what isolated takes away)', async () => {
     const bridge = await newBackend({ network: 'bridge' });
     const bridgeEnvs = new TaskEnvironments({ backend: bridge, logger: silentLogger(), lifetimeSeconds: 0 });
@@ -317,9 +338,17 @@ describe('docker.network: isolated (real engine, real iptables)', { skip: unavai
     assert.equal(r.output.trim(), '1');
   });
 
-  it("two executors share a network: one closing keeps the rules for the other's containers", async () => {
-    const other = await newBackend(ISOLATED);
-    await other.close();
+  it("another executor closing, of the same policy or another, keeps the rules for this one's containers", async () => {
+    const same = await newBackend(ISOLATED);
+    const different = await newBackend({ network: 'isolated', egress: 'open', egressAllow: [] });
+    const differentEnvs = new TaskEnvironments({ backend: different, logger: silentLogger(), lifetimeSeconds: 0 });
+    await differentEnvs.exec({ tenant: ACME, taskId: 'different' }, { command: 'true', timeoutMs: 60_000 });
+    await differentEnvs.closeAll();
+    await same.close();
+    await different.close();
+    for (const id of [policyIdOf(undefined), policyIdOf(INITECH), policyIdOf(UMBRELLA)]) {
+      assert.match(await iptablesRules('iptables'), new RegExp(`^-A BERTH-FORWARD -i berth${id} -g BERTH-NET-${id}$`, 'm'));
+    }
     const rules = await iptablesRules('iptables');
     assert.match(rules, /^-A DOCKER-USER -i berth\+ -j BERTH-FORWARD$/m);
     assert.match(rules, /^-A INPUT -i berth\+ -j BERTH-INPUT$/m);

@@ -17,6 +17,7 @@ import {
   networkCreateOptions,
   networkName,
   parentJumps,
+  policyFromLabel,
   policyId,
   tenantPolicy,
 } from '../../services/executor/backends/docker/network-policy.js';
@@ -120,6 +121,14 @@ describe('network policy rules', () => {
     const id = policyId(operator);
     assert.match(id, /^[0-9a-f]{10}$/);
     assert.ok(bridgeName(id).length <= 15, 'Linux limits interface names to 15 characters');
+  });
+
+  it("reads a network's policy back from its label, and a label that does not parse as the narrowest policy", () => {
+    assert.deepEqual(policyFromLabel(networkCreateOptions('x', operator).Labels?.['berth.network.policy']), operator);
+    for (const bad of [undefined, '', '{', '{"egress":"wide"}', '[]']) {
+      assert.deepEqual(policyFromLabel(bad), { egress: 'none', egressAllow: [] }, String(bad));
+    }
+    assert.deepEqual(policyFromLabel('{"egress":"open","egressAllow":["10.0.0.0/8","nope",3]}'), { egress: 'open', egressAllow: ['10.0.0.0/8'] });
   });
 
   it('makes a bridge network with inter-container traffic off and its own bridge name', () => {

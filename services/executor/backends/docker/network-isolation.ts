@@ -23,8 +23,8 @@ import type { Logger } from '../../../common/logging.js';
 import { dockerError, dockerMessage, isConflict, isNotFound } from './docker-errors.js';
 import {
   CHAIN_FORWARD,
-  CHAIN_INPUT,
   NETWORK_LABEL,
+  NETWORK_POLICY_LABEL,
   bridgeName,
   buildInputChainRestore,
   buildNetworkChainRestore,
@@ -34,6 +34,7 @@ import {
   networkCreateOptions,
   networkName,
   parentJumps,
+  policyFromLabel,
   policyId,
   tenantPolicy,
   type NetworkPolicy,
@@ -196,7 +197,10 @@ export class NetworkIsolation {
     let ready = this.#networks.get(id);
     if (!ready) {
       ready = this.#ensureNetwork(id);
-      ready.catch(() => this.#networks.delete(id));
+      const mine = ready;
+      mine.catch(() => {
+        if (this.#networks.get(id) === mine) this.#networks.delete(id);
+      });
       this.#networks.set(id, ready);
     }
     return ready;
@@ -222,17 +226,22 @@ export class NetworkIsolation {
   }
 
   /**
-   * Removes the networks Docker lets go (no container on them) and their
-   * chains; the shared chains go when no Berth network is left on the host.
+   * Removes every Berth network Docker lets go (no container on it: this
+   * executor's, and ones left by executors killed with -9) and its chain;
+   * the shared chains go when no Berth network is left on the host. Then
+   * every Berth network that exists (another executor's, perhaps made a
+   * moment ago) gets its chain back from the policy in its label, so one
+   * executor's shutdown never leaves another's containers unfiltered.
    */
   async close(): Promise<void> {
     const { docker, logger } = this.#o;
-    for (const id of this.#policies.keys()) {
+    const ids = new Set([...this.#policies.keys(), ...((await this.#berthNetworks())?.keys() ?? [])]);
+    for (const id of ids) {
       try {
         await docker.getNetwork(networkName(id)).remove();
       } catch (err) {
         if (!isNotFound(err)) {
-          logger.info({ network: networkName(id), err: dockerMessage(err) }, 'network isolation: network still in use or not removable; its rules stay');
+          logger.debug({ network: networkName(id), err: dockerMessage(err) }, 'network isolation: network in use; its rules stay');
           continue;
         }
       }
@@ -241,38 +250,50 @@ export class NetworkIsolation {
         await iptables(family, ['-F', networkChain(id)]).catch(() => undefined);
         await iptables(family, ['-X', networkChain(id)]).catch(() => undefined);
       }
-      // Another executor may have made the network again meanwhile: its containers keep their rules.
-      if (await docker.getNetwork(networkName(id)).inspect().then(() => true, () => false)) {
-        for (const family of this.families) await this.#installPolicy(family, id, this.#policies.get(id)!, this.#dns.resolvers);
-      }
     }
-    const others = await docker
-      .listNetworks({ filters: { label: [`${NETWORK_LABEL}=1`] } })
-      .catch(() => undefined);
-    if (others === undefined || others.length > 0) return;
+    const left = await this.#berthNetworks();
+    if (left?.size === 0) await this.#removeShared();
+    const now = left?.size === 0 ? await this.#berthNetworks() : left;
+    if (now && now.size > 0) for (const family of this.families) await this.#installFamily(family, now);
+  }
+
+  /** Every Berth network on the host, by policy id, with the policy its label records; undefined when Docker does not answer. */
+  async #berthNetworks(): Promise<Map<string, NetworkPolicy> | undefined> {
+    const list = await this.#o.docker.listNetworks({ filters: { label: [`${NETWORK_LABEL}=1`] } }).catch(() => undefined);
+    if (!list) return undefined;
+    const found = new Map<string, NetworkPolicy>();
+    for (const n of list) {
+      const id = /^berth-isolated-([0-9a-f]{10})$/.exec(n.Name)?.[1];
+      if (id) found.set(id, this.#policies.get(id) ?? policyFromLabel(n.Labels?.[NETWORK_POLICY_LABEL]));
+    }
+    return found;
+  }
+
+  /** With no Berth network left: the jumps first (nothing enters any more), then every Berth chain. */
+  async #removeShared(): Promise<void> {
     for (const family of this.families) {
-      const { stdout } = await run(binary(family), ['-w', '5', '-S', CHAIN_FORWARD]).catch(() => ({ stdout: '' }));
-      if (stdout.split('\n').filter((l) => l.startsWith('-A ')).length > 1) continue;
       for (const { chain, rule } of parentJumps(this.#forwardParent[family])) {
         await iptables(family, ['-D', chain, ...rule]).catch(() => undefined);
       }
-      for (const chain of [CHAIN_FORWARD, CHAIN_INPUT]) {
+      const { stdout } = await run(binary(family), ['-w', '5', '-S']).catch(() => ({ stdout: '' }));
+      const chains = [...stdout.matchAll(/^-N (BERTH-\S+)$/gm)].map((m) => m[1]!);
+      for (const chain of [CHAIN_FORWARD, ...chains.filter((c) => c !== CHAIN_FORWARD)]) {
         await iptables(family, ['-F', chain]).catch(() => undefined);
-        await iptables(family, ['-X', chain]).catch(() => undefined);
       }
+      for (const chain of chains) await iptables(family, ['-X', chain]).catch(() => undefined);
     }
   }
 
   async #installRules(): Promise<void> {
-    for (const family of this.families) await this.#installFamily(family);
+    for (const family of this.families) await this.#installFamily(family, this.#policies);
   }
 
-  async #installFamily(family: IpFamily): Promise<void> {
+  async #installFamily(family: IpFamily, policies: ReadonlyMap<string, NetworkPolicy>): Promise<void> {
     const { resolvers, localResolvers } = this.#dns;
     if (!(await succeeds(family, ['-S', CHAIN_FORWARD]))) {
       await restore(family, `*filter\n:${CHAIN_FORWARD} - [0:0]\n-A ${CHAIN_FORWARD} -j DROP\nCOMMIT\n`);
     }
-    for (const [id, policy] of this.#policies) await this.#installPolicy(family, id, policy, resolvers);
+    for (const [id, policy] of policies) await this.#installPolicy(family, id, policy, resolvers);
     await restore(family, buildInputChainRestore(family, localResolvers));
     for (const { chain, rule } of parentJumps(this.#forwardParent[family])) {
       if (!(await succeeds(family, ['-C', chain, ...rule]))) await iptables(family, ['-I', chain, '1', ...rule]);
@@ -322,7 +343,7 @@ export class NetworkIsolation {
     // Another executor's close may have removed this policy's chain while the network was unused.
     for (const family of this.families) {
       if (!(await succeeds(family, ['-C', CHAIN_FORWARD, ...forwardEntry(id)]))) {
-        await this.#installFamily(family);
+        await this.#installFamily(family, this.#policies);
       }
     }
     return name;

@@ -32,7 +32,7 @@
  */
 import { createHash } from 'node:crypto';
 import type Dockerode from 'dockerode';
-import type { EgressMode } from '../../../common/config.js';
+import { EGRESS_MODES, type EgressMode } from '../../../common/config.js';
 import { parseCidr, type IpFamily } from '../../../common/cidr.js';
 
 /** What a container may reach beyond Docker's embedded DNS. */
@@ -54,6 +54,8 @@ export const CHAIN_INPUT = 'BERTH-INPUT';
 export const BRIDGE_PREFIX = 'berth';
 export const BRIDGE_WILDCARD = `${BRIDGE_PREFIX}+`;
 export const NETWORK_LABEL = 'berth.network';
+/** The policy a network enforces, as JSON: any executor can put its rules back from it. */
+export const NETWORK_POLICY_LABEL = 'berth.network.policy';
 
 /** Not public: never reached under public-only unless named in egress_allow. */
 export const NON_PUBLIC: Readonly<Record<IpFamily, readonly string[]>> = {
@@ -115,8 +117,21 @@ export function networkCreateOptions(id: string, policy: NetworkPolicy): Dockero
       'com.docker.network.bridge.enable_icc': 'false',
       'com.docker.network.bridge.enable_ip_masquerade': 'true',
     },
-    Labels: { [NETWORK_LABEL]: '1', 'berth.network.policy': JSON.stringify(policy) },
+    Labels: { [NETWORK_LABEL]: '1', [NETWORK_POLICY_LABEL]: JSON.stringify(policy) },
   };
+}
+
+/** The policy recorded in a network's label; one that does not parse gets the narrowest (closed, not open). */
+export function policyFromLabel(label: string | undefined): NetworkPolicy {
+  try {
+    const p = JSON.parse(label ?? '') as Partial<NetworkPolicy>;
+    const egress = EGRESS_MODES.find((m) => m === p.egress);
+    const allow = Array.isArray(p.egressAllow) ? p.egressAllow.filter((c): c is string => typeof c === 'string' && parseCidr(c) !== undefined) : [];
+    if (egress) return { egress, egressAllow: allow };
+  } catch {
+    // falls through to the narrowest policy
+  }
+  return { egress: 'none', egressAllow: [] };
 }
 
 /** The ranges of one family among `cidrs` (normalised). */
