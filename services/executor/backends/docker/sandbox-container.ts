@@ -247,6 +247,8 @@ export class ContainerFactory {
 
   async start(params: StartParams): Promise<SandboxContainer> {
     const o = this.options;
+    // First, so that a network the host cannot isolate fails before anything is made.
+    const network = await o.networkFor(params.tenant, false);
     await this.prepareHostDir(params.hostDir);
     const listener = await AgentListener.listen(
       path.join(params.hostDir, 'agent.sock'),
@@ -265,7 +267,7 @@ export class ContainerFactory {
       memoryMiB: o.memoryMiB,
       cpus: o.cpus,
       pidsLimit: o.pidsLimit,
-      network: await o.networkFor(params.tenant, false),
+      network,
       readOnlyRoot: o.readOnlyRoot,
       runtime: o.runtime,
       binds: o.binds,
