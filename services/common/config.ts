@@ -279,6 +279,7 @@ export function applyEnvOverrides(raw: Record<string, unknown>, env: NodeJS.Proc
   if (env.BERTH_STATE_ROOT) setPath(out, ['executor', 'state_root'], env.BERTH_STATE_ROOT);
   if (env.BERTH_EXECUTOR_SECRET) setPath(out, ['executor', 'shared_secret'], env.BERTH_EXECUTOR_SECRET);
   if (env.BERTH_CODE_CONTAINER) setPath(out, ['code_execution', 'code_container'], env.BERTH_CODE_CONTAINER);
+  if (env.BERTH_DOCKER_NETWORK) setPath(out, ['docker', 'network'], env.BERTH_DOCKER_NETWORK);
   for (const [name, key] of Object.entries(METRICS_ENV)) {
     const value = env[name];
     if (value) setPath(out, ['metrics', key], value);

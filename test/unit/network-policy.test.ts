@@ -53,6 +53,8 @@ describe('network config', () => {
     const c = loadConfig(undefined, {});
     assert.deepEqual([c.docker.network, c.docker.egress, c.docker.egress_allow, c.terminal.container_pids], ['isolated', 'public-only', [], 256]);
     assert.equal(loadConfig(undefined, { TERMINAL_CONTAINER_PIDS: '512' }).terminal.container_pids, 512);
+    assert.equal(loadConfig(undefined, { BERTH_DOCKER_NETWORK: 'bridge' }).docker.network, 'bridge');
+    assert.throws(() => loadConfig(undefined, { BERTH_DOCKER_NETWORK: 'host' }), /docker\.network/);
   });
 
   it('refuses a CIDR that is not one, naming the key', () => {
