@@ -27,7 +27,6 @@ import Dockerode from 'dockerode';
 import { silentLogger } from '../../services/common/logging.js';
 import type { TaskKey } from '../../services/executor/backend.js';
 import { DockerBackend, type DockerBackendOptions } from '../../services/executor/backends/docker/docker-backend.js';
-import { policyId, tenantPolicy } from '../../services/executor/backends/docker/network-policy.js';
 import { TaskEnvironments } from '../../services/executor/task-environment.js';
 import { SANDBOX_IMAGE, cleanupDocker, dockerUnavailableReason } from '../support/docker-fixtures.js';
 import { CLIENT_PY, ECHO_SERVER_PY, pythonCommand, startNetnsServers, type NetnsServers } from '../support/netns-servers.js';
@@ -144,11 +143,6 @@ async function containerAddress(backend: DockerBackend, key: TaskKey): Promise<{
 }
 
 /** An address of the host that is neither loopback nor one of Docker's or Berth's bridges. */
-/** Policy id of a tenant's containers under {@link ISOLATED}. */
-function policyIdOf(tenant: string | undefined): string {
-  return policyId(tenantPolicy(OPERATOR, tenant === undefined ? undefined : ISOLATED.tenantNetworks?.[tenant]));
-}
-
 function otherHostAddress(): string | undefined {
   for (const [name, addrs] of Object.entries(os.networkInterfaces())) {
     if (/^(lo|docker|br-|berth|veth|bnt)/.test(name)) continue;
@@ -162,6 +156,8 @@ describe('docker.network: isolated (real engine, real iptables)', { skip: unavai
   let servers: NetnsServers;
   let backend: DockerBackend;
   let envs: TaskEnvironments;
+  /** Id of the network (and chain) of a tenant's containers under {@link ISOLATED}. */
+  const policyIdOf = (tenant: string | undefined) => backend.networkIsolation!.policyIdOf(tenant);
   const hostServers: net.Server[] = [];
   const acme1: TaskKey = { tenant: ACME, taskId: 'server' };
   const acme2: TaskKey = { tenant: ACME, taskId: 'peer' };

@@ -17,8 +17,8 @@ import {
   networkCreateOptions,
   networkName,
   parentJumps,
-  policyFromLabel,
-  policyId,
+  rulesFromLabel,
+  rulesId,
   tenantPolicy,
 } from '../../services/executor/backends/docker/network-policy.js';
 
@@ -115,26 +115,31 @@ describe('network config', () => {
 describe('network policy rules', () => {
   const operator = { egress: 'public-only', egressAllow: ['10.20.0.0/16', 'fd00:1::/32'] } as const;
 
-  it('a tenant inherits what it does not override; equal policies share one id', () => {
+  it('a tenant inherits what it does not override; equal rules share one id, other resolvers get their own', () => {
     assert.deepEqual(tenantPolicy(operator, { egress: 'none' }), { egress: 'none', egressAllow: operator.egressAllow });
     assert.deepEqual(tenantPolicy(operator, { egress_allow: [] }), { egress: 'public-only', egressAllow: [] });
-    assert.equal(policyId(operator), policyId({ egress: 'public-only', egressAllow: ['fd00:1::/32', '10.20.1.1/16'] }));
-    assert.notEqual(policyId(operator), policyId({ ...operator, egress: 'none' }));
-    const id = policyId(operator);
+    const id = rulesId({ policy: operator, resolvers: ['10.0.0.2'] });
+    assert.equal(id, rulesId({ policy: { egress: 'public-only', egressAllow: ['fd00:1::/32', '10.20.1.1/16'] }, resolvers: ['10.0.0.2/32'] }));
+    assert.notEqual(id, rulesId({ policy: { ...operator, egress: 'none' }, resolvers: ['10.0.0.2'] }));
+    assert.notEqual(id, rulesId({ policy: operator, resolvers: ['10.0.0.3'] }));
     assert.match(id, /^[0-9a-f]{10}$/);
     assert.ok(bridgeName(id).length <= 15, 'Linux limits interface names to 15 characters');
   });
 
-  it("reads a network's policy back from its label, and a label that does not parse as the narrowest policy", () => {
-    assert.deepEqual(policyFromLabel(networkCreateOptions('x', operator).Labels?.['berth.network.policy']), operator);
+  it("reads a network's rules back from its label, and a label that does not parse as the narrowest", () => {
+    const rules = { policy: operator, resolvers: ['10.0.0.2'] };
+    assert.deepEqual(rulesFromLabel(networkCreateOptions('x', rules).Labels?.['berth.network.policy']), rules);
     for (const bad of [undefined, '', '{', '{"egress":"wide"}', '[]']) {
-      assert.deepEqual(policyFromLabel(bad), { egress: 'none', egressAllow: [] }, String(bad));
+      assert.deepEqual(rulesFromLabel(bad), { policy: { egress: 'none', egressAllow: [] }, resolvers: [] }, String(bad));
     }
-    assert.deepEqual(policyFromLabel('{"egress":"open","egressAllow":["10.0.0.0/8","nope",3]}'), { egress: 'open', egressAllow: ['10.0.0.0/8'] });
+    assert.deepEqual(rulesFromLabel('{"egress":"open","egressAllow":["10.0.0.0/8","nope",3]}'), {
+      policy: { egress: 'open', egressAllow: ['10.0.0.0/8'] },
+      resolvers: [],
+    });
   });
 
   it('makes a bridge network with inter-container traffic off and its own bridge name', () => {
-    const o = networkCreateOptions('0123456789', operator);
+    const o = networkCreateOptions('0123456789', { policy: operator, resolvers: [] });
     assert.equal(o.Name, networkName('0123456789'));
     assert.deepEqual(o.Options, {
       'com.docker.network.bridge.name': 'berth0123456789',

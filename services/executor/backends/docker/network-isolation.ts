@@ -34,10 +34,11 @@ import {
   networkCreateOptions,
   networkName,
   parentJumps,
-  policyFromLabel,
-  policyId,
+  rulesFromLabel,
+  rulesId,
   tenantPolicy,
   type NetworkPolicy,
+  type NetworkRules,
   type TenantNetworkOverride,
 } from './network-policy.js';
 
@@ -102,33 +103,32 @@ function hostAddresses(): Set<string> {
 }
 
 /** Where Docker's embedded DNS forwards to, and which of those are this host's own addresses. */
-async function dnsUpstreams(o: NetworkIsolationOptions): Promise<{ resolvers: string[]; localResolvers: string[] }> {
+async function dnsUpstreams(o: NetworkIsolationOptions): Promise<string[]> {
   const text = await readFile(o.resolvConfPath ?? '/etc/resolv.conf', 'utf8').catch(() => '');
   const daemonDns = await readFile('/etc/docker/daemon.json', 'utf8')
     .then((t) => (JSON.parse(t) as { dns?: unknown }).dns)
     .catch(() => undefined);
-  const resolvers = embeddedDnsUpstreams(text, [...o.extraDns, ...(Array.isArray(daemonDns) ? daemonDns.map(String) : [])]);
-  const local = hostAddresses();
-  return { resolvers, localResolvers: resolvers.filter((r) => local.has(r)) };
+  return embeddedDnsUpstreams(text, [...o.extraDns, ...(Array.isArray(daemonDns) ? daemonDns.map(String) : [])]);
 }
 
 export class NetworkIsolation {
   readonly families: readonly IpFamily[];
   readonly #o: NetworkIsolationOptions;
-  readonly #policies: ReadonlyMap<string, NetworkPolicy>;
+  /** This executor's networks: the operator's rules and each tenant's, by id. */
+  readonly #policies: ReadonlyMap<string, NetworkRules>;
   readonly #forwardParent: Readonly<Record<IpFamily, string>>;
   readonly #networks = new Map<string, Promise<string>>();
-  readonly #dns: { readonly resolvers: string[]; readonly localResolvers: string[] };
+  readonly #resolvers: readonly string[];
 
   private constructor(
     o: NetworkIsolationOptions,
     families: IpFamily[],
     forwardParent: Record<IpFamily, string>,
-    policies: Map<string, NetworkPolicy>,
-    dns: { resolvers: string[]; localResolvers: string[] },
+    policies: Map<string, NetworkRules>,
+    resolvers: readonly string[],
   ) {
     this.#o = o;
-    this.#dns = dns;
+    this.#resolvers = resolvers;
     this.families = families;
     this.#forwardParent = forwardParent;
     this.#policies = policies;
@@ -165,12 +165,13 @@ export class NetworkIsolation {
     } else if (existsSync('/proc/net/if_inet6')) {
       o.logger.warn('docker.network: isolated: ip6tables does not work on this host, so IPv6 traffic of containers is not filtered');
     }
-    const policies = new Map<string, NetworkPolicy>([[policyId(o.operator), o.operator]]);
-    for (const override of Object.values(o.tenants)) {
-      const policy = tenantPolicy(o.operator, override);
-      policies.set(policyId(policy), policy);
+    const resolvers = await dnsUpstreams(o);
+    const policies = new Map<string, NetworkRules>();
+    for (const override of [undefined, ...Object.values(o.tenants)]) {
+      const rules = { policy: tenantPolicy(o.operator, override), resolvers };
+      policies.set(rulesId(rules), rules);
     }
-    const isolation = new NetworkIsolation(o, families, forwardParent, policies, await dnsUpstreams(o));
+    const isolation = new NetworkIsolation(o, families, forwardParent, policies, resolvers);
     try {
       await isolation.#installRules();
     } catch (err) {
@@ -180,10 +181,10 @@ export class NetworkIsolation {
     return isolation;
   }
 
-  /** Policy id of a tenant's containers (undefined: the operator's, e.g. warm pool containers). */
+  /** Id of the network of a tenant's containers (undefined: the operator's, e.g. warm pool containers). */
   policyIdOf(tenant: string | undefined): string {
     const override = tenant === undefined ? undefined : this.#o.tenants[tenant];
-    return policyId(tenantPolicy(this.#o.operator, override));
+    return rulesId({ policy: tenantPolicy(this.#o.operator, override), resolvers: this.#resolvers });
   }
 
   /**
@@ -257,14 +258,14 @@ export class NetworkIsolation {
     if (now && now.size > 0) for (const family of this.families) await this.#installFamily(family, now);
   }
 
-  /** Every Berth network on the host, by policy id, with the policy its label records; undefined when Docker does not answer. */
-  async #berthNetworks(): Promise<Map<string, NetworkPolicy> | undefined> {
+  /** Every Berth network on the host, by id, with the rules its label records; undefined when Docker does not answer. */
+  async #berthNetworks(): Promise<Map<string, NetworkRules> | undefined> {
     const list = await this.#o.docker.listNetworks({ filters: { label: [`${NETWORK_LABEL}=1`] } }).catch(() => undefined);
     if (!list) return undefined;
-    const found = new Map<string, NetworkPolicy>();
+    const found = new Map<string, NetworkRules>();
     for (const n of list) {
       const id = /^berth-isolated-([0-9a-f]{10})$/.exec(n.Name)?.[1];
-      if (id) found.set(id, this.#policies.get(id) ?? policyFromLabel(n.Labels?.[NETWORK_POLICY_LABEL]));
+      if (id) found.set(id, this.#policies.get(id) ?? rulesFromLabel(n.Labels?.[NETWORK_POLICY_LABEL]));
     }
     return found;
   }
@@ -288,20 +289,23 @@ export class NetworkIsolation {
     for (const family of this.families) await this.#installFamily(family, this.#policies);
   }
 
-  async #installFamily(family: IpFamily, policies: ReadonlyMap<string, NetworkPolicy>): Promise<void> {
-    const { resolvers, localResolvers } = this.#dns;
+  async #installFamily(family: IpFamily, networks: ReadonlyMap<string, NetworkRules>): Promise<void> {
     if (!(await succeeds(family, ['-S', CHAIN_FORWARD]))) {
       await restore(family, `*filter\n:${CHAIN_FORWARD} - [0:0]\n-A ${CHAIN_FORWARD} -j DROP\nCOMMIT\n`);
     }
-    for (const [id, policy] of policies) await this.#installPolicy(family, id, policy, resolvers);
+    for (const [id, rules] of networks) await this.#installPolicy(family, id, rules);
+    // BERTH-INPUT is shared: it opens port 53 on host addresses that any Berth network's resolvers name.
+    const all = [...networks.values(), ...((await this.#berthNetworks())?.values() ?? [])];
+    const local = hostAddresses();
+    const localResolvers = [...new Set(all.flatMap((r) => r.resolvers).filter((r) => local.has(r)))];
     await restore(family, buildInputChainRestore(family, localResolvers));
     for (const { chain, rule } of parentJumps(this.#forwardParent[family])) {
       if (!(await succeeds(family, ['-C', chain, ...rule]))) await iptables(family, ['-I', chain, '1', ...rule]);
     }
   }
 
-  async #installPolicy(family: IpFamily, id: string, policy: NetworkPolicy, resolvers: string[]): Promise<void> {
-    await restore(family, buildNetworkChainRestore(family, id, policy, resolvers));
+  async #installPolicy(family: IpFamily, id: string, rules: NetworkRules): Promise<void> {
+    await restore(family, buildNetworkChainRestore(family, id, rules.policy, rules.resolvers));
     const entry = forwardEntry(id);
     if (!(await succeeds(family, ['-C', CHAIN_FORWARD, ...entry]))) {
       await iptables(family, ['-I', CHAIN_FORWARD, '1', ...entry]);
@@ -311,7 +315,7 @@ export class NetworkIsolation {
   async #ensureNetwork(id: string): Promise<string> {
     const { docker, daemon } = this.#o;
     const name = networkName(id);
-    const policy = this.#policies.get(id)!;
+    const rules = this.#policies.get(id)!;
     let info: Dockerode.NetworkInspectInfo | undefined;
     try {
       info = (await docker.getNetwork(name).inspect()) as Dockerode.NetworkInspectInfo;
@@ -320,7 +324,7 @@ export class NetworkIsolation {
     }
     if (!info) {
       try {
-        await docker.createNetwork(networkCreateOptions(id, policy));
+        await docker.createNetwork(networkCreateOptions(id, rules));
       } catch (err) {
         if (!isConflict(err)) throw dockerError(err, `creating network ${name}`, daemon);
       }

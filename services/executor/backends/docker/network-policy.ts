@@ -25,8 +25,8 @@
  *     (ip6) neighbour solicitation/advertisement -j RETURN
  *     -j DROP
  *
- * A network per policy (not per tenant, not per container): tenants with
- * the same policy share one bridge whose inter-container traffic is off
+ * A network per policy and resolver list (not per tenant, not per
+ * container): tenants with the same policy share one bridge whose inter-container traffic is off
  * (`enable_icc=false`, and the `-o` rule above), so the rules never change
  * while containers come and go.
  */
@@ -54,7 +54,7 @@ export const CHAIN_INPUT = 'BERTH-INPUT';
 export const BRIDGE_PREFIX = 'berth';
 export const BRIDGE_WILDCARD = `${BRIDGE_PREFIX}+`;
 export const NETWORK_LABEL = 'berth.network';
-/** The policy a network enforces, as JSON: any executor can put its rules back from it. */
+/** The rules a network enforces (policy and resolvers), as JSON: any executor can put them back from it. */
 export const NETWORK_POLICY_LABEL = 'berth.network.policy';
 
 /** Not public: never reached under public-only unless named in egress_allow. */
@@ -83,10 +83,21 @@ export function tenantPolicy(operator: NetworkPolicy, override: TenantNetworkOve
   };
 }
 
-/** Short stable id of a policy: equal policies share a network and a chain. */
-export function policyId(policy: NetworkPolicy): string {
-  const allow = [...new Set(policy.egressAllow.map((c) => parseCidr(c)?.text ?? c))].sort();
-  return createHash('sha256').update(JSON.stringify([policy.egress, allow])).digest('hex').slice(0, 10);
+/**
+ * What one Berth network enforces: the policy, and the upstream resolvers
+ * of Docker's embedded DNS opened on port 53 (they differ between executors
+ * with different `--dns`).
+ */
+export interface NetworkRules {
+  readonly policy: NetworkPolicy;
+  readonly resolvers: readonly string[];
+}
+
+/** Short stable id of a network's rules: equal rules share a network and a chain. */
+export function rulesId(rules: NetworkRules): string {
+  const norm = (list: readonly string[]) => [...new Set(list.map((c) => parseCidr(c)?.text ?? c))].sort();
+  const key = [rules.policy.egress, norm(rules.policy.egressAllow), norm(rules.resolvers)];
+  return createHash('sha256').update(JSON.stringify(key)).digest('hex').slice(0, 10);
 }
 
 /** Docker network name of a policy. */
@@ -103,8 +114,8 @@ export function networkChain(id: string): string {
   return `BERTH-NET-${id}`;
 }
 
-/** The create options of a policy's Docker network. */
-export function networkCreateOptions(id: string, policy: NetworkPolicy): Dockerode.NetworkCreateOptions {
+/** The create options of a Docker network enforcing `rules` (recorded in a label, so any executor can restore them). */
+export function networkCreateOptions(id: string, rules: NetworkRules): Dockerode.NetworkCreateOptions {
   return {
     Name: networkName(id),
     Driver: 'bridge',
@@ -117,21 +128,25 @@ export function networkCreateOptions(id: string, policy: NetworkPolicy): Dockero
       'com.docker.network.bridge.enable_icc': 'false',
       'com.docker.network.bridge.enable_ip_masquerade': 'true',
     },
-    Labels: { [NETWORK_LABEL]: '1', [NETWORK_POLICY_LABEL]: JSON.stringify(policy) },
+    Labels: {
+      [NETWORK_LABEL]: '1',
+      [NETWORK_POLICY_LABEL]: JSON.stringify({ ...rules.policy, resolvers: rules.resolvers }),
+    },
   };
 }
 
-/** The policy recorded in a network's label; one that does not parse gets the narrowest (closed, not open). */
-export function policyFromLabel(label: string | undefined): NetworkPolicy {
+/** The rules recorded in a network's label; a label that does not parse gives the narrowest (closed, not open). */
+export function rulesFromLabel(label: string | undefined): NetworkRules {
+  const addresses = (v: unknown) =>
+    Array.isArray(v) ? v.filter((c): c is string => typeof c === 'string' && parseCidr(c) !== undefined) : [];
   try {
-    const p = JSON.parse(label ?? '') as Partial<NetworkPolicy>;
+    const p = JSON.parse(label ?? '') as Partial<NetworkPolicy> & { resolvers?: unknown };
     const egress = EGRESS_MODES.find((m) => m === p.egress);
-    const allow = Array.isArray(p.egressAllow) ? p.egressAllow.filter((c): c is string => typeof c === 'string' && parseCidr(c) !== undefined) : [];
-    if (egress) return { egress, egressAllow: allow };
+    if (egress) return { policy: { egress, egressAllow: addresses(p.egressAllow) }, resolvers: addresses(p.resolvers) };
   } catch {
-    // falls through to the narrowest policy
+    // falls through to the narrowest rules
   }
-  return { egress: 'none', egressAllow: [] };
+  return { policy: { egress: 'none', egressAllow: [] }, resolvers: [] };
 }
 
 /** The ranges of one family among `cidrs` (normalised). */
