@@ -108,11 +108,35 @@ async function backendFindings(backend: Backend, key: TaskKey, say: (verdict: Ve
   const kind = docker.environmentOf(key)?.container.channel.kind;
   if (kind === 'agent') say('ok', 'commands reach the container through the exec agent');
   else if (kind === 'docker-exec') say('warn', 'the image cannot run the exec agent (no python3?): commands use docker exec, ~45 ms each');
+  await networkFindings(docker, key, say);
   const disk = docker.diskLimits;
   if (disk.layer === 'enforced') say('ok', "terminal.container_disk is enforced on the container's writable layer");
   if (disk.volumes === 'enforced') say('ok', 'terminal.container_disk is enforced on the persistent volumes');
   if (disk.layer === 'off') say('ok', 'terminal.container_disk is not asked for (docker.disk_limit: off)');
   // 'unsupported' was logged by the backend with the daemon's reason: it arrives as a warning.
+}
+
+/** docker.network: the task container's network, and under isolated whether every rule is in place. */
+async function networkFindings(docker: DockerBackend, key: TaskKey, say: (verdict: Verdict, text: string) => void): Promise<void> {
+  const id = docker.environmentOf(key)?.container.id;
+  const mode = id ? (await docker.docker.getContainer(id).inspect()).HostConfig.NetworkMode : undefined;
+  const isolation = docker.networkIsolation;
+  if (!isolation) {
+    if (mode === 'bridge') {
+      say('warn', 'docker.network: bridge: task containers can reach each other, the Docker host and private and link-local ' +
+        'ranges; set docker.network: isolated (the default) where tenants share this host');
+    } else if (mode === 'none') say('ok', 'docker.network: none: task containers have no network');
+    return;
+  }
+  const checks = await isolation.verify();
+  const missing = checks.filter((c) => !c.ok);
+  for (const c of missing) {
+    say('fail', `docker.network: isolated: the rule "${c.text}" is missing; restart the executor to put it back, and look for what removes it (a firewall reload?)`);
+  }
+  if (missing.length === 0) {
+    const tools = isolation.families.includes(6) ? 'iptables and ip6tables' : 'iptables';
+    say('ok', `docker.network: isolated is enforced: ${checks.length} ${tools} rules in place, the task's container is on ${mode}`);
+  }
 }
 
 function message(err: unknown): string {

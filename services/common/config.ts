@@ -7,6 +7,7 @@ import { readFileSync } from 'node:fs';
 import { createHash } from 'node:crypto';
 import { parse as parseYaml } from 'yaml';
 import { z } from 'zod';
+import { cidrContains, cidrOverlaps, parseCidr } from './cidr.js';
 
 const bool = z.union([z.boolean(), z.stringbool()]);
 const int = (min: number) => z.coerce.number().int().min(min);
@@ -51,6 +52,8 @@ const terminalSchema = z
     container_cpu: z.coerce.number().positive().default(1),
     container_memory: int(64).default(5120),
     container_disk: int(1).default(51200),
+    /** Process limit of each container (docker PidsLimit; apptainer has no per-instance one). */
+    container_pids: int(8).default(256),
     container_persistent: bool.default(true),
   })
   .strict();
@@ -97,6 +100,12 @@ export const DISK_LIMIT_MODES = ['auto', 'require', 'off'] as const;
 export type DiskLimitMode = (typeof DISK_LIMIT_MODES)[number];
 export type CodeContainerSetting = (typeof CODE_CONTAINER_SETTINGS)[number];
 const nonInteractiveAction = z.enum(['approve', 'deny']);
+/** Network policy of `docker.network: isolated`, narrowest first (see network-policy.ts). */
+export const EGRESS_MODES = ['none', 'public-only', 'open'] as const;
+export type EgressMode = (typeof EGRESS_MODES)[number];
+const cidrList = z.array(z.string().refine((s) => parseCidr(s) !== undefined, 'not a CIDR range (10.20.0.0/16, fd00::/8)'));
+/** `tenants[].network`: narrows `docker.egress` / `docker.egress_allow` for one tenant (absent keys inherit). */
+const tenantNetworkSchema = z.object({ egress: z.enum(EGRESS_MODES).optional(), egress_allow: cidrList.optional() }).strict();
 
 /** `tenants[].approvals`: per-tenant overrides of `approvals.*` (absent keys inherit). */
 const tenantApprovalsSchema = z
@@ -134,6 +143,7 @@ const tenantSchema = z
     approvals: tenantApprovalsSchema.optional(),
     /** Overrides of the top-level `quotas`, key by key. */
     quotas: quotasSchema.optional(),
+    network: tenantNetworkSchema.optional(),
   })
   .strict();
 
@@ -157,7 +167,11 @@ export const configSchema = z
         warm_pool: int(0).max(64).default(0),
         /** OCI runtime: '' = Docker's default (runc); 'runsc' = gVisor. */
         runtime: z.string().default(''),
-        network: z.enum(['none', 'bridge']).default('bridge'),
+        /** isolated: Berth's own bridge, no traffic between containers or to the host, egress per `egress`. */
+        network: z.enum(['none', 'isolated', 'bridge']).default('isolated'),
+        egress: z.enum(EGRESS_MODES).default('public-only'),
+        /** Ranges opened under `isolated` although private (an internal package mirror). */
+        egress_allow: cidrList.default([]),
         read_only_root: bool.default(false),
         /** Docker API socket ('' = DOCKER_HOST or /var/run/docker.sock). */
         socket_path: z.string().default(''),
@@ -400,6 +414,7 @@ export function applyEnvOverrides(raw: Record<string, unknown>, env: NodeJS.Proc
   if (env.BERTH_EXECUTOR_SECRET) setPath(out, ['executor', 'shared_secret'], env.BERTH_EXECUTOR_SECRET);
   if (env.BERTH_CODE_CONTAINER) setPath(out, ['code_execution', 'code_container'], env.BERTH_CODE_CONTAINER);
   if (env.BERTH_TENANTS) setPath(out, ['tenants'], tenantsFromEnv(env.BERTH_TENANTS));
+  if (env.BERTH_DOCKER_NETWORK) setPath(out, ['docker', 'network'], env.BERTH_DOCKER_NETWORK);
   for (const [name, key] of Object.entries(METRICS_ENV)) {
     const value = env[name];
     if (value) setPath(out, ['metrics', key], value);
@@ -452,8 +467,36 @@ export function parseConfig(raw: unknown, source = 'config'): BerthConfig {
       problems.push(`${where}.max_cpus: ${q.max_cpus} is below one container's terminal.container_cpu (${config.terminal.container_cpu})`);
     }
   }
+  problems.push(...tenantNetworkProblems(config));
   if (problems.length > 0) throw new ConfigError(`invalid ${source}:\n${problems.map((p) => `✖ ${p}`).join('\n')}`);
   return config;
+}
+
+/** A tenant's network policy may narrow the operator's, never widen it; each widening is named by its key. */
+function tenantNetworkProblems(config: BerthConfig): string[] {
+  const problems: string[] = [];
+  const { network, egress, egress_allow: allow } = config.docker;
+  const operatorAllow = allow.map((c) => parseCidr(c)!);
+  const linkLocal = [parseCidr('169.254.0.0/16')!, parseCidr('fe80::/10')!];
+  const widen = 'a tenant can narrow the operator\'s network policy, never widen it';
+  for (const t of config.tenants) {
+    if (!t.network) continue;
+    const key = `tenants[${t.id}].network`;
+    if (network !== 'isolated') {
+      problems.push(`${key}: needs docker.network: isolated (it is ${network}, where no per-tenant policy is enforced)`);
+      continue;
+    }
+    if (t.network.egress && EGRESS_MODES.indexOf(t.network.egress) > EGRESS_MODES.indexOf(egress)) {
+      problems.push(`${key}.egress: ${t.network.egress} is wider than docker.egress (${egress}); ${widen}`);
+    }
+    for (const text of t.network.egress_allow ?? []) {
+      const cidr = parseCidr(text)!;
+      const inside = operatorAllow.some((o) => cidrContains(o, cidr)) ||
+        (egress === 'open' && !linkLocal.some((l) => cidrOverlaps(l, cidr)));
+      if (!inside) problems.push(`${key}.egress_allow: ${text} is not inside docker.egress_allow; ${widen}`);
+    }
+  }
+  return problems;
 }
 
 /**

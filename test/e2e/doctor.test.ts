@@ -69,9 +69,18 @@ describe('berth doctor', () => {
       const out = r.stdout;
       assert.match(out, /^ok {4}a new task runs a command \(\d+ ms, as uid 1000\)$/m);
       assert.match(out, /^ok {4}commands reach the container through the exec agent$/m);
+      assert.match(out, /^ok {4}docker\.network: isolated is enforced: \d+ ip(6)?tables( and ip6tables)? rules in place, the task's container is on berth-isolated-[0-9a-f]{10}$/m);
       // Whatever this host's storage can do about container_disk, the doctor says it.
       assert.match(out, /^(ok {4}terminal\.container_disk is enforced|warn {2}terminal\.container_disk \(51200 MiB\) cannot be applied)/m);
       assert.match(lines(out).at(-1)!, /^\d+ ok, \d+ warnings, 0 failed$/);
+      assert.deepEqual(await leftovers(), []);
+    });
+
+    it('a host that cannot enforce docker.network: isolated fails with the fix, exit 1, and starts no container', async () => {
+      // No iptables on PATH: the executor refuses to start rather than run containers on the plain bridge.
+      const r = await doctor(['--backend', 'docker'], { PATH: '/nonexistent' });
+      assert.equal(r.code, 1, r.stdout + r.stderr);
+      assert.match(r.stdout, /^fail {2}the docker backend does not start: docker\.network: isolated cannot be enforced on this host: iptables does not work here .*set docker\.network: bridge/m);
       assert.deepEqual(await leftovers(), []);
     });
 

@@ -16,7 +16,7 @@ import { after, before, describe, test } from 'node:test';
 import Dockerode from 'dockerode';
 import { LABEL, taskContainerName } from '../../services/executor/backends/docker/container-spec.js';
 import type { ExecuteCodeResult as CodeResult } from '../../services/dispatcher/code-execution/execute-code-result.js';
-import { containerState, dockerUnavailableReason, removeLabelled, runTaskIds } from '../support/docker-fixtures.js';
+import { containerState, dockerUnavailableReason, pruneIsolatedNetworks, removeLabelled, runTaskIds } from '../support/docker-fixtures.js';
 import { startServe, type ServeProcess } from '../support/serve-process.js';
 import { startSshd, type StartedSshd } from '../support/sshd-container.js';
 
@@ -57,6 +57,8 @@ describe('execute_code on berth serve --backend ssh', { skip: unavailable, timeo
   after(async () => {
     for (const s of serves) await s.stop('SIGKILL').catch(() => undefined);
     for (const id of tasks) await removeLabelled(docker, LABEL.task, id);
+    // Killed executors leave their isolated network and its rules in place (closed); this run's go now.
+    if (!unavailable) await pruneIsolatedNetworks(docker);
     await sshd?.stop();
     await rm(dir, { recursive: true, force: true });
   });

@@ -121,8 +121,23 @@ describe('docker backend (real engine)', { skip: unavailable }, () => {
     assert.equal(info.Config.Labels[LABEL.tenant], TENANT);
     assert.equal(info.Config.Labels[LABEL.executor], backend.identity.id);
     assert.ok(!Number.isNaN(Date.parse(info.Config.Labels[LABEL.created] ?? '')));
-    assert.equal(info.HostConfig.NetworkMode, 'bridge');
+    // docker.network: isolated is the default (test/isolation/network.test.ts covers what it blocks).
+    assert.match(info.HostConfig.NetworkMode ?? '', /^berth-isolated-[0-9a-f]{10}$/);
     assert.equal(env.container.channel.kind, 'agent');
+  });
+
+  it('terminal.container_pids sets the pids limit the engine applies', async () => {
+    const limited = await newBackend({ pidsLimit: 77, network: 'none' });
+    const limitedEnvs = newEnvs(limited);
+    const key = newKey();
+    try {
+      const r = await run(limitedEnvs, key, 'cat /sys/fs/cgroup/pids.max 2>/dev/null || cat /sys/fs/cgroup/pids/pids.max');
+      assert.equal(r.output.trim(), '77');
+      const info = await docker.getContainer(backendEnvOf(limited, key).container.id).inspect();
+      assert.equal(info.HostConfig.PidsLimit, 77);
+    } finally {
+      await limitedEnvs.closeAll();
+    }
   });
 
   it('keeps cwd, exports and functions through the shell-state runner', async () => {

@@ -51,7 +51,8 @@ class Engine {
     const backend = await DockerBackend.start({
       image: SANDBOX_IMAGE,
       stateRoot,
-      ...(this.#socketPath ? { socketPath: this.#socketPath } : {}),
+      // The private engine lives in a network namespace of its own, where the executor's rules cannot reach.
+      ...(this.#socketPath ? { socketPath: this.#socketPath, network: 'none' as const } : {}),
       persistent: false,
       memoryMiB: 512,
       sweepIntervalMs: 0,

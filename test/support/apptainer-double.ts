@@ -75,6 +75,7 @@ export function doubleBackendOptions(
     persistent: false,
     memoryMiB: 768,
     cpus: 1,
+    pidsLimit: 300,
     cliEnv: double.env,
     ...extra,
   };

@@ -9,7 +9,9 @@ import os from 'node:os';
 import path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import Dockerode from 'dockerode';
+import { silentLogger } from '../../services/common/logging.js';
 import { LABEL } from '../../services/executor/backends/docker/container-spec.js';
+import { NetworkIsolation } from '../../services/executor/backends/docker/network-isolation.js';
 
 export const SANDBOX_IMAGE = process.env.BERTH_TEST_IMAGE ?? 'berth-sandbox:latest';
 
@@ -51,6 +53,23 @@ export async function removeLabelled(docker: Dockerode, label: string, value: st
 export async function cleanupDocker(docker: Dockerode, tenant: string, stateRoots: readonly string[]): Promise<void> {
   await removeLabelled(docker, LABEL.tenant, tenant);
   for (const root of stateRoots) await removeLabelled(docker, LABEL.stateRoot, root);
+}
+
+/**
+ * Removes Berth's isolated networks that no container uses, and their
+ * iptables rules: what executors killed with -9 leave behind (closed, by
+ * design). Networks in use, and their rules, stay.
+ */
+export async function pruneIsolatedNetworks(docker = new Dockerode()): Promise<void> {
+  const isolation = await NetworkIsolation.install({
+    docker,
+    daemon: 'the Docker daemon',
+    operator: { egress: 'public-only', egressAllow: [] },
+    tenants: {},
+    extraDns: [],
+    logger: silentLogger(),
+  });
+  await isolation.close();
 }
 
 /** State of a container by name or id, or undefined when it does not exist. */

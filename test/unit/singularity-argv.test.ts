@@ -40,12 +40,13 @@ describe('singularity argv', () => {
         env: { HOME: '/workspace', LIST: 'a,b' },
         memoryMiB: 5120,
         cpus: 1.5,
+        pidsLimit: 300,
       }),
       [
         'instance', 'start', '--containall', '--no-home', '--writable-tmpfs',
         '--bind', '/s/work:/workspace', '--bind', '/s/data:/data:ro',
         '--env', 'HOME=/workspace', '--env', '"LIST=a,b"',
-        '--memory', '5120M', '--cpus', '1.5',
+        '--memory', '5120M', '--cpus', '1.5', '--pids-limit', '300',
         '/cache/img.sif', 'berth-abc-1',
       ],
     );
@@ -158,12 +159,12 @@ describe('singularity config', () => {
   it('needs an image, and maps the container settings', () => {
     assert.throws(() => parseConfig({ terminal: { backend: 'singularity' } }), (e: unknown) => e instanceof ConfigError && /singularity_image/.test(e.message));
     const config = parseConfig({
-      terminal: { backend: 'singularity', singularity_image: 'docker://x', container_memory: 2048, container_cpu: 2, env_passthrough: 'A_KEY' },
+      terminal: { backend: 'singularity', singularity_image: 'docker://x', container_memory: 2048, container_cpu: 2, container_pids: 99, env_passthrough: 'A_KEY' },
       executor: { state_root: '/srv/berth' },
     });
     const o = singularityOptionsFromConfig(config);
-    assert.deepEqual([o.image, o.memoryMiB, o.cpus, o.persistent, o.stateRoot, o.envPassthrough, o.binary], [
-      'docker://x', 2048, 2, true, '/srv/berth/singularity', ['A_KEY'], undefined,
+    assert.deepEqual([o.image, o.memoryMiB, o.cpus, o.pidsLimit, o.persistent, o.stateRoot, o.envPassthrough, o.binary], [
+      'docker://x', 2048, 2, 99, true, '/srv/berth/singularity', ['A_KEY'], undefined,
     ]);
     assert.equal(singularityOptionsFromConfig(parseConfig({ terminal: { backend: 'singularity', singularity_image: 'x.sif', singularity_binary: '/opt/sing' } })).binary, '/opt/sing');
     assert.match(singularityStateRoot(''), /berth-\d+\/singularity$/);

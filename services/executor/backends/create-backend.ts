@@ -24,6 +24,11 @@ export function dockerOptionsFromConfig(
     ...(config.docker.socket_path ? { socketPath: config.docker.socket_path } : {}),
     ...(config.executor.state_root ? { stateRoot: config.executor.state_root } : {}),
     network: config.docker.network,
+    egress: config.docker.egress,
+    egressAllow: config.docker.egress_allow,
+    // The executor learns each tenant's policy from its own config (the dispatcher's file, in deployments).
+    tenantNetworks: Object.fromEntries(config.tenants.flatMap((t) => (t.network ? [[t.id, t.network]] : []))),
+    pidsLimit: config.terminal.container_pids,
     runtime: config.docker.runtime,
     readOnlyRoot: config.docker.read_only_root,
     warmPool: config.docker.warm_pool,

@@ -12,13 +12,14 @@
  *   process's privileges. For uid 1000 the bounding set grants no effective
  *   capability at all (CapEff is 0); a smaller set is still less to trust;
  * - `no-new-privileges`, Docker's default seccomp profile (never unconfined);
- * - pids limit (256), memory limit without swap, cpu quota, and a disk
+ * - pids limit (terminal.container_pids, default 256), memory limit without swap, cpu quota, and a disk
  *   limit on the writable layer and named volumes where the daemon's
  *   storage can apply one (see disk-limits.ts);
  * - tmpfs /tmp (512m), /var/tmp (256m, noexec), /run (64m); the per-task
  *   host directory is bind-mounted at /run/berth, which Docker mounts after
  *   /run because it sorts mounts by depth, so the tmpfs never hides it;
- * - optional read-only root filesystem, network `none` or `bridge`,
+ * - optional read-only root filesystem; network `none`, `bridge`, or
+ *   (`isolated`) Berth's own network of the task's policy (network-policy.ts);
  *   optional gVisor (`runtime: runsc`);
  * - Docker's init (tini) as PID 1 reaps orphans; the agent reaps its own;
  * - a cgroup parent per tenant, so tenants share CPU fairly whatever the
@@ -235,7 +236,8 @@ export interface ContainerSpecInput {
   readonly memoryMiB: number;
   readonly cpus: number;
   readonly pidsLimit: number;
-  readonly network: 'none' | 'bridge';
+  /** Docker's NetworkMode: `none`, `bridge`, or the name of an isolated network. */
+  readonly network: string;
   readonly readOnlyRoot: boolean;
   /** OCI runtime; empty for Docker's default (runc). */
   readonly runtime: string;

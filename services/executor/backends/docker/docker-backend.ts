@@ -16,6 +16,7 @@ import { chmod, lstat, mkdir, rm, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import Dockerode from 'dockerode';
+import type { EgressMode } from '../../../common/config.js';
 import { FailedPreconditionError, UnavailableError } from '../../../common/errors.js';
 import type { Logger } from '../../../common/logging.js';
 import type { Backend, BackendCapabilities, BackendEnvironment, TaskKey } from '../../backend.js';
@@ -47,6 +48,8 @@ import {
   newExecutorIdentity,
   type ExecutorIdentity,
 } from './executor-identity.js';
+import { NetworkIsolation } from './network-isolation.js';
+import type { TenantNetworkOverride } from './network-policy.js';
 import { sweepOrphans, type SweepResult } from './orphan-sweep.js';
 import { ContainerFactory, removeContainer, type SandboxContainer } from './sandbox-container.js';
 import { WarmPool } from './warm-pool.js';
@@ -58,7 +61,14 @@ export interface DockerBackendOptions {
   readonly socketPath?: string;
   /** Root of Berth's state on this host; per-task directories live under `<stateRoot>/docker`. */
   readonly stateRoot?: string;
-  readonly network?: 'none' | 'bridge';
+  /** docker.network; default isolated (see network-policy.ts). */
+  readonly network?: 'none' | 'isolated' | 'bridge';
+  /** docker.egress under isolated; default public-only. */
+  readonly egress?: EgressMode;
+  /** docker.egress_allow under isolated. */
+  readonly egressAllow?: readonly string[];
+  /** tenants[].network of the executor's own config, by tenant id (validated to narrow, never widen). */
+  readonly tenantNetworks?: Readonly<Record<string, TenantNetworkOverride>>;
   /** OCI runtime ('' = Docker's default; 'runsc' = gVisor). */
   readonly runtime?: string;
   readonly readOnlyRoot?: boolean;
@@ -66,7 +76,7 @@ export interface DockerBackendOptions {
   readonly memoryMiB?: number;
   /** CPU limit (terminal.container_cpu); default 1. */
   readonly cpus?: number;
-  /** Process limit; default 256. */
+  /** Process limit (terminal.container_pids); default 256. */
   readonly pidsLimit?: number;
   /** Disk limit in MiB (terminal.container_disk) for the writable layer and each named volume; default 51200. */
   readonly diskMiB?: number;
@@ -137,6 +147,7 @@ export class DockerBackend implements Backend {
   readonly #probes: ReturnType<typeof hostProbes>;
   readonly #environments = new Map<string, DockerEnvironment>();
   readonly #pool: WarmPool | undefined;
+  #isolation: NetworkIsolation | undefined;
   /** Containers of ours whose removal failed (daemon down); retried by each sweep. */
   readonly #leftovers = new Set<string>();
   #sweepTimer: NodeJS.Timeout | undefined;
@@ -177,7 +188,12 @@ export class DockerBackend implements Backend {
       docker: this.#docker,
       daemon: this.#daemon,
       image: options.image,
-      network: options.network ?? 'bridge',
+      networkFor: async (tenant, renew) => {
+        const mode = options.network ?? 'isolated';
+        if (mode !== 'isolated') return mode;
+        if (!this.#isolation) throw new UnavailableError('network isolation is not installed (the backend is not started)');
+        return this.#isolation.networkFor(tenant, renew);
+      },
       runtime: options.runtime ?? '',
       readOnlyRoot: options.readOnlyRoot ?? false,
       memoryMiB: options.memoryMiB ?? 5120,
@@ -225,6 +241,17 @@ export class DockerBackend implements Backend {
     const stateRoot = path.resolve(options.stateRoot || defaultStateRoot());
     const backend = new DockerBackend(options, stateRoot);
     await backend.#ensureRoot(stateRoot);
+    if ((options.network ?? 'isolated') === 'isolated') {
+      // Refuses to start where the rules cannot go in: never a silent fall back to the plain bridge.
+      backend.#isolation = await NetworkIsolation.install({
+        docker: backend.#docker,
+        daemon: backend.#daemon,
+        operator: { egress: options.egress ?? 'public-only', egressAllow: options.egressAllow ?? [] },
+        tenants: options.tenantNetworks ?? {},
+        extraDns: backend.#factory.options.extra?.dns ?? [],
+        logger: backend.#logger,
+      });
+    }
     await backend.#heartbeat.start();
     try {
       await backend.#docker.ping();
@@ -266,6 +293,11 @@ export class DockerBackend implements Backend {
 
   get pool(): WarmPool | undefined {
     return this.#pool;
+  }
+
+  /** The installed rules and networks of `docker.network: isolated` (undefined under none or bridge). */
+  get networkIsolation(): NetworkIsolation | undefined {
+    return this.#isolation;
   }
 
   /**
@@ -343,6 +375,7 @@ export class DockerBackend implements Backend {
         name,
         hostDir,
         labels: taskLabels(key, this.#labels, hostDir, new Date(), this.#role),
+        tenant: key.tenant,
         ...(volumes ? { persistentVolumes: volumes, volumeLabels } : {}),
       });
     }
@@ -391,6 +424,7 @@ export class DockerBackend implements Backend {
     for (const id of this.#leftovers) {
       await removeContainer(this.#docker.getContainer(id), this.#daemon).catch(() => undefined);
     }
+    await this.#isolation?.close().catch((err: unknown) => this.#logger.warn({ err }, 'removing network isolation rules failed'));
     await this.#heartbeat.stop();
   }
 
@@ -420,6 +454,8 @@ export class DockerBackend implements Backend {
    * container name, with the task written to task.json in its /run/berth.
    */
   async #claimFromPool(key: TaskKey, name: string, logger: Logger): Promise<SandboxContainer | undefined> {
+    // Pool containers sit on the operator's network; a tenant with a narrower policy needs its own.
+    if (this.#isolation && this.#isolation.policyIdOf(key.tenant) !== this.#isolation.policyIdOf(undefined)) return undefined;
     const container = this.#pool?.take();
     if (!container) return undefined;
     try {

@@ -215,6 +215,7 @@ export class DockerEnvironment implements BackendEnvironment {
         name: this.containerName,
         hostDir: lost.hostDir,
         labels: this.#o.labels(),
+        tenant: this.#o.key.tenant,
         ...(this.#o.persistentVolumes ? { persistentVolumes: this.#o.persistentVolumes } : {}),
         ...(this.#o.volumeLabels ? { volumeLabels: this.#o.volumeLabels } : {}),
       });

@@ -27,7 +27,7 @@ import {
 import type { DiskLimits } from './disk-limits.js';
 import type { ExtraDockerOptions } from './docker-extra-args.js';
 import { DockerExecChannel } from './docker-exec-channel.js';
-import { dockerError, isConflict, isNotFound, missingImageError } from './docker-errors.js';
+import { dockerError, dockerMessage, isConflict, isNotFound, missingImageError } from './docker-errors.js';
 import { DockerStreamDemuxer } from './docker-stream-demuxer.js';
 import type { SandboxChannel } from './sandbox-channel.js';
 
@@ -37,7 +37,12 @@ export interface ContainerFactoryOptions {
   /** How error messages name the daemon. */
   readonly daemon: string;
   readonly image: string;
-  readonly network: 'none' | 'bridge';
+  /**
+   * Docker's NetworkMode for a tenant's containers (undefined: a warm pool
+   * container, whose tenant is not known yet); `renew` after the network
+   * vanished under a create.
+   */
+  readonly networkFor: (tenant: string | undefined, renew: boolean) => Promise<string>;
   readonly runtime: string;
   readonly readOnlyRoot: boolean;
   readonly memoryMiB: number;
@@ -68,6 +73,8 @@ export interface StartParams {
   readonly labels: Readonly<Record<string, string>>;
   readonly persistentVolumes?: PersistentVolumeNames;
   readonly volumeLabels?: Readonly<Record<string, string>>;
+  /** Whose container this is (picks its network policy); undefined for a warm pool container. */
+  readonly tenant?: string;
   readonly signal?: AbortSignal;
 }
 
@@ -206,6 +213,11 @@ async function writeTokenFile(file: string, token: string): Promise<void> {
   }
 }
 
+/** The engine's answer when a container's network does not exist (at create or, in older engines, at start). */
+function isMissingNetwork(err: unknown): boolean {
+  return isNotFound(err) && /network \S+ not found/i.test(dockerMessage(err));
+}
+
 /** Prepares host directories and starts containers with one backend's settings. */
 export class ContainerFactory {
   readonly options: ContainerFactoryOptions;
@@ -273,6 +285,8 @@ export class ContainerFactory {
 
   async start(params: StartParams): Promise<SandboxContainer> {
     const o = this.options;
+    // First, so that a network the host cannot isolate fails before anything is made.
+    const network = await o.networkFor(params.tenant, false);
     // Pool containers have no tenant yet: they keep the daemon's default parent (see README, fair share).
     const tenant = params.labels[LABEL.tenant];
     const cgroupParent = tenant === undefined ? undefined : tenantCgroupParent(tenant, await this.#driver());
@@ -295,7 +309,7 @@ export class ContainerFactory {
       memoryMiB: o.memoryMiB,
       cpus: o.cpus,
       pidsLimit: o.pidsLimit,
-      network: o.network,
+      network,
       readOnlyRoot: o.readOnlyRoot,
       runtime: o.runtime,
       binds: o.binds,
@@ -315,11 +329,18 @@ export class ContainerFactory {
     agent.catch(() => undefined);
     let container: Dockerode.Container | undefined;
     try {
-      container = await this.#create(spec);
-      try {
-        await container.start();
-      } catch (err) {
-        throw dockerError(err, `starting container ${params.name}`, o.daemon);
+      for (let renewed = false; ; renewed = true) {
+        container = await this.#create(spec, params.tenant);
+        try {
+          await container.start();
+          break;
+        } catch (err) {
+          // The engine looks the network up at start: one removed under us is made again, once.
+          if (renewed || !isMissingNetwork(err)) throw dockerError(err, `starting container ${params.name}`, o.daemon);
+          await removeContainer(container, o.daemon);
+          container = undefined;
+          await o.networkFor(params.tenant, true);
+        }
       }
       const channel = await this.#connect(container, params, agent, signal);
       // The agent removed it before dialling in; gone for certain now (and for the docker exec fallback).
@@ -336,9 +357,10 @@ export class ContainerFactory {
     }
   }
 
-  async #create(spec: ContainerSpecInput): Promise<Dockerode.Container> {
+  async #create(spec: ContainerSpecInput, tenant: string | undefined): Promise<Dockerode.Container> {
     const o = this.options;
     let nameCleared = false;
+    let networkRenewed = false;
     // At most: once as asked, once per disk-limit part the daemon refuses, once after clearing the name.
     for (;;) {
       const disk = o.diskLimits.request();
@@ -347,6 +369,12 @@ export class ContainerFactory {
         o.diskLimits.applied(disk);
         return container;
       } catch (err) {
+        if (isMissingNetwork(err) && !networkRenewed) {
+          // Another executor removed the shared network while it had no containers: make it (and its rules) again.
+          networkRenewed = true;
+          await o.networkFor(tenant, true);
+          continue;
+        }
         if (isNotFound(err)) throw missingImageError(o.image, o.daemon);
         if (o.diskLimits.refused(err, disk)) continue;
         if (!isConflict(err) || nameCleared) throw dockerError(err, `creating container ${spec.name}`, o.daemon);

@@ -25,6 +25,7 @@ export function singularityOptionsFromConfig(config: BerthConfig, logger?: Logge
     persistent: t.container_persistent,
     memoryMiB: t.container_memory,
     cpus: t.container_cpu,
+    pidsLimit: t.container_pids,
     envPassthrough: t.env_passthrough,
     ...(logger ? { logger } : {}),
   };

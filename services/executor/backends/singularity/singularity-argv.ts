@@ -66,6 +66,8 @@ export interface InstanceStartSpec {
   readonly env: Readonly<Record<string, string>>;
   readonly memoryMiB?: number;
   readonly cpus?: number;
+  /** `--pids-limit` (terminal.container_pids), one of apptainer's cgroup limit flags like --memory and --cpus. */
+  readonly pidsLimit?: number;
 }
 
 /** `instance start --containall --no-home ... IMAGE NAME`. */
@@ -80,6 +82,7 @@ export function instanceStartArgv(spec: InstanceStartSpec): string[] {
     ...envFlags(spec.env),
     ...(spec.memoryMiB !== undefined ? ['--memory', `${spec.memoryMiB}M`] : []),
     ...(spec.cpus !== undefined ? ['--cpus', String(spec.cpus)] : []),
+    ...(spec.pidsLimit !== undefined ? ['--pids-limit', String(spec.pidsLimit)] : []),
     spec.image,
     spec.name,
   ];

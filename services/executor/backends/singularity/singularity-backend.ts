@@ -82,6 +82,8 @@ export interface SingularityBackendOptions {
   readonly persistent?: boolean;
   readonly memoryMiB?: number;
   readonly cpus?: number;
+  /** Process limit of each instance (terminal.container_pids). */
+  readonly pidsLimit?: number;
   /** Names of secret-looking variables that may still be passed into instances. */
   readonly envPassthrough?: readonly string[];
   /** Values for passthrough names; default `process.env`. */
@@ -236,6 +238,7 @@ export class SingularityBackend implements Backend {
       env: this.#containerEnv,
       ...(o.memoryMiB !== undefined ? { memoryMiB: o.memoryMiB } : {}),
       ...(o.cpus !== undefined ? { cpus: o.cpus } : {}),
+      ...(o.pidsLimit !== undefined ? { pidsLimit: o.pidsLimit } : {}),
     });
     let started = await runCli(this.#cli, argv, { timeoutMs: o.startTimeoutMs ?? 120_000 });
     if (started.exitCode !== 0 && /already exists/i.test(started.stderr)) {
