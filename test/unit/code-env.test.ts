@@ -135,6 +135,11 @@ const bash = (script: string, options: { input?: string; env?: NodeJS.ProcessEnv
       if (err && typeof code !== 'number') reject(err);
       else resolve({ stdout, code: typeof code === 'number' ? code : 0 });
     });
+    // A script that exits without reading its input (mktemp, cat FILE) may close stdin before the write
+    // lands; the EPIPE that follows is no failure of the script under test, whose exit and output are judged.
+    child.stdin?.on('error', (err: NodeJS.ErrnoException) => {
+      if (err.code !== 'EPIPE') reject(err);
+    });
     child.stdin?.end(options.input ?? '');
   });
 
