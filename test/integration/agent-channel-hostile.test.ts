@@ -18,13 +18,13 @@ import { PassThrough } from 'node:stream';
 import { after, describe, it } from 'node:test';
 import { fileURLToPath } from 'node:url';
 import { createLogger } from '../../services/common/logging.js';
-import type { AgentChannel, AgentChannelOptions } from '../../services/executor/backends/docker/agent-channel.js';
+import type { AgentChannel, AgentChannelOptions } from '../../services/executor/backends/shared/agent/agent-channel.js';
 import { AgentListener } from '../../services/executor/backends/docker/agent-listener.js';
 import {
   AGENT_PROTOCOL_VERSION,
   MAX_INBOUND_FRAME_BYTES,
   encodeFrame,
-} from '../../services/executor/backends/docker/agent-protocol.js';
+} from '../../services/executor/backends/shared/agent/agent-protocol.js';
 import { realPython } from '../support/python-bin.js';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
