@@ -17,13 +17,14 @@ import { fileURLToPath } from 'node:url';
 import Dockerode from 'dockerode';
 import { silentLogger } from '../../services/common/logging.js';
 import type { AgentChannel } from '../../services/executor/backends/shared/agent/agent-channel.js';
-import { FILE_CHUNK_BYTES } from '../../services/executor/backends/shared/agent/agent-protocol.js';
+import { FILE_CHUNK_BYTES, foregroundExitCode } from '../../services/executor/backends/shared/agent/agent-protocol.js';
 import {
   AgentUnavailableError,
   startStdioAgent,
   type AgentSpawn,
 } from '../../services/executor/backends/shared/agent/stdio-agent.js';
 import { SandboxLostError, type SandboxProcess } from '../../services/executor/backends/shared/sandbox-channel.js';
+import { ExecDeadline } from '../../services/executor/exec-deadline.js';
 import { SANDBOX_IMAGE, dockerUnavailableReason } from '../support/docker-fixtures.js';
 
 const repoRoot = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', '..', '..');
@@ -40,6 +41,26 @@ async function run(channel: AgentChannel, script: string, extra: { stdin?: strin
   const proc = await channel.spawn({ script, cwd: '/tmp', onOutput: (c) => (out += c.toString('utf8')), ...extra });
   const exit = await proc.exited;
   return { out, code: exit.code, signal: exit.signal };
+}
+
+/**
+ * One exec with a deadline, composed as every backend composes it: the
+ * shared ExecDeadline, the channel's process-group kill, 124 / 130.
+ */
+async function execWithDeadline(channel: AgentChannel, script: string, timeoutMs: number, signal?: AbortSignal) {
+  let out = '';
+  const proc = await channel.spawn({ script, cwd: '/tmp', onOutput: (c) => (out += c.toString('utf8')) });
+  let killing: Promise<void> | undefined;
+  const deadline = new ExecDeadline({ timeoutMs, ...(signal ? { signal } : {}) }, () => {
+    killing ??= proc.kill(500);
+  });
+  try {
+    const exit = await proc.exited;
+    if (killing) await killing;
+    return { ...deadline.result(foregroundExitCode(exit.code, exit.signal)), out, pid: proc.pid };
+  } finally {
+    deadline.dispose();
+  }
 }
 
 /** The operations every transport must carry, against one started channel. */
@@ -77,8 +98,27 @@ function operations(name: string, open: () => Promise<AgentChannel>): void {
       await proc.kill(500);
       const exit = await proc.exited;
       assert.equal(exit.signal, 15);
-      const left = await run(channel, `pgrep -s ${proc.pid} | wc -l; test -e ${marker} && echo touched || echo clean`);
+      const left = await run(channel, `ps -o stat= -s ${proc.pid} | grep -vc "^Z"; test -e ${marker} && echo touched || echo clean`);
       assert.match(left.out, /^0\nclean\n$/);
+    });
+
+    it('a timeout reports 124 and leaves nothing of the command running', async () => {
+      const r = await execWithDeadline(channel, 'echo started; (sleep 300 &); trap "" TERM; sleep 300', 300);
+      assert.equal(r.exitCode, 124);
+      assert.equal(r.timedOut, true);
+      assert.match(r.out, /started/);
+      const left = await run(channel, `ps -o stat= -s ${r.pid} | grep -vc "^Z" || true`);
+      assert.equal(left.out.trim(), '0');
+    });
+
+    it('an interrupt reports 130', async () => {
+      const abort = new AbortController();
+      const running = execWithDeadline(channel, 'echo go; sleep 300', 60_000, abort.signal);
+      await new Promise((r) => setTimeout(r, 200));
+      abort.abort();
+      const r = await running;
+      assert.equal(r.exitCode, 130);
+      assert.equal(r.interrupted, true);
     });
 
     it('keeps a background process open for writes, then kills it', async () => {
