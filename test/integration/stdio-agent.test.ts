@@ -232,6 +232,31 @@ describe('exec agent over stdio, local child process', { timeout: 120_000 }, () 
     }
   });
 
+  it('reports a Python older than 3.8 as a typed error to fall back on', async () => {
+    const dir = await mkdtemp(path.join(os.tmpdir(), 'berth-oldpython-'));
+    try {
+      // Test double of an old interpreter: the real agent, run by this python3 claiming to be 3.7.
+      const oldPython = path.join(dir, 'python3');
+      const claim = 'import runpy, sys; sys.version_info = (3, 7, 9, "final", 0); p = sys.argv[1]; sys.argv = sys.argv[1:]; runpy.run_path(p, run_name="__main__")';
+      await writeFile(oldPython, `#!/bin/sh\nexec ${JSON.stringify(process.env.PYTHON ?? 'python3')} -c '${claim}' "$@"\n`);
+      await chmod(oldPython, 0o755);
+      const err = await startStdioAgent({ spawn: localSpawn, python: oldPython, agentPath: AGENT, description: 'old host' }).then(
+        () => undefined,
+        (e: unknown) => e,
+      );
+      assert.ok(err instanceof AgentUnavailableError, String(err));
+      assert.equal(err.reason, 'python-too-old');
+      assert.equal(err.canFallBack, true);
+      assert.match(err.message, /3\.8 or newer required, this is 3\.7/);
+    } finally {
+      await rm(dir, { recursive: true, force: true });
+    }
+  });
+
+  it('is written in syntax Python 3.6 parses, so an old Python can say why it will not run it', () => {
+    execFileSync('python3', ['-c', 'import ast, sys; ast.parse(open(sys.argv[1]).read(), feature_version=(3, 6))', AGENT]);
+  });
+
   it('refuses an agent of another protocol version, naming both', async () => {
     const dir = await mkdtemp(path.join(os.tmpdir(), 'berth-oldagent-'));
     try {
