@@ -13,9 +13,10 @@ import { chmod, copyFile, mkdtemp, readFile, rm, writeFile } from 'node:fs/promi
 import os from 'node:os';
 import path from 'node:path';
 import { after, before, describe, it } from 'node:test';
+import { Writable } from 'node:stream';
 import { fileURLToPath } from 'node:url';
 import Dockerode from 'dockerode';
-import { silentLogger } from '../../services/common/logging.js';
+import { createLogger, silentLogger } from '../../services/common/logging.js';
 import type { AgentChannel } from '../../services/executor/backends/shared/agent/agent-channel.js';
 import { FILE_CHUNK_BYTES, foregroundExitCode } from '../../services/executor/backends/shared/agent/agent-protocol.js';
 import {
@@ -227,6 +228,17 @@ describe('exec agent over stdio, local child process', { timeout: 120_000 }, () 
       assert.equal(err.reason, 'no-python');
       assert.equal(err.canFallBack, true);
       assert.match(err.message, /bare host has no python3/);
+      // Said once in the log per host, however many tasks find it so.
+      const lines: string[] = [];
+      const logger = createLogger('info', new Writable({ write: (c: Buffer, _e, cb) => (lines.push(c.toString()), cb()) }));
+      const key = `bare-${randomBytes(4).toString('hex')}`;
+      for (let i = 0; i < 3; i++) {
+        await assert.rejects(
+          startStdioAgent({ spawn: noPython, agentPath: AGENT, description: 'bare host', logger, fallbackLogKey: key }),
+          AgentUnavailableError,
+        );
+      }
+      assert.equal(lines.filter((l) => l.includes('the exec agent cannot run here')).length, 1, lines.join(''));
     } finally {
       await rm(empty, { recursive: true, force: true });
     }
@@ -255,6 +267,40 @@ describe('exec agent over stdio, local child process', { timeout: 120_000 }, () 
 
   it('is written in syntax Python 3.6 parses, so an old Python can say why it will not run it', () => {
     execFileSync('python3', ['-c', 'import ast, sys; ast.parse(open(sys.argv[1]).read(), feature_version=(3, 6))', AGENT]);
+  });
+
+  it('gives up on a process that never says hello, and ends it', async () => {
+    const dir = await mkdtemp(path.join(os.tmpdir(), 'berth-silent-'));
+    try {
+      const silent = path.join(dir, 'python3');
+      const pidFile = path.join(dir, 'pid');
+      await writeFile(silent, `#!/bin/sh\necho $$ > ${pidFile}\nexec sleep 300\n`);
+      await chmod(silent, 0o755);
+      const err = await startStdioAgent({
+        spawn: localSpawn,
+        python: silent,
+        agentPath: AGENT,
+        description: 'silent host',
+        helloTimeoutMs: 300,
+      }).then(
+        () => undefined,
+        (e: unknown) => e,
+      );
+      assert.ok(err instanceof AgentUnavailableError, String(err));
+      assert.equal(err.reason, 'no-hello');
+      assert.equal(err.canFallBack, false);
+      const pid = Number(await readFile(pidFile, 'utf8'));
+      await waitFor(() => {
+        try {
+          process.kill(pid, 0);
+          return false;
+        } catch {
+          return true;
+        }
+      });
+    } finally {
+      await rm(dir, { recursive: true, force: true });
+    }
   });
 
   it('refuses an agent of another protocol version, naming both', async () => {
