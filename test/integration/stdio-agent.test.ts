@@ -27,12 +27,15 @@ import {
 import { SandboxLostError, type SandboxProcess } from '../../services/executor/backends/shared/sandbox-channel.js';
 import { ExecDeadline } from '../../services/executor/exec-deadline.js';
 import { SANDBOX_IMAGE, dockerUnavailableReason } from '../support/docker-fixtures.js';
+import { realPython } from '../support/python-bin.js';
 
 const repoRoot = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', '..', '..');
 const AGENT = path.join(repoRoot, 'sandbox-image', 'agent', 'berth_agent.py');
 
 const docker = new Dockerode();
 const dockerUnavailable = await dockerUnavailableReason(docker);
+
+const PYTHON = realPython();
 
 const localSpawn: AgentSpawn = (argv) => spawn(argv[0]!, argv.slice(1), { stdio: 'pipe' });
 
@@ -213,7 +216,7 @@ async function waitFor(check: () => boolean | Promise<boolean>, timeoutMs = 20_0
 
 describe('exec agent over stdio, local child process', { timeout: 120_000 }, () => {
   operations('python3 on this host', () =>
-    startStdioAgent({ spawn: localSpawn, agentPath: AGENT, description: 'this host', logger: silentLogger() }),
+    startStdioAgent({ spawn: localSpawn, python: PYTHON, agentPath: AGENT, description: 'this host', logger: silentLogger() }),
   );
 
   it('reports a host without python3 as a typed error to fall back on', async () => {
@@ -250,7 +253,7 @@ describe('exec agent over stdio, local child process', { timeout: 120_000 }, () 
       // Test double of an old interpreter: the real agent, run by this python3 claiming to be 3.7.
       const oldPython = path.join(dir, 'python3');
       const claim = 'import runpy, sys; sys.version_info = (3, 7, 9, "final", 0); p = sys.argv[1]; sys.argv = sys.argv[1:]; runpy.run_path(p, run_name="__main__")';
-      await writeFile(oldPython, `#!/bin/sh\nexec ${JSON.stringify(process.env.PYTHON ?? 'python3')} -c '${claim}' "$@"\n`);
+      await writeFile(oldPython, `#!/bin/sh\nexec ${PYTHON} -c '${claim}' "$@"\n`);
       await chmod(oldPython, 0o755);
       const err = await startStdioAgent({ spawn: localSpawn, python: oldPython, agentPath: AGENT, description: 'old host' }).then(
         () => undefined,
@@ -266,7 +269,7 @@ describe('exec agent over stdio, local child process', { timeout: 120_000 }, () 
   });
 
   it('is written in syntax Python 3.6 parses, so an old Python can say why it will not run it', () => {
-    execFileSync('python3', ['-c', 'import ast, sys; ast.parse(open(sys.argv[1]).read(), feature_version=(3, 6))', AGENT]);
+    execFileSync(PYTHON, ['-c', 'import ast, sys; ast.parse(open(sys.argv[1]).read(), feature_version=(3, 6))', AGENT]);
   });
 
   it('gives up on a process that never says hello, and ends it', async () => {
@@ -308,7 +311,7 @@ describe('exec agent over stdio, local child process', { timeout: 120_000 }, () 
     try {
       const old = path.join(dir, 'berth_agent.py');
       await writeFile(old, (await readFile(AGENT, 'utf8')).replace(/^VERSION = 2$/m, 'VERSION = 1'));
-      const err = await startStdioAgent({ spawn: localSpawn, agentPath: old, description: 'old host' }).then(
+      const err = await startStdioAgent({ spawn: localSpawn, python: PYTHON, agentPath: old, description: 'old host' }).then(
         () => undefined,
         (e: unknown) => e,
       );
@@ -325,7 +328,7 @@ describe('exec agent over stdio, local child process', { timeout: 120_000 }, () 
     const dir = await mkdtemp(path.join(os.tmpdir(), 'berth-chatty-'));
     try {
       const chatty = path.join(dir, 'python3');
-      await writeFile(chatty, '#!/bin/sh\necho "Welcome to the cluster"\nexec python3 "$@"\n');
+      await writeFile(chatty, `#!/bin/sh\necho "Welcome to the cluster"\nexec ${PYTHON} "$@"\n`);
       await chmod(chatty, 0o755);
       const err = await startStdioAgent({
         spawn: localSpawn,
