@@ -1,12 +1,25 @@
 #!/usr/bin/env python3
-"""Berth's exec agent: runs inside a task's container and does what the
-executor asks over one Unix socket.
+"""Berth's exec agent: runs inside a task's sandbox and does what the
+executor asks over one byte stream: a Unix socket it dials, or its own
+stdin/stdout (`--stdio`).
 
 The executor listens on a socket in the per-task host directory that is
 bind-mounted at /run/berth; this agent dials it (under gVisor the host cannot
 connect to a socket created inside the sandbox, but a sandboxed process can
-connect to one the host created). Standard library only, Python 3.6+, so any
-image with python3 can run it.
+connect to one the host created). Standard library only, Python 3.8+, so any
+image or host with python3 can run it; the file itself parses on older
+Python 3 so that it can say why it will not run there (exit status 4).
+
+Transports. `berth_agent.py [SOCKET [TOKEN_FILE]]` dials the socket (the
+docker backend). `berth_agent.py --stdio` speaks the same frames on fd 0/1,
+for any backend that can start one process with stdin/stdout in the sandbox
+(`docker exec -i`, an ssh channel, `apptainer exec`). In stdio mode the
+agent first moves the channel to private close-on-exec descriptors and
+points fd 0 and 1 at /dev/null, so no command it runs can inherit, read or
+write the channel; fd 2 stays the agent's log. There is no token in stdio
+mode: the stream is the pipe pair of the process the executor started
+itself, which nothing else in the sandbox holds, and the agent is not
+dumpable, so /proc/PID/fd of the agent is closed to commands too.
 
 Wire format (both directions): frames of
 
@@ -43,7 +56,9 @@ executor -> agent
     ping   {id}  -> pong {id}
 
 agent -> executor, unasked
-    hello  {id: 0, token, version, pid, python}  first frame after connecting
+    hello  {id: 0, token, version, pid, python, transport, capabilities}
+           first frame after connecting; token is "" in stdio mode. The
+           executor refuses any version but its own before sending anything.
 
 Frame caps: the executor accepts frames of at most 1 MiB from the agent
 (MAX_SEND_FRAME: output goes in 64 KiB reads, file content in FILE_CHUNK
@@ -91,6 +106,10 @@ import termios
 import time
 
 VERSION = 2
+# The oldest Python this file is written for (and tested against the syntax of).
+MIN_PYTHON = (3, 8)
+# What this agent can do, announced in its hello; the executor may check for an item before using it.
+CAPABILITIES = ["spawn", "pty", "background", "files", "counters", "prestart"]
 # Largest frame accepted from the executor, and sent to it (its own cap).
 MAX_FRAME = 16 * 1024 * 1024
 MAX_SEND_FRAME = 1024 * 1024
@@ -290,8 +309,82 @@ class Ready(object):
         self.err_r = err_r
 
 
+class SocketStream(object):
+    """The channel over the Unix socket the agent dialled."""
+
+    transport = "socket"
+
+    def __init__(self, sock):
+        self.sock = sock
+
+    def fileno(self):
+        return self.sock.fileno()
+
+    def recv(self, size):
+        return self.sock.recv(size)
+
+    def sendall(self, data):
+        self.sock.sendall(data)
+
+    def close(self):
+        self.sock.close()
+
+
+class StdioStream(object):
+    """The channel over two descriptors (what were the agent's stdin and stdout)."""
+
+    transport = "stdio"
+
+    def __init__(self, in_fd, out_fd):
+        self.in_fd = in_fd
+        self.out_fd = out_fd
+
+    def fileno(self):
+        return self.in_fd
+
+    def recv(self, size):
+        return os.read(self.in_fd, size)
+
+    def sendall(self, data):
+        view = memoryview(data)
+        while view:
+            try:
+                n = os.write(self.out_fd, view)
+            except InterruptedError:
+                continue
+            view = view[n:]
+
+    def close(self):
+        for fd in (self.in_fd, self.out_fd):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+
+
+def take_stdio():
+    """Moves the channel off fd 0/1 to private close-on-exec descriptors; 0 and 1 become /dev/null.
+
+    Commands get their own pipes for 0-2 and inherit nothing else, but a
+    library the agent loads, or a child started without explicit stdio,
+    would otherwise read or write the channel itself.
+    """
+    in_fd = fcntl.fcntl(0, fcntl.F_DUPFD, 10)
+    out_fd = fcntl.fcntl(1, fcntl.F_DUPFD, 10)
+    for fd in (in_fd, out_fd):
+        os.set_inheritable(fd, False)
+    # Frames are written whole (sendall); a non-blocking pipe would cut one short.
+    os.set_blocking(out_fd, True)
+    null = os.open(os.devnull, os.O_RDWR)
+    os.dup2(null, 0)
+    os.dup2(null, 1)
+    os.close(null)
+    return StdioStream(in_fd, out_fd)
+
+
 class Agent(object):
     def __init__(self, sock, token):
+        # `sock`: a SocketStream or StdioStream (anything with fileno, recv, sendall, close).
         self.sock = sock
         self.token = token
         self.sel = selectors.DefaultSelector()
@@ -348,7 +441,8 @@ class Agent(object):
 
     def run(self):
         self.send({"op": "hello", "id": 0, "token": self.token, "version": VERSION, "pid": os.getpid(),
-                   "python": "%d.%d.%d" % tuple(sys.version_info[:3])})
+                   "python": "%d.%d.%d" % tuple(sys.version_info[:3]), "transport": self.sock.transport,
+                   "capabilities": CAPABILITIES})
         # Used once: the executor accepts no second hello for this container start.
         self.token = None
         while self.running:
@@ -975,6 +1069,22 @@ def make_undumpable():
         log("cannot make the agent non-dumpable: %s" % err)
 
 
+def become_subreaper():
+    """Orphans of commands become ours, and reap() collects them, as it does as PID 1 in a container.
+
+    In stdio mode the agent is no container's PID 1 (under docker exec, ssh,
+    apptainer), and a host's init may leave them as zombies for a while.
+    Best effort.
+    """
+    try:
+        import ctypes
+        pr_set_child_subreaper = 36
+        if ctypes.CDLL(None, use_errno=True).prctl(pr_set_child_subreaper, 1, 0, 0, 0) != 0:
+            log("prctl(PR_SET_CHILD_SUBREAPER) failed: errno %d" % ctypes.get_errno())
+    except Exception as err:
+        log("cannot become a subreaper: %s" % err)
+
+
 def connect(path, timeout):
     deadline = time.monotonic() + timeout
     while True:
@@ -990,7 +1100,16 @@ def connect(path, timeout):
 
 
 def main():
+    if sys.version_info[:2] < MIN_PYTHON:
+        # The executor matches this line to tell "python too old" from other failures.
+        log("python %d.%d or newer required, this is %d.%d" % (MIN_PYTHON + tuple(sys.version_info[:2])))
+        return 4
     make_undumpable()
+    if sys.argv[1:] == ["--stdio"]:
+        stream = take_stdio()
+        become_subreaper()
+        Agent(stream, "").run()
+        return 0
     path = sys.argv[1] if len(sys.argv) > 1 else os.environ.get("BERTH_AGENT_SOCKET", "/run/berth/agent.sock")
     token_path = sys.argv[2] if len(sys.argv) > 2 else os.path.join(os.path.dirname(path), "agent-token")
     try:
@@ -1003,7 +1122,7 @@ def main():
     except OSError as err:
         log(str(err))
         return 1
-    Agent(sock, token).run()
+    Agent(SocketStream(sock), token).run()
     return 0
 
 

@@ -17,14 +17,15 @@ import path from 'node:path';
 import { PassThrough } from 'node:stream';
 import { after, describe, it } from 'node:test';
 import { fileURLToPath } from 'node:url';
+import { FailedPreconditionError } from '../../services/common/errors.js';
 import { createLogger } from '../../services/common/logging.js';
-import type { AgentChannel, AgentChannelOptions } from '../../services/executor/backends/docker/agent-channel.js';
+import type { AgentChannel, AgentChannelOptions } from '../../services/executor/backends/shared/agent/agent-channel.js';
 import { AgentListener } from '../../services/executor/backends/docker/agent-listener.js';
 import {
   AGENT_PROTOCOL_VERSION,
   MAX_INBOUND_FRAME_BYTES,
   encodeFrame,
-} from '../../services/executor/backends/docker/agent-protocol.js';
+} from '../../services/executor/backends/shared/agent/agent-protocol.js';
 import { realPython } from '../support/python-bin.js';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
@@ -251,6 +252,27 @@ describe('exec agent channel against a hostile peer', { timeout: 120_000 }, () =
       // The logger hands lines to its stream asynchronously.
       for (let i = 0; i < 100 && !logged(); i++) await new Promise((r) => setTimeout(r, 20));
       assert.ok(logged(), logLines.join('\n'));
+    } finally {
+      await listener.close();
+      await rm(dir, { recursive: true, force: true });
+    }
+  });
+
+  it('an agent of another protocol version is refused at once, naming both versions', async () => {
+    const dir = await mkdtemp(path.join(os.tmpdir(), 'berth-hostile-'));
+    const listener = await AgentListener.listen(path.join(dir, 'agent.sock'), 'task-V', { uid: process.getuid!(), gid: process.getgid!() }, logger);
+    try {
+      const token = randomBytes(16).toString('hex');
+      const expected = listener.expect(token, 60_000);
+      const socket = net.connect(listener.socketPath);
+      socket.on('error', () => undefined);
+      socket.on('connect', () => socket.write(encodeFrame({ op: 'hello', id: 0, token, version: 1, pid: 1, python: 'x' })));
+      await assert.rejects(expected, (err: Error) => {
+        assert.ok(err instanceof FailedPreconditionError, String(err));
+        assert.match(err.message, new RegExp(`task-V speaks protocol version 1, this executor speaks version ${AGENT_PROTOCOL_VERSION}`));
+        return true;
+      });
+      socket.destroy();
     } finally {
       await listener.close();
       await rm(dir, { recursive: true, force: true });

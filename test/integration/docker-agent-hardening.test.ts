@@ -14,7 +14,7 @@ import { after, before, describe, it } from 'node:test';
 import Dockerode from 'dockerode';
 import { silentLogger } from '../../services/common/logging.js';
 import type { TaskKey } from '../../services/executor/backend.js';
-import { AgentChannel } from '../../services/executor/backends/docker/agent-channel.js';
+import { AgentChannel } from '../../services/executor/backends/shared/agent/agent-channel.js';
 import { DockerBackend } from '../../services/executor/backends/docker/docker-backend.js';
 import { TaskEnvironments } from '../../services/executor/task-environment.js';
 import { SANDBOX_IMAGE, cleanupDocker, dockerUnavailableReason } from '../support/docker-fixtures.js';

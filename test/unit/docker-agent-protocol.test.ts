@@ -9,7 +9,7 @@ import {
   backgroundExitCode,
   encodeFrame,
   foregroundExitCode,
-} from '../../services/executor/backends/docker/agent-protocol.js';
+} from '../../services/executor/backends/shared/agent/agent-protocol.js';
 import { parseCounter } from '../../services/executor/backends/docker/cgroup-counters.js';
 import { LABEL } from '../../services/executor/backends/docker/container-spec.js';
 import { dockerError, missingImageError } from '../../services/executor/backends/docker/docker-errors.js';

@@ -19,10 +19,17 @@
 import { createHash, timingSafeEqual } from 'node:crypto';
 import { chmod, chown, rm } from 'node:fs/promises';
 import { createServer, type Server, type Socket } from 'node:net';
-import { UnavailableError } from '../../../common/errors.js';
+import { FailedPreconditionError, UnavailableError } from '../../../common/errors.js';
 import type { Logger } from '../../../common/logging.js';
-import { AgentChannel, type AgentChannelOptions, type AgentHello } from './agent-channel.js';
-import { AGENT_PROTOCOL_VERSION, FrameDecoder, MAX_HELLO_FRAME_BYTES, type Frame } from './agent-protocol.js';
+import { AgentChannel, type AgentChannelOptions } from '../shared/agent/agent-channel.js';
+import {
+  AGENT_PROTOCOL_VERSION,
+  FrameDecoder,
+  MAX_HELLO_FRAME_BYTES,
+  parseHello,
+  versionMismatchMessage,
+  type Frame,
+} from '../shared/agent/agent-protocol.js';
 
 /** How long a new connection has to say hello. */
 const HELLO_TIMEOUT_MS = 5000;
@@ -37,6 +44,7 @@ const REFUSALS_LOG_EVERY = 100;
 interface Waiter {
   readonly token: string;
   readonly resolve: (channel: AgentChannel) => void;
+  readonly reject: (err: Error) => void;
 }
 
 export class AgentListener {
@@ -124,6 +132,10 @@ export class AgentListener {
           done();
           resolve(channel);
         },
+        reject: (err) => {
+          done();
+          reject(err);
+        },
       };
       this.#waiter = waiter;
       signal?.addEventListener('abort', onAbort, { once: true });
@@ -207,6 +219,8 @@ export class AgentListener {
           'exec agent speaks another protocol version',
         );
         socket.destroy();
+        // The right agent (its token is this start's), the wrong code: waiting longer cannot help.
+        waiter.reject(new FailedPreconditionError(versionMismatchMessage(hello.version, this.#description)));
         return;
       }
       this.#accepted = true;
@@ -237,15 +251,4 @@ export class AgentListener {
 function sameToken(presented: string, expected: string): boolean {
   const digest = (text: string) => createHash('sha256').update(text, 'utf8').digest();
   return expected !== '' && timingSafeEqual(digest(presented), digest(expected));
-}
-
-function parseHello(frame: Frame): AgentHello | undefined {
-  const h = frame.header;
-  if (h.op !== 'hello' || typeof h.token !== 'string' || frame.body.length > 0) return undefined;
-  return {
-    token: h.token,
-    version: typeof h.version === 'number' ? h.version : 0,
-    pid: typeof h.pid === 'number' ? h.pid : 0,
-    python: typeof h.python === 'string' ? h.python : '',
-  };
 }

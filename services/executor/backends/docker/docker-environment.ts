@@ -25,11 +25,11 @@ import type {
 } from '../../backend.js';
 import { ExecDeadline } from '../../exec-deadline.js';
 import { buildPreparedSnapshot } from '../../shell-state-runner.js';
-import { backgroundExitCode, foregroundExitCode } from './agent-protocol.js';
+import { backgroundExitCode, foregroundExitCode } from '../shared/agent/agent-protocol.js';
 import { OOM_KILLS, PIDS_LIMIT_HITS, parseCounter, type CgroupCounter } from './cgroup-counters.js';
 import { SANDBOX_RPC_DIR, type PersistentVolumeNames } from './container-spec.js';
 import type { ContainerFactory, ContainerFate, SandboxContainer } from './sandbox-container.js';
-import { SandboxLostError, type ProcessExit, type SandboxChannel, type SandboxProcess } from './sandbox-channel.js';
+import { SandboxLostError, type ProcessExit, type SandboxChannel, type SandboxProcess } from '../shared/sandbox-channel.js';
 
 export interface DockerEnvironmentOptions {
   readonly key: TaskKey;

@@ -25,7 +25,7 @@ import {
   type SandboxProcess,
   type SandboxStat,
   type SpawnOptions,
-} from './sandbox-channel.js';
+} from '../shared/sandbox-channel.js';
 
 /** Prints the process group id (its own pid) on the first stdout line, then becomes the command. */
 export const EXEC_WRAPPER = `printf '%s\\n' "$$"; exec bash -c "$1"`;

@@ -29,7 +29,7 @@ import type { ExtraDockerOptions } from './docker-extra-args.js';
 import { DockerExecChannel } from './docker-exec-channel.js';
 import { dockerError, dockerMessage, isConflict, isNotFound, missingImageError } from './docker-errors.js';
 import { DockerStreamDemuxer } from './docker-stream-demuxer.js';
-import type { SandboxChannel } from './sandbox-channel.js';
+import type { SandboxChannel } from '../shared/sandbox-channel.js';
 
 /** Settings shared by every container of one backend. */
 export interface ContainerFactoryOptions {

@@ -10,7 +10,7 @@
  * very calls the pool is there to make fast.
  */
 import type { Logger } from '../../../common/logging.js';
-import { AgentChannel } from './agent-channel.js';
+import { AgentChannel } from '../shared/agent/agent-channel.js';
 import type { SandboxContainer } from './sandbox-container.js';
 
 export interface WarmPoolOptions {

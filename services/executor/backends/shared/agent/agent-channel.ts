@@ -1,12 +1,14 @@
 /**
  * The executor's end of one exec agent connection: requests are framed and
- * multiplexed by id over the agent's Unix socket (see agent-protocol.ts).
+ * multiplexed by id over one byte stream (see agent-protocol.ts). The
+ * stream is whatever the backend has: the Unix socket the agent dialled,
+ * or the stdin/stdout of `python3 berth_agent.py --stdio` (stdio-agent.ts).
  */
-import type { Socket } from 'node:net';
-import { FailedPreconditionError, ResourceExhaustedError } from '../../../common/errors.js';
-import type { Logger } from '../../../common/logging.js';
-import { MAX_READ_FILE_BYTES, fileTooLargeError } from '../../file-limits.js';
-import type { FrameDecoder } from './agent-protocol.js';
+import type { Duplex } from 'node:stream';
+import { FailedPreconditionError, ResourceExhaustedError } from '../../../../common/errors.js';
+import type { Logger } from '../../../../common/logging.js';
+import { MAX_READ_FILE_BYTES, fileTooLargeError } from '../../../file-limits.js';
+import type { AgentHello, FrameDecoder } from './agent-protocol.js';
 import {
   FILE_CHUNK_BYTES,
   FrameError,
@@ -23,15 +25,7 @@ import {
   type SandboxProcess,
   type SandboxStat,
   type SpawnOptions,
-} from './sandbox-channel.js';
-
-/** What the agent said when it connected. */
-export interface AgentHello {
-  readonly token: string;
-  readonly version: number;
-  readonly pid: number;
-  readonly python: string;
-}
+} from '../sandbox-channel.js';
 
 /** An error reply from the agent. */
 class AgentOpError extends Error {
@@ -82,10 +76,12 @@ interface ProcEntry {
   isStarted: boolean;
 }
 
+export type { AgentHello } from './agent-protocol.js';
+
 export class AgentChannel implements SandboxChannel {
   readonly kind = 'agent' as const;
   readonly hello: AgentHello;
-  readonly #socket: Socket;
+  readonly #socket: Duplex;
   readonly #decoder: FrameDecoder;
   readonly #logger: Logger | undefined;
   readonly #description: string;
@@ -97,11 +93,11 @@ export class AgentChannel implements SandboxChannel {
   readonly #lostListeners: ((err: Error) => void)[] = [];
 
   /**
-   * Takes over `socket` after the hello; `decoder` holds whatever followed
-   * the hello in the same read.
+   * Takes over `socket` (a socket, or any Duplex byte stream) after the
+   * hello; `decoder` holds whatever followed the hello in the same read.
    */
   constructor(
-    socket: Socket,
+    socket: Duplex,
     decoder: FrameDecoder,
     hello: AgentHello,
     description: string,
@@ -114,10 +110,13 @@ export class AgentChannel implements SandboxChannel {
     this.hello = hello;
     this.#description = description;
     this.#logger = logger;
-    socket.setNoDelay?.(true);
+    (socket as { setNoDelay?: (noDelay: boolean) => void }).setNoDelay?.(true);
+    const disconnected = () => this.#fail(new SandboxLostError(`the exec agent of ${description} disconnected`));
     socket.on('data', (chunk: Buffer) => this.#onData(chunk));
     socket.on('error', (err) => this.#fail(new SandboxLostError(`lost the exec agent of ${description}: ${err.message}`)));
-    socket.on('close', () => this.#fail(new SandboxLostError(`the exec agent of ${description} disconnected`)));
+    // A stream made of two pipes may end its readable side without ever closing as a whole.
+    socket.on('end', disconnected);
+    socket.on('close', disconnected);
   }
 
   get isLost(): boolean {

@@ -1,6 +1,8 @@
 /**
  * The wire format between the executor and the exec agent in a task's
- * container (sandbox-image/agent/berth_agent.py documents the operations).
+ * sandbox (sandbox-image/agent/berth_agent.py documents the operations),
+ * whatever carries it: the docker backend's Unix socket, or the agent's
+ * stdin/stdout (`--stdio`) under `docker exec -i`, ssh or apptainer.
  *
  * A frame is `u32be length-of-rest`, `u32be header-length`, a JSON header,
  * then a raw body (stdin, output, file content). Headers carry a request id,
@@ -36,6 +38,48 @@ export const MAX_HELLO_FRAME_BYTES = 4 * 1024;
  * chunks, the 1 MiB inbound cap, the token read from a file.
  */
 export const AGENT_PROTOCOL_VERSION = 2;
+
+/** What the agent said in its first frame. */
+export interface AgentHello {
+  /** The socket transport's token; empty on stdio, whose stream is private to the executor. */
+  readonly token: string;
+  readonly version: number;
+  readonly pid: number;
+  /** Python version running the agent, `3.11.7`. */
+  readonly python: string;
+  /** `socket` or `stdio`; `socket` for agents older than the field. */
+  readonly transport: string;
+  /** What the agent can do (`spawn`, `pty`, `files`, ...); empty for agents older than the field. */
+  readonly capabilities: readonly string[];
+}
+
+/**
+ * The agent's hello, or undefined when `frame` is not one: a hello is a
+ * header only, with op `hello` and a string token.
+ */
+export function parseHello(frame: Frame): AgentHello | undefined {
+  const h = frame.header;
+  if (h.op !== 'hello' || typeof h.token !== 'string' || frame.body.length > 0) return undefined;
+  const capabilities = Array.isArray(h.capabilities)
+    ? h.capabilities.filter((c): c is string => typeof c === 'string').slice(0, 64)
+    : [];
+  return {
+    token: h.token,
+    version: typeof h.version === 'number' ? h.version : 0,
+    pid: typeof h.pid === 'number' ? h.pid : 0,
+    python: typeof h.python === 'string' ? h.python.slice(0, 64) : '',
+    transport: typeof h.transport === 'string' ? h.transport.slice(0, 16) : 'socket',
+    capabilities,
+  };
+}
+
+/** The sentence that refuses an agent of another protocol version; names both, and what to do. */
+export function versionMismatchMessage(agentVersion: number, description: string): string {
+  return (
+    `the exec agent of ${description} speaks protocol version ${agentVersion}, ` +
+    `this executor speaks version ${AGENT_PROTOCOL_VERSION}; run the berth_agent.py shipped with this executor`
+  );
+}
 
 export interface FrameHeader {
   readonly op: string;

@@ -1,0 +1,401 @@
+/**
+ * The exec agent on its stdin/stdout (`berth_agent.py --stdio`), started as
+ * a local child process (python3 on this host) and through `docker exec -i`
+ * into a real berth-sandbox container: the same operations the docker
+ * backend drives over its socket, a command cannot touch the channel, and a
+ * sandbox without python3 (or with an agent of another version) is told
+ * apart with a typed error.
+ */
+import assert from 'node:assert/strict';
+import { spawn, execFileSync } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
+import { chmod, copyFile, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
+import os from 'node:os';
+import path from 'node:path';
+import { after, before, describe, it } from 'node:test';
+import { Writable } from 'node:stream';
+import { fileURLToPath } from 'node:url';
+import Dockerode from 'dockerode';
+import { createLogger, silentLogger } from '../../services/common/logging.js';
+import type { AgentChannel } from '../../services/executor/backends/shared/agent/agent-channel.js';
+import { FILE_CHUNK_BYTES, foregroundExitCode } from '../../services/executor/backends/shared/agent/agent-protocol.js';
+import {
+  AgentUnavailableError,
+  startStdioAgent,
+  type AgentSpawn,
+} from '../../services/executor/backends/shared/agent/stdio-agent.js';
+import { SandboxLostError, type SandboxProcess } from '../../services/executor/backends/shared/sandbox-channel.js';
+import { ExecDeadline } from '../../services/executor/exec-deadline.js';
+import { SANDBOX_IMAGE, dockerUnavailableReason } from '../support/docker-fixtures.js';
+import { realPython } from '../support/python-bin.js';
+
+const repoRoot = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', '..', '..');
+const AGENT = path.join(repoRoot, 'sandbox-image', 'agent', 'berth_agent.py');
+
+const docker = new Dockerode();
+const dockerUnavailable = await dockerUnavailableReason(docker);
+
+const PYTHON = realPython();
+
+const localSpawn: AgentSpawn = (argv) => spawn(argv[0]!, argv.slice(1), { stdio: 'pipe' });
+
+/** Runs `script` and collects its output and exit. */
+async function run(channel: AgentChannel, script: string, extra: { stdin?: string; pty?: boolean } = {}) {
+  let out = '';
+  const proc = await channel.spawn({ script, cwd: '/tmp', onOutput: (c) => (out += c.toString('utf8')), ...extra });
+  const exit = await proc.exited;
+  return { out, code: exit.code, signal: exit.signal };
+}
+
+/**
+ * One exec with a deadline, composed as every backend composes it: the
+ * shared ExecDeadline, the channel's process-group kill, 124 / 130.
+ */
+async function execWithDeadline(channel: AgentChannel, script: string, timeoutMs: number, signal?: AbortSignal) {
+  let out = '';
+  const proc = await channel.spawn({ script, cwd: '/tmp', onOutput: (c) => (out += c.toString('utf8')) });
+  let killing: Promise<void> | undefined;
+  const deadline = new ExecDeadline({ timeoutMs, ...(signal ? { signal } : {}) }, () => {
+    killing ??= proc.kill(500);
+  });
+  try {
+    const exit = await proc.exited;
+    if (killing) await killing;
+    return { ...deadline.result(foregroundExitCode(exit.code, exit.signal)), out, pid: proc.pid };
+  } finally {
+    deadline.dispose();
+  }
+}
+
+/** The operations every transport must carry, against one started channel. */
+function operations(name: string, open: () => Promise<AgentChannel>): void {
+  describe(name, () => {
+    let channel: AgentChannel;
+    before(async () => {
+      channel = await open();
+    });
+    after(() => channel?.close());
+
+    it('says hello over stdio with its version and capabilities, and no token', () => {
+      assert.equal(channel.hello.transport, 'stdio');
+      assert.equal(channel.hello.token, '');
+      assert.equal(channel.hello.version, 2);
+      assert.ok(channel.hello.capabilities.includes('pty'));
+      assert.match(channel.hello.python, /^3\.\d+\.\d+$/);
+    });
+
+    it('runs a command with output, stdin and exit code', async () => {
+      const r = await run(channel, 'echo out; echo err >&2; read line; echo "got $line"; exit 7', { stdin: 'hello\n' });
+      assert.equal(r.code, 7);
+      assert.match(r.out, /out\n/);
+      assert.match(r.out, /err\n/);
+      assert.match(r.out, /got hello\n/);
+    });
+
+    it('kills a whole process group (what a timeout does) and reports the signal', async () => {
+      const marker = `/tmp/berth-stdio-${randomBytes(4).toString('hex')}`;
+      const proc = await channel.spawn({
+        script: `(sleep 300; touch ${marker}) & sleep 300`,
+        cwd: '/tmp',
+        onOutput: () => undefined,
+      });
+      await proc.kill(500);
+      const exit = await proc.exited;
+      assert.equal(exit.signal, 15);
+      const left = await run(channel, `ps -o stat= -s ${proc.pid} | grep -vc "^Z"; test -e ${marker} && echo touched || echo clean`);
+      assert.match(left.out, /^0\nclean\n$/);
+    });
+
+    it('a timeout reports 124 and leaves nothing of the command running', async () => {
+      const r = await execWithDeadline(channel, 'echo started; (sleep 300 &); trap "" TERM; sleep 300', 300);
+      assert.equal(r.exitCode, 124);
+      assert.equal(r.timedOut, true);
+      assert.match(r.out, /started/);
+      const left = await run(channel, `ps -o stat= -s ${r.pid} | grep -vc "^Z" || true`);
+      assert.equal(left.out.trim(), '0');
+    });
+
+    it('an interrupt reports 130', async () => {
+      const abort = new AbortController();
+      const running = execWithDeadline(channel, 'echo go; sleep 300', 60_000, abort.signal);
+      await new Promise((r) => setTimeout(r, 200));
+      abort.abort();
+      const r = await running;
+      assert.equal(r.exitCode, 130);
+      assert.equal(r.interrupted, true);
+    });
+
+    it('keeps a background process open for writes, then kills it', async () => {
+      let out = '';
+      const proc: SandboxProcess = await channel.spawn({
+        script: 'while read l; do echo "bg:$l"; done',
+        cwd: '/tmp',
+        keepStdin: true,
+        onOutput: (c) => (out += c.toString('utf8')),
+      });
+      await proc.write('one\n');
+      await proc.write('two\n');
+      await waitFor(() => out.includes('bg:two'));
+      await proc.kill(500);
+      const exit = await proc.exited;
+      assert.equal(exit.signal, 15);
+      assert.equal(out, 'bg:one\nbg:two\n');
+      await assert.rejects(proc.write('three\n'), /exited/);
+    });
+
+    it('runs a command under a PTY', async () => {
+      const r = await run(channel, 'test -t 0 && test -t 1 && echo tty; stty size', { pty: true });
+      assert.equal(r.code, 0);
+      assert.match(r.out, /tty\r?\n50 200/);
+    });
+
+    it('writes and reads a file in chunks, byte for byte', async () => {
+      const data = randomBytes(FILE_CHUNK_BYTES * 2 + 1234);
+      const file = `/tmp/berth-stdio-${randomBytes(4).toString('hex')}/sub/f.bin`;
+      await channel.writeFile(file, data);
+      const back = await channel.readFile(file);
+      assert.ok(back.equals(data));
+      const st = await channel.stat(file);
+      assert.equal(st.sizeBytes, data.length);
+      await assert.rejects(channel.readFile('/tmp/berth-stdio-missing/none'), /File not found/);
+      await run(channel, `rm -rf ${path.dirname(path.dirname(file))}`);
+    });
+
+    it('gives a command nothing of the channel: not on fd 0-2, not through /proc', async () => {
+      const r = await run(
+        channel,
+        [
+          // fd 0 is the command's own (closed) stdin, 1 and 2 its own output pipe; nothing else is open.
+          'ls /proc/self/fd | sort -n | tr "\\n" " "; echo',
+          'head -c 100 <&0 | wc -c',
+          // The agent's descriptors: its parent's fd directory is closed to the command.
+          'ls /proc/$PPID/fd > /dev/null 2>&1 && echo agent-fds-visible || echo agent-fds-hidden',
+          // (Not as root: root may read any process's descriptors, and would steal bytes of the channel.)
+          'if [ "$(id -u)" != 0 ]; then for f in /proc/$PPID/fd/*; do head -c 1 "$f" > /dev/null 2>&1 && echo "read $f"; done; fi; echo done',
+          'readlink /proc/$PPID/fd/0 2>/dev/null || echo no-link',
+          'id -u',
+        ].join('\n'),
+      );
+      assert.equal(r.code, 0, r.out);
+      const lines = r.out.split('\n');
+      assert.equal(lines[0], '0 1 2 3 ', r.out);
+      assert.equal(lines[1], '0');
+      if (lines[5] === '0') {
+        // root may look into any process (CAP_SYS_PTRACE); what it finds on fd 0 is /dev/null, not the channel.
+        assert.equal(lines[4], '/dev/null');
+      } else {
+        assert.equal(lines[2], 'agent-fds-hidden');
+        assert.equal(lines[3], 'done');
+        assert.equal(lines[4], 'no-link');
+      }
+      // Garbage the command writes to its own output is output, not frames: the channel still answers.
+      const spam = await run(channel, 'printf "\\x00\\x00\\x00\\x05garbage" ; printf "\\xff\\xff\\xff\\xff" >&2');
+      assert.equal(spam.code, 0);
+      await channel.ping();
+    });
+
+    it('a command the channel drops is killed with the agent', async () => {
+      // Separate channel: this one is closed on purpose.
+      const own = await open();
+      const marker = `berth-stdio-orphan-${randomBytes(4).toString('hex')}`;
+      await own.spawn({ script: `exec -a ${marker} sleep 300`, cwd: '/tmp', onOutput: () => undefined });
+      own.close();
+      await waitFor(async () => (await run(channel, `pgrep -f ${marker} | wc -l`)).out.trim() === '0');
+      await assert.rejects(own.ping(), SandboxLostError);
+    });
+  });
+}
+
+async function waitFor(check: () => boolean | Promise<boolean>, timeoutMs = 20_000): Promise<void> {
+  const until = Date.now() + timeoutMs;
+  while (!(await check())) {
+    if (Date.now() > until) throw new Error('condition not met in time');
+    await new Promise((r) => setTimeout(r, 25));
+  }
+}
+
+describe('exec agent over stdio, local child process', { timeout: 120_000 }, () => {
+  operations('python3 on this host', () =>
+    startStdioAgent({ spawn: localSpawn, python: PYTHON, agentPath: AGENT, description: 'this host', logger: silentLogger() }),
+  );
+
+  it('reports a host without python3 as a typed error to fall back on', async () => {
+    const empty = await mkdtemp(path.join(os.tmpdir(), 'berth-nopython-'));
+    try {
+      const noPython: AgentSpawn = (argv) => spawn(argv[0]!, argv.slice(1), { stdio: 'pipe', env: { PATH: empty } });
+      const err = await startStdioAgent({ spawn: noPython, agentPath: AGENT, description: 'bare host' }).then(
+        () => undefined,
+        (e: unknown) => e,
+      );
+      assert.ok(err instanceof AgentUnavailableError, String(err));
+      assert.equal(err.reason, 'no-python');
+      assert.equal(err.canFallBack, true);
+      assert.match(err.message, /bare host has no python3/);
+      // Said once in the log per host, however many tasks find it so.
+      const lines: string[] = [];
+      const logger = createLogger('info', new Writable({ write: (c: Buffer, _e, cb) => (lines.push(c.toString()), cb()) }));
+      const key = `bare-${randomBytes(4).toString('hex')}`;
+      for (let i = 0; i < 3; i++) {
+        await assert.rejects(
+          startStdioAgent({ spawn: noPython, agentPath: AGENT, description: 'bare host', logger, fallbackLogKey: key }),
+          AgentUnavailableError,
+        );
+      }
+      assert.equal(lines.filter((l) => l.includes('the exec agent cannot run here')).length, 1, lines.join(''));
+    } finally {
+      await rm(empty, { recursive: true, force: true });
+    }
+  });
+
+  it('reports a Python older than 3.8 as a typed error to fall back on', async () => {
+    const dir = await mkdtemp(path.join(os.tmpdir(), 'berth-oldpython-'));
+    try {
+      // Test double of an old interpreter: the real agent, run by this python3 claiming to be 3.7.
+      const oldPython = path.join(dir, 'python3');
+      const claim = 'import runpy, sys; sys.version_info = (3, 7, 9, "final", 0); p = sys.argv[1]; sys.argv = sys.argv[1:]; runpy.run_path(p, run_name="__main__")';
+      await writeFile(oldPython, `#!/bin/sh\nexec ${PYTHON} -c '${claim}' "$@"\n`);
+      await chmod(oldPython, 0o755);
+      const err = await startStdioAgent({ spawn: localSpawn, python: oldPython, agentPath: AGENT, description: 'old host' }).then(
+        () => undefined,
+        (e: unknown) => e,
+      );
+      assert.ok(err instanceof AgentUnavailableError, String(err));
+      assert.equal(err.reason, 'python-too-old');
+      assert.equal(err.canFallBack, true);
+      assert.match(err.message, /3\.8 or newer required, this is 3\.7/);
+    } finally {
+      await rm(dir, { recursive: true, force: true });
+    }
+  });
+
+  it('is written in syntax Python 3.6 parses, so an old Python can say why it will not run it', () => {
+    execFileSync(PYTHON, ['-c', 'import ast, sys; ast.parse(open(sys.argv[1]).read(), feature_version=(3, 6))', AGENT]);
+  });
+
+  it('gives up on a process that never says hello, and ends it', async () => {
+    const dir = await mkdtemp(path.join(os.tmpdir(), 'berth-silent-'));
+    try {
+      const silent = path.join(dir, 'python3');
+      const pidFile = path.join(dir, 'pid');
+      await writeFile(silent, `#!/bin/sh\necho $$ > ${pidFile}\nexec sleep 300\n`);
+      await chmod(silent, 0o755);
+      const err = await startStdioAgent({
+        spawn: localSpawn,
+        python: silent,
+        agentPath: AGENT,
+        description: 'silent host',
+        helloTimeoutMs: 300,
+      }).then(
+        () => undefined,
+        (e: unknown) => e,
+      );
+      assert.ok(err instanceof AgentUnavailableError, String(err));
+      assert.equal(err.reason, 'no-hello');
+      assert.equal(err.canFallBack, false);
+      const pid = Number(await readFile(pidFile, 'utf8'));
+      await waitFor(() => {
+        try {
+          process.kill(pid, 0);
+          return false;
+        } catch {
+          return true;
+        }
+      });
+    } finally {
+      await rm(dir, { recursive: true, force: true });
+    }
+  });
+
+  it('refuses an agent of another protocol version, naming both', async () => {
+    const dir = await mkdtemp(path.join(os.tmpdir(), 'berth-oldagent-'));
+    try {
+      const old = path.join(dir, 'berth_agent.py');
+      await writeFile(old, (await readFile(AGENT, 'utf8')).replace(/^VERSION = 2$/m, 'VERSION = 1'));
+      const err = await startStdioAgent({ spawn: localSpawn, python: PYTHON, agentPath: old, description: 'old host' }).then(
+        () => undefined,
+        (e: unknown) => e,
+      );
+      assert.ok(err instanceof AgentUnavailableError, String(err));
+      assert.equal(err.reason, 'version-mismatch');
+      assert.equal(err.canFallBack, false);
+      assert.match(err.message, /speaks protocol version 1, this executor speaks version 2/);
+    } finally {
+      await rm(dir, { recursive: true, force: true });
+    }
+  });
+
+  it('tells a process that prints before the hello from an agent', async () => {
+    const dir = await mkdtemp(path.join(os.tmpdir(), 'berth-chatty-'));
+    try {
+      const chatty = path.join(dir, 'python3');
+      await writeFile(chatty, `#!/bin/sh\necho "Welcome to the cluster"\nexec ${PYTHON} "$@"\n`);
+      await chmod(chatty, 0o755);
+      const err = await startStdioAgent({
+        spawn: localSpawn,
+        python: chatty,
+        agentPath: AGENT,
+        description: 'chatty host',
+      }).then(
+        () => undefined,
+        (e: unknown) => e,
+      );
+      assert.ok(err instanceof AgentUnavailableError, String(err));
+      assert.equal(err.reason, 'not-an-agent');
+      assert.match(err.message, /Welcome to the cluster/);
+    } finally {
+      await rm(dir, { recursive: true, force: true });
+    }
+  });
+});
+
+describe('exec agent over stdio, docker exec -i', { skip: dockerUnavailable, timeout: 180_000 }, () => {
+  const name = `berth-stdio-test-${randomBytes(4).toString('hex')}`;
+  let agentDir: string;
+
+  before(async () => {
+    agentDir = await mkdtemp(path.join(os.tmpdir(), 'berth-stdio-agent-'));
+    await copyFile(AGENT, path.join(agentDir, 'berth_agent.py'));
+    await chmod(agentDir, 0o755);
+    execFileSync('docker', [
+      'run', '-d', '--rm', '--name', name, '--network', 'none',
+      '-v', `${agentDir}:/opt/berth-agent:ro`, SANDBOX_IMAGE, 'sleep', 'infinity',
+    ]);
+  });
+
+  after(async () => {
+    try {
+      execFileSync('docker', ['rm', '-f', name], { stdio: 'ignore' });
+    } catch {
+      // Already gone.
+    }
+    await rm(agentDir, { recursive: true, force: true });
+  });
+
+  const dockerExec =
+    (extra: string[] = []): AgentSpawn =>
+    (argv) =>
+      spawn('docker', ['exec', '-i', ...extra, name, ...argv], { stdio: 'pipe' });
+
+  operations('into a berth-sandbox container', () =>
+    startStdioAgent({
+      spawn: dockerExec(),
+      agentPath: '/opt/berth-agent/berth_agent.py',
+      description: `container ${name}`,
+      logger: silentLogger(),
+    }),
+  );
+
+  it('reports a container without python3 as a typed error to fall back on', async () => {
+    const err = await startStdioAgent({
+      spawn: dockerExec(['-e', 'PATH=/nonexistent']),
+      agentPath: '/opt/berth-agent/berth_agent.py',
+      description: `container ${name}`,
+    }).then(
+      () => undefined,
+      (e: unknown) => e,
+    );
+    assert.ok(err instanceof AgentUnavailableError, String(err));
+    assert.equal(err.reason, 'no-python');
+    assert.equal(err.canFallBack, true);
+  });
+});
