@@ -189,19 +189,31 @@ export class SshConnection {
   sftp(): Promise<SFTPWrapper> {
     if (!this.#sftp) {
       const attempt = (async () => {
-        const client = await this.connect();
-        return new Promise<SFTPWrapper>((resolve, reject) => {
-          client.sftp((err, sftp) => {
-            if (err) {
-              reject(new UnavailableError(`cannot start SFTP on ${this.#where()}: ${err.message}`, { cause: err }));
-              return;
-            }
-            sftp.once('close', () => {
-              if (this.#sftp === attempt) this.#sftp = undefined;
+        for (let tries = 0; ; tries++) {
+          const client = await this.connect();
+          try {
+            return await new Promise<SFTPWrapper>((resolve, reject) => {
+              client.sftp((err, sftp) => {
+                if (err) {
+                  reject(err);
+                  return;
+                }
+                sftp.once('close', () => {
+                  if (this.#sftp === attempt) this.#sftp = undefined;
+                });
+                resolve(sftp);
+              });
             });
-            resolve(sftp);
-          });
-        });
+          } catch (err) {
+            // Its slot is kept free of commands, but sshd frees a closed channel's session a moment late:
+            // under a burst of commands the SFTP open can be refused as MaxSessions; wait as exec does.
+            if (isServerFull(err) && tries < SERVER_FULL_RETRIES) {
+              await new Promise((resolve) => setTimeout(resolve, Math.min(25 * (tries + 1), 250)));
+              continue;
+            }
+            throw new UnavailableError(`cannot start SFTP on ${this.#where()}: ${(err as Error).message}`, { cause: err });
+          }
+        }
       })();
       this.#sftp = attempt;
       attempt.catch(() => {
