@@ -155,7 +155,9 @@ describe('docker backend (real engine)', { skip: unavailable }, () => {
     const probe = [
       'tr "\\0" " " < /proc/$$/cmdline; echo',
       'echo "0=$0"',
-      'ls /proc/$$/fd | sort -n | tr "\\n" " "; echo',
+      // Into a file, not a pipe: while bash sets up a pipeline it holds the pipes' fds itself, and `ls`
+      // (already running) may list them.
+      'f=$(mktemp); ls /proc/$$/fd > "$f"; sort -n "$f" | tr "\\n" " "; echo; rm -f "$f"',
       'ps -o sid= -p $$ | tr -d " "; echo "pid=$$"',
     ].join('\n');
     const direct = async (script: string) => {
