@@ -176,7 +176,7 @@ describe('approval over a real berth serve (single user, config file)', () => {
     const s = openSession(serve.client);
     s.call('h', 'rm -rf /');
     const hard = await s.resultOf('h');
-    assert.match(String(hard.error), /^BLOCKED \(hardline\): recursive delete of the root filesystem\./);
+    assert.match(String(hard.error), /^BLOCKED \(hardline\): recursive delete of root filesystem\./);
     assert.equal(hard.status, 'blocked');
     assert.ok(!s.received.some((m) => m.message?.$case === 'approvalRequest'));
     s.end();

@@ -4,6 +4,7 @@ import { describe, it } from 'node:test';
 import { checkCommand, detectDangerousCommand } from '../../services/dispatcher/approval/detect.js';
 import {
   HARDLINE_RULES,
+  SUDO_STDIN_DESCRIPTION,
   UNINSPECTABLE_DESCRIPTION,
   hardlineMessage,
   hardlinePrefix,
@@ -12,15 +13,44 @@ import { analyzeCommand, commandVariants, normalizeCommand } from '../../service
 import { DANGEROUS_PATTERNS, DANGEROUS_PATTERN_KEYS } from '../../services/dispatcher/approval/patterns.js';
 import { APPROVAL_CORPUS, CORPUS_HOME_DIR } from '../fixtures/approval-corpus.js';
 
-// The key list of tool-runtime spec §5, in its order.
+// Upstream hermes-agent's pattern keys in its precedence (docs/hermes-compat.md
+// §5.2; Hermes-application keys left out), then its structural findings.
 const SPEC_KEYS = [
   'delete in root path',
   'recursive delete',
   'recursive delete (long flag)',
+  'recursive delete (flags after operands)',
+  'Windows cmd destructive delete',
+  'Windows PowerShell destructive delete',
+  'PowerShell encoded command execution',
+  'PowerShell destructive delete (Remove-Item)',
+  'Windows destructive delete (recursive/quiet switch)',
+  'pipe remote content to PowerShell (iwr | iex)',
+  'execute remote content via Invoke-Expression',
+  'force kill processes (taskkill /F)',
+  'force kill processes (Stop-Process -Force)',
+  'format filesystem (Format-Volume)',
+  'wipe disk (Clear-Disk)',
+  'disk partitioning (diskpart)',
+  'format drive (format.com)',
+  'wipe free space (cipher /w)',
+  'grant Everyone access (icacls)',
+  'reset ACLs recursively (icacls /reset)',
+  'delete volume shadow copies (vssadmin)',
+  'delete backups (wbadmin)',
+  'modify boot configuration (bcdedit /set)',
+  'registry delete (reg delete)',
+  'registry value delete (Remove-ItemProperty -Force)',
+  'force stop service (Stop-Service -Force)',
+  'stop/delete service (sc)',
+  'access to SSH keys (Windows path)',
   'world/other-writable permissions',
+  'recursive world/other-writable (long flag)',
   'recursive chown to root',
+  'recursive chown to root (long flag)',
   'format filesystem',
   'disk copy',
+  'raw block device wipe (shred/wipefs/blkdiscard/sgdisk)',
   'write to block device',
   'SQL DROP',
   'SQL DELETE without WHERE',
@@ -29,31 +59,58 @@ const SPEC_KEYS = [
   'stop/restart system service',
   'kill all processes',
   'force kill processes',
+  'force kill processes (killall -KILL)',
+  'force kill processes (killall -s KILL)',
+  'kill processes by regex (killall -r)',
   'fork bomb',
-  'shell command via -c/-lc flag',
-  'script execution via -e/-c flag',
   'pipe remote content to shell',
   'execute remote script via process substitution',
   'execute remote content via command substitution',
+  'cloud metadata endpoint access (instance credentials)',
   'pipe decoded content to shell (possible command obfuscation)',
+  'pipe xxd-decoded content to shell (possible command obfuscation)',
+  'pipe tr-transformed output to shell (possible command obfuscation)',
+  'pipe openssl-decoded content to shell (possible command obfuscation)',
   'overwrite system file via tee',
   'overwrite system file via redirection',
+  'overwrite project env/config via tee',
   'overwrite project env/config via redirection',
   'xargs with rm',
   'find -exec/-execdir rm',
   'find -delete',
+  'docker with remote daemon redirect (-H/--host)',
+  'docker with daemon redirect (--context: alternate daemon)',
+  'docker context use (switches default daemon for future commands)',
+  'podman with remote daemon redirect (--url/--connection/--identity)',
+  'podman remote mode (-r/--remote: remote daemon)',
+  'docker/podman daemon redirect via environment (DOCKER_HOST/CONTAINER_HOST)',
+  'docker compose restart/stop/kill/down (container lifecycle)',
   'docker restart/stop/kill (container lifecycle)',
+  'kill process via pgrep/pidof expansion (self-termination)',
+  'kill process via backtick pgrep/pidof expansion (self-termination)',
   'copy/move file into system config path',
-  'in-place edit of system config',
+  'overwrite project env/config file',
+  'copy/move file into sensitive credential/SSH/shell-rc path',
   'in-place edit of sensitive credential/SSH/shell-rc path',
-  'script execution via heredoc',
+  'in-place edit of sensitive credential/SSH/shell-rc path (long flag)',
+  'in-place edit of sensitive credential/SSH/shell-rc path (perl/ruby)',
+  'in-place edit of system config',
+  'in-place edit of system config (long flag)',
   'shell execution via heredoc',
   'git reset --hard (destroys uncommitted changes)',
   'git force push (rewrites remote history)',
+  'git force push short flag (rewrites remote history)',
   'git clean with force (deletes untracked files)',
   'git branch force delete',
+  'git branch force delete (long flags)',
+  'git branch force delete (long flags, force-first)',
   'chmod +x followed by immediate execution',
   'sudo with privilege flag (stdin/askpass/shell/list)',
+  'sudo with combined-flag privilege escalation',
+  'package manager uninstall',
+  'shell command via -c/-lc flag',
+  'script execution via -e/-c flag',
+  'script execution via heredoc',
 ];
 
 void describe('normalizeCommand', () => {
@@ -166,13 +223,68 @@ void describe('pattern table', () => {
 });
 
 void describe('hardline', () => {
-  void it('formats the message with the spec prefix', () => {
+  void it('formats the message with the spec prefix and upstream text', () => {
     assert.equal(hardlinePrefix('fork bomb'), 'BLOCKED (hardline): fork bomb.');
-    assert.ok(hardlineMessage('fork bomb').startsWith('BLOCKED (hardline): fork bomb. '));
+    assert.equal(
+      hardlineMessage('fork bomb'),
+      'BLOCKED (hardline): fork bomb. This command is on the unconditional blocklist and cannot be executed via the agent — not even with --yolo, /yolo, approvals.mode=off, or cron approve mode. If you genuinely need to run it, run it yourself in a terminal outside the agent.',
+    );
+  });
+  void it("has upstream's 13 descriptions, in upstream's order, then the sudo -S guard", () => {
+    assert.deepEqual(
+      HARDLINE_RULES.map((r) => r.description),
+      [
+        'recursive delete of root filesystem',
+        'recursive delete of system directory',
+        'recursive delete of home directory',
+        'format filesystem (mkfs)',
+        'wipe raw block device',
+        'dd to raw block device',
+        'redirect to raw block device',
+        'fork bomb',
+        'kill all processes',
+        'system shutdown/reboot',
+        'init 0/6 (shutdown/reboot)',
+        'systemctl poweroff/reboot',
+        'telinit 0/6 (shutdown/reboot)',
+        SUDO_STDIN_DESCRIPTION,
+      ],
+    );
+    assert.equal(SUDO_STDIN_DESCRIPTION, 'sudo password guessing via stdin (sudo -S)');
+    assert.equal(UNINSPECTABLE_DESCRIPTION, 'command parser limit exceeded');
+  });
+  void it('shows each description in the block message the model sees', () => {
+    const cases: [cmd: string, description: string][] = [
+      ['rm -rf /', 'recursive delete of root filesystem'],
+      ['rm${IFS:0:1}-rf /', 'recursive delete of root filesystem'],
+      ['rm -rf /usr', 'recursive delete of system directory'],
+      ['rm -rf $HOME', 'recursive delete of home directory'],
+      ['mkfs.ext4 /dev/sdb1', 'format filesystem (mkfs)'],
+      ['sgdisk --zap-all /dev/sda', 'wipe raw block device'],
+      ['dd if=/dev/zero of=/dev/sda', 'dd to raw block device'],
+      ['cat x > /dev/nvme0n1', 'redirect to raw block device'],
+      [':(){ :|:& };:', 'fork bomb'],
+      ['kill -9 -1', 'kill all processes'],
+      ['shutdown -r now', 'system shutdown/reboot'],
+      ['init 6', 'init 0/6 (shutdown/reboot)'],
+      ['systemctl kexec', 'systemctl poweroff/reboot'],
+      ['telinit 0', 'telinit 0/6 (shutdown/reboot)'],
+    ];
+    for (const [cmd, description] of cases) {
+      const check = checkCommand(cmd, { homeDir: CORPUS_HOME_DIR });
+      assert.deepEqual(check, { verdict: 'block', pattern_key: null, description }, cmd);
+      assert.ok(hardlineMessage(description).startsWith(`BLOCKED (hardline): ${description}. `), cmd);
+    }
+  });
+  void it('blocks sudo -S with the stdin-guard message, which names no SUDO_PASSWORD setting', () => {
+    assert.equal(checkCommand('echo hunter2 | sudo -S id').description, SUDO_STDIN_DESCRIPTION);
+    const message = hardlineMessage(SUDO_STDIN_DESCRIPTION);
+    assert.ok(message.startsWith("BLOCKED: sudo password guessing via stdin (sudo -S). Do not pipe passwords to 'sudo -S' — this is a brute-force attack vector."));
+    assert.ok(!message.includes('SUDO_PASSWORD'));
   });
   void it('reports hardline hits without a pattern key', () => {
     assert.deepEqual(detectDangerousCommand('sudo rm -rf /'), {
-      hardline: { description: 'recursive delete of the root filesystem' },
+      hardline: { description: 'recursive delete of root filesystem' },
     });
     assert.deepEqual(checkCommand(':(){ :|:& };:'), { verdict: 'block', pattern_key: null, description: 'fork bomb' });
   });
@@ -190,8 +302,8 @@ void describe('checkCommand', () => {
     assert.deepEqual(checkCommand('ls'), { verdict: 'allow', pattern_key: null, description: null });
     assert.deepEqual(checkCommand('git push -f'), {
       verdict: 'approve',
-      pattern_key: 'git force push (rewrites remote history)',
-      description: 'git force push (rewrites remote history)',
+      pattern_key: 'git force push short flag (rewrites remote history)',
+      description: 'git force push short flag (rewrites remote history)',
     });
     assert.equal(checkCommand('reboot').verdict, 'block');
   });
@@ -228,6 +340,13 @@ void describe('input size', () => {
     ['deep nesting', fill('$(')],
     ['many quotes', fill(`'a"`)],
     ['many sql words', `psql ${fill('delete from x ')}`],
+    ['many operands to rm before a flag', `rm ${fill('a ')} -r`],
+    ['many tr stages', fill('echo x | tr a b | ')],
+    ['many cmd /c words', `cmd /c ${fill('x ')}`],
+    ['many icacls words', `icacls ${fill('/grant ')}`],
+    ['many package-manager options', `npm ${fill('-a b ')}uninstall x`],
+    ['many metadata-like numbers', fill('169.254.169.2540 ')],
+    ['many Windows path segments', `type C:${fill('\\a')}`],
     ['a dangerous command after 1 MB of wrappers', `${'sudo '.repeat(MEBIBYTE / 5)}rm -rf /`],
   ];
   for (const [name, cmd] of inputs) {

@@ -122,7 +122,7 @@ describe('approval guard: hardline', () => {
     assert.equal(result.output, '');
     assert.equal(result.exit_code, -1);
     assert.equal(result.status, 'blocked');
-    assert.match(String(result.error), /^BLOCKED \(hardline\): recursive delete of the root filesystem\. /);
+    assert.match(String(result.error), /^BLOCKED \(hardline\): recursive delete of root filesystem\. /);
     assert.deepEqual(Object.keys(result), ['output', 'exit_code', 'error', 'status']);
     assert.equal(asker.prompts.length, 0);
   });

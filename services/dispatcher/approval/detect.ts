@@ -7,7 +7,7 @@
 
 import { findHardline } from './hardline.js';
 import { analyzeCommand, type NormalizeOptions } from './normalize.js';
-import { DANGEROUS_PATTERNS, type DangerousPatternKey } from './patterns.js';
+import { DANGEROUS_PATTERNS, patternMatches, type DangerousPatternKey } from './patterns.js';
 
 /** Options for detection; see {@link NormalizeOptions}. */
 export type DetectOptions = NormalizeOptions;
@@ -43,8 +43,9 @@ export function detectDangerousCommand(cmd: string, options: DetectOptions = {})
   const hardline = findHardline(analysis);
   if (hardline !== undefined) return { hardline };
   const variants = [analysis.normalized, ...analysis.commands];
-  for (const { key, regex } of DANGEROUS_PATTERNS) {
-    if (variants.some((variant) => regex.test(variant))) return { dangerous: { patternKey: key, description: key } };
+  const written = cmd.normalize('NFKC');
+  for (const p of DANGEROUS_PATTERNS) {
+    if (patternMatches(p, variants, written)) return { dangerous: { patternKey: p.key, description: p.key } };
   }
   return {};
 }

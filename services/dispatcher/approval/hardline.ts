@@ -31,12 +31,21 @@ export interface HardlineMatch {
   readonly description: string;
 }
 
-/** Description used when the command nests too deeply to be inspected at all. */
-export const UNINSPECTABLE_DESCRIPTION = 'command nested too deeply to inspect';
+/**
+ * Description used when the command nests too deeply to be inspected at all:
+ * upstream's text for input beyond what its parser inspects.
+ */
+export const UNINSPECTABLE_DESCRIPTION = 'command parser limit exceeded';
+
+/**
+ * `sudo -S` reads the password from stdin: with no password configured for
+ * the sandbox (Berth has none), the only use is guessing it.
+ */
+export const SUDO_STDIN_DESCRIPTION = 'sudo password guessing via stdin (sudo -S)';
 
 // rm with a recursive flag anywhere among its arguments, up to a target.
 const RM_RECURSIVE = String.raw`(?:\S*/)?rm\s+(?=${ARGS}(?:-[^-\s]*r\S*|--r(?:e(?:c(?:u(?:r(?:s(?:i(?:ve?)?)?)?)?)?)?)?)${END})${ARGS}`;
-const ROOT_TARGET = String.raw`/+(?:\.{1,2}/*)?\*?${END}`;
+const ROOT_TARGET = String.raw`/+(?:\.\.?(?:/+|(?=[\s*]|$)))*\*?${END}`;
 const SYSTEM_TARGET = String.raw`/+(?:home|root|etc|usr|var|bin|sbin|boot|lib(?:32|64|x32)?)/*\*?${END}`;
 // `~` (the folded home directory) or any /home/<user> itself.
 const HOME_TARGET = String.raw`(?:~|/+home/+[^/\s]+)/*\*?${END}`;
@@ -52,40 +61,55 @@ function recursiveDeleteOf(target: string): string[] {
   ];
 }
 
-const RAW_DISK = String.raw`/dev/(?:sd|hd|vd|xvd|nvme|mmcblk|disk)`;
+/** Whole-disk devices (upstream's list), not partitions of a mapped volume alone. */
+const RAW_DISK = String.raw`/dev/(?:(?:sd|hd|vd|xvd|nvme|mmcblk|md|dm-|loop|nbd)[a-z0-9]*|r?disk\d|mapper/|disk/by-(?:id|uuid|path|label|partuuid|partlabel)/)`;
 
 function rule(description: string, scope: HardlineRule['scope'], ...sources: string[]): HardlineRule {
   const source = sources.length === 1 ? (sources[0] ?? '') : sources.map((s) => `(?:${s})`).join('|');
   return { description, scope, regex: new RegExp(source) };
 }
 
-/** The hardline rules, checked in order. */
+/** The hardline rules, checked in order; descriptions are upstream's 13, then the sudo -S guard. */
 export const HARDLINE_RULES: readonly HardlineRule[] = [
-  rule('recursive delete of the root filesystem', 'command', ...recursiveDeleteOf(ROOT_TARGET)),
-  rule('recursive delete of a system directory', 'command', ...recursiveDeleteOf(SYSTEM_TARGET)),
-  rule('recursive delete of the home directory', 'command', ...recursiveDeleteOf(HOME_TARGET)),
-  rule('format filesystem (mkfs)', 'command', String.raw`${CMD}(?:mkfs(?:\.\S+)?|mke2fs)${END}`),
+  rule('recursive delete of root filesystem', 'command', ...recursiveDeleteOf(ROOT_TARGET)),
+  rule('recursive delete of system directory', 'command', ...recursiveDeleteOf(SYSTEM_TARGET)),
+  rule('recursive delete of home directory', 'command', ...recursiveDeleteOf(HOME_TARGET)),
   rule(
-    'write to a raw block device',
+    'format filesystem (mkfs)',
     'command',
-    String.raw`${CMD}dd\s+${ARGS}of=${RAW_DISK}`,
+    String.raw`${CMD}(?:mkfs(?:\.\S+)?|mke2fs)${END}`,
+    String.raw`${CMD}(?:mkswap|newfs(?:_\S+)?)\s+${ARGS}${RAW_DISK}`,
+    String.raw`${CMD}diskutil\s+(?:\S+\s+)?(?:erasedisk|erasevolume|zerodisk|randomdisk|secureerase|reformat|partitiondisk)${END}`,
+  ),
+  rule(
+    'wipe raw block device',
+    'command',
+    String.raw`${CMD}wipefs\s+(?=${ARGS}(?:-[^-\s]*a\S*|--all)${END})(?!${ARGS}(?:-[^-\s]*n\S*|--no-act)${END})${ARGS}${RAW_DISK}`,
+    String.raw`${CMD}sgdisk\s+(?=${ARGS}(?:-[^-\s]*[zo]\S*|--zap-all|--clear)${END})${ARGS}${RAW_DISK}`,
+    String.raw`${CMD}(?:blkdiscard|shred)\s+${ARGS}${RAW_DISK}`,
+  ),
+  rule('dd to raw block device', 'command', String.raw`${CMD}dd\s+${ARGS}of=${RAW_DISK}`),
+  rule(
+    'redirect to raw block device',
+    'command',
     String.raw`^(?:\d+|&)?(?:>>?|>&|>\||<>)\s*${RAW_DISK}`,
+    // `| sudo tee /dev/sdX` is the redirection of choice under sudo.
     String.raw`${CMD}tee\s+${ARGS}${RAW_DISK}`,
   ),
   rule('fork bomb', 'script', FORK_BOMB),
   rule(
-    'kill every process (kill -1)',
+    'kill all processes',
     'command',
     // The first dash word is the signal; a later -1 is the pid "every process".
     String.raw`${CMD}kill\s+(?:-1\s*$|(?:-s\s+\S+|-n\s+\S+|-[^-\s]\S*|--)\s+${ARGS}-1${END})`,
   ),
-  rule(
-    'shut down or reboot the machine',
-    'command',
-    String.raw`${CMD}(?:shutdown|reboot|halt|poweroff)${END}`,
-    String.raw`${CMD}(?:tel)?init\s+[06]${END}`,
-    String.raw`${CMD}systemctl\s+(?:-\S+\s+)*(?:poweroff|reboot|halt|kexec)${END}`,
-  ),
+  rule('system shutdown/reboot', 'command', String.raw`${CMD}(?:shutdown|reboot|halt|poweroff)${END}`),
+  rule('init 0/6 (shutdown/reboot)', 'command', String.raw`${CMD}init\s+[06]${END}`),
+  rule('systemctl poweroff/reboot', 'command', String.raw`${CMD}systemctl\s+(?:-\S+\s+)*(?:poweroff|reboot|halt|kexec)${END}`),
+  rule('telinit 0/6 (shutdown/reboot)', 'command', String.raw`${CMD}telinit\s+[06]${END}`),
+  // Only as sudo's first option, as upstream: `sudo -u x -S` is the pattern
+  // table's `sudo with privilege flag`. Lower-case, so `sudo -s` too.
+  rule(SUDO_STDIN_DESCRIPTION, 'command', String.raw`${CMD}sudo\s+-s${END}`),
 ];
 
 /**
@@ -107,7 +131,11 @@ export function hardlinePrefix(description: string): string {
   return `BLOCKED (hardline): ${description}.`;
 }
 
-/** The full message returned to the model for a hardline block. */
+/** The full message returned to the model for a hardline block (upstream's text). */
 export function hardlineMessage(description: string): string {
-  return `${hardlinePrefix(description)} This command is never run in any approval mode; do not retry it or a variant of it, and ask the user to run it themselves if it is really needed.`;
+  if (description === SUDO_STDIN_DESCRIPTION) {
+    // Upstream's text, except its advice to set SUDO_PASSWORD: Berth has no such setting.
+    return `BLOCKED: ${description}. Do not pipe passwords to 'sudo -S' — this is a brute-force attack vector. Run the sudo command manually in your own terminal if it is really needed.`;
+  }
+  return `${hardlinePrefix(description)} This command is on the unconditional blocklist and cannot be executed via the agent — not even with --yolo, /yolo, approvals.mode=off, or cron approve mode. If you genuinely need to run it, run it yourself in a terminal outside the agent.`;
 }

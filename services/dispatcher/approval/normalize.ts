@@ -95,8 +95,13 @@ const ANSI_AND_NUL =
   /\u001b(?:\[[0-?]*[ -/]*[@-~]|\][^\u0007\u001b]*(?:\u0007|\u001b\\)|[@-_])?|\u009b[0-?]*[ -/]*[@-~]|\u0000/g;
 const CONTINUATION = /\\\r?\n/g;
 const HOME_VARIABLE = /\$\{HOME\}|\$HOME(?![A-Za-z0-9_])/g;
-const IFS_VARIABLE = /\$\{IFS\}|\$IFS(?![A-Za-z0-9_])/g;
-const LOWER_CASE_IFS_VARIABLE = /\$\{ifs\}|\$ifs(?![a-z0-9_])/g;
+// Any expansion of IFS (`${IFS}`, `${IFS:0:1}`, `${IFS%?}`) is whitespace to
+// the shell in practice, so `rm${IFS:0:1}-rf /` is `rm -rf /`.
+const IFS_VARIABLE = /\$\{IFS(?:[:%#/^,][^}]*)?\}|\$IFS(?![A-Za-z0-9_])/g;
+const LOWER_CASE_IFS_VARIABLE = /\$\{ifs(?:[:%#/^,][^}]*)?\}|\$ifs(?![a-z0-9_])/g;
+// A Windows drive or UNC path word (`C:\Users\alice\.ssh`). Its backslashes are
+// separators, not escapes, so they become `/` before escapes are dropped.
+const WINDOWS_PATH = /(?<![\w\\])(?:[A-Za-z]:\\|\\\\[\w.$-]+\\)[^\s'"`;&|<>]*/g;
 const BACKSLASH_ESCAPE = /\\([\s\S]?)/g;
 const EMPTY_QUOTES = /''|""/g;
 
@@ -140,7 +145,11 @@ export function analyzeCommand(cmd: string, options: NormalizeOptions = {}): Com
 // removes them itself with shell semantics. `$IFS` is replaced here already
 // so the lexer splits `rm$IFS-rf` into words.
 function prepareText(cmd: string, options: NormalizeOptions): string {
-  const text = cmd.replace(ANSI_AND_NUL, '').normalize('NFKC').replace(CONTINUATION, '');
+  const text = cmd
+    .replace(ANSI_AND_NUL, '')
+    .normalize('NFKC')
+    .replace(CONTINUATION, '')
+    .replace(WINDOWS_PATH, (path) => path.replace(/\\/g, '/'));
   return foldHome(text, options.homeDir).replace(IFS_VARIABLE, ' ').toLowerCase();
 }
 
@@ -156,7 +165,12 @@ function foldHome(text: string, homeDir: string | undefined): string {
   // "/" as a home directory would fold every absolute path.
   if (home === undefined || !home.startsWith('/') || home.length < 2) return folded;
   const escaped = home.replace(/[.*+?^${}()|[\]\\]/g, '\\$&');
-  return folded.replace(new RegExp(`(?<![\\w.~/-])${escaped}(?![\\w.-])`, 'g'), '~');
+  // The same user's Windows home (`C:/Users/alice`, backslashes already turned
+  // to `/`), so `C:\Users\alice\.ssh` is `~/.ssh` as it is upstream.
+  const user = (home.split('/').pop() ?? '').replace(/[.*+?^${}()|[\]\\]/g, '\\$&');
+  return folded
+    .replace(new RegExp(`(?<![\\w.~/-])${escaped}(?![\\w.-])`, 'g'), '~')
+    .replace(new RegExp(`(?<![\\w])[a-z]:/+users/+${user}(?![\\w.-])`, 'gi'), '~');
 }
 
 // ---------------------------------------------------------------------------
