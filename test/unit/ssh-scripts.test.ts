@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { spawn, spawnSync } from 'node:child_process';
 import { describe, it } from 'node:test';
-import { PgidLineFilter } from '../../services/executor/backends/ssh/pgid-line-filter.js';
+import { PgidLineFilter } from '../../services/executor/backends/shared/pgid-line-filter.js';
 import {
   backgroundPaths,
   bashCommand,

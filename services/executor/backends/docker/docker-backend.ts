@@ -22,7 +22,7 @@ import type { Logger } from '../../../common/logging.js';
 import type { Backend, BackendCapabilities, BackendEnvironment, TaskKey } from '../../backend.js';
 import type { ContainerStartSink } from '../../executor-metrics.js';
 import { taskKeyString } from '../../backend.js';
-import { defaultStateRoot } from '../local/local-backend.js';
+import { defaultStateRoot } from '../shared/state-root.js';
 import {
   LABEL,
   buildSandboxEnv,

@@ -36,6 +36,7 @@ import { partialPrefixLength } from '../../output.js';
 import { ExecDeadline } from '../../exec-deadline.js';
 import { readRegularFile, writeRegularFile } from '../../file-limits.js';
 import { isProviderSecretName } from '../../shell-state-runner.js';
+import { defaultStateRoot } from '../shared/state-root.js';
 
 /**
  * The environment a child sees: `base` without provider secrets (unless
@@ -55,12 +56,6 @@ export function buildChildEnv(
   }
   for (const layer of extra) Object.assign(env, layer);
   return env;
-}
-
-/** `os.tmpdir()/berth-<uid>/tasks`: per user, so two users on one host never share state. */
-export function defaultStateRoot(): string {
-  const uid = typeof process.getuid === 'function' ? process.getuid() : 0;
-  return path.join(os.tmpdir(), `berth-${uid}`, 'tasks');
 }
 
 /** Directory name for a task's state: a hash, because tenant and task ids may hold any characters. */

@@ -43,7 +43,7 @@ import { MAX_READ_FILE_BYTES, fileTooLargeError, notRegularFileError, specialFil
 import { taskKeyString } from '../../backend.js';
 import { ExecDeadline } from '../../exec-deadline.js';
 import { isProviderSecretName } from '../../shell-state-runner.js';
-import { PgidLineFilter } from '../ssh/pgid-line-filter.js';
+import { PgidLineFilter } from '../shared/pgid-line-filter.js';
 import { SifCache } from './sif-cache.js';
 import {
   buildSifArgv,

@@ -32,7 +32,7 @@ import type {
 import { taskKeyString } from '../../backend.js';
 import { ExecDeadline } from '../../exec-deadline.js';
 import { KnownHostsFile } from './known-hosts.js';
-import { PgidLineFilter } from './pgid-line-filter.js';
+import { PgidLineFilter } from '../shared/pgid-line-filter.js';
 import { BackgroundProcesses, runShort } from './ssh-background.js';
 import { SshConnection, type HostKeyPolicy } from './ssh-connection.js';
 import { sftpReadFile, sftpStat, sftpWriteFile } from './ssh-files.js';
