@@ -28,6 +28,12 @@ function hasRipgrep(): boolean {
   }
 }
 
+/** The JSON object of a result, without the `[Hint: ...]` text search_files appends to truncated results. */
+function jsonPart(raw: string): string {
+  const hint = raw.indexOf('\n\n[Hint: ');
+  return hint >= 0 ? raw.slice(0, hint) : raw;
+}
+
 /** Calls tools by name against one double, parsing their JSON results. */
 class ToolHarness {
   readonly task: LocalTaskClientDouble;
@@ -50,8 +56,14 @@ class ToolHarness {
   async call(name: string, args: Record<string, unknown>): Promise<Result> {
     const registration = fileToolRegistrations(this.options).find((reg) => reg.name === name);
     assert.ok(registration, `no tool ${name}`);
-    const raw = await registration.handler(args, this.context);
-    return JSON.parse(raw) as Result;
+    return JSON.parse(jsonPart(await registration.handler(args, this.context))) as Result;
+  }
+
+  /** The result text as the model sees it (search_files appends a hint after the JSON). */
+  async callText(name: string, args: Record<string, unknown>): Promise<string> {
+    const registration = fileToolRegistrations(this.options).find((reg) => reg.name === name);
+    assert.ok(registration, `no tool ${name}`);
+    return registration.handler(args, this.context);
   }
 
   path(relative: string): string {
@@ -445,16 +457,34 @@ function searchSuite(label: string, engine: SearchEngine): void {
     after(async () => h.task.dispose());
 
     it('finds content matches with path, line and text, skipping .git, node_modules and binaries', async () => {
+      // Five matches: sent path-grouped, as upstream's densified shape.
       const result = await h.call('search_files', { pattern: 'needle' });
-      assert.deepEqual(result.matches, [
-        { path: 'dir one/we:ird name.txt', line: 1, content: 'a needle: in: colons' },
-        { path: 'src/alpha.ts', line: 1, content: 'const needle = 1;' },
-        { path: 'src/alpha.ts', line: 3, content: 'export { needle };' },
-        { path: 'src/beta.py', line: 1, content: 'needle = True' },
-        { path: 'src/beta.py', line: 2, content: 'print(needle)' },
-      ]);
-      assert.equal(result.total_count, 5);
-      assert.equal(result.truncated, false);
+      assert.deepEqual(result, {
+        total_count: 5,
+        matches_format:
+          "path-grouped: each file path on its own line, followed by indented '<line>: <content>' rows for matches in that file",
+        matches_text: [
+          'dir one/we:ird name.txt',
+          '  1: a needle: in: colons',
+          'src/alpha.ts',
+          '  1: const needle = 1;',
+          '  3: export { needle };',
+          'src/beta.py',
+          '  1: needle = True',
+          '  2: print(needle)',
+        ].join('\n'),
+      });
+      // Fewer than five: a matches array of {path, line, content}.
+      const few = await h.call('search_files', { pattern: 'needle', path: 'src' });
+      assert.deepEqual(few, {
+        total_count: 4,
+        matches: [
+          { path: 'src/alpha.ts', line: 1, content: 'const needle = 1;' },
+          { path: 'src/alpha.ts', line: 3, content: 'export { needle };' },
+          { path: 'src/beta.py', line: 1, content: 'needle = True' },
+          { path: 'src/beta.py', line: 2, content: 'print(needle)' },
+        ],
+      });
     });
 
     it('uses regular expressions and a file glob', async () => {
@@ -477,13 +507,11 @@ function searchSuite(label: string, engine: SearchEngine): void {
 
     it('lists matching files and counts per file', async () => {
       const files = await h.call('search_files', { pattern: 'needle', output_mode: 'files_only' });
-      assert.deepEqual(files, { files: ['dir one/we:ird name.txt', 'src/alpha.ts', 'src/beta.py'], total_count: 3, truncated: false });
+      assert.deepEqual(files, { total_count: 3, files: ['dir one/we:ird name.txt', 'src/alpha.ts', 'src/beta.py'] });
       const counts = await h.call('search_files', { pattern: 'needle', output_mode: 'count' });
       assert.deepEqual(counts, {
-        counts: { 'dir one/we:ird name.txt': 1, 'src/alpha.ts': 2, 'src/beta.py': 2 },
         total_count: 5,
-        total_files: 3,
-        truncated: false,
+        counts: { 'dir one/we:ird name.txt': 1, 'src/alpha.ts': 2, 'src/beta.py': 2 },
       });
     });
 
@@ -507,29 +535,42 @@ function searchSuite(label: string, engine: SearchEngine): void {
       );
       assert.equal(result.total_count, 10);
       assert.equal(result.truncated, true);
-      assert.match(String(result.hint), /results 4-6 of 10.*offset=6/);
+      assert.equal(result.total_count_is_lower_bound, true);
+      const text = await h.callText('search_files', { pattern: '^item', path: 'seq.txt', offset: 3, limit: 3 });
+      assert.ok(
+        text.endsWith(
+          '}\n\n[Hint: Results truncated. Use offset=6 to see more, or narrow with a more specific pattern or file_glob.]',
+        ),
+        text,
+      );
       const tail = await h.call('search_files', { pattern: '^item', path: 'seq.txt', offset: 9, limit: 3 });
       assert.equal((tail.matches as unknown[]).length, 1);
-      assert.equal(tail.truncated, false);
+      assert.equal(tail.truncated, undefined);
+      assert.ok(!(await h.callText('search_files', { pattern: '^item', path: 'seq.txt', offset: 9, limit: 3 })).includes('[Hint:'));
     });
 
-    it('finds files by name glob, newest first, case-insensitively', async () => {
+    it('finds files by name glob case-insensitively, in path order or newest first', async () => {
       const result = await h.call('search_files', { pattern: '*.md', target: 'files' });
-      assert.deepEqual(result, { files: ['docs/readme.MD', 'docs/guide.md', 'notes.md'], total_count: 3, truncated: false });
+      assert.deepEqual(result, { total_count: 3, files: ['docs/guide.md', 'docs/readme.MD', 'notes.md'] });
+      const newest = await h.call('search_files', { pattern: '*.md', target: 'files', order: 'modified' });
+      assert.deepEqual(newest, { total_count: 3, files: ['docs/readme.MD', 'docs/guide.md', 'notes.md'] });
       const bare = await h.call('search_files', { pattern: 'we:ird', target: 'files' });
       assert.deepEqual(bare.files, ['dir one/we:ird name.txt']);
       const paged = await h.call('search_files', { pattern: '*.md', target: 'files', limit: 1, offset: 1 });
-      assert.deepEqual(paged.files, ['docs/guide.md']);
+      assert.deepEqual(paged.files, ['docs/readme.MD']);
       assert.equal(paged.truncated, true);
+      assert.deepEqual(await h.call('search_files', { pattern: '*.md', target: 'files', order: 'newest' }), {
+        total_count: 0,
+        error: "Invalid file search order 'newest'; expected 'discovery' or 'modified'.",
+      });
     });
 
     it('returns empty results and clear errors', async () => {
-      assert.deepEqual(await h.call('search_files', { pattern: 'no such text anywhere' }), {
-        matches: [],
+      assert.deepEqual(await h.call('search_files', { pattern: 'no such text anywhere' }), { total_count: 0 });
+      assert.deepEqual(await h.call('search_files', { pattern: 'x', path: 'missing-dir' }), {
         total_count: 0,
-        truncated: false,
+        error: 'Path not found: missing-dir',
       });
-      assert.deepEqual(await h.call('search_files', { pattern: 'x', path: 'missing-dir' }), { error: 'Path not found: missing-dir' });
       assert.match(String((await h.call('search_files', { pattern: '(' })).error), /^Search failed: /);
       assert.deepEqual(await h.call('search_files', {}), { error: 'Missing required parameter: pattern' });
     });
@@ -542,6 +583,7 @@ function searchSuite(label: string, engine: SearchEngine): void {
       const inside = await h.call('search_files', { pattern: 'neighbour', path: 'fifo-dir' });
       assert.deepEqual(inside.matches, [{ path: 'fifo-dir/text.txt', line: 1, content: 'fifo neighbour' }]);
       assert.deepEqual(await h.call('search_files', { pattern: 'x', path: 'fifo-dir/pipe' }), {
+        total_count: 0,
         error: 'Search failed: fifo-dir/pipe is not a regular file or directory; search_files only reads regular files',
       });
       assert.match(String((await h.call('search_files', { pattern: 'x', path: '/dev/zero' })).error), /is not a regular file or directory/);

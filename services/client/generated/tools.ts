@@ -129,6 +129,11 @@ export interface SearchFilesArgs {
    * @defaultValue 0
    */
   context?: number;
+  /**
+   * target="files" only: "discovery" (default) lists files in path order; "modified" lists the most recently modified first.
+   * @defaultValue "discovery"
+   */
+  order?: "discovery" | "modified";
 }
 
 /** Arguments of the `terminal` tool. */
@@ -243,7 +248,7 @@ export abstract class ToolMethods {
   }
 
   /**
-   * Search the task environment. target="content" (default) finds lines matching a regular expression (ripgrep syntax) in files under path; target="files" finds files whose name matches a glob such as "*.py" (newest first). .git and node_modules are skipped. Use this instead of grep/find in the terminal.
+   * Search the task environment. Use this instead of grep/rg/find/ls in the terminal. target="content" (default) finds lines matching a regular expression (ripgrep syntax) in files under path, as matching lines, file paths only, or match counts per file; target="files" finds files whose name matches a glob such as "*.py". Hidden files and directories, .gitignore'd files and node_modules are skipped. From 5 matches on, matches come path-grouped as matches_text.
    *
    * Calls the `search_files` tool; resolves with its parsed result (tool errors are results too).
    */
