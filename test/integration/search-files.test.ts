@@ -96,7 +96,9 @@ function suite(label: string, engine: SearchEngine, ripgrep: boolean): void {
     after(async () => h.task.dispose());
 
     it('maps target "grep" to content and "find" to files', async () => {
-      assert.deepEqual(await h.search({ pattern: 'needle', path: 'src', target: 'grep' }), await h.search({ pattern: 'needle', path: 'src' }));
+      const content = await h.search({ pattern: 'needle', path: 'src' });
+      assert.equal(content.total_count, 2);
+      assert.deepEqual(await h.search({ pattern: 'needle', path: 'src', target: 'grep' }), content);
       assert.deepEqual(await h.search({ pattern: '*.py', target: 'find' }), { total_count: 1, files: ['src/beta.py'] });
       assert.deepEqual(await h.search({ pattern: 'x', target: 'everything' }), {
         error: 'Parameter target must be one of: content, files',
@@ -112,7 +114,9 @@ function suite(label: string, engine: SearchEngine, ripgrep: boolean): void {
       const globbed = await h.search({ pattern: 'hiddenword', file_glob: '*.txt' });
       assert.equal(globbed.total_count, 0);
       assert.equal(globbed.matches, undefined);
-      if (ripgrep) assert.match(String(globbed.warning), /^0 matches in visible files, but 4 match\(es\) in 4 hidden or gitignored file\(s\)/);
+      if (ripgrep) {
+        assert.match(String(globbed.warning), /^0 matches in visible files, but 4 match\(es\) in 4 hidden or gitignored file\(s\)/);
+      }
       const root = await h.search({ pattern: 'hiddenword', path: '.hidden', output_mode: 'files_only' });
       assert.deepEqual(root.files, ['.hidden/h.txt', '.hidden/sub/s.txt']);
       // grep's --exclude-dir='.*' would skip this root too, as it lies below a hidden directory.
@@ -121,7 +125,9 @@ function suite(label: string, engine: SearchEngine, ripgrep: boolean): void {
       const names = await h.search({ pattern: '*.txt', target: 'files', path: '.hidden' });
       assert.deepEqual(names.files, ['.hidden/h.txt', '.hidden/sub/s.txt']);
       const everywhere = await h.search({ pattern: '*.txt', target: 'files' });
-      assert.ok(!(everywhere.files as string[]).some((file) => file.includes('.dot') || file.includes('.hidden')), JSON.stringify(everywhere));
+      const listed = everywhere.files as string[];
+      assert.ok(listed.includes('visible.txt'), JSON.stringify(everywhere));
+      assert.ok(!listed.some((file) => file.includes('.dot') || file.includes('.hidden')), JSON.stringify(everywhere));
     });
 
     it('takes a root whose name has glob characters literally', async () => {
@@ -163,7 +169,10 @@ function suite(label: string, engine: SearchEngine, ripgrep: boolean): void {
         total_count: 0,
         error: 'Path not found: src/alpah.ts. Similar paths: src/alpha.ts',
       });
-      assert.deepEqual(await h.search({ pattern: 'x', path: 'zzz-none' }), { total_count: 0, error: 'Path not found: zzz-none' });
+      assert.deepEqual(await h.search({ pattern: 'x', path: 'zzz-none' }), {
+        total_count: 0,
+        error: 'Path not found: zzz-none',
+      });
       assert.deepEqual(await h.search({ pattern: 'x', path: 'nope1 nope2' }), {
         total_count: 0,
         error: 'Path not found: nope1 nope2',
@@ -213,11 +222,17 @@ function suite(label: string, engine: SearchEngine, ripgrep: boolean): void {
       assert.equal(casing.total_count, 0);
       assert.match(
         String(casing.warning),
-        /^0 exact matches, but 2 case-insensitive match\(es\) in 2 file\(s\): src\/(alpha\.ts, src\/beta\.py|beta\.py, src\/alpha\.ts) — the pattern's casing may be wrong\.$/,
+        new RegExp(
+          '^0 exact matches, but 2 case-insensitive match\\(es\\) in 2 file\\(s\\): ' +
+            "src/(alpha\\.ts, src/beta\\.py|beta\\.py, src/alpha\\.ts) — the pattern's casing may be wrong\\.$",
+        ),
       );
       assert.equal(hidden.total_count, 0);
       const hiddenWarning = String(hidden.warning);
-      assert.match(hiddenWarning, /^0 matches in visible files, but 5 match\(es\) in 5 hidden or gitignored file\(s\): .* — these are excluded by default\.$/);
+      assert.match(
+        hiddenWarning,
+        /^0 matches in visible files, but 5 match\(es\) in 5 hidden or gitignored file\(s\): .* — these are excluded by default\.$/,
+      );
       for (const file of ['ignored.log', '.dot.txt', '.hidden/h.txt', '.hidden/.deeper/d.txt', '.hidden/sub/s.txt']) {
         assert.ok(hiddenWarning.includes(file), file);
       }
@@ -267,13 +282,13 @@ function suite(label: string, engine: SearchEngine, ripgrep: boolean): void {
       const base = Date.now() / 1000;
       await utimes(join(h.task.root, 'src/alpha.ts'), base - 10, base - 10);
       await utimes(join(h.task.root, 'src/beta.py'), base - 100, base - 100);
-      assert.deepEqual((await h.search({ pattern: '*', target: 'files', path: 'src' })).files, ['src/alpha.ts', 'src/beta.py']);
+      const listing = async (order?: string) =>
+        (await h.search({ pattern: '*', target: 'files', path: 'src', ...(order === undefined ? {} : { order }) })).files;
+      assert.deepEqual(await listing(), ['src/alpha.ts', 'src/beta.py']);
       await utimes(join(h.task.root, 'src/beta.py'), base, base);
-      assert.deepEqual((await h.search({ pattern: '*', target: 'files', path: 'src' })).files, ['src/alpha.ts', 'src/beta.py']);
-      assert.deepEqual((await h.search({ pattern: '*', target: 'files', path: 'src', order: 'modified' })).files, [
-        'src/beta.py',
-        'src/alpha.ts',
-      ]);
+      assert.deepEqual(await listing(), ['src/alpha.ts', 'src/beta.py']);
+      assert.deepEqual(await listing('discovery'), ['src/alpha.ts', 'src/beta.py']);
+      assert.deepEqual(await listing('modified'), ['src/beta.py', 'src/alpha.ts']);
     });
   });
 }

@@ -86,7 +86,8 @@ const ZERO_MATCH_PROBES = [
   {
     flags: '-i',
     message: (total: number, n: number, paths: string) =>
-      `0 exact matches, but ${total} case-insensitive match(es) in ${n} file(s): ${paths} — the pattern's casing may be wrong.`,
+      `0 exact matches, but ${total} case-insensitive match(es) in ${n} file(s): ${paths} — ` +
+      "the pattern's casing may be wrong.",
   },
   {
     flags: '--hidden --no-ignore',
@@ -276,7 +277,8 @@ async function searchFilesTool(
   const offset = intArg(args, 'offset', 0, 0);
   const contextLines = intArg(args, 'context', 0, 0, SEARCH_MAX_CONTEXT);
   const order = stringArg(args, 'order', false) ?? 'discovery';
-  const record = (result: JsonObject, truncatedHint?: string) => (truncatedHint === undefined ? { result } : { result, truncatedHint });
+  const record = (result: JsonObject, truncatedHint?: string) =>
+    truncatedHint === undefined ? { result } : { result, truncatedHint };
   if (target === 'files' && order !== 'discovery' && order !== 'modified') {
     return record(errorOutcome(`Invalid file search order '${order}'; expected 'discovery' or 'modified'.`));
   }
@@ -364,12 +366,15 @@ async function searchFilesTool(
   if (output.engine === 'find-no-mtime') {
     return record(
       errorOutcome(
-        "Exact modification-time order requires GNU find with -printf support; install ripgrep 14+ or use order='discovery'.",
+        'Exact modification-time order requires GNU find with -printf support; ' +
+          "install ripgrep 14+ or use order='discovery'.",
       ),
     );
   }
   if (output.capped) {
-    outcome.warnings.push('The search produced too much output; total_count is a lower bound. Narrow the pattern, path or file_glob.');
+    outcome.warnings.push(
+      'The search produced too much output; total_count is a lower bound. Narrow the pattern, path or file_glob.',
+    );
   }
   if (output.warning !== undefined) outcome.warnings.push(output.warning);
   if (plan.multiline && output.engine === 'rg' && plan.mode !== 'count') outcome.warnings.unshift(MULTILINE_NOTE);
@@ -426,10 +431,16 @@ export function patternHasRegexNewline(pattern: string): boolean {
 
 /** rg refusing `\n` outside multiline mode, or grep -P refusing a pattern with a newline in it. */
 function isLineOrientedNewlineError(error: string): boolean {
-  return (/literal "\\n" is not allowed/.test(error) && error.includes('--multiline')) || /only supports a single pattern/.test(error);
+  const rgRefusal = /literal "\\n" is not allowed/.test(error) && error.includes('--multiline');
+  return rgRefusal || /only supports a single pattern/.test(error);
 }
 
-function fillContentMatches(outcome: SearchOutcome, shown: readonly ContentRecord[], records: readonly ContentRecord[], context: number): void {
+function fillContentMatches(
+  outcome: SearchOutcome,
+  shown: readonly ContentRecord[],
+  records: readonly ContentRecord[],
+  context: number,
+): void {
   const linesByFile = new Map<string, Map<number, string>>();
   if (context > 0) {
     for (const entry of records) {
@@ -454,7 +465,9 @@ function fillContentMatches(outcome: SearchOutcome, shown: readonly ContentRecor
         }
       }
       rows.push(path);
-      for (const n of [...lines.keys()].sort((a, b) => a - b)) rows.push(`  ${n}: ${cutContent(lines.get(n) ?? '').trimEnd()}`);
+      for (const n of [...lines.keys()].sort((a, b) => a - b)) {
+        rows.push(`  ${n}: ${cutContent(lines.get(n) ?? '').trimEnd()}`);
+      }
     }
     outcome.matchesText = rows.join('\n');
     return;
@@ -569,7 +582,8 @@ function buildSearchScript(plan: SearchPlan, sentinel: string): string {
     // glob of the same kind wins; roots named explicitly are not subject to globs).
     rgCommand = `rg --no-config --files --null ${sort} ${rgExcludes} --iglob ${q(glob)} --iglob '!.*' -- ${roots}`;
     if (plan.order === 'modified') {
-      fallbackSelect = `if find . -maxdepth 0 -printf '' >/dev/null 2>&1; then engine=find-mtime; else engine=find-no-mtime; fi`;
+      fallbackSelect =
+        "if find . -maxdepth 0 -printf '' >/dev/null 2>&1; then engine=find-mtime; else engine=find-no-mtime; fi";
       fallbackCommand = `if [ "$engine" = find-mtime ]; then ${findWalk} ${findTest} -printf '%T@ %p\\0'; fi`;
     } else {
       fallbackSelect = 'engine=find';
@@ -577,10 +591,14 @@ function buildSearchScript(plan: SearchPlan, sentinel: string): string {
     }
   } else {
     const rgGlob = plan.fileGlob !== undefined ? ` -g ${q(plan.fileGlob)} -g '!.*'` : '';
-    const findGlob =
+    const globTest =
       plan.fileGlob === undefined
         ? ''
-        : ` \\( ${plan.fileGlob.includes('/') ? `-path ${q(`*/${plan.fileGlob}`)}` : `-name ${q(plan.fileGlob)}`} -o ${exemptRoots} \\)`;
+        : plan.fileGlob.includes('/')
+          ? `-path ${q(`*/${plan.fileGlob}`)}`
+          : `-name ${q(plan.fileGlob)}`;
+    // An explicitly named file root is searched whatever the glob says, as rg does.
+    const findGlob = globTest === '' ? '' : ` \\( ${globTest} -o ${exemptRoots} \\)`;
     const context = plan.context > 0 ? ` -C ${plan.context}` : '';
     const rgMode =
       plan.mode === 'files_only'
@@ -590,7 +608,9 @@ function buildSearchScript(plan: SearchPlan, sentinel: string): string {
           : `--no-heading --line-number --sort path --max-columns ${READ_MAX_LINE_CHARS} --max-columns-preview${context}`;
     const grepMode = plan.mode === 'files_only' ? '-l' : plan.mode === 'count' ? '-c' : `-n${context}`;
     const multiline = plan.multiline ? ' --multiline' : '';
-    rgCommand = `rg --no-config --color never --null --with-filename ${rgExcludes} ${rgMode}${multiline}${rgGlob} -e ${q(plan.pattern)} -- ${roots}`;
+    rgCommand =
+      `rg --no-config --color never --null --with-filename ${rgExcludes} ${rgMode}${multiline}${rgGlob} ` +
+      `-e ${q(plan.pattern)} -- ${roots}`;
     fallbackSelect = 'engine=grep';
     // PCRE is the closest grep dialect to ripgrep's (\d, \s, lazy quantifiers); ERE otherwise.
     fallbackCommand =
@@ -633,14 +653,22 @@ function buildSearchScript(plan: SearchPlan, sentinel: string): string {
  * ripgrep runs (case-insensitive, hidden/ignored, fixed-string when the pattern
  * has regex metacharacters), in one script that stops at the first that hits.
  */
-async function zeroMatchProbe(plan: SearchPlan, display: (p: string) => string, context: ToolContext): Promise<string | undefined> {
+async function zeroMatchProbe(
+  plan: SearchPlan,
+  display: (p: string) => string,
+  context: ToolContext,
+): Promise<string | undefined> {
   const q = shellQuote;
   const hasMeta = /[.[\](){}?*+^$\\|]/.test(plan.pattern);
   const roots = plan.roots.map(q).join(' ');
-  const base = `rg --no-config --color never --null --with-filename ${SEARCH_EXCLUDED_DIRS.map((dir) => `-g ${q(`!${dir}`)}`).join(' ')}`;
+  const excludes = SEARCH_EXCLUDED_DIRS.map((dir) => `-g ${q(`!${dir}`)}`).join(' ');
+  const base = `rg --no-config --color never --null --with-filename ${excludes}`;
   const glob = plan.fileGlob !== undefined ? ` --glob ${q(plan.fileGlob)}` : '';
-  const prune = PROBE_PRUNE_DIR_NAMES.flatMap((dir) => [`--glob ${q(`!${dir}/**`)}`, `--glob ${q(`!**/${dir}/**`)}`]).join(' ');
-  const steps = ZERO_MATCH_PROBES.map((probe, index) => ({ probe, index })).filter(({ probe }) => probe.flags !== '-F' || hasMeta);
+  const prune = PROBE_PRUNE_DIR_NAMES.flatMap((dir) => [`--glob ${q(`!${dir}/**`)}`, `--glob ${q(`!**/${dir}/**`)}`])
+    .join(' ');
+  const steps = ZERO_MATCH_PROBES.map((probe, index) => ({ probe, index })).filter(
+    ({ probe }) => probe.flags !== '-F' || hasMeta,
+  );
   const script = [
     `t=$(mktemp -d 2>/dev/null) || { t="\${TMPDIR:-/tmp}/berth-probe.$$"; mkdir -p "$t" || exit 90; }`,
     `trap 'rm -rf "$t"' EXIT`,
@@ -648,7 +676,8 @@ async function zeroMatchProbe(plan: SearchPlan, display: (p: string) => string, 
       // Only the hidden/ignored probe may see hidden files; the file glob would otherwise let them through.
       const extra = probe.flags.startsWith('--hidden') ? ` ${prune}` : glob !== '' ? " --glob '!.*'" : '';
       return (
-        `${base} ${probe.flags} --count-matches${glob}${extra} -e ${q(plan.pattern)} -- ${roots} 2>/dev/null | head -n 50 >"$t/out"; ` +
+        `${base} ${probe.flags} --count-matches${glob}${extra} -e ${q(plan.pattern)} -- ${roots} 2>/dev/null ` +
+        '| head -n 50 >"$t/out"; ' +
         `if [ -s "$t/out" ]; then printf 'probe=%d\\n' ${index}; cat "$t/out"; exit 0; fi`
       );
     }),
@@ -716,7 +745,8 @@ function splitSearchOutput(result: TaskExecResult, sentinel: string): SearchOutp
         ? status !== 0
         : status >= 2;
   if (failed && !capped) {
-    const reason = diagnostics !== '' ? diagnostics.split('\n').slice(0, 5).join('\n') : stderr !== '' ? stderr : `exit code ${status}`;
+    const reason =
+      diagnostics !== '' ? diagnostics.split('\n').slice(0, 5).join('\n') : stderr !== '' ? stderr : `exit code ${status}`;
     if (!hasResults) return { engine, body, capped, error: `Search failed: ${reason}` };
     return { engine, body, capped, warning: `Some files could not be searched: ${reason.split('\n')[0] ?? ''}` };
   }
