@@ -66,9 +66,21 @@ export function parseResult(resultJson: string): unknown {
   try {
     return JSON.parse(resultJson) as unknown;
   } catch {
+    // Some results carry a note after the JSON object (search_files appends
+    // "\n\n[Hint: Results truncated. ...]" as upstream does): the object is the result.
+    const hint = resultJson.lastIndexOf(TRAILING_HINT);
+    if (hint > 0) {
+      try {
+        return JSON.parse(resultJson.slice(0, hint)) as unknown;
+      } catch {
+        // not a JSON object followed by a hint: the text is the result
+      }
+    }
     return resultJson;
   }
 }
+
+const TRAILING_HINT = '\n\n[Hint: ';
 
 /**
  * One Session stream, calls addressed by full request (task and session id
