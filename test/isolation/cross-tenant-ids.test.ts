@@ -64,7 +64,7 @@ for (const backend of ['local', 'docker'] as const) {
     const assertAProcessIntact = async () => {
       const r = json(await t.call(t.a, 'process', { action: 'poll', session_id: procId }, main));
       assert.equal(r.status, 'running', JSON.stringify(r));
-      assert.ok(!String(r.output).includes('from-b'), JSON.stringify(r));
+      assert.ok(!String(r.output_preview).includes('from-b'), JSON.stringify(r));
     };
 
     before(async () => {
