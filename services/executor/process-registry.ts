@@ -199,6 +199,29 @@ function splitLines(text: string): string[] {
   return lines;
 }
 
+const isHighSurrogate = (code: number) => code >= 0xd800 && code <= 0xdbff;
+const isLowSurrogate = (code: number) => code >= 0xdc00 && code <= 0xdfff;
+
+/** The first `n` characters as Python counts them (code points, so no pair is split). */
+function headCodePoints(text: string, n: number): string {
+  if (text.length <= n) return text;
+  let end = 0;
+  for (let count = 0; count < n && end < text.length; count++) {
+    end += isHighSurrogate(text.charCodeAt(end)) && isLowSurrogate(text.charCodeAt(end + 1)) ? 2 : 1;
+  }
+  return text.slice(0, end);
+}
+
+/** The last `n` characters as Python counts them (code points, so no pair is split). */
+function tailCodePoints(text: string, n: number): string {
+  if (text.length <= n) return text;
+  let start = text.length;
+  for (let count = 0; count < n && start > 0; count++) {
+    start -= isLowSurrogate(text.charCodeAt(start - 1)) && isHighSurrogate(text.charCodeAt(start - 2)) ? 2 : 1;
+  }
+  return text.slice(start);
+}
+
 /** Seconds as the caller wrote them (whole seconds print without a fraction). */
 function seconds(ms: number): number {
   return ms / 1000;
@@ -389,7 +412,7 @@ export class ProcessRegistry {
 
   /** The last `chars` characters of the buffer, cleaned. */
   #tail(session: Session, chars: number): string {
-    return this.#clean(session, session.output.slice(-chars));
+    return this.#clean(session, tailCodePoints(session.output, chars));
   }
 
   #exitFields(session: Session): Record<string, unknown> {
@@ -409,7 +432,7 @@ export class ProcessRegistry {
     const watching = session.watchPatterns.length > 0 && session.watchHits < this.#maxWatchHits;
     return {
       session_id: session.id,
-      command: session.command.slice(0, 200),
+      command: headCodePoints(session.command, 200),
       cwd: session.cwd,
       pid: session.pid,
       owner_task_id: this.#ownerTaskId,
@@ -609,7 +632,7 @@ export class ProcessRegistry {
       command: session.command,
       exitCode: session.exitCode,
       notifyOnComplete: session.notifyOnComplete,
-      outputTail: this.#clean(session, session.output.slice(-2000)),
+      outputTail: this.#tail(session, EXIT_TAIL_CHARS),
     });
   }
 

@@ -469,6 +469,21 @@ describe('ProcessRegistry limits', () => {
     assert.equal(listed.processes[0]?.output_preview, body.slice(-200));
   });
 
+  it('counts characters as Python does: a character outside the BMP is one, never split', async () => {
+    const reg = await registry();
+    const command = `: ${'x'.repeat(197)}😀 and more; printf "\\360\\237\\230\\200"; head -c 999 /dev/zero | tr "\\0" a; sleep 1000`;
+    const { sessionId } = await reg.start({ command });
+    const expected = `😀${'a'.repeat(999)}`;
+    let preview = '';
+    for (let i = 0; i < 100 && preview !== expected; i++) {
+      preview = String((JSON.parse(await reg.handle({ action: 'poll', sessionId })) as Json).output_preview);
+      if (preview !== expected) await sleep(50);
+    }
+    assert.equal(preview, expected);
+    const listed = JSON.parse(await reg.handle({ action: 'list' })) as { processes: Json[] };
+    assert.equal(listed.processes[0]?.command, `: ${'x'.repeat(197)}😀`);
+  });
+
   it('records a release as a kill by kill_all', async () => {
     const reg = await registry();
     const { sessionId } = await reg.start({ command: 'sleep 1000' });
