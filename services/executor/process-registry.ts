@@ -1,43 +1,57 @@
 /**
  * Background processes of one task and the `process` tool's actions over
- * them (spec §3). Each process keeps a rolling output buffer; finished ones
- * stay listed for a while so their output can still be read.
+ * them (spec §3, at upstream's current result shapes). Each process keeps a
+ * rolling output buffer; finished ones stay listed for a while so their
+ * output can still be read. Reading never consumes output: poll, wait and
+ * kill answer with a tail of the buffer.
  *
  * Every action returns the tool's result as a JSON string. Shapes (keys in
- * this order; `exit_code` is null while running):
+ * this order; "tail N" = the last N characters of the buffer, ANSI stripped):
  *
- * - list: `{"processes":[{"session_id","command","cwd","pid","status","started_at","uptime_seconds","exit_code","output_preview"}]}`
- *   (`command` cut to 200 chars, `output_preview` the last 200 chars, `status` "running" | "exited").
- * - poll: `{"session_id","command","status","pid","uptime_seconds","exit_code","output"}` where `output` is
- *   what arrived since the last poll or wait (head/tail-truncated to 20,000 chars), plus
- *   `"missed_chars"` when output rolled out of the buffer before it was read.
- * - log: `{"session_id","status","exit_code","output","total_lines","offset","showing"}`: `limit` lines
- *   (default 200) from line `offset` (0-based; negative counts from the end; absent = the last `limit` lines),
- *   plus `"dropped_chars"` when the start of the output rolled out of the buffer.
- * - wait: `{"session_id","status":"exited","exit_code","output"}`, or `"status":"timeout"` /
- *   `"status":"interrupted"` with `"timeout_note"` / `"note"`; the wait is capped (default 180 s,
- *   at most 600 s) and a clamped request adds `"timeout_note"`.
- * - kill: `{"session_id","status":"killed","exit_code":-15}` or `{"session_id","status":"already_exited","exit_code"}`.
- * - write / submit: `{"session_id","status":"ok","bytes_written"}`; close: `{"session_id","status":"ok","stdin":"closed"}`.
- * - on an exited process, write/submit/close give `{"session_id","status":"already_exited","exit_code","error"}`;
- *   on a write failure `{"session_id","status":"error","error"}`.
- * - unknown id: `{"status":"not_found","error":"No process with ID X. ..."}`; missing id:
+ * - list: `{"processes":[{"session_id","command"(first 200 chars),"cwd","pid","owner_task_id","started_at"
+ *   (local time, seconds),"uptime_seconds","status":"running"|"exited","output_preview"(tail 200)}]}`, each
+ *   entry plus `"watch_patterns","watch_hit"` while watching, `"notify_on_complete":true` and, once
+ *   exited, `"exit_code"`.
+ * - poll: `{"session_id","command","status","pid","uptime_seconds","output_preview"(tail 1,000)}`, once
+ *   exited plus `"exit_code","completion_reason","termination_source"`.
+ * - log: `{"session_id","command","status","output","total_lines","showing":"N lines"}`: `limit` lines
+ *   (default 200) from line `offset` (a Python slice `lines[offset:offset+limit]`; absent = the last
+ *   `limit` lines).
+ * - wait: exited `{"status":"exited","command","exit_code","completion_reason","termination_source","output"(tail 2,000)}`;
+ *   timed out `{"status":"timeout","command","output"(tail 1,000),"process_running":true,"timeout_note"}`;
+ *   interrupted `{"status":"interrupted","command","output"(tail 1,000),"note"}`. The wait is capped
+ *   (default 180 s, also the default wait); a clamped request adds or prefixes `"timeout_note"`. A timeout
+ *   of zero or less: `{"status":"error","error":"timeout must be positive (got T)"}`.
+ * - kill: `{"status":"killed","session_id","completion_reason":"killed","termination_source":"process.kill","output"(tail 2,000)}`;
+ *   on an exited process the wait-exited shape with `"status":"already_exited"`.
+ * - write / submit: `{"status":"ok","bytes_written"}` (characters); close: `{"status":"ok","message":"stdin closed"}`
+ *   (`"EOF sent"` under a PTY); on an exited process `{"status":"already_exited","error":"Process has already finished"}`;
+ *   stdin closed: `{"status":"error","error":"Process stdin not available (non-local backend or stdin closed)"}`.
+ * - handoff: `{"error":"handoff is only available to a running subagent with a live parent; you are not one."}`.
+ * - ids: the exact id, else a unique prefix (`proc_` optional, at least 4 characters after it); unknown,
+ *   ambiguous or too short: `{"status":"not_found","error":"No process with ID X"}`. Missing id:
  *   `{"error":"session_id is required for ACTION"}`; unknown action:
- *   `{"error":"Unknown process action: A. Use: list, poll, log, wait, kill, write, submit, close"}`.
+ *   `{"error":"Unknown process action: A. Use: list, poll, log, wait, kill, write, submit, close, handoff"}`.
  */
 import { randomBytes } from 'node:crypto';
 import { StringDecoder } from 'node:string_decoder';
 import { ResourceExhaustedError } from '../common/errors.js';
 import type { Logger } from '../common/logging.js';
+import {
+  HANDOFF_UNAVAILABLE_ERROR,
+  PROCESS_ACTIONS,
+  nonPositiveTimeoutError,
+  unknownProcessActionError,
+  type ProcessAction,
+} from '../common/process-actions.js';
 import type { BackgroundHandle } from './backend.js';
 import { stripAnsi, truncateOutput } from './output.js';
 
-/** The actions the `process` tool accepts, in the order the error message lists them. */
-export const PROCESS_ACTIONS = ['list', 'poll', 'log', 'wait', 'kill', 'write', 'submit', 'close'] as const;
-export type ProcessAction = (typeof PROCESS_ACTIONS)[number];
-
 /** Exit code reported for a process stopped with the `kill` action (SIGTERM). */
 export const KILLED_EXIT_CODE = -15;
+
+/** Characters after `proc_` a prefix needs before it can name a process (git-style short ids). */
+export const MIN_SESSION_PREFIX_CHARS = 4;
 
 /** What the registry asks of whoever actually starts processes (the shell-state runner). */
 export interface ProcessLaunchOptions {
@@ -98,6 +112,8 @@ export type ProcessEvent =
 
 export interface ProcessRegistryOptions {
   readonly launch: ProcessLauncher;
+  /** The task the processes belong to, shown by `list` as `owner_task_id`; default "". */
+  readonly ownerTaskId?: string;
   /** Processes per task, running and finished; default 64. */
   readonly maxProcesses?: number;
   /** Rolling buffer per process; default 200,000 characters. */
@@ -106,21 +122,36 @@ export interface ProcessRegistryOptions {
   readonly finishedTtlMs?: number;
   /** `wait` without a timeout; default 180,000 ms. */
   readonly defaultWaitMs?: number;
-  /** Longest `wait`; longer requests are clamped; default 600,000 ms. */
+  /** Longest `wait`; longer requests are clamped; default 180,000 ms (upstream's TERMINAL_TIMEOUT). */
   readonly maxWaitMs?: number;
-  /** Cap on `output` of poll and wait; default 20,000 characters. */
-  readonly readOutputChars?: number;
   /** Cap on `output` of log; default 50,000 characters. */
   readonly logOutputChars?: number;
   /** Watch-pattern matches reported per process before watching stops; default 8. */
   readonly maxWatchHits?: number;
   /** Clock, for tests. */
   readonly now?: () => number;
+  /** The part of a new id after `proc_` (default 12 random hex digits), for tests. */
+  readonly idSuffix?: () => string;
   readonly onEvent?: (event: ProcessEvent) => void;
   readonly logger?: Logger;
 }
 
-const ACTIONS_NEEDING_SESSION = new Set<string>(PROCESS_ACTIONS.filter((a) => a !== 'list'));
+/** Why a process ended, as poll, wait and kill report it. */
+type CompletionReason = 'exited' | 'killed';
+
+/** Who ended a killed process: the `kill` action, or the task's release killing everything. */
+type TerminationSource = '' | 'process.kill' | 'kill_all';
+
+/** Tails of the buffer each result carries, in characters. */
+const LIST_PREVIEW_CHARS = 200;
+const POLL_PREVIEW_CHARS = 1000;
+const RUNNING_TAIL_CHARS = 1000;
+const EXIT_TAIL_CHARS = 2000;
+
+const WAIT_INTERRUPTED_NOTE = 'User sent a new message -- wait interrupted';
+
+/** Python's `str.splitlines()` separators: the log counts lines the way upstream does. */
+const LINE_BREAK = /\r\n|[\n\r\v\f\x1c\x1d\x1e\x85\u2028\u2029]/;
 
 interface Session {
   readonly id: string;
@@ -134,15 +165,14 @@ interface Session {
   handle: BackgroundHandle | undefined;
   finishedAtMs: number | undefined;
   exitCode: number | null;
-  killRequested: boolean;
+  completionReason: CompletionReason;
+  terminationSource: TerminationSource;
+  /** Set when a kill starts, so the exit it causes is recorded as a kill. */
+  killSource: TerminationSource | undefined;
   stdinClosed: boolean;
   readonly decoder: StringDecoder;
   /** The last `bufferChars` characters of output. */
   output: string;
-  /** Characters ever appended; `totalChars - output.length` have rolled out. */
-  totalChars: number;
-  /** Absolute character position up to which poll/wait have returned output. */
-  readCursor: number;
   watchCarry: string;
   watchHits: number;
   readonly exited: Promise<void>;
@@ -151,33 +181,81 @@ interface Session {
 
 const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms));
 
+/** `YYYY-MM-DDTHH:MM:SS` in this machine's local time (upstream's `time.strftime` format). */
+function localTimestamp(ms: number): string {
+  const d = new Date(ms);
+  const two = (n: number) => String(n).padStart(2, '0');
+  return (
+    `${String(d.getFullYear()).padStart(4, '0')}-${two(d.getMonth() + 1)}-${two(d.getDate())}` +
+    `T${two(d.getHours())}:${two(d.getMinutes())}:${two(d.getSeconds())}`
+  );
+}
+
+/** Python's `str.splitlines()`: no empty last line for a trailing break, none at all for "". */
+function splitLines(text: string): string[] {
+  if (text === '') return [];
+  const lines = text.split(LINE_BREAK);
+  if (lines[lines.length - 1] === '') lines.pop();
+  return lines;
+}
+
+const isHighSurrogate = (code: number) => code >= 0xd800 && code <= 0xdbff;
+const isLowSurrogate = (code: number) => code >= 0xdc00 && code <= 0xdfff;
+
+/** The first `n` characters as Python counts them (code points, so no pair is split). */
+function headCodePoints(text: string, n: number): string {
+  if (text.length <= n) return text;
+  let end = 0;
+  for (let count = 0; count < n && end < text.length; count++) {
+    end += isHighSurrogate(text.charCodeAt(end)) && isLowSurrogate(text.charCodeAt(end + 1)) ? 2 : 1;
+  }
+  return text.slice(0, end);
+}
+
+/** The last `n` characters as Python counts them (code points, so no pair is split). */
+function tailCodePoints(text: string, n: number): string {
+  if (text.length <= n) return text;
+  let start = text.length;
+  for (let count = 0; count < n && start > 0; count++) {
+    start -= isLowSurrogate(text.charCodeAt(start - 1)) && isHighSurrogate(text.charCodeAt(start - 2)) ? 2 : 1;
+  }
+  return text.slice(start);
+}
+
+/** Seconds as the caller wrote them (whole seconds print without a fraction). */
+function seconds(ms: number): number {
+  return ms / 1000;
+}
+
 /** Background processes of one task. */
 export class ProcessRegistry {
   readonly #launch: ProcessLauncher;
+  readonly #ownerTaskId: string;
   readonly #maxProcesses: number;
   readonly #bufferChars: number;
   readonly #finishedTtlMs: number;
   readonly #defaultWaitMs: number;
   readonly #maxWaitMs: number;
-  readonly #readOutputChars: number;
   readonly #logOutputChars: number;
   readonly #maxWatchHits: number;
   readonly #now: () => number;
+  readonly #idSuffix: () => string;
   readonly #onEvent: ((event: ProcessEvent) => void) | undefined;
   readonly #logger: Logger | undefined;
   readonly #sessions = new Map<string, Session>();
 
   constructor(options: ProcessRegistryOptions) {
     this.#launch = options.launch;
+    this.#ownerTaskId = options.ownerTaskId ?? '';
     this.#maxProcesses = options.maxProcesses ?? 64;
     this.#bufferChars = options.bufferChars ?? 200_000;
     this.#finishedTtlMs = options.finishedTtlMs ?? 1_800_000;
     this.#defaultWaitMs = options.defaultWaitMs ?? 180_000;
-    this.#maxWaitMs = options.maxWaitMs ?? 600_000;
-    this.#readOutputChars = options.readOutputChars ?? 20_000;
+    this.#maxWaitMs = options.maxWaitMs ?? 180_000;
     this.#logOutputChars = options.logOutputChars ?? 50_000;
     this.#maxWatchHits = options.maxWatchHits ?? 8;
     this.#now = options.now ?? Date.now;
+    this.#idSuffix = options.idSuffix ?? (() => randomBytes(6).toString('hex'));
     this.#onEvent = options.onEvent;
     this.#logger = options.logger;
   }
@@ -202,7 +280,7 @@ export class ProcessRegistry {
     let markExited = () => {};
     const exited = new Promise<void>((resolve) => (markExited = resolve));
     const session: Session = {
-      id: `proc_${randomBytes(6).toString('hex')}`,
+      id: this.#newId(),
       command: request.command,
       cwd: request.workdir ?? request.cwd ?? null,
       pty: request.pty ?? false,
@@ -213,12 +291,12 @@ export class ProcessRegistry {
       handle: undefined,
       finishedAtMs: undefined,
       exitCode: null,
-      killRequested: false,
+      completionReason: 'exited',
+      terminationSource: '',
+      killSource: undefined,
       stdinClosed: false,
       decoder: new StringDecoder('utf8'),
       output: '',
-      totalChars: 0,
-      readCursor: 0,
       watchCarry: '',
       watchHits: 0,
       exited,
@@ -252,27 +330,33 @@ export class ProcessRegistry {
   /** Kills every running process (task release, shutdown). */
   async closeAll(): Promise<void> {
     await Promise.all(
-      [...this.#sessions.values()].filter((s) => s.finishedAtMs === undefined).map((s) => this.#kill(s)),
+      [...this.#sessions.values()].filter((s) => s.finishedAtMs === undefined).map((s) => this.#kill(s, 'kill_all')),
     );
+  }
+
+  /** A fresh id, unlike any tracked one. */
+  #newId(): string {
+    for (;;) {
+      const id = `proc_${this.#idSuffix()}`;
+      if (!this.#sessions.has(id)) return id;
+    }
   }
 
   async #dispatch(request: ProcessActionRequest, signal: AbortSignal | undefined): Promise<Record<string, unknown>> {
     const action = request.action;
-    if (!(PROCESS_ACTIONS as readonly string[]).includes(action)) {
-      return { error: `Unknown process action: ${action}. Use: ${PROCESS_ACTIONS.join(', ')}` };
-    }
+    if (!(PROCESS_ACTIONS as readonly string[]).includes(action)) return { error: unknownProcessActionError(action) };
     this.#prune();
     if (action === 'list') return { processes: [...this.#sessions.values()].map((s) => this.#listEntry(s)) };
     const id = request.sessionId;
-    if (ACTIONS_NEEDING_SESSION.has(action) && !id) return { error: `session_id is required for ${action}` };
-    const session = id ? this.#sessions.get(id) : undefined;
-    if (!session) {
-      return {
-        status: 'not_found',
-        error: `No process with ID ${id ?? ''}. Use the list action to see this task's processes (finished ones are kept for ${Math.round(this.#finishedTtlMs / 60_000)} minutes).`,
-      };
+    if (!id) return { error: `session_id is required for ${action}` };
+    if (action === 'handoff') return { error: HANDOFF_UNAVAILABLE_ERROR };
+    // Upstream rejects a bad wait timeout before it looks the process up.
+    if (action === 'wait' && request.timeoutMs !== undefined && request.timeoutMs <= 0) {
+      return { status: 'error', error: nonPositiveTimeoutError(seconds(request.timeoutMs)) };
     }
-    switch (action as Exclude<ProcessAction, 'list'>) {
+    const session = this.#find(id);
+    if (!session) return { status: 'not_found', error: `No process with ID ${id}` };
+    switch (action as Exclude<ProcessAction, 'list' | 'handoff'>) {
       case 'poll':
         return this.#poll(session);
       case 'log':
@@ -290,12 +374,34 @@ export class ProcessRegistry {
     }
   }
 
+  /**
+   * The exact id first; else a unique prefix, like git short hashes: `proc_` is
+   * added when missing and at least {@link MIN_SESSION_PREFIX_CHARS} characters
+   * must follow it. Ambiguous or shorter prefixes find nothing rather than a guess.
+   */
+  #find(id: string): Session | undefined {
+    const exact = this.#sessions.get(id);
+    if (exact) return exact;
+    const trimmed = id.trim();
+    if (trimmed === '') return undefined;
+    const query = trimmed.startsWith('proc_') ? trimmed : `proc_${trimmed}`;
+    if (query.length - 'proc_'.length < MIN_SESSION_PREFIX_CHARS) return undefined;
+    let found: Session | undefined;
+    for (const [sessionId, session] of this.#sessions) {
+      if (!sessionId.startsWith(query)) continue;
+      if (found) return undefined;
+      found = session;
+    }
+    return found;
+  }
+
   #status(session: Session): 'running' | 'exited' {
     return session.finishedAtMs === undefined ? 'running' : 'exited';
   }
 
+  /** Seconds since start; like upstream it keeps counting after the process ended. */
   #uptimeSeconds(session: Session): number {
-    return Math.max(0, Math.floor(((session.finishedAtMs ?? this.#now()) - session.startedAtMs) / 1000));
+    return Math.max(0, Math.floor((this.#now() - session.startedAtMs) / 1000));
   }
 
   /** Output as the model should see it: ANSI stripped, PTY line endings normalised. */
@@ -304,82 +410,86 @@ export class ProcessRegistry {
     return session.pty ? stripped.replaceAll('\r\n', '\n') : stripped;
   }
 
-  #listEntry(session: Session): Record<string, unknown> {
+  /** The last `chars` characters of the buffer, cleaned. */
+  #tail(session: Session, chars: number): string {
+    return this.#clean(session, tailCodePoints(session.output, chars));
+  }
+
+  #exitFields(session: Session): Record<string, unknown> {
     return {
-      session_id: session.id,
-      command: session.command.length > 200 ? `${session.command.slice(0, 200)}...` : session.command,
-      cwd: session.cwd,
-      pid: session.pid,
-      status: this.#status(session),
-      started_at: new Date(session.startedAtMs).toISOString(),
-      uptime_seconds: this.#uptimeSeconds(session),
       exit_code: session.exitCode,
-      output_preview: this.#clean(session, session.output.slice(-200)),
+      completion_reason: session.completionReason,
+      termination_source: session.terminationSource,
     };
   }
 
-  /** Output since the last poll/wait; advances the read cursor. */
-  #takeNewOutput(session: Session): { output: string; missedChars: number } {
-    const dropped = session.totalChars - session.output.length;
-    const from = Math.max(session.readCursor, dropped);
-    const missedChars = from - session.readCursor;
-    const text = session.output.slice(from - dropped);
-    session.readCursor = session.totalChars;
-    return { output: truncateOutput(this.#clean(session, text), this.#readOutputChars), missedChars };
+  /** What wait and kill answer for a finished process: how it ended and the last 2,000 characters. */
+  #exitSnapshot(session: Session, status: 'exited' | 'already_exited'): Record<string, unknown> {
+    return { status, command: session.command, ...this.#exitFields(session), output: this.#tail(session, EXIT_TAIL_CHARS) };
   }
 
+  #listEntry(session: Session): Record<string, unknown> {
+    const watching = session.watchPatterns.length > 0 && session.watchHits < this.#maxWatchHits;
+    return {
+      session_id: session.id,
+      command: headCodePoints(session.command, 200),
+      cwd: session.cwd,
+      pid: session.pid,
+      owner_task_id: this.#ownerTaskId,
+      started_at: localTimestamp(session.startedAtMs),
+      uptime_seconds: this.#uptimeSeconds(session),
+      status: this.#status(session),
+      output_preview: this.#tail(session, LIST_PREVIEW_CHARS),
+      ...(watching ? { watch_patterns: [...session.watchPatterns], watch_hit: session.watchHits > 0 } : {}),
+      ...(session.notifyOnComplete ? { notify_on_complete: true } : {}),
+      ...(session.finishedAtMs !== undefined ? { exit_code: session.exitCode } : {}),
+    };
+  }
+
+  /** Status and the last 1,000 characters; reads nothing away, so polling twice shows the same tail. */
   #poll(session: Session): Record<string, unknown> {
-    const { output, missedChars } = this.#takeNewOutput(session);
     return {
       session_id: session.id,
       command: session.command,
       status: this.#status(session),
       pid: session.pid,
       uptime_seconds: this.#uptimeSeconds(session),
-      exit_code: session.exitCode,
-      output,
-      ...(missedChars > 0 ? { missed_chars: missedChars } : {}),
+      output_preview: this.#tail(session, POLL_PREVIEW_CHARS),
+      ...(session.finishedAtMs !== undefined ? this.#exitFields(session) : {}),
     };
   }
 
   #log(session: Session, offset: number | undefined, limit: number | undefined): Record<string, unknown> {
-    const lines = this.#clean(session, session.output).split('\n');
-    // A trailing newline ends the last line; it does not start an empty one.
-    if (lines.length > 0 && lines[lines.length - 1] === '') lines.pop();
-    const total = lines.length;
-    const count = Math.max(1, Math.floor(limit ?? 200));
-    let start: number;
-    if (offset === undefined) start = Math.max(0, total - count);
-    else if (offset < 0) start = Math.max(0, total + Math.floor(offset));
-    else start = Math.min(total, Math.floor(offset));
-    const selected = lines.slice(start, start + count);
-    const dropped = session.totalChars - session.output.length;
+    const lines = splitLines(this.#clean(session, session.output));
+    const count = limit ?? 200;
+    // Python slice semantics, as upstream pages: no offset means the last `limit` lines,
+    // an explicit 0 means the first; negative numbers count from the end.
+    const start = offset === undefined && count > 0 ? -count : (offset ?? 0);
+    const selected = offset === undefined && count > 0 ? lines.slice(start) : lines.slice(start, start + count);
     return {
       session_id: session.id,
+      command: session.command,
       status: this.#status(session),
-      exit_code: session.exitCode,
       output: truncateOutput(selected.join('\n'), this.#logOutputChars),
-      total_lines: total,
-      offset: start,
+      total_lines: lines.length,
       showing: `${selected.length} lines`,
-      ...(dropped > 0 ? { dropped_chars: dropped } : {}),
     };
   }
 
   async #wait(session: Session, timeoutMs: number | undefined, signal: AbortSignal | undefined): Promise<Record<string, unknown>> {
-    const requested = timeoutMs !== undefined && timeoutMs > 0 ? timeoutMs : undefined;
-    const effective = Math.min(requested ?? this.#defaultWaitMs, this.#maxWaitMs);
+    const effectiveMs = Math.min(timeoutMs ?? this.#defaultWaitMs, this.#maxWaitMs);
     const clampNote =
-      requested !== undefined && requested > this.#maxWaitMs
-        ? `Requested wait of ${Math.round(requested / 1000)}s was clamped to the maximum of ${Math.round(this.#maxWaitMs / 1000)}s`
+      timeoutMs !== undefined && timeoutMs > this.#maxWaitMs
+        ? `Requested wait of ${seconds(timeoutMs)}s was clamped to configured limit of ${seconds(this.#maxWaitMs)}s`
         : undefined;
+    const withClampNote = (result: Record<string, unknown>) => (clampNote ? { ...result, timeout_note: clampNote } : result);
 
     let timer: NodeJS.Timeout | undefined;
     let onAbort: (() => void) | undefined;
     const outcome = await Promise.race<'exited' | 'timeout' | 'interrupted'>([
       session.exited.then(() => 'exited' as const),
       new Promise<'timeout'>((resolve) => {
-        timer = setTimeout(() => resolve('timeout'), effective);
+        timer = setTimeout(() => resolve('timeout'), effectiveMs);
       }),
       new Promise<'interrupted'>((resolve) => {
         if (signal?.aborted) resolve('interrupted');
@@ -390,43 +500,45 @@ export class ProcessRegistry {
     clearTimeout(timer);
     if (onAbort) signal?.removeEventListener('abort', onAbort);
 
-    const { output } = this.#takeNewOutput(session);
-    if (outcome === 'exited') {
-      return {
-        session_id: session.id,
-        status: 'exited',
-        exit_code: session.exitCode,
-        output,
-        ...(clampNote ? { timeout_note: clampNote } : {}),
-      };
-    }
+    // An exit wins over a timeout or interrupt that raced it: the result is what the model needs.
+    if (session.finishedAtMs !== undefined) return withClampNote(this.#exitSnapshot(session, 'exited'));
     if (outcome === 'interrupted') {
-      return {
-        session_id: session.id,
+      return withClampNote({
         status: 'interrupted',
-        output,
-        note: 'Wait interrupted; the process is still running',
-        ...(clampNote ? { timeout_note: clampNote } : {}),
-      };
+        command: session.command,
+        output: this.#tail(session, RUNNING_TAIL_CHARS),
+        note: WAIT_INTERRUPTED_NOTE,
+      });
     }
+    const note =
+      `Wait window of ${seconds(effectiveMs)}s elapsed — the process is still running. This is not an error.` +
+      ` Uptime: ${this.#uptimeSeconds(session)}s.` +
+      (session.notifyOnComplete
+        ? ' notify_on_complete is set: you will be notified on exit — do more work instead of waiting again.'
+        : ' Poll again later or use terminal(background=true, notify_on_complete=true) next time for automatic notification.');
     return {
-      session_id: session.id,
       status: 'timeout',
-      output,
-      timeout_note: clampNote ?? `Waited ${Math.round(effective / 1000)}s, process still running`,
+      command: session.command,
+      output: this.#tail(session, RUNNING_TAIL_CHARS),
+      process_running: true,
+      timeout_note: clampNote ? `${clampNote}. ${note}` : note,
     };
   }
 
   async #killAction(session: Session): Promise<Record<string, unknown>> {
-    if (session.finishedAtMs !== undefined) {
-      return { session_id: session.id, status: 'already_exited', exit_code: session.exitCode };
-    }
-    await this.#kill(session);
-    return { session_id: session.id, status: 'killed', exit_code: session.exitCode };
+    if (session.finishedAtMs !== undefined) return this.#exitSnapshot(session, 'already_exited');
+    await this.#kill(session, 'process.kill');
+    return {
+      status: 'killed',
+      session_id: session.id,
+      completion_reason: session.completionReason,
+      termination_source: session.terminationSource,
+      output: this.#tail(session, EXIT_TAIL_CHARS),
+    };
   }
 
-  async #kill(session: Session): Promise<void> {
-    session.killRequested = true;
+  async #kill(session: Session, source: TerminationSource): Promise<void> {
+    session.killSource ??= source;
     try {
       await session.handle?.kill();
     } catch (err) {
@@ -437,41 +549,36 @@ export class ProcessRegistry {
     if (session.finishedAtMs === undefined) this.#finish(session, KILLED_EXIT_CODE);
   }
 
-  #alreadyExited(session: Session, what: string): Record<string, unknown> {
-    return {
-      session_id: session.id,
-      status: 'already_exited',
-      exit_code: session.exitCode,
-      error: `Process has already finished; cannot ${what}`,
-    };
-  }
-
   async #write(session: Session, data: string): Promise<Record<string, unknown>> {
-    if (session.finishedAtMs !== undefined) return this.#alreadyExited(session, 'write to its stdin');
+    if (session.finishedAtMs !== undefined) return { status: 'already_exited', error: 'Process has already finished' };
     if (session.stdinClosed || !session.handle) {
-      return { session_id: session.id, status: 'error', error: `stdin of ${session.id} is closed` };
+      return { status: 'error', error: 'Process stdin not available (non-local backend or stdin closed)' };
     }
     try {
       await session.handle.write(data);
-      return { session_id: session.id, status: 'ok', bytes_written: Buffer.byteLength(data) };
+      // Characters (code points), as upstream's len(data) counts them.
+      return { status: 'ok', bytes_written: [...data].length };
     } catch (err) {
-      return { session_id: session.id, status: 'error', error: err instanceof Error ? err.message : String(err) };
+      return { status: 'error', error: err instanceof Error ? err.message : String(err) };
     }
   }
 
   async #close(session: Session): Promise<Record<string, unknown>> {
-    if (session.finishedAtMs !== undefined) return this.#alreadyExited(session, 'close its stdin');
+    if (session.finishedAtMs !== undefined) return { status: 'already_exited', error: 'Process has already finished' };
     if (!session.stdinClosed) {
       session.stdinClosed = true;
-      await session.handle?.closeStdin();
+      try {
+        await session.handle?.closeStdin();
+      } catch (err) {
+        return { status: 'error', error: err instanceof Error ? err.message : String(err) };
+      }
     }
-    return { session_id: session.id, status: 'ok', stdin: 'closed' };
+    return { status: 'ok', message: session.pty ? 'EOF sent' : 'stdin closed' };
   }
 
   #append(session: Session, text: string): void {
     if (text.length === 0) return;
     session.output += text;
-    session.totalChars += text.length;
     if (session.output.length > this.#bufferChars) session.output = session.output.slice(-this.#bufferChars);
     this.#watch(session, text);
   }
@@ -510,7 +617,13 @@ export class ProcessRegistry {
   #finish(session: Session, code: number): void {
     if (session.finishedAtMs !== undefined) return;
     this.#append(session, session.decoder.end());
-    session.exitCode = session.killRequested ? KILLED_EXIT_CODE : code;
+    if (session.killSource !== undefined) {
+      session.exitCode = KILLED_EXIT_CODE;
+      session.completionReason = 'killed';
+      session.terminationSource = session.killSource;
+    } else {
+      session.exitCode = code;
+    }
     session.finishedAtMs = this.#now();
     session.markExited();
     this.#emit({
@@ -519,7 +632,7 @@ export class ProcessRegistry {
       command: session.command,
       exitCode: session.exitCode,
       notifyOnComplete: session.notifyOnComplete,
-      outputTail: this.#clean(session, session.output.slice(-2000)),
+      outputTail: this.#tail(session, EXIT_TAIL_CHARS),
     });
   }
 

@@ -46,7 +46,7 @@ export interface TaskEnvironmentsOptions {
   /** Output cap for exec calls that do not set one; default {@link DEFAULT_MAX_OUTPUT_CHARS}. */
   readonly defaultMaxOutputChars?: number;
   /** Limits for each task's background processes. */
-  readonly processes?: Omit<ProcessRegistryOptions, 'launch' | 'onEvent' | 'logger'>;
+  readonly processes?: Omit<ProcessRegistryOptions, 'launch' | 'onEvent' | 'logger' | 'ownerTaskId'>;
   readonly runner?: Omit<ShellStateRunnerOptions, 'logger'>;
   /** Watch-pattern matches and completions of background processes, for notifications. */
   readonly onProcessEvent?: (key: TaskKey, event: ProcessEvent) => void;
@@ -99,7 +99,7 @@ export class TaskEnvironments {
   readonly #logger: Logger;
   readonly #lifetimeMs: number;
   readonly #defaultMaxOutputChars: number;
-  readonly #processOptions: Omit<ProcessRegistryOptions, 'launch' | 'onEvent' | 'logger'>;
+  readonly #processOptions: Omit<ProcessRegistryOptions, 'launch' | 'onEvent' | 'logger' | 'ownerTaskId'>;
   readonly #runnerOptions: Omit<ShellStateRunnerOptions, 'logger'>;
   readonly #onProcessEvent: ((key: TaskKey, event: ProcessEvent) => void) | undefined;
   readonly #metrics: EnvironmentMetrics | undefined;
@@ -438,6 +438,7 @@ export class TaskEnvironments {
     const runner = new ShellStateRunner(env, { ...this.#runnerOptions, logger });
     const registry = new ProcessRegistry({
       ...this.#processOptions,
+      ownerTaskId: key.taskId,
       launch: (options) => runner.startBackground(options),
       onEvent: (event) => this.#onProcessEvent?.(key, event),
       logger,

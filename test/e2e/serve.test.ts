@@ -254,7 +254,13 @@ describe('berth serve (local backend)', () => {
       (await serve.cli(['call', 'process', JSON.stringify({ action: 'kill', session_id: start.session_id }), '--task', 'bg']))
         .stdout,
     );
-    assert.deepEqual(kill, { session_id: start.session_id, status: 'killed', exit_code: -15 });
+    assert.deepEqual(kill, {
+      status: 'killed',
+      session_id: start.session_id,
+      completion_reason: 'killed',
+      termination_source: 'process.kill',
+      output: 'hello-bg\n',
+    });
     await waitFor('the background process to be gone', () => !isAlive(start.pid));
     const missing = JSON.parse((await serve.cli(['call', 'process', '{"action":"poll"}', '--task', 'bg'])).stdout);
     assert.deepEqual(missing, { error: 'session_id is required for poll' });

@@ -218,7 +218,7 @@ describe('docker backend (real engine)', { skip: unavailable }, () => {
     await envs.process(key, { action: 'write', sessionId, data: 'one\n' });
     let seen = '';
     for (let i = 0; i < 100 && !seen.includes('got one'); i++) {
-      seen += (JSON.parse(await envs.process(key, { action: 'poll', sessionId })) as { output?: string }).output ?? '';
+      seen = (JSON.parse(await envs.process(key, { action: 'poll', sessionId })) as { output_preview?: string }).output_preview ?? '';
       await new Promise((r) => setTimeout(r, 50));
     }
     assert.match(seen, /got one/);

@@ -76,59 +76,103 @@ async function registry(options: Partial<ProcessRegistryOptions> = {}): Promise<
   return reg;
 }
 
+/** Polls until the process's output preview contains `needle` (poll reads nothing away). */
+async function previewUntil(envs: TaskEnvironments, key: TaskKey, sessionId: string, needle: string): Promise<Json> {
+  for (let i = 0; i < 100; i++) {
+    const polled = JSON.parse(await envs.process(key, { action: 'poll', sessionId })) as Json;
+    if (String(polled.output_preview).includes(needle)) return polled;
+    await sleep(50);
+  }
+  assert.fail(`${sessionId} never showed ${JSON.stringify(needle)}`);
+}
+
+const TIMEOUT_ADVICE =
+  ' Poll again later or use terminal(background=true, notify_on_complete=true) next time for automatic notification.';
+
 describe('process tool through TaskEnvironments', () => {
   it('starts in the task cwd with its variables, and saves no state', async () => {
     const envs = environments();
     const key = newKey();
     await envs.exec(key, { command: 'mkdir -p bg && cd bg && export SEEN=from-task', timeoutMs: 5000 });
-    const started = await envs.startBackground(key, { command: 'pwd; echo "$SEEN"; cd /; export LEAK=1' });
+    const command = 'pwd; echo "$SEEN"; cd /; export LEAK=1';
+    const started = await envs.startBackground(key, { command });
     assert.match(started.sessionId, /^proc_[0-9a-f]{12}$/);
     assert.ok(started.pid > 0);
     const waited = JSON.parse(await envs.process(key, { action: 'wait', sessionId: started.sessionId, timeoutMs: 5000 })) as Json;
     assert.deepEqual(waited, {
-      session_id: started.sessionId,
       status: 'exited',
+      command,
       exit_code: 0,
+      completion_reason: 'exited',
+      termination_source: '',
       output: `${path.join(workDir, 'bg')}\nfrom-task\n`,
     });
     const after = await envs.exec(key, { command: 'pwd; echo "${LEAK-unset}"', timeoutMs: 5000 });
     assert.equal(after.output, `${path.join(workDir, 'bg')}\nunset\n`);
   });
 
-  it('poll returns status and only the output since the last poll', async () => {
+  it('poll shows the last 1,000 characters without consuming them, and how the process ended', async () => {
     const envs = environments();
     const key = newKey();
-    const { sessionId, pid } = await envs.startBackground(key, {
-      command: 'echo one; sleep 0.3; echo two; sleep 0.3; exit 4',
-    });
-    await sleep(150);
+    const command = 'echo one; read -r go; head -c 1500 /dev/zero | tr "\\0" y; echo; exit 4';
+    const { sessionId, pid } = await envs.startBackground(key, { command });
+    await previewUntil(envs, key, sessionId, 'one');
     const first = JSON.parse(await envs.process(key, { action: 'poll', sessionId })) as Json;
-    assert.equal(first.status, 'running');
-    assert.equal(first.exit_code, null);
-    assert.equal(first.output, 'one\n');
-    assert.equal(first.pid, pid);
-    assert.equal(first.command, 'echo one; sleep 0.3; echo two; sleep 0.3; exit 4');
-    await sleep(1000);
+    assert.deepEqual(Object.keys(first), ['session_id', 'command', 'status', 'pid', 'uptime_seconds', 'output_preview']);
+    assert.deepEqual([first.session_id, first.command, first.status, first.pid, first.output_preview], [
+      sessionId,
+      command,
+      'running',
+      pid,
+      'one\n',
+    ]);
+    // Read-only: a second poll shows the same output again.
     const second = JSON.parse(await envs.process(key, { action: 'poll', sessionId })) as Json;
-    assert.deepEqual([second.status, second.exit_code, second.output], ['exited', 4, 'two\n']);
-    const third = JSON.parse(await envs.process(key, { action: 'poll', sessionId })) as Json;
-    assert.equal(third.output, '');
+    assert.equal(second.output_preview, 'one\n');
+    await envs.process(key, { action: 'submit', sessionId, data: 'go' });
+    await envs.process(key, { action: 'wait', sessionId, timeoutMs: 5000 });
+    const done = JSON.parse(await envs.process(key, { action: 'poll', sessionId })) as Json;
+    assert.deepEqual(
+      [done.status, done.exit_code, done.completion_reason, done.termination_source, done.output_preview],
+      ['exited', 4, 'exited', '', `${'y'.repeat(999)}\n`],
+    );
+    assert.deepEqual(Object.keys(done).slice(-3), ['exit_code', 'completion_reason', 'termination_source']);
   });
 
-  it('log pages over lines', async () => {
+  it('log pages over lines like a Python slice', async () => {
     const envs = environments();
     const key = newKey();
-    const { sessionId } = await envs.startBackground(key, { command: 'seq 1 500' });
+    const command = 'seq 1 500';
+    const { sessionId } = await envs.startBackground(key, { command });
     await envs.process(key, { action: 'wait', sessionId, timeoutMs: 5000 });
     const tail = JSON.parse(await envs.process(key, { action: 'log', sessionId })) as Json;
-    assert.equal(tail.total_lines, 500);
-    assert.equal(tail.offset, 300);
-    assert.equal(tail.showing, '200 lines');
+    assert.deepEqual(Object.keys(tail), ['session_id', 'command', 'status', 'output', 'total_lines', 'showing']);
+    assert.deepEqual([tail.session_id, tail.command, tail.status, tail.total_lines, tail.showing], [
+      sessionId,
+      command,
+      'exited',
+      500,
+      '200 lines',
+    ]);
     assert.ok(String(tail.output).startsWith('301\n') && String(tail.output).endsWith('\n500'));
     const page = JSON.parse(await envs.process(key, { action: 'log', sessionId, offset: 0, limit: 3 })) as Json;
-    assert.deepEqual([page.output, page.offset, page.showing], ['1\n2\n3', 0, '3 lines']);
-    const fromEnd = JSON.parse(await envs.process(key, { action: 'log', sessionId, offset: -2, limit: 10 })) as Json;
-    assert.equal(fromEnd.output, '499\n500');
+    assert.deepEqual([page.output, page.showing], ['1\n2\n3', '3 lines']);
+    const last = JSON.parse(await envs.process(key, { action: 'log', sessionId, limit: 2 })) as Json;
+    assert.equal(last.output, '499\n500');
+    // lines[-3:-3+1000]: three from the end.
+    const fromEnd = JSON.parse(await envs.process(key, { action: 'log', sessionId, offset: -3, limit: 1000 })) as Json;
+    assert.equal(fromEnd.output, '498\n499\n500');
+    const past = JSON.parse(await envs.process(key, { action: 'log', sessionId, offset: 600 })) as Json;
+    assert.deepEqual([past.output, past.showing], ['', '0 lines']);
+  });
+
+  it('log counts lines the way Python splitlines does', async () => {
+    const envs = environments();
+    const key = newKey();
+    const { sessionId } = await envs.startBackground(key, { command: 'printf "a\\rb\\r\\nc\\n\\nd"' });
+    await envs.process(key, { action: 'wait', sessionId, timeoutMs: 5000 });
+    const log = JSON.parse(await envs.process(key, { action: 'log', sessionId })) as Json;
+    assert.deepEqual([log.output, log.total_lines], ['a\nb\nc\n\nd', 5]);
   });
 
   it('write, submit and close drive stdin of cat', async () => {
@@ -136,51 +180,94 @@ describe('process tool through TaskEnvironments', () => {
     const key = newKey();
     const { sessionId } = await envs.startBackground(key, { command: 'cat; echo cat-ended' });
     const written = JSON.parse(await envs.process(key, { action: 'write', sessionId, data: 'abc' })) as Json;
-    assert.deepEqual(written, { session_id: sessionId, status: 'ok', bytes_written: 3 });
-    await envs.process(key, { action: 'submit', sessionId, data: 'déf' });
-    await sleep(200);
-    const polled = JSON.parse(await envs.process(key, { action: 'poll', sessionId })) as Json;
-    assert.equal(polled.output, 'abcdéf\n');
+    assert.deepEqual(written, { status: 'ok', bytes_written: 3 });
+    // Characters, not UTF-8 bytes: "déf\n" is 4.
+    const submitted = JSON.parse(await envs.process(key, { action: 'submit', sessionId, data: 'déf' })) as Json;
+    assert.deepEqual(submitted, { status: 'ok', bytes_written: 4 });
+    await previewUntil(envs, key, sessionId, 'abcdéf\n');
     const closed = JSON.parse(await envs.process(key, { action: 'close', sessionId })) as Json;
-    assert.deepEqual(closed, { session_id: sessionId, status: 'ok', stdin: 'closed' });
+    assert.deepEqual(closed, { status: 'ok', message: 'stdin closed' });
     const done = JSON.parse(await envs.process(key, { action: 'wait', sessionId, timeoutMs: 5000 })) as Json;
-    assert.deepEqual([done.status, done.exit_code, done.output], ['exited', 0, 'cat-ended\n']);
-    const late = JSON.parse(await envs.process(key, { action: 'write', sessionId, data: 'x' })) as Json;
-    assert.equal(late.status, 'already_exited');
+    assert.deepEqual([done.status, done.exit_code, done.output], ['exited', 0, 'abcdéf\ncat-ended\n']);
+    for (const action of ['write', 'submit', 'close']) {
+      const late = JSON.parse(await envs.process(key, { action, sessionId, data: 'x' })) as Json;
+      assert.deepEqual(late, { status: 'already_exited', error: 'Process has already finished' });
+    }
   });
 
-  it('kill stops the whole group and reports -15', async () => {
+  it('refuses to write after stdin was closed', async () => {
     const envs = environments();
     const key = newKey();
-    const { sessionId, pid } = await envs.startBackground(key, { command: 'sleep 1000 & echo child:$!; sleep 1000' });
-    await sleep(200);
-    const polled = JSON.parse(await envs.process(key, { action: 'poll', sessionId })) as Json;
-    const child = Number(/child:(\d+)/.exec(String(polled.output))?.[1]);
+    const { sessionId } = await envs.startBackground(key, { command: 'cat; echo input-ended; sleep 1000' });
+    await envs.process(key, { action: 'close', sessionId });
+    await previewUntil(envs, key, sessionId, 'input-ended');
+    const refused = JSON.parse(await envs.process(key, { action: 'write', sessionId, data: 'x' })) as Json;
+    assert.deepEqual(refused, { status: 'error', error: 'Process stdin not available (non-local backend or stdin closed)' });
+    await envs.process(key, { action: 'kill', sessionId });
+  });
+
+  it('kill stops the whole group and answers with how it ended and the output', async () => {
+    const envs = environments();
+    const key = newKey();
+    const command = 'sleep 1000 & echo child:$!; sleep 1000';
+    const { sessionId, pid } = await envs.startBackground(key, { command });
+    const polled = await previewUntil(envs, key, sessionId, '\n');
+    const child = Number(/child:(\d+)/.exec(String(polled.output_preview))?.[1]);
     assert.ok(child > 0);
     const killed = JSON.parse(await envs.process(key, { action: 'kill', sessionId })) as Json;
-    assert.deepEqual(killed, { session_id: sessionId, status: 'killed', exit_code: -15 });
+    assert.deepEqual(killed, {
+      status: 'killed',
+      session_id: sessionId,
+      completion_reason: 'killed',
+      termination_source: 'process.kill',
+      output: `child:${child}\n`,
+    });
     assert.equal(isAlive(pid), false);
     assert.equal(isAlive(child), false);
     const again = JSON.parse(await envs.process(key, { action: 'kill', sessionId })) as Json;
-    assert.deepEqual(again, { session_id: sessionId, status: 'already_exited', exit_code: -15 });
+    assert.deepEqual(again, {
+      status: 'already_exited',
+      command,
+      exit_code: -15,
+      completion_reason: 'killed',
+      termination_source: 'process.kill',
+      output: `child:${child}\n`,
+    });
     const polledAfter = JSON.parse(await envs.process(key, { action: 'poll', sessionId })) as Json;
-    assert.deepEqual([polledAfter.status, polledAfter.exit_code], ['exited', -15]);
+    assert.deepEqual([polledAfter.status, polledAfter.exit_code, polledAfter.completion_reason], ['exited', -15, 'killed']);
   });
 
-  it('wait times out, clamps long waits and is interruptible', async () => {
-    const envs = environments({ processes: { maxWaitMs: 300 } });
+  it('wait times out with the process still running, clamps long waits and is interruptible', async () => {
+    // A frozen clock keeps the uptime in the note at 0 s.
+    const frozen = Date.now();
+    const envs = environments({ processes: { maxWaitMs: 300, now: () => frozen } });
     const key = newKey();
-    const { sessionId } = await envs.startBackground(key, { command: 'echo waiting; sleep 1000' });
+    const command = 'echo waiting; sleep 1000';
+    const { sessionId } = await envs.startBackground(key, { command });
+    await previewUntil(envs, key, sessionId, 'waiting');
     const timedOut = JSON.parse(await envs.process(key, { action: 'wait', sessionId, timeoutMs: 200 })) as Json;
+    const note = (window: string) =>
+      `Wait window of ${window}s elapsed — the process is still running. This is not an error. Uptime: 0s.${TIMEOUT_ADVICE}`;
     assert.deepEqual(timedOut, {
-      session_id: sessionId,
       status: 'timeout',
+      command,
       output: 'waiting\n',
-      timeout_note: 'Waited 0s, process still running',
+      process_running: true,
+      timeout_note: note('0.2'),
     });
     const clamped = JSON.parse(await envs.process(key, { action: 'wait', sessionId, timeoutMs: 60_000 })) as Json;
     assert.equal(clamped.status, 'timeout');
-    assert.equal(clamped.timeout_note, 'Requested wait of 60s was clamped to the maximum of 0s');
+    assert.equal(clamped.timeout_note, `Requested wait of 60s was clamped to configured limit of 0.3s. ${note('0.3')}`);
+    const zero = JSON.parse(await envs.process(key, { action: 'wait', sessionId, timeoutMs: -2000 })) as Json;
+    assert.deepEqual(zero, { status: 'error', error: 'timeout must be positive (got -2)' });
+
+    const notified = await envs.startBackground(key, { command: 'sleep 1000', notifyOnComplete: true });
+    const told = JSON.parse(await envs.process(key, { action: 'wait', sessionId: notified.sessionId, timeoutMs: 100 })) as Json;
+    assert.equal(
+      told.timeout_note,
+      'Wait window of 0.1s elapsed — the process is still running. This is not an error. Uptime: 0s.' +
+        ' notify_on_complete is set: you will be notified on exit — do more work instead of waiting again.',
+    );
 
     const envs2 = environments();
     const key2 = newKey();
@@ -189,56 +276,81 @@ describe('process tool through TaskEnvironments', () => {
     await sleep(100);
     assert.equal(envs2.interrupt(key2), 1);
     const interrupted = JSON.parse(await pending) as Json;
-    assert.equal(interrupted.status, 'interrupted');
+    assert.deepEqual(interrupted, {
+      status: 'interrupted',
+      command: 'sleep 1000',
+      output: '',
+      note: 'User sent a new message -- wait interrupted',
+    });
     // The process itself keeps running after an interrupted wait.
     const polled = JSON.parse(await envs2.process(key2, { action: 'poll', sessionId: second.sessionId })) as Json;
     assert.equal(polled.status, 'running');
   });
 
-  it('list shows running and finished processes', async () => {
+  it('a clamped wait that sees the exit keeps the clamp note', async () => {
+    const envs = environments({ processes: { maxWaitMs: 5000 } });
+    const key = newKey();
+    const { sessionId } = await envs.startBackground(key, { command: 'echo quick' });
+    const waited = JSON.parse(await envs.process(key, { action: 'wait', sessionId, timeoutMs: 60_000 })) as Json;
+    assert.deepEqual(waited, {
+      status: 'exited',
+      command: 'echo quick',
+      exit_code: 0,
+      completion_reason: 'exited',
+      termination_source: '',
+      output: 'quick\n',
+      timeout_note: 'Requested wait of 60s was clamped to configured limit of 5s',
+    });
+  });
+
+  it('list shows running and finished processes with upstream keys', async () => {
     const envs = environments();
     const key = newKey();
     const done = await envs.startBackground(key, { command: 'echo finished' });
     await envs.process(key, { action: 'wait', sessionId: done.sessionId, timeoutMs: 5000 });
-    const running = await envs.startBackground(key, { command: 'sleep 1000', workdir: '/tmp' });
+    const long = `sleep 1000 # ${'x'.repeat(300)}`;
+    const running = await envs.startBackground(key, {
+      command: long,
+      workdir: '/tmp',
+      notifyOnComplete: true,
+      watchPatterns: ['READY'],
+    });
     const listed = JSON.parse(await envs.process(key, { action: 'list' })) as { processes: Json[] };
     assert.equal(listed.processes.length, 2);
     const [first, second] = listed.processes;
-    assert.deepEqual(Object.keys(first ?? {}), [
-      'session_id',
-      'command',
-      'cwd',
-      'pid',
-      'status',
-      'started_at',
-      'uptime_seconds',
-      'exit_code',
-      'output_preview',
-    ]);
+    const base = ['session_id', 'command', 'cwd', 'pid', 'owner_task_id', 'started_at', 'uptime_seconds', 'status', 'output_preview'];
+    assert.deepEqual(Object.keys(first ?? {}), [...base, 'exit_code']);
     assert.deepEqual(
-      [first?.session_id, first?.status, first?.exit_code, first?.output_preview, first?.cwd],
-      [done.sessionId, 'exited', 0, 'finished\n', workDir],
+      [first?.session_id, first?.status, first?.exit_code, first?.output_preview, first?.cwd, first?.owner_task_id],
+      [done.sessionId, 'exited', 0, 'finished\n', workDir, key.taskId],
     );
+    assert.match(String(first?.started_at), /^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d$/);
+    assert.deepEqual(Object.keys(second ?? {}), [...base, 'watch_patterns', 'watch_hit', 'notify_on_complete']);
     assert.deepEqual(
-      [second?.session_id, second?.status, second?.exit_code, second?.cwd],
-      [running.sessionId, 'running', null, '/tmp'],
+      [second?.session_id, second?.status, second?.cwd, second?.command, second?.watch_patterns, second?.watch_hit],
+      [running.sessionId, 'running', '/tmp', long.slice(0, 200), ['READY'], false],
     );
   });
 
-  it('reports the spec error strings', async () => {
+  it('reports upstream error strings', async () => {
     const envs = environments();
     const key = newKey();
     await envs.startBackground(key, { command: 'true' });
     assert.equal(
       await envs.process(key, { action: 'explode' }),
-      JSON.stringify({ error: 'Unknown process action: explode. Use: list, poll, log, wait, kill, write, submit, close' }),
+      JSON.stringify({ error: 'Unknown process action: explode. Use: list, poll, log, wait, kill, write, submit, close, handoff' }),
     );
-    for (const action of ['poll', 'log', 'wait', 'kill', 'write', 'submit', 'close']) {
+    for (const action of ['poll', 'log', 'wait', 'kill', 'write', 'submit', 'close', 'handoff']) {
       assert.equal(await envs.process(key, { action }), JSON.stringify({ error: `session_id is required for ${action}` }));
     }
-    const unknown = JSON.parse(await envs.process(key, { action: 'poll', sessionId: 'proc_000000000000' })) as Json;
-    assert.equal(unknown.status, 'not_found');
-    assert.match(String(unknown.error), /^No process with ID proc_000000000000\./);
+    assert.equal(
+      await envs.process(key, { action: 'handoff', sessionId: 'proc_000000000000', data: 'a server' }),
+      JSON.stringify({ error: 'handoff is only available to a running subagent with a live parent; you are not one.' }),
+    );
+    assert.equal(
+      await envs.process(key, { action: 'poll', sessionId: 'proc_000000000000' }),
+      JSON.stringify({ status: 'not_found', error: 'No process with ID proc_000000000000' }),
+    );
   });
 
   it('answers for a task without an environment without creating one', async () => {
@@ -280,7 +392,7 @@ describe('process tool through TaskEnvironments', () => {
       command: 'stty -echo; [ -t 0 ] && echo tty; read -r l; echo "got $l"',
       pty: true,
     });
-    await sleep(300);
+    await previewUntil(envs, key, sessionId, 'tty');
     await envs.process(key, { action: 'submit', sessionId, data: 'line' });
     const done = JSON.parse(await envs.process(key, { action: 'wait', sessionId, timeoutMs: 5000 })) as Json;
     assert.deepEqual([done.exit_code, done.output], [0, 'tty\ngot line\n']);
@@ -297,8 +409,35 @@ describe('process tool through TaskEnvironments', () => {
   });
 });
 
+describe('session id prefixes', () => {
+  it('finds a process by a unique prefix of 4 or more characters, with or without proc_', async () => {
+    const suffixes = ['4dae56ca81f6', '4dbe00000001', '9f0e12345678'];
+    const reg = await registry({ idSuffix: () => suffixes.shift() ?? 'ffffffffffff' });
+    const a = await reg.start({ command: 'sleep 1000' });
+    const b = await reg.start({ command: 'sleep 1000' });
+    await reg.start({ command: 'sleep 1000' });
+    assert.deepEqual([a.sessionId, b.sessionId], ['proc_4dae56ca81f6', 'proc_4dbe00000001']);
+    const pollId = async (sessionId: string) => JSON.parse(await reg.handle({ action: 'poll', sessionId })) as Json;
+    for (const id of ['proc_4dae56ca81f6', 'proc_4dae', '4dae', '4dae56ca81f6', ' 4dae ']) {
+      assert.equal((await pollId(id)).session_id, a.sessionId, id);
+    }
+    assert.equal((await pollId('4dbe')).session_id, b.sessionId);
+    // Shorter than 4 after proc_, or shared by two processes: not found, never a guess.
+    for (const id of ['4da', 'proc_4da', '4d', 'proc_', 'proc_4dae56ca81f7', '4dae56ca81f6x']) {
+      assert.deepEqual(await pollId(id), { status: 'not_found', error: `No process with ID ${id}` }, id);
+    }
+    suffixes.push('4dae99999999');
+    const twin = await reg.start({ command: 'sleep 1000' });
+    assert.deepEqual(await pollId('4dae'), { status: 'not_found', error: 'No process with ID 4dae' });
+    assert.equal((await pollId('4dae9')).session_id, twin.sessionId);
+    // Every action resolves the same way.
+    const killed = JSON.parse(await reg.handle({ action: 'kill', sessionId: '4dae5' })) as Json;
+    assert.deepEqual([killed.status, killed.session_id], ['killed', a.sessionId]);
+  });
+});
+
 describe('ProcessRegistry limits', () => {
-  it('keeps a rolling buffer and says how much was missed', async () => {
+  it('keeps a rolling buffer', async () => {
     const reg = await registry({ bufferChars: 1000 });
     const { sessionId } = await reg.start({ command: 'for i in $(seq 1 500); do echo "line-$i"; done' });
     await reg.handle({ action: 'wait', sessionId, timeoutMs: 5000 });
@@ -306,12 +445,56 @@ describe('ProcessRegistry limits', () => {
     const output = String(log.output);
     assert.ok(output.length <= 1000);
     assert.ok(output.endsWith('line-500'));
-    assert.ok(Number(log.dropped_chars) > 0);
-    const total = Array.from({ length: 500 }, (_, i) => `line-${i + 1}\n`).join('').length;
-    assert.equal(log.dropped_chars, total - 1000);
+    assert.ok(!output.includes('line-1\n'));
+  });
+
+  it('answers poll, wait and kill with tails of 1,000 and 2,000 characters', async () => {
+    const reg = await registry();
+    const { sessionId } = await reg.start({ command: 'for i in $(seq 1 1000); do printf "%04d," $i; done; sleep 1000' });
+    const body = Array.from({ length: 1000 }, (_, i) => `${String(i + 1).padStart(4, '0')},`).join('');
+    for (let i = 0; i < 100; i++) {
+      const polled = JSON.parse(await reg.handle({ action: 'poll', sessionId })) as Json;
+      if (String(polled.output_preview).endsWith('1000,')) break;
+      await sleep(50);
+    }
     const polled = JSON.parse(await reg.handle({ action: 'poll', sessionId })) as Json;
-    // wait already returned the kept part; nothing new since.
-    assert.equal(polled.output, '');
+    assert.equal(polled.output_preview, body.slice(-1000));
+    const waited = JSON.parse(await reg.handle({ action: 'wait', sessionId, timeoutMs: 50 })) as Json;
+    assert.equal(waited.output, body.slice(-1000));
+    const killed = JSON.parse(await reg.handle({ action: 'kill', sessionId })) as Json;
+    assert.equal(killed.output, body.slice(-2000));
+    const exited = JSON.parse(await reg.handle({ action: 'wait', sessionId })) as Json;
+    assert.equal(exited.output, body.slice(-2000));
+    const listed = JSON.parse(await reg.handle({ action: 'list' })) as { processes: Json[] };
+    assert.equal(listed.processes[0]?.output_preview, body.slice(-200));
+  });
+
+  it('counts characters as Python does: a character outside the BMP is one, never split', async () => {
+    const reg = await registry();
+    const command = `: ${'x'.repeat(197)}😀 and more; printf "\\360\\237\\230\\200"; head -c 999 /dev/zero | tr "\\0" a; sleep 1000`;
+    const { sessionId } = await reg.start({ command });
+    const expected = `😀${'a'.repeat(999)}`;
+    let preview = '';
+    for (let i = 0; i < 100 && preview !== expected; i++) {
+      preview = String((JSON.parse(await reg.handle({ action: 'poll', sessionId })) as Json).output_preview);
+      if (preview !== expected) await sleep(50);
+    }
+    assert.equal(preview, expected);
+    const listed = JSON.parse(await reg.handle({ action: 'list' })) as { processes: Json[] };
+    assert.equal(listed.processes[0]?.command, `: ${'x'.repeat(197)}😀`);
+  });
+
+  it('records a release as a kill by kill_all', async () => {
+    const reg = await registry();
+    const { sessionId } = await reg.start({ command: 'sleep 1000' });
+    await reg.closeAll();
+    const polled = JSON.parse(await reg.handle({ action: 'poll', sessionId })) as Json;
+    assert.deepEqual([polled.status, polled.exit_code, polled.completion_reason, polled.termination_source], [
+      'exited',
+      -15,
+      'killed',
+      'kill_all',
+    ]);
   });
 
   it('caps processes per task: evicts the oldest finished, else refuses', async () => {
@@ -344,13 +527,6 @@ describe('ProcessRegistry limits', () => {
     nowMs += 2_000;
     assert.equal((JSON.parse(await reg.handle({ action: 'poll', sessionId })) as Json).status, 'not_found');
     assert.equal(await reg.handle({ action: 'list' }), '{"processes":[]}');
-  });
-
-  it('truncates what poll returns', async () => {
-    const reg = await registry({ readOutputChars: 100 });
-    const { sessionId } = await reg.start({ command: 'head -c 1000 /dev/zero | tr "\\0" x' });
-    const waited = JSON.parse(await reg.handle({ action: 'wait', sessionId, timeoutMs: 5000 })) as Json;
-    assert.equal(waited.output, `${'x'.repeat(40)}\n\n... [OUTPUT TRUNCATED - 900 chars omitted out of 1000 total] ...\n\n${'x'.repeat(60)}`);
   });
 });
 

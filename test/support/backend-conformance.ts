@@ -48,6 +48,9 @@ interface ProcessJson {
   readonly status?: string;
   readonly exit_code?: number | null;
   readonly output?: string;
+  readonly output_preview?: string;
+  readonly completion_reason?: string;
+  readonly termination_source?: string;
   readonly pid?: number;
   readonly processes?: readonly { readonly session_id: string }[];
   readonly error?: string;
@@ -154,8 +157,9 @@ export function runBackendConformance(
       let seen = '';
       while (!seen.includes(needle)) {
         if (Date.now() > deadline) assert.fail(`background output never showed "${needle}"; got ${JSON.stringify(seen)}`);
+        // poll reads nothing away: each answer shows the buffer's last 1,000 characters.
         const p = await processAction(key, 'poll', sessionId);
-        seen += p.output ?? '';
+        seen = p.output_preview ?? '';
         if (!seen.includes(needle)) await sleep(100);
       }
       return seen;
@@ -265,7 +269,11 @@ export function runBackendConformance(
         // The check below must be able to see the process, or it would pass for the wrong reason.
         assert.equal((await exec(key, countProcessesScript(`${seconds}`))).output.trim(), 'count=1');
         const killed = await processAction(key, 'kill', started.sessionId);
-        assert.deepEqual([killed.status, killed.exit_code], ['killed', -15]);
+        assert.deepEqual(
+          [killed.status, killed.completion_reason, killed.termination_source],
+          ['killed', 'killed', 'process.kill'],
+        );
+        assert.match(killed.output ?? '', /bg-two/);
         const after15 = await processAction(key, 'poll', started.sessionId);
         assert.deepEqual([after15.status, after15.exit_code], ['exited', -15]);
         await assertNoProcess(key, `${seconds}`, 'after killing a background process');

@@ -366,19 +366,30 @@ void describe('process tool', () => {
   void it('is the process tool of the terminal toolset', () => {
     assert.equal(processTool.name, 'process');
     assert.equal(processTool.toolset, 'terminal');
-    const parameters = processTool.schema.parameters as { properties: Record<string, { enum?: string[] }> };
-    assert.deepEqual(parameters.properties.action?.enum, ['list', 'poll', 'log', 'wait', 'kill', 'write', 'submit', 'close']);
+    const parameters = processTool.schema.parameters as { properties: Record<string, { enum?: string[]; minimum?: number }> };
+    assert.deepEqual(parameters.properties.action?.enum, [
+      'list',
+      'poll',
+      'log',
+      'wait',
+      'kill',
+      'write',
+      'submit',
+      'close',
+      'handoff',
+    ]);
+    assert.equal(parameters.properties.timeout?.minimum, 1);
   });
 
   void it('refuses an unknown action', async () => {
     const task = new RecordingTaskClientDouble();
     assert.deepEqual(await call(processTool, { action: 'restart', session_id: 'proc_1' }, task), {
-      error: 'Unknown process action: restart. Use: list, poll, log, wait, kill, write, submit, close',
+      error: 'Unknown process action: restart. Use: list, poll, log, wait, kill, write, submit, close, handoff',
     });
     assert.ok(task.untouched);
   });
 
-  for (const action of ['poll', 'log', 'wait', 'kill', 'write', 'submit', 'close']) {
+  for (const action of ['poll', 'log', 'wait', 'kill', 'write', 'submit', 'close', 'handoff']) {
     void it(`requires session_id for ${action}`, async () => {
       const task = new RecordingTaskClientDouble();
       assert.deepEqual(await call(processTool, { action, data: 'x' }, task), {
@@ -388,15 +399,46 @@ void describe('process tool', () => {
     });
   }
 
-  for (const action of ['write', 'submit']) {
-    void it(`requires data for ${action}`, async () => {
+  void it('sends empty input when write or submit has no data (submit then just presses Enter)', async () => {
+    const task = new RecordingTaskClientDouble();
+    await call(processTool, { action: 'write', session_id: 'proc_1' }, task);
+    await call(processTool, { action: 'submit', session_id: 'proc_1', data: null }, task);
+    assert.deepEqual(task.processRequests, [
+      { action: 'write', sessionId: 'proc_1', data: '' },
+      { action: 'submit', sessionId: 'proc_1', data: '' },
+    ]);
+  });
+
+  void it('answers handoff as for a non-subagent, without asking the executor', async () => {
+    const task = new RecordingTaskClientDouble();
+    assert.deepEqual(await call(processTool, { action: 'handoff', session_id: 'proc_1', data: 'the dev server' }, task), {
+      error: 'handoff is only available to a running subagent with a live parent; you are not one.',
+    });
+    assert.ok(task.untouched);
+  });
+
+  for (const timeout of [0, -5]) {
+    void it(`refuses a wait timeout of ${timeout}`, async () => {
       const task = new RecordingTaskClientDouble();
-      assert.deepEqual(await call(processTool, { action, session_id: 'proc_1' }, task), {
-        error: `data is required for ${action}`,
+      assert.deepEqual(await call(processTool, { action: 'wait', session_id: 'proc_1', timeout }, task), {
+        status: 'error',
+        error: `timeout must be positive (got ${timeout})`,
       });
       assert.ok(task.untouched);
     });
   }
+
+  void it('ignores timeout on actions other than wait', async () => {
+    const task = new RecordingTaskClientDouble();
+    await call(processTool, { action: 'poll', session_id: 'proc_1', timeout: 0 }, task);
+    assert.deepEqual(task.processRequests, [{ action: 'poll', sessionId: 'proc_1' }]);
+  });
+
+  void it('takes a numeric session id as its text', async () => {
+    const task = new RecordingTaskClientDouble();
+    await call(processTool, { action: 'poll', session_id: 4321 }, task);
+    assert.deepEqual(task.processRequests, [{ action: 'poll', sessionId: '4321' }]);
+  });
 
   void it('lists without a session id and returns the executor JSON as is', async () => {
     const task = new RecordingTaskClientDouble({}, '{"processes":[{"session_id":"proc_1"}]}');

@@ -46,15 +46,15 @@ export interface PatchArgs {
 /** Arguments of the `process` tool. */
 export interface ProcessArgs {
   /**
-   * What to do: list, poll, log, wait, kill, write, submit or close.
+   * What to do: list, poll, log, wait, kill, write, submit, close or handoff (subagents only).
    */
-  action: "list" | "poll" | "log" | "wait" | "kill" | "write" | "submit" | "close";
+  action: "list" | "poll" | "log" | "wait" | "kill" | "write" | "submit" | "close" | "handoff";
   /**
-   * The process to act on, as returned by terminal(background=true) (proc_...). Not needed for list.
+   * The process to act on, as returned by terminal(background=true); any unique prefix works ('4dae' for proc_4dae56ca81f6). Not needed for list.
    */
   session_id?: string;
   /**
-   * For write and submit: the text to send to the process stdin (submit adds the newline).
+   * For write and submit: the text to send to the process stdin (submit adds the newline). For handoff: one sentence on what the process is for.
    */
   data?: string;
   /**

@@ -4,13 +4,18 @@
  * executor's process registry does the work and writes the result JSON.
  */
 import { requestApproval } from '../approval/guard-hook.js';
+import {
+  HANDOFF_UNAVAILABLE_ERROR,
+  PROCESS_ACTIONS,
+  nonPositiveTimeoutError,
+  unknownProcessActionError,
+  type ProcessAction,
+} from '../../common/process-actions.js';
 import type { TaskProcessRequest } from '../../common/task-client.js';
 import type { ToolArgs, ToolContext, ToolRegistration, ToolSchema } from '../tool-types.js';
 
-/** Actions in the order the protocol lists them (the unknown-action error repeats this list). */
-export const PROCESS_ACTIONS = ['list', 'poll', 'log', 'wait', 'kill', 'write', 'submit', 'close'] as const;
-
-export type ProcessAction = (typeof PROCESS_ACTIONS)[number];
+/** Largest `timeout_ms` the executor request carries (uint32); longer waits are clamped there anyway. */
+const MAX_TIMEOUT_MS = 0xffff_ffff;
 
 const ACTION_SET: ReadonlySet<string> = new Set(PROCESS_ACTIONS);
 
@@ -31,19 +36,23 @@ const SCHEMA: ToolSchema = {
       action: {
         type: 'string',
         enum: [...PROCESS_ACTIONS],
-        description: 'What to do: list, poll, log, wait, kill, write, submit or close.',
+        description: 'What to do: list, poll, log, wait, kill, write, submit, close or handoff (subagents only).',
       },
       session_id: {
         type: 'string',
-        description: 'The process to act on, as returned by terminal(background=true) (proc_...). Not needed for list.',
+        description:
+          'The process to act on, as returned by terminal(background=true); any unique prefix works ' +
+          "('4dae' for proc_4dae56ca81f6). Not needed for list.",
       },
       data: {
         type: 'string',
-        description: 'For write and submit: the text to send to the process stdin (submit adds the newline).',
+        description:
+          'For write and submit: the text to send to the process stdin (submit adds the newline). ' +
+          'For handoff: one sentence on what the process is for.',
       },
       timeout: {
         type: 'integer',
-        minimum: 0,
+        minimum: 1,
         description: 'For wait: the most seconds to wait before returning with the process still running.',
       },
       offset: {
@@ -75,27 +84,40 @@ function readInteger(raw: unknown, name: string): number | string | undefined {
   return Math.trunc(raw);
 }
 
+/** Some models send a session id as a number; upstream takes its text. */
+function readSessionId(raw: unknown): string | undefined {
+  if (typeof raw === 'number' && Number.isFinite(raw)) return String(raw);
+  return typeof raw === 'string' && raw !== '' ? raw : undefined;
+}
+
+/** Stdin text for write/submit: missing means empty (submit then just presses Enter). */
+function readData(raw: unknown): string {
+  if (raw === undefined || raw === null) return '';
+  return typeof raw === 'string' ? raw : JSON.stringify(raw);
+}
+
 async function runProcess(args: ToolArgs, ctx: ToolContext): Promise<string> {
   const action = args.action;
   if (typeof action !== 'string' || !ACTION_SET.has(action)) {
-    return errorResult(
-      `Unknown process action: ${describeValue(action)}. Use: ${PROCESS_ACTIONS.join(', ')}`,
-    );
+    return errorResult(unknownProcessActionError(describeValue(action)));
   }
 
-  const sessionId = typeof args.session_id === 'string' && args.session_id !== '' ? args.session_id : undefined;
+  const sessionId = readSessionId(args.session_id);
   if (action !== 'list' && sessionId === undefined) return errorResult(`session_id is required for ${action}`);
+  // Handing a process to a parent agent needs a subagent; Berth runs none, so no executor round trip.
+  if (action === 'handoff') return errorResult(HANDOFF_UNAVAILABLE_ERROR);
 
-  const data = args.data;
-  // An empty string is valid: `submit` with "" just presses Enter.
-  if (INPUT_ACTIONS.has(action) && typeof data !== 'string') return errorResult(`data is required for ${action}`);
+  const data = INPUT_ACTIONS.has(action) ? readData(args.data) : undefined;
 
+  // Only wait reads timeout (seconds); other actions ignore it, as upstream does.
   let timeoutMs: number | undefined;
-  if (args.timeout !== undefined && args.timeout !== null) {
-    if (typeof args.timeout !== 'number' || !Number.isFinite(args.timeout) || args.timeout < 0) {
-      return errorResult(`timeout must be a non-negative number of seconds, got ${describeValue(args.timeout)}`);
+  if (action === 'wait' && args.timeout !== undefined && args.timeout !== null) {
+    if (typeof args.timeout !== 'number' || !Number.isFinite(args.timeout)) {
+      return errorResult(`timeout must be a number of seconds, got ${describeValue(args.timeout)}`);
     }
-    timeoutMs = Math.round(args.timeout * 1000);
+    if (args.timeout <= 0) return JSON.stringify({ status: 'error', error: nonPositiveTimeoutError(args.timeout) });
+    // At least 1 ms: 0 on the wire means "no timeout given".
+    timeoutMs = Math.min(MAX_TIMEOUT_MS, Math.max(1, Math.round(args.timeout * 1000)));
   }
   const offset = readInteger(args.offset, 'offset');
   if (typeof offset === 'string') return errorResult(offset);
@@ -103,7 +125,7 @@ async function runProcess(args: ToolArgs, ctx: ToolContext): Promise<string> {
   if (typeof limit === 'string') return errorResult(limit);
 
   // Input to a background process may be a shell's next command line: it needs the same approval as terminal.
-  if (typeof data === 'string' && INPUT_ACTIONS.has(action) && data.trim() !== '') {
+  if (data !== undefined && data.trim() !== '') {
     const verdict = await requestApproval(ctx, { tool: 'process', command: data });
     if (!verdict.allowed) return verdict.result;
   }
@@ -111,7 +133,7 @@ async function runProcess(args: ToolArgs, ctx: ToolContext): Promise<string> {
   const request: TaskProcessRequest = {
     action,
     ...(sessionId === undefined ? {} : { sessionId }),
-    ...(typeof data === 'string' && INPUT_ACTIONS.has(action) ? { data } : {}),
+    ...(data === undefined ? {} : { data }),
     ...(timeoutMs === undefined ? {} : { timeoutMs }),
     ...(offset === undefined ? {} : { offset }),
     ...(limit === undefined ? {} : { limit }),

@@ -1,0 +1,214 @@
+/**
+ * The `process` tool as a model calls it: the dispatcher's handler (argument
+ * checks, seconds to milliseconds) over a real local backend's task
+ * environment, with processes started by the `terminal` tool. The result
+ * shapes are upstream hermes-agent's (tools/process_registry.py).
+ */
+import assert from 'node:assert/strict';
+import { mkdtemp, realpath, rm } from 'node:fs/promises';
+import os from 'node:os';
+import path from 'node:path';
+import { after, afterEach, before, describe, it } from 'node:test';
+import { silentLogger } from '../../services/common/logging.js';
+import type { TaskClient } from '../../services/common/task-client.js';
+import type { ToolContext } from '../../services/dispatcher/tool-types.js';
+import { processToolRegistration } from '../../services/dispatcher/tools/process-tool.js';
+import { terminalToolRegistration } from '../../services/dispatcher/tools/terminal-tool.js';
+import type { TaskKey } from '../../services/executor/backend.js';
+import { LocalBackend } from '../../services/executor/backends/local/local-backend.js';
+import { TaskEnvironments } from '../../services/executor/task-environment.js';
+
+type Json = Record<string, unknown>;
+
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+let root: string;
+let backend: LocalBackend;
+let envs: TaskEnvironments;
+let taskNo = 0;
+const keys: TaskKey[] = [];
+
+before(async () => {
+  root = await realpath(await mkdtemp(path.join(os.tmpdir(), 'berth-process-tool-')));
+  backend = new LocalBackend({ stateRoot: path.join(root, 'state'), initialCwd: root });
+  envs = new TaskEnvironments({ backend, logger: silentLogger() });
+});
+
+afterEach(async () => {
+  for (const key of keys.splice(0)) await envs.release(key);
+});
+
+after(async () => {
+  await envs.closeAll();
+  await backend.close();
+  await rm(root, { recursive: true, force: true });
+});
+
+/** One task: calls `terminal` and `process` the way the dispatcher does. */
+function task() {
+  const key: TaskKey = { tenant: 'tenant', taskId: `tool-task-${++taskNo}` };
+  keys.push(key);
+  const client: TaskClient = {
+    exec: (request) => envs.exec(key, request),
+    readFile: (p) => envs.readFile(key, p),
+    writeFile: (p, content) => envs.writeFile(key, p, content),
+    stat: (p) => envs.stat(key, p),
+    startBackground: (request) => envs.startBackground(key, request),
+    process: (request) => envs.process(key, request),
+  };
+  const context: ToolContext = {
+    tenant: key.tenant,
+    taskId: key.taskId,
+    sessionId: 'session',
+    task: client,
+    signal: new AbortController().signal,
+    logger: silentLogger(),
+  };
+  const terminal = terminalToolRegistration();
+  const processTool = processToolRegistration();
+  return {
+    key,
+    async start(command: string, extra: Json = {}): Promise<string> {
+      const started = JSON.parse(await terminal.handler({ command, background: true, ...extra }, context)) as Json;
+      assert.equal(started.output, 'Background process started', JSON.stringify(started));
+      return String(started.session_id);
+    },
+    async process(args: Json): Promise<Json> {
+      return JSON.parse(await processTool.handler(args, context)) as Json;
+    },
+  };
+}
+
+describe('process tool over a local task', () => {
+  it('finds a process by a 4-character prefix, with or without proc_, and not by a shorter one', async () => {
+    const t = task();
+    const id = await t.start('echo by-prefix');
+    const hex = id.slice('proc_'.length);
+    await t.process({ action: 'wait', session_id: id, timeout: 5 });
+    for (const sessionId of [id, hex, hex.slice(0, 4), `proc_${hex.slice(0, 6)}`]) {
+      const polled = await t.process({ action: 'poll', session_id: sessionId });
+      assert.deepEqual([polled.session_id, polled.output_preview], [id, 'by-prefix\n'], sessionId);
+    }
+    const short = hex.slice(0, 3);
+    assert.deepEqual(await t.process({ action: 'log', session_id: short }), {
+      status: 'not_found',
+      error: `No process with ID ${short}`,
+    });
+  });
+
+  it('poll answers with output_preview and reads nothing away', async () => {
+    const t = task();
+    const command = 'echo first; sleep 1000';
+    const id = await t.start(command);
+    let polled: Json = {};
+    for (let i = 0; i < 100 && polled.output_preview !== 'first\n'; i++) {
+      polled = await t.process({ action: 'poll', session_id: id });
+      if (polled.output_preview !== 'first\n') await sleep(50);
+    }
+    assert.deepEqual(Object.keys(polled), ['session_id', 'command', 'status', 'pid', 'uptime_seconds', 'output_preview']);
+    assert.deepEqual([polled.command, polled.status, polled.output_preview], [command, 'running', 'first\n']);
+    assert.equal((await t.process({ action: 'poll', session_id: id })).output_preview, 'first\n');
+    assert.equal(polled.output, undefined);
+  });
+
+  it('wait answers an exit with the last 2,000 characters and how it ended', async () => {
+    const t = task();
+    const command = 'head -c 3000 /dev/zero | tr "\\0" z; exit 3';
+    const id = await t.start(command);
+    assert.deepEqual(await t.process({ action: 'wait', session_id: id, timeout: 10 }), {
+      status: 'exited',
+      command,
+      exit_code: 3,
+      completion_reason: 'exited',
+      termination_source: '',
+      output: 'z'.repeat(2000),
+    });
+  });
+
+  it('wait answers a timeout with the process still running and says it is not an error', async () => {
+    const t = task();
+    const command = 'echo still-going; sleep 1000';
+    const id = await t.start(command);
+    const waited = await t.process({ action: 'wait', session_id: id.slice(0, 9), timeout: 1 });
+    assert.deepEqual(Object.keys(waited), ['status', 'command', 'output', 'process_running', 'timeout_note']);
+    assert.deepEqual([waited.status, waited.command, waited.output, waited.process_running], [
+      'timeout',
+      command,
+      'still-going\n',
+      true,
+    ]);
+    assert.match(
+      String(waited.timeout_note),
+      /^Wait window of 1s elapsed — the process is still running\. This is not an error\. Uptime: \d+s\. Poll again later or use terminal\(background=true, notify_on_complete=true\) next time for automatic notification\.$/,
+    );
+  });
+
+  it('refuses a wait timeout below 1 before looking the process up', async () => {
+    const t = task();
+    for (const timeout of [0, -1]) {
+      assert.deepEqual(await t.process({ action: 'wait', session_id: 'proc_000000000000', timeout }), {
+        status: 'error',
+        error: `timeout must be positive (got ${timeout})`,
+      });
+    }
+  });
+
+  it('kill answers with the kill source and the output, then already_exited', async () => {
+    const t = task();
+    const command = 'echo about-to-die; sleep 1000';
+    const id = await t.start(command);
+    for (let i = 0; i < 100; i++) {
+      if ((await t.process({ action: 'poll', session_id: id })).output_preview === 'about-to-die\n') break;
+      await sleep(50);
+    }
+    assert.deepEqual(await t.process({ action: 'kill', session_id: id.slice(0, 10) }), {
+      status: 'killed',
+      session_id: id,
+      completion_reason: 'killed',
+      termination_source: 'process.kill',
+      output: 'about-to-die\n',
+    });
+    assert.deepEqual(await t.process({ action: 'kill', session_id: id }), {
+      status: 'already_exited',
+      command,
+      exit_code: -15,
+      completion_reason: 'killed',
+      termination_source: 'process.kill',
+      output: 'about-to-die\n',
+    });
+  });
+
+  it('submit and close answer upstream shapes', async () => {
+    const t = task();
+    const id = await t.start('read -r answer; echo "answer=$answer"; cat');
+    assert.deepEqual(await t.process({ action: 'submit', session_id: id, data: 'yes' }), { status: 'ok', bytes_written: 4 });
+    assert.deepEqual(await t.process({ action: 'close', session_id: id }), { status: 'ok', message: 'stdin closed' });
+    const done = await t.process({ action: 'wait', session_id: id, timeout: 10 });
+    assert.deepEqual([done.status, done.exit_code, done.output], ['exited', 0, 'answer=yes\n']);
+    assert.deepEqual(await t.process({ action: 'write', session_id: id, data: 'late' }), {
+      status: 'already_exited',
+      error: 'Process has already finished',
+    });
+  });
+
+  it('list entries carry upstream keys and the owning task', async () => {
+    const t = task();
+    const id = await t.start('sleep 1000', { notify_on_complete: true });
+    const listed = (await t.process({ action: 'list' })) as { processes: Json[] };
+    assert.deepEqual(listed.processes.map((p) => Object.keys(p)), [
+      [
+        'session_id',
+        'command',
+        'cwd',
+        'pid',
+        'owner_task_id',
+        'started_at',
+        'uptime_seconds',
+        'status',
+        'output_preview',
+        'notify_on_complete',
+      ],
+    ]);
+    assert.deepEqual([listed.processes[0]?.session_id, listed.processes[0]?.owner_task_id], [id, t.key.taskId]);
+  });
+});
