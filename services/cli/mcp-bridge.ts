@@ -15,6 +15,7 @@ import {
 import type { BerthClient, BerthTask, ToolDefinition } from '../client/berth-client.js';
 import { BerthError } from '../client/errors.js';
 import type { ApprovalChoice, ApprovalEvent } from '../client/session.js';
+import { canonicalToolName } from '../dispatcher/tool-aliases.js';
 
 export interface McpBridgeOptions {
   readonly client: BerthClient;
@@ -105,7 +106,7 @@ export class McpBridge {
   }
 
   async #callTool(
-    name: string,
+    calledName: string,
     args: Record<string, unknown>,
     call: {
       signal: AbortSignal;
@@ -114,6 +115,8 @@ export class McpBridge {
       sendProgress: (params: { progressToken: string | number; progress: number; message: string }) => Promise<void>;
     },
   ): Promise<CallToolResult> {
+    // An old name (process) calls the tool offered under the current one (process_manage).
+    const name = canonicalToolName(calledName);
     // Only the tools offered may be called: --toolsets/--disable narrow what the MCP client can do.
     if (this.#known === undefined || !this.#known.has(name)) {
       try {

@@ -19,6 +19,7 @@ import { AdmittingTaskClient } from './quotas/admitting-task-client.js';
 import type { QuotaLease, QuotaLedger } from './quotas/quota-ledger.js';
 import type { ToolRegistry } from './registry.js';
 import { getToolDefinitions, type ExecuteCodeSchemaBuilder } from './toolsets.js';
+import { canonicalToolName } from './tool-aliases.js';
 import type { ToolContext } from './tool-types.js';
 import type { ToolCallTracing } from './tool-call-tracing.js';
 import { SPAN_ATTRIBUTES } from '../common/tracing/tracing.js';
@@ -32,7 +33,7 @@ export const MAX_ARGUMENTS_BYTES = 8 * 1024 * 1024;
 /**
  * Built-in tools that use the task's environment: admitted by the quotas
  * before they run, so a task over quota gets no approval prompt either.
- * (`process` never creates an environment.)
+ * (`process_manage` never creates an environment.)
  */
 const ENVIRONMENT_TOOLS: ReadonlySet<string> = new Set([
   'terminal',
@@ -140,7 +141,13 @@ export class Dispatcher {
     return id;
   }
 
-  async callTool(tenant: string, input: CallToolInput, options: CallOptions): Promise<string> {
+  /**
+   * Runs one tool call. An old tool name (`process`) is replaced by the
+   * current one (`process_manage`) first: spans, metrics, logs, quotas,
+   * approvals (and a parked call's re-run) and the result all see the new name.
+   */
+  async callTool(tenant: string, call: CallToolInput, options: CallOptions): Promise<string> {
+    const input: CallToolInput = { ...call, name: canonicalToolName(call.name) };
     const tracing = this.#tracing;
     if (tracing === undefined) return this.#measuredCall(tenant, input, options);
     const span = { tool: input.name, tenant, taskId: input.taskId || 'default', nested: false };

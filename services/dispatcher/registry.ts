@@ -1,13 +1,14 @@
 /**
  * The tool registry: which tools exist, whether each is available right now,
  * the schemas the model is shown, and the one dispatch path every call takes
- * (argument coercion, hooks, error shaping, result cap).
+ * (old-name aliases, argument coercion, hooks, error shaping, result cap).
  */
 import type { Logger } from '../common/logging.js';
 import { isInfrastructureError } from '../common/errors.js';
 import { coerceArguments } from './coercion.js';
 import { HookRegistry } from './hooks.js';
-import { sanitizeErrorText } from './sanitize.js';
+import { boundErrorText, boundJsonErrorResult, sanitizeErrorText } from './sanitize.js';
+import { canonicalToolName } from './tool-aliases.js';
 import type {
   CheckFn,
   JsonSchema,
@@ -35,7 +36,7 @@ export const CHECK_FLAKE_WINDOW_MS = 60_000;
  * store, sub-agents). Their schemas are listed so the model can call them, but
  * the caller must intercept the calls; reaching dispatch is a caller bug.
  */
-export const AGENT_LOOP_TOOLS: ReadonlySet<string> = new Set(['todo', 'memory', 'session_search', 'delegate_task']);
+export const AGENT_LOOP_TOOLS: ReadonlySet<string> = new Set(['todo_list', 'memory', 'session_search', 'delegate_task']);
 
 /** A registration as stored: `description` resolved from the schema when not given. */
 export interface RegisteredTool extends ToolRegistration {
@@ -164,14 +165,19 @@ export class ToolRegistry {
   /**
    * Runs a tool call and returns the string the model sees; never throws.
    *
-   * Order: agent-loop and unknown-tool refusals; argument coercion;
-   * `pre_tool_call` hooks (may block); the handler; `post_tool_call` hooks;
-   * `transform_tool_result` hooks; the result cap. A handler throw becomes
-   * `Tool execution failed: ErrorType: message`; a failure anywhere else
-   * (coercion, hooks, a non-string result) becomes `Error executing NAME: message`.
-   * Both are sanitised, so they carry one `[TOOL_ERROR] ` prefix.
+   * Order: an old tool name is replaced by its current one (`process` →
+   * `process_manage`), and everything after sees only that; agent-loop and
+   * unknown-tool refusals; argument coercion; `pre_tool_call` hooks (may
+   * block); the handler, whose result is normalised (a non-string becomes a
+   * `tool_result_contract` error, an oversized `error` field is bounded);
+   * `post_tool_call` hooks; `transform_tool_result` hooks; the result cap.
+   * A handler throw becomes `Tool execution failed: ErrorType: message`; a
+   * failure anywhere else (coercion, hooks) becomes `Error executing NAME:
+   * message`. Both are sanitised, so they carry one `[TOOL_ERROR] ` prefix.
+   * Every error text is bounded at 2,048 characters + `… [truncated]`.
    */
-  async dispatch(name: string, args: unknown, context: ToolContext): Promise<string> {
+  async dispatch(calledName: string, args: unknown, context: ToolContext): Promise<string> {
+    const name = canonicalToolName(calledName);
     // Checked before the lookup so the reserved names give the useful message even when not registered.
     if (AGENT_LOOP_TOOLS.has(name)) return errorResult(`${name} must be handled by the agent loop`);
     const tool = this.#tools.get(name);
@@ -193,18 +199,15 @@ export class ToolRegistry {
       }
 
       const startedMs = this.#nowMs();
-      let result: unknown;
+      let raw: unknown;
       try {
-        result = await tool.handler(coerced, context);
+        raw = await tool.handler(coerced, context);
       } catch (err) {
         if (isInfrastructureError(err)) throw err;
         context.logger.warn({ err, tool: name }, 'tool handler failed');
         return errorResult(sanitizeErrorText(`Tool execution failed: ${errorTypeName(err)}: ${errorMessage(err)}`));
       }
-      if (typeof result !== 'string') {
-        // Plugins in plain JavaScript can return anything; the model only ever gets strings.
-        throw new TypeError(`handler returned ${describeType(result)}, expected a string`);
-      }
+      const result = normalizeHandlerResult(name, raw, context.logger);
       const durationMs = this.#nowMs() - startedMs;
 
       await this.hooks.runPostToolCall({ ...event, durationMs, result });
@@ -305,9 +308,29 @@ export function capToolResult(result: string, maxChars: number): string {
   return `${result.slice(0, end)}\n\n... [RESULT TRUNCATED - ${omitted} chars omitted out of ${result.length} total] ...`;
 }
 
-/** Error results are JSON objects with one `error` field, built by JSON.stringify so any text stays valid JSON. */
-function errorResult(message: string): string {
-  return JSON.stringify({ error: message });
+/**
+ * Error results are JSON objects with an `error` field, built by JSON.stringify
+ * so any text stays valid JSON; the text is bounded ({@link boundErrorText}).
+ */
+function errorResult(message: string, extra: Record<string, string> = {}): string {
+  return JSON.stringify({ error: boundErrorText(message), ...extra });
+}
+
+/**
+ * What the rest of the pipeline gets from a handler: a string with any
+ * oversized `error` field bounded. Plugins in plain JavaScript can return
+ * anything; hooks, the cap and the model only ever get strings, so anything
+ * else becomes the protocol's contract error, naming the tool and the type.
+ */
+function normalizeHandlerResult(name: string, result: unknown, logger: Logger): string {
+  if (typeof result === 'string') return boundJsonErrorResult(result);
+  const resultType = describeType(result);
+  logger.error({ tool: name, resultType }, `tool ${name} handler returned unsupported result type: ${resultType}`);
+  return errorResult(`Tool handler returned unsupported result type: ${resultType}`, {
+    error_type: 'tool_result_contract',
+    tool: name,
+    result_type: resultType,
+  });
 }
 
 /**
@@ -332,10 +355,11 @@ function errorMessage(err: unknown): string {
   }
 }
 
+/** The JavaScript type of a handler's result, as the contract error names it: `typeof`, except `null` and `array`. */
 function describeType(value: unknown): string {
   if (value === null) return 'null';
-  if (Array.isArray(value)) return 'an array';
-  return typeof value === 'object' ? 'an object' : typeof value;
+  if (Array.isArray(value)) return 'array';
+  return typeof value;
 }
 
 function isToolSchemaLike(value: unknown): value is ToolSchema {
@@ -457,7 +481,7 @@ const AGENT_LOOP_STUBS: readonly { toolset: string; schema: ToolSchema }[] = [
   {
     toolset: 'todo',
     schema: {
-      name: 'todo',
+      name: 'todo_list',
       description:
         'Read or write your task list for this session. Use it for work with three or more steps: write the plan, ' +
         'mark one item in_progress at a time and completed when done.',
@@ -497,7 +521,7 @@ const AGENT_LOOP_STUBS: readonly { toolset: string; schema: ToolSchema }[] = [
 ];
 
 /**
- * Registers the schemas of the agent-loop tools (`todo`, `memory`,
+ * Registers the schemas of the agent-loop tools (`todo_list`, `memory`,
  * `session_search`, `delegate_task`) so listings include them. Their handlers
  * only return the agent-loop error; dispatch answers before reaching them.
  */

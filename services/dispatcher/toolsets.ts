@@ -6,6 +6,7 @@
  */
 import { InvalidArgumentError } from '../common/errors.js';
 import type { ToolRegistry } from './registry.js';
+import { canonicalToolNames } from './tool-aliases.js';
 import type { OpenAiTool, ToolSchema } from './tool-types.js';
 
 /** A toolset as given to `registerToolset`. */
@@ -52,7 +53,7 @@ const BROWSER_TOOLS = [
 const SKILLS_TOOLS = ['skills_list', 'skill_view', 'skill_manage'] as const;
 
 const LEAF_TOOLSETS: Readonly<Record<string, { description: string; tools: readonly string[] }>> = {
-  terminal: { description: 'Run shell commands and manage background processes', tools: ['terminal', 'process'] },
+  terminal: { description: 'Run shell commands and manage background processes', tools: ['terminal', 'process_manage'] },
   file: { description: 'Read, write, patch and search files', tools: ['read_file', 'write_file', 'patch', 'search_files'] },
   code_execution: { description: 'Run Python scripts that call other tools', tools: ['execute_code'] },
   web: { description: 'Search the web and extract page content', tools: ['web_search', 'web_extract'] },
@@ -60,9 +61,9 @@ const LEAF_TOOLSETS: Readonly<Record<string, { description: string; tools: reado
   vision: { description: 'Analyse images', tools: ['vision_analyze'] },
   image_gen: { description: 'Generate images from text', tools: ['image_generate'] },
   skills: { description: 'List, read and manage skills', tools: SKILLS_TOOLS },
-  cronjob: { description: 'Schedule recurring jobs', tools: ['cronjob'] },
+  cronjob: { description: 'Schedule recurring jobs', tools: ['cronjob_manage'] },
   tts: { description: 'Turn text into speech', tools: ['text_to_speech'] },
-  todo: { description: 'Task list for the current session (agent loop)', tools: ['todo'] },
+  todo: { description: 'Task list for the current session (agent loop)', tools: ['todo_list'] },
   memory: { description: 'Durable notes across sessions (agent loop)', tools: ['memory'] },
   session_search: { description: 'Search earlier sessions (agent loop)', tools: ['session_search'] },
   delegation: { description: 'Hand tasks to sub-agents (agent loop)', tools: ['delegate_task'] },
@@ -102,17 +103,17 @@ export const SANDBOX_TOOLS: readonly string[] = Object.freeze([
 
 /**
  * Names older clients send; they are not toolsets (not listed, not part of
- * `all`) but resolve to the same tools.
+ * `all`) but resolve to the same tools, under the tools' current names.
  */
 const LEGACY_TOOLSETS: Readonly<Record<string, readonly string[]>> = {
   web_tools: ['web_search', 'web_extract'],
-  terminal_tools: ['terminal', 'process'],
+  terminal_tools: ['terminal', 'process_manage'],
   file_tools: ['read_file', 'write_file', 'patch', 'search_files'],
   browser_tools: BROWSER_TOOLS,
   vision_tools: ['vision_analyze'],
   image_tools: ['image_generate'],
   skills_tools: SKILLS_TOOLS,
-  cronjob_tools: ['cronjob'],
+  cronjob_tools: ['cronjob_manage'],
   tts_tools: ['text_to_speech'],
 };
 
@@ -131,7 +132,7 @@ function builtinTable(): Map<string, StoredToolset> {
   }
   table.set('debugging', {
     description: 'Terminal, processes, web and files for debugging work',
-    tools: ['terminal', 'process'],
+    tools: ['terminal', 'process_manage'],
     includes: ['web', 'file'],
     aliases: [],
   });
@@ -150,7 +151,8 @@ const aliases = new Map<string, string>();
 /**
  * Adds (or replaces) a plugin or MCP toolset. A toolset named `mcp-<server>`
  * also gets `<server>` as an alias. Aliases that would shadow a toolset, a
- * legacy name or another toolset's alias are skipped.
+ * legacy name or another toolset's alias are skipped. Old tool names in
+ * `tools` (`process`) stand for the current ones (`process_manage`).
  *
  * @returns the aliases that were applied.
  * @throws InvalidArgumentError for a malformed name, `all`/`*`, a built-in or legacy name.
@@ -178,7 +180,7 @@ export function registerToolset(name: string, def: ToolsetDefinition): string[] 
   for (const alias of applied) aliases.set(alias, name);
   toolsets.set(name, {
     description: def.description,
-    tools: [...def.tools],
+    tools: canonicalToolNames(def.tools),
     includes: [...(def.includes ?? [])],
     aliases: applied,
   });

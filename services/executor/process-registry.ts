@@ -662,7 +662,7 @@ export class ProcessRegistry {
     if (!oldest) {
       throw new ResourceExhaustedError(
         `This task already has ${this.#maxProcesses} background processes running. ` +
-          'Kill one with the process tool (action "kill") before starting another.',
+          'Kill one with process_manage (action "kill") before starting another.',
       );
     }
     this.#sessions.delete(oldest.id);

@@ -160,7 +160,7 @@ describe('the compose stack', async () => {
     const tools = await client.listTools({ enabledToolsets: ['terminal', 'file'], disabledToolsets: [] });
     assert.deepEqual(
       JSON.parse(tools.toolsJson).map((x: { function: { name: string } }) => x.function.name).sort(),
-      ['patch', 'process', 'read_file', 'search_files', 'terminal', 'write_file'],
+      ['patch', 'process_manage', 'read_file', 'search_files', 'terminal', 'write_file'],
     );
     assert.deepEqual(await sh(t, 'cd /tmp && export FOO=bar'), { output: '', exit_code: 0, error: null });
     assert.deepEqual(await sh(t, 'pwd; echo $FOO'), { output: '/tmp\nbar', exit_code: 0, error: null });

@@ -78,7 +78,7 @@ describe('berth/client against a real berth serve', () => {
     assert.equal(cli.code, 0, cli.stderr);
     const listing = await berth.listTools({ toolsets: ['terminal', 'file', 'no-such-set'], disable: ['file'] });
     assert.deepEqual(listing.tools, JSON.parse(cli.stdout));
-    assert.deepEqual(listing.tools.map((t) => t.function.name), ['process', 'terminal']);
+    assert.deepEqual(listing.tools.map((t) => t.function.name), ['process_manage', 'terminal']);
     assert.deepEqual(listing.unknownToolsets, ['no-such-set']);
   });
 
@@ -105,6 +105,11 @@ describe('berth/client against a real berth serve', () => {
     assert.equal(read.total_lines, 2);
     const found = await task.searchFiles({ pattern: 'tw', path: dir });
     assert.equal(found.matches?.[0]?.content, 'two');
+
+    // processManage, and the deprecated process() kept for code written against the old tool name.
+    const listed = (await task.processManage({ action: 'list' })) as { processes?: unknown[] };
+    assert.ok(Array.isArray(listed.processes), JSON.stringify(listed));
+    assert.deepEqual(await task.process({ action: 'list' }), listed);
 
     // Tool failures are results the model reads, not exceptions.
     const missing = await task.readFile({ path: join(dir, 'absent.txt') });
@@ -303,7 +308,7 @@ describe('berth/client retries', () => {
     });
     try {
       const listing = await berth.listTools({ toolsets: ['terminal'] });
-      assert.deepEqual(listing.tools.map((t) => t.function.name), ['process', 'terminal']);
+      assert.deepEqual(listing.tools.map((t) => t.function.name), ['process_manage', 'terminal']);
       assert.equal(retries[0], 1, 'the first attempt failed and was retried');
     } finally {
       berth.close();

@@ -257,7 +257,7 @@ print(refused["error"])
 
   test('scripts cannot call execute_code or any tool outside the sandbox set', async () => {
     const code = `import hermes_tools
-for name in ("execute_code", "process", "memory", "mcp-x_tool"):
+for name in ("execute_code", "process", "process_manage", "todo", "memory", "mcp-x_tool"):
     print(hermes_tools._call(name, {"code": "print(1)"})["error"])
 `;
     const r = await runCode(code, 'whitelist');
@@ -266,6 +266,8 @@ for name in ("execute_code", "process", "memory", "mcp-x_tool"):
     assert.deepEqual(r.output.trim().split('\n'), [
       `Tool 'execute_code' is not available in execute_code. ${available}`,
       `Tool 'process' is not available in execute_code. ${available}`,
+      `Tool 'process_manage' is not available in execute_code. ${available}`,
+      `Tool 'todo' is not available in execute_code. ${available}`,
       `Tool 'memory' is not available in execute_code. ${available}`,
       `Tool 'mcp-x_tool' is not available in execute_code. ${available}`,
     ]);

@@ -126,6 +126,14 @@ describe('berth mcp against a real berth serve', () => {
       const hidden = await client.callTool({ name: 'read_file', arguments: { path: '/etc/hostname' } });
       assert.equal(hidden.isError, true);
       assert.deepEqual(JSON.parse(text(hidden)), { error: 'Unknown tool: read_file' });
+
+      // Offered as process_manage only; the old name still calls it.
+      assert.deepEqual(tools.map((t) => t.name), ['process_manage', 'terminal']);
+      for (const name of ['process_manage', 'process']) {
+        const listed = await client.callTool({ name, arguments: { action: 'list' } });
+        assert.equal(listed.isError, undefined, text(listed));
+        assert.ok(Array.isArray(JSON.parse(text(listed)).processes), text(listed));
+      }
     } finally {
       await client.close();
     }

@@ -114,6 +114,17 @@ describe('berth serve --metrics-port 0', () => {
     assert.equal(sample(text, 'berth_rpc_calls_total', { service: 'berth.v1.Dispatcher', method: 'EndTask', code: 'OK' }), 1);
   });
 
+  test('a call under an old tool name is counted under the current one', async () => {
+    for (const name of ['process', 'process_manage']) {
+      const r = await serve.client.callTool({ name, argumentsJson: '{"action":"list"}', taskId: 'metrics-names', sessionId: '' });
+      assert.ok(Array.isArray(JSON.parse(r.resultJson).processes), r.resultJson);
+    }
+    const text = await scrape(url);
+    assert.equal(sample(text, 'berth_tool_calls_total', { tool: 'process_manage', status: 'success' }), 2);
+    assert.equal(sample(text, 'berth_tool_call_duration_seconds_count', { tool: 'process_manage' }), 2);
+    assert.ok(!labelValues(text, 'berth_tool_calls_total', 'tool').includes('process'));
+  });
+
   test('paths other than /metrics are 404', async () => {
     const base = new URL(url);
     for (const path of ['/', '/metricz', '/debug/vars']) {

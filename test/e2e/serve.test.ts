@@ -62,7 +62,7 @@ describe('berth serve (local backend)', () => {
     const tools = JSON.parse(r.stdout) as Array<{ type: string; function: { name: string; parameters: unknown } }>;
     assert.deepEqual(
       tools.map((t) => t.function.name),
-      ['patch', 'process', 'read_file', 'search_files', 'terminal', 'write_file'],
+      ['patch', 'process_manage', 'read_file', 'search_files', 'terminal', 'write_file'],
     );
     for (const t of tools) {
       assert.equal(t.type, 'function');
@@ -231,14 +231,29 @@ describe('berth serve (local backend)', () => {
     assert.equal(found.matches[0].line, 2);
   });
 
-  test('background processes are started by terminal and managed by process', async () => {
+  test('tools advertises only the current tool names; a call to an old name is answered under the new one', async () => {
+    const r = await serve.cli(['tools']);
+    assert.equal(r.code, 0, r.stderr);
+    const names = (JSON.parse(r.stdout) as Array<{ function: { name: string } }>).map((t) => t.function.name);
+    for (const current of ['process_manage', 'todo_list']) assert.ok(names.includes(current), `${current} in ${names.join(', ')}`);
+    for (const old of ['process', 'todo', 'cronjob']) assert.ok(!names.includes(old), `${old} not in ${names.join(', ')}`);
+    for (const called of ['todo', 'todo_list']) {
+      const call = await serve.cli(['call', called, '{"todos":[]}', '--task', 'names']);
+      assert.equal(call.code, 0, call.stderr);
+      assert.deepEqual(JSON.parse(call.stdout), { error: 'todo_list must be handled by the agent loop' });
+    }
+    const unknown = await serve.cli(['call', 'cronjob', '{}', '--task', 'names']);
+    assert.deepEqual(JSON.parse(unknown.stdout), { error: 'Unknown tool: cronjob_manage' });
+  });
+
+  test('background processes are started by terminal and managed by process_manage, or process (its old name)', async () => {
     const start = JSON.parse(
       (await serve.cli(['call', 'terminal', '{"command":"echo hello-bg; sleep 1000","background":true}', '--task', 'bg']))
         .stdout,
     );
     assert.equal(start.output, 'Background process started');
     assert.match(start.session_id, /^proc_[0-9a-f]{12}$/);
-    const list = JSON.parse((await serve.cli(['call', 'process', '{"action":"list"}', '--task', 'bg'])).stdout);
+    const list = JSON.parse((await serve.cli(['call', 'process_manage', '{"action":"list"}', '--task', 'bg'])).stdout);
     assert.ok(JSON.stringify(list).includes(start.session_id));
     let logText = '';
     for (let i = 0; i < 100 && !logText.includes('hello-bg'); i++) {
@@ -251,7 +266,7 @@ describe('berth serve (local backend)', () => {
     }
     assert.match(logText, /hello-bg/);
     const kill = JSON.parse(
-      (await serve.cli(['call', 'process', JSON.stringify({ action: 'kill', session_id: start.session_id }), '--task', 'bg']))
+      (await serve.cli(['call', 'process_manage', JSON.stringify({ action: 'kill', session_id: start.session_id }), '--task', 'bg']))
         .stdout,
     );
     assert.deepEqual(kill, {

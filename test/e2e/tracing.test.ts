@@ -128,6 +128,21 @@ describe('tracing through berth serve', () => {
     }
   });
 
+  test('a call under an old tool name is a span of the current name', async () => {
+    const client = clientContext();
+    const r = await serve.client.callTool(
+      { name: 'process', argumentsJson: '{"action":"list"}', taskId: 'trace-names', sessionId: '' },
+      { metadata: client.metadata },
+    );
+    assert.ok(Array.isArray((JSON.parse(r.resultJson) as { processes?: unknown }).processes), r.resultJson);
+    const spans = await receiver.waitFor('the process_manage span', (all) =>
+      all.some((s) => s.traceId === client.traceId && s.parentSpanId === client.spanId),
+    );
+    const tool = spans.find((s) => s.traceId === client.traceId && s.parentSpanId === client.spanId)!;
+    assert.equal(tool.name, 'execute_tool process_manage');
+    assert.equal(tool.attributes['gen_ai.tool.name'], 'process_manage');
+  });
+
   test('a failed call marks its span with the status; without a client context the span is a root', async () => {
     await assert.rejects(
       serve.client.callTool({ name: 'terminal', argumentsJson: '{"command":"true"}', taskId: 'not a valid id!', sessionId: '' }),

@@ -85,6 +85,29 @@ describe('ScriptToolPolicy', () => {
   });
 });
 
+describe('ScriptToolPolicy with old tool names', () => {
+  it('takes an old name on either side as the current one: a whitelist naming process admits process_manage', () => {
+    const policy = new ScriptToolPolicy(['terminal', 'process'], 5);
+    assert.equal(policy.admit('process_manage'), undefined);
+    assert.equal(policy.admit('process'), undefined);
+    assert.equal(policy.callsMade, 2);
+    // The refusal names the tool as the script sent it and lists the current names.
+    assert.equal(
+      policy.admit('todo'),
+      JSON.stringify({ error: "Tool 'todo' is not available in execute_code. Available: process_manage, terminal" }),
+    );
+  });
+
+  it('still refuses an old name whose current tool is not whitelisted', () => {
+    const policy = new ScriptToolPolicy(['terminal'], 5);
+    assert.equal(
+      policy.admit('process'),
+      JSON.stringify({ error: "Tool 'process' is not available in execute_code. Available: terminal" }),
+    );
+    assert.equal(policy.callsMade, 0);
+  });
+});
+
 describe('stripTerminalArgs', () => {
   it('removes background, pty, notify_on_complete and watch_patterns only', () => {
     assert.deepEqual(

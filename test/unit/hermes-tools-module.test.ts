@@ -78,7 +78,7 @@ describe('buildExecuteCodeSchema', () => {
     });
     for (const [name, toolset] of [
       ['terminal', 'terminal'],
-      ['process', 'terminal'],
+      ['process_manage', 'terminal'],
       ['read_file', 'file'],
       ['write_file', 'file'],
       ['patch', 'file'],

@@ -378,28 +378,37 @@ void describe('ToolRegistry.dispatch errors', () => {
   void it('refuses each agent-loop tool even though its schema is registered', async () => {
     const registry = newRegistry();
     registerAgentLoopToolStubs(registry);
-    assert.deepEqual([...AGENT_LOOP_TOOLS].sort(), ['delegate_task', 'memory', 'session_search', 'todo']);
-    for (const name of ['todo', 'memory', 'session_search', 'delegate_task']) {
+    assert.deepEqual([...AGENT_LOOP_TOOLS].sort(), ['delegate_task', 'memory', 'session_search', 'todo_list']);
+    for (const name of ['todo_list', 'memory', 'session_search', 'delegate_task']) {
       const result = await registry.dispatch(name, {}, context());
       assert.deepEqual(JSON.parse(result), { error: `${name} must be handled by the agent loop` });
     }
+  });
+
+  void it('answers a call to the old name todo with the todo_list text', async () => {
+    const registry = newRegistry();
+    registerAgentLoopToolStubs(registry);
+    assert.equal(await registry.dispatch('todo', {}, context()), '{"error":"todo_list must be handled by the agent loop"}');
+    // Without the stubs registered too: the refusal comes before the lookup.
+    assert.equal(await newRegistry().dispatch('todo', {}, context()), '{"error":"todo_list must be handled by the agent loop"}');
   });
 
   void it('registers agent-loop stub schemas under their toolsets', async () => {
     const registry = newRegistry();
     registerAgentLoopToolStubs(registry);
     assert.deepEqual(
-      ['todo', 'memory', 'session_search', 'delegate_task'].map((n) => registry.toolsetOf(n)),
+      ['todo_list', 'memory', 'session_search', 'delegate_task'].map((n) => registry.toolsetOf(n)),
       ['todo', 'memory', 'session_search', 'delegation'],
     );
-    const defs = await registry.getDefinitions(['todo', 'memory', 'session_search', 'delegate_task']);
+    assert.equal(registry.has('todo'), false);
+    const defs = await registry.getDefinitions(['todo', 'todo_list', 'memory', 'session_search', 'delegate_task']);
     assert.deepEqual(
       defs.map((d) => [d.function.name, d.function.parameters['type']]),
       [
         ['delegate_task', 'object'],
         ['memory', 'object'],
         ['session_search', 'object'],
-        ['todo', 'object'],
+        ['todo_list', 'object'],
       ],
     );
   });
@@ -482,12 +491,114 @@ void describe('ToolRegistry.dispatch errors', () => {
     assert.equal(called, false);
   });
 
-  void it('reports a non-string handler result as an outer failure', async () => {
+  void it('reports a non-string handler result as the tool_result_contract error, to hooks too', async () => {
+    const { logger, records } = capturingLogger();
     const registry = newRegistry();
-    registry.register(tool('objecty', { handler: (() => ({ ok: true })) as unknown as ToolHandler }));
-    assert.deepEqual(JSON.parse(await registry.dispatch('objecty', {}, context())), {
-      error: '[TOOL_ERROR] Error executing objecty: handler returned an object, expected a string',
+    const seen: string[] = [];
+    registry.hooks.on('post_tool_call', (event) => {
+      seen.push(event.result);
     });
+    const cases: [unknown, string][] = [
+      [{ ok: true }, 'object'],
+      [[1, 2], 'array'],
+      [null, 'null'],
+      [undefined, 'undefined'],
+      [42, 'number'],
+      [true, 'boolean'],
+    ];
+    for (const [value, type] of cases) {
+      registry.register(tool('odd', { handler: (() => value) as unknown as ToolHandler }));
+      const expected = JSON.stringify({
+        error: `Tool handler returned unsupported result type: ${type}`,
+        error_type: 'tool_result_contract',
+        tool: 'odd',
+        result_type: type,
+      });
+      assert.equal(await registry.dispatch('odd', {}, { ...context(), logger }), expected);
+      assert.equal(seen.at(-1), expected);
+    }
+    assert.ok(records.some((r) => r.level === ERROR && r.msg.includes('unsupported result type: object')));
+  });
+
+  void it('bounds an error text longer than 2,048 characters with "… [truncated]"', async () => {
+    const registry = newRegistry();
+    const long = 'x'.repeat(5000);
+    registry.hooks.on('pre_tool_call', () => long);
+    registry.register(tool('blocked'));
+    const error = (JSON.parse(await registry.dispatch('blocked', {}, context())) as { error: string }).error;
+    assert.equal(error, `${'x'.repeat(2048)}\u2026 [truncated]`);
+  });
+
+  void it('cuts a long handler exception at 2,045 + "..." and then bounds the prefixed text at 2,048', async () => {
+    const registry = newRegistry();
+    registry.register(
+      tool('chatty', {
+        handler: () => {
+          throw new Error('y'.repeat(5000));
+        },
+      }),
+    );
+    const error = (JSON.parse(await registry.dispatch('chatty', {}, context())) as { error: string }).error;
+    // The sanitiser returns "[TOOL_ERROR] " + 2,045 characters + "..." (2,061); the bound keeps 2,048 of them.
+    const head = '[TOOL_ERROR] Tool execution failed: Error: ';
+    assert.equal(error, `${head}${'y'.repeat(2048 - head.length)}\u2026 [truncated]`);
+  });
+
+  void it('re-bounds an oversized error field of a JSON result, keeping its other fields', async () => {
+    const registry = newRegistry();
+    const events: string[] = [];
+    registry.hooks.on('post_tool_call', (event) => {
+      events.push(event.result);
+    });
+    registry.register(tool('raw', { handler: () => JSON.stringify({ error: 'z'.repeat(3000), exit_code: 1 }) }));
+    const result = await registry.dispatch('raw', {}, context());
+    assert.deepEqual(JSON.parse(result), { error: `${'z'.repeat(2048)}\u2026 [truncated]`, exit_code: 1 });
+    assert.deepEqual(events, [result]);
+    // Results without an oversized string error stay byte for byte as the handler wrote them.
+    for (const untouched of [
+      JSON.stringify({ output: 'o'.repeat(3000), error: null }),
+      JSON.stringify({ error: 'short', output: 'o'.repeat(3000) }),
+      JSON.stringify([{ error: 'e'.repeat(3000) }]),
+      `not json "error" ${'n'.repeat(3000)}`,
+    ]) {
+      registry.register(tool('raw', { handler: () => untouched }));
+      assert.equal(await registry.dispatch('raw', {}, context()), untouched);
+    }
+  });
+});
+
+void describe('ToolRegistry.dispatch old tool names', () => {
+  void it('runs process_manage when called as process; hooks and errors see only the new name', async () => {
+    const registry = newRegistry();
+    const names: string[] = [];
+    registry.hooks.on('pre_tool_call', (event) => {
+      names.push(`pre:${event.toolName}`);
+    });
+    registry.hooks.on('post_tool_call', (event) => {
+      names.push(`post:${event.toolName}`);
+    });
+    registry.register(tool('process_manage', { handler: (args) => JSON.stringify({ ran: 'process_manage', args }) }));
+    for (const called of ['process', 'process_manage']) {
+      // Coercion uses the process_manage schema for the old name too.
+      assert.deepEqual(JSON.parse(await registry.dispatch(called, { count: '3' }, context())), {
+        ran: 'process_manage',
+        args: { count: 3 },
+      });
+    }
+    assert.deepEqual(names, ['pre:process_manage', 'post:process_manage', 'pre:process_manage', 'post:process_manage']);
+  });
+
+  void it('names the new tool in errors of a call made under the old name', async () => {
+    const registry = newRegistry();
+    assert.equal(await registry.dispatch('cronjob', {}, context()), '{"error":"Unknown tool: cronjob_manage"}');
+    registry.hooks.on('pre_tool_call', () => {
+      throw new Error('policy store offline');
+    });
+    registry.register(tool('process_manage'));
+    assert.equal(
+      await registry.dispatch('process', {}, context()),
+      '{"error":"[TOOL_ERROR] Error executing process_manage: policy store offline"}',
+    );
   });
 });
 

@@ -99,7 +99,7 @@ describe('process asks the approval guard about input it sends', () => {
     for (const action of ['write', 'submit']) {
       assert.equal(await processHandler({ action, session_id: 'proc_1', data: 'rm -rf ~/src\n' }, context(task, refuse)), REFUSAL);
     }
-    assert.deepEqual(asked.map((a) => a.tool), ['process', 'process']);
+    assert.deepEqual(asked.map((a) => a.tool), ['process_manage', 'process_manage']);
     assert.equal(sent, 0);
     // Pressing Enter and reading need no approval.
     await processHandler({ action: 'submit', session_id: 'proc_1', data: '' }, context(task, refuse));

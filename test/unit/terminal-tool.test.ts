@@ -363,8 +363,9 @@ void describe('terminal rewrite reaching exec', () => {
 void describe('process tool', () => {
   const processTool = processToolRegistration();
 
-  void it('is the process tool of the terminal toolset', () => {
-    assert.equal(processTool.name, 'process');
+  void it('is the process_manage tool of the terminal toolset', () => {
+    assert.equal(processTool.name, 'process_manage');
+    assert.equal(processTool.schema.name, 'process_manage');
     assert.equal(processTool.toolset, 'terminal');
     const parameters = processTool.schema.parameters as { properties: Record<string, { enum?: string[]; minimum?: number }> };
     assert.deepEqual(parameters.properties.action?.enum, [
@@ -379,6 +380,12 @@ void describe('process tool', () => {
       'handoff',
     ]);
     assert.equal(parameters.properties.timeout?.minimum, 1);
+  });
+
+  void it('is the name the terminal schema sends the model to', () => {
+    const text = JSON.stringify(terminal.schema);
+    assert.match(text, /process_manage tool/);
+    assert.doesNotMatch(text, /\bprocess tool\b|\bprocess\(/);
   });
 
   void it('refuses an unknown action', async () => {

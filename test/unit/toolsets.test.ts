@@ -42,13 +42,13 @@ const EVERY_BUILTIN_TOOL = [
   'browser_type',
   'browser_vision',
   'clarify',
-  'cronjob',
+  'cronjob_manage',
   'delegate_task',
   'execute_code',
   'image_generate',
   'memory',
   'patch',
-  'process',
+  'process_manage',
   'read_file',
   'search_files',
   'session_search',
@@ -57,7 +57,7 @@ const EVERY_BUILTIN_TOOL = [
   'skills_list',
   'terminal',
   'text_to_speech',
-  'todo',
+  'todo_list',
   'vision_analyze',
   'web_extract',
   'web_search',
@@ -66,11 +66,11 @@ const EVERY_BUILTIN_TOOL = [
 
 void describe('resolveToolset', () => {
   void it('resolves the leaf toolsets of the contract', () => {
-    assert.deepEqual(resolveToolset('terminal'), ['process', 'terminal']);
+    assert.deepEqual(resolveToolset('terminal'), ['process_manage', 'terminal']);
     assert.deepEqual(resolveToolset('file'), ['patch', 'read_file', 'search_files', 'write_file']);
     assert.deepEqual(resolveToolset('code_execution'), ['execute_code']);
     assert.deepEqual(resolveToolset('web'), ['web_extract', 'web_search']);
-    assert.deepEqual(resolveToolset('todo'), ['todo']);
+    assert.deepEqual(resolveToolset('todo'), ['todo_list']);
     assert.deepEqual(resolveToolset('memory'), ['memory']);
     assert.deepEqual(resolveToolset('session_search'), ['session_search']);
     assert.deepEqual(resolveToolset('delegation'), ['delegate_task']);
@@ -82,14 +82,14 @@ void describe('resolveToolset', () => {
     assert.deepEqual(resolveToolset('vision'), ['vision_analyze']);
     assert.deepEqual(resolveToolset('image_gen'), ['image_generate']);
     assert.deepEqual(resolveToolset('skills'), ['skill_manage', 'skill_view', 'skills_list']);
-    assert.deepEqual(resolveToolset('cronjob'), ['cronjob']);
+    assert.deepEqual(resolveToolset('cronjob'), ['cronjob_manage']);
     assert.deepEqual(resolveToolset('tts'), ['text_to_speech']);
   });
 
   void it('expands the debugging composite through its includes', () => {
     assert.deepEqual(resolveToolset('debugging'), [
       'patch',
-      'process',
+      'process_manage',
       'read_file',
       'search_files',
       'terminal',
@@ -120,12 +120,12 @@ void describe('resolveToolset', () => {
   void it('maps legacy names to tool lists without listing them as toolsets', () => {
     assert.deepEqual(resolveToolset('file_tools'), ['patch', 'read_file', 'search_files', 'write_file']);
     assert.deepEqual(resolveToolset('web_tools'), ['web_extract', 'web_search']);
-    assert.deepEqual(resolveToolset('terminal_tools'), ['process', 'terminal']);
+    assert.deepEqual(resolveToolset('terminal_tools'), ['process_manage', 'terminal']);
     assert.deepEqual(resolveToolset('browser_tools'), resolveToolset('browser'));
     assert.deepEqual(resolveToolset('vision_tools'), ['vision_analyze']);
     assert.deepEqual(resolveToolset('image_tools'), ['image_generate']);
     assert.deepEqual(resolveToolset('skills_tools'), ['skill_manage', 'skill_view', 'skills_list']);
-    assert.deepEqual(resolveToolset('cronjob_tools'), ['cronjob']);
+    assert.deepEqual(resolveToolset('cronjob_tools'), ['cronjob_manage']);
     assert.deepEqual(resolveToolset('tts_tools'), ['text_to_speech']);
     assert.equal(listToolsets().some((t) => t.name.endsWith('_tools')), false);
   });
@@ -202,6 +202,18 @@ void describe('toolset registration and validation', () => {
     }),
   );
 
+  void it(
+    'takes old tool names in a toolset as the current ones: a list naming process grants process_manage',
+    withToolsets({ 'plugin-ops': { description: 'ops', tools: ['process', 'todo', 'cronjob', 'process_manage', 'deploy'] } }, () => {
+      assert.deepEqual(resolveToolset('plugin-ops'), ['cronjob_manage', 'deploy', 'process_manage', 'todo_list']);
+      assert.deepEqual(selectToolNames({ enabled: ['plugin-ops'], disabled: ['terminal'] }).names, [
+        'cronjob_manage',
+        'deploy',
+        'todo_list',
+      ]);
+    }),
+  );
+
   void it('removes the alias when the toolset is unregistered', () => {
     registerToolset('mcp-jira', { description: 'jira', tools: ['jira_search'] });
     assert.equal(unregisterToolset('mcp-jira'), true);
@@ -223,7 +235,7 @@ void describe('toolset registration and validation', () => {
     assert.throws(() => registerToolset('all', { description: 'x', tools: [] }), InvalidArgumentError);
     assert.throws(() => registerToolset('has space', { description: 'x', tools: [] }), InvalidArgumentError);
     assert.equal(unregisterToolset('terminal'), false);
-    assert.deepEqual(resolveToolset('terminal'), ['process', 'terminal']);
+    assert.deepEqual(resolveToolset('terminal'), ['process_manage', 'terminal']);
   });
 
   void it('lists built-in toolsets sorted with their resolved tools', () => {
@@ -251,7 +263,7 @@ void describe('selectToolNames', () => {
   void it('subtracts disabled toolsets last', () => {
     assert.deepEqual(selectToolNames({ enabled: ['debugging', 'web'], disabled: ['web'] }).names, [
       'patch',
-      'process',
+      'process_manage',
       'read_file',
       'search_files',
       'terminal',

@@ -14,7 +14,7 @@ def _args(**kwargs: Any) -> Dict[str, Any]:
 
 
 class ToolMethods(Generic[R]):
-    """terminal, process, read_file, write_file, patch, search_files, execute_code.
+    """terminal, process_manage, read_file, write_file, patch, search_files, execute_code.
 
     A tool that fails returns a dict with "error" (what a model would read);
     only failures of Berth itself raise (see berth_client.errors).
@@ -37,7 +37,7 @@ class ToolMethods(Generic[R]):
         """Runs a shell command; cwd, exported variables and functions persist between calls.
 
         Result: {"output", "exit_code", "error"}; a background command gives a
-        "session_id" for process(). ``timeout`` is the command's, in seconds.
+        "session_id" for process_manage(). ``timeout`` is the command's, in seconds.
         """
         return self.call(
             "terminal",
@@ -46,6 +46,22 @@ class ToolMethods(Generic[R]):
                 notify_on_complete=notify_on_complete,
                 watch_patterns=list(watch_patterns) if watch_patterns is not None else None,
             ),
+        )
+
+    def process_manage(
+        self,
+        action: str,
+        session_id: Optional[str] = None,
+        *,
+        data: Optional[str] = None,
+        timeout: Optional[int] = None,
+        offset: Optional[int] = None,
+        limit: Optional[int] = None,
+    ) -> R:
+        """Manages background processes: list, poll, log, wait, kill, write, submit, close."""
+        return self.call(
+            "process_manage",
+            _args(action=action, session_id=session_id, data=data, timeout=timeout, offset=offset, limit=limit),
         )
 
     def process(
@@ -58,7 +74,8 @@ class ToolMethods(Generic[R]):
         offset: Optional[int] = None,
         limit: Optional[int] = None,
     ) -> R:
-        """Manages background processes: list, poll, log, wait, kill, write, submit, close."""
+        """Deprecated: the tool is now process_manage (use process_manage()). Sends the old
+        name, which the server still accepts."""
         return self.call(
             "process", _args(action=action, session_id=session_id, data=data, timeout=timeout, offset=offset, limit=limit)
         )

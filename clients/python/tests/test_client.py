@@ -61,13 +61,18 @@ class TaskTest(unittest.TestCase):
         names = sorted(t["function"]["name"] for t in self.berth.list_tools(toolsets=["file"]))
         self.assertEqual(names, ["patch", "read_file", "search_files", "write_file"])
         everything = {t["function"]["name"] for t in self.berth.list_tools()}
-        self.assertTrue({"terminal", "process", "execute_code"} <= everything, everything)
+        self.assertTrue({"terminal", "process_manage", "execute_code"} <= everything, everything)
+        # Listings advertise only the current names; the old one still works when called (below).
+        self.assertNotIn("process", everything)
 
     def test_background_process_through_process_tool(self):
         started = self.task.terminal("echo from-bg; sleep 0.2; echo done-bg", background=True)
         self.assertTrue(started["session_id"].startswith("proc_"), started)
-        waited = self.task.process("wait", started["session_id"], timeout=30)
+        waited = self.task.process_manage("wait", started["session_id"], timeout=30)
         self.assertIn("done-bg", waited.get("output", ""), waited)
+        # The deprecated method sends the old name, which the server maps to process_manage.
+        logged = self.task.process("log", started["session_id"])
+        self.assertIn("from-bg", logged.get("output", ""), logged)
 
     def test_interrupt_stops_the_running_command(self):
         results = {}

@@ -12,6 +12,12 @@ export interface ToolSpec {
   readonly name: string;
   readonly description: string;
   readonly parameters: JsonSchema;
+  /**
+   * Names the tool had before (`process` for `process_manage`): each keeps a
+   * deprecated method and argument type, so code written against the old name
+   * still compiles; the call goes out under the current name.
+   */
+  readonly legacyNames?: readonly string[];
 }
 
 /** `read_file` → `readFile`; `execute_code` → `executeCode`. */
@@ -116,6 +122,11 @@ export function generateToolModule(tools: readonly ToolSpec[], generator: string
     if (type.startsWith('{')) out.push(`export interface ${argsTypeName(tool.name)} ${type}`);
     else out.push(`export type ${argsTypeName(tool.name)} = ${type};`);
     out.push('');
+    for (const old of tool.legacyNames ?? []) {
+      out.push(`/** @deprecated The \`${old}\` tool is now \`${tool.name}\`: use {@link ${argsTypeName(tool.name)}}. */`);
+      out.push(`export type ${argsTypeName(old)} = ${argsTypeName(tool.name)};`);
+      out.push('');
+    }
   }
   out.push('/** Arguments of each built-in tool, by tool name. */');
   out.push('export interface ToolArgsMap {');
@@ -138,6 +149,16 @@ export function generateToolModule(tools: readonly ToolSpec[], generator: string
     out.push(`  ${methodName(tool.name)}(${param}, options?: ToolCallOptions): Promise<ToolResultOf<${literal(tool.name)}>> {`);
     out.push(`    return this.call(${literal(tool.name)}, args as unknown as Record<string, unknown>, options);`);
     out.push('  }');
+    for (const old of tool.legacyNames ?? []) {
+      out.push('');
+      out.push('  /**');
+      out.push(`   * @deprecated The \`${old}\` tool is now \`${tool.name}\`: use {@link ToolMethods.${methodName(tool.name)}}.`);
+      out.push(`   * Calls the \`${tool.name}\` tool, as that method does.`);
+      out.push('   */');
+      out.push(`  ${methodName(old)}(${param}, options?: ToolCallOptions): Promise<ToolResultOf<${literal(tool.name)}>> {`);
+      out.push(`    return this.${methodName(tool.name)}(args, options);`);
+      out.push('  }');
+    }
   }
   out.push('}');
   out.push('');

@@ -3,7 +3,7 @@
 import type { ToolCallOptions, ToolResultOf } from '../tool-results.js';
 
 /** Names of the built-in tools this client has typed methods for. */
-export const BUILTIN_TOOL_NAMES = ["execute_code","patch","process","read_file","search_files","terminal","write_file"] as const;
+export const BUILTIN_TOOL_NAMES = ["execute_code","patch","process_manage","read_file","search_files","terminal","write_file"] as const;
 
 /** Arguments of the `execute_code` tool. */
 export interface ExecuteCodeArgs {
@@ -43,8 +43,8 @@ export interface PatchArgs {
   patch?: string;
 }
 
-/** Arguments of the `process` tool. */
-export interface ProcessArgs {
+/** Arguments of the `process_manage` tool. */
+export interface ProcessManageArgs {
   /**
    * What to do: list, poll, log, wait, kill, write, submit, close or handoff (subagents only).
    */
@@ -70,6 +70,9 @@ export interface ProcessArgs {
    */
   limit?: number;
 }
+
+/** @deprecated The `process` tool is now `process_manage`: use {@link ProcessManageArgs}. */
+export type ProcessArgs = ProcessManageArgs;
 
 /** Arguments of the `read_file` tool. */
 export interface ReadFileArgs {
@@ -143,7 +146,7 @@ export interface TerminalArgs {
    */
   command: string;
   /**
-   * Start the command as a background process and return at once with a session_id (use the process tool to poll, read its log, wait, send input or kill it). Required for servers and other long-running commands; do not use nohup, setsid or a trailing & instead.
+   * Start the command as a background process and return at once with a session_id (use the process_manage tool to poll, read its log, wait, send input or kill it). Required for servers and other long-running commands; do not use nohup, setsid or a trailing & instead.
    * @defaultValue false
    */
   background?: boolean;
@@ -157,7 +160,7 @@ export interface TerminalArgs {
    */
   workdir?: string;
   /**
-   * Run under a pseudo-terminal, for programs that behave differently or refuse to run without one (interactive CLIs, REPLs started in the background and driven with the process tool). Output then contains whatever the program draws.
+   * Run under a pseudo-terminal, for programs that behave differently or refuse to run without one (interactive CLIs, REPLs started in the background and driven with the process_manage tool). Output then contains whatever the program draws.
    */
   pty?: boolean;
   /**
@@ -186,7 +189,7 @@ export interface WriteFileArgs {
 export interface ToolArgsMap {
   execute_code: ExecuteCodeArgs;
   patch: PatchArgs;
-  process: ProcessArgs;
+  process_manage: ProcessManageArgs;
   read_file: ReadFileArgs;
   search_files: SearchFilesArgs;
   terminal: TerminalArgs;
@@ -232,10 +235,18 @@ export abstract class ToolMethods {
   /**
    * Manage background processes started with terminal(background=true). list: all processes of this task with status. poll: status and new output since the last poll. log: the buffered output, paged with offset and limit. wait: block until the process exits or timeout seconds pass. kill: terminate it. write: send data to its stdin as is. submit: send data followed by Enter. close: close its stdin (end of input). Every action except list needs session_id.
    *
-   * Calls the `process` tool; resolves with its parsed result (tool errors are results too).
+   * Calls the `process_manage` tool; resolves with its parsed result (tool errors are results too).
    */
-  process(args: ProcessArgs, options?: ToolCallOptions): Promise<ToolResultOf<"process">> {
-    return this.call("process", args as unknown as Record<string, unknown>, options);
+  processManage(args: ProcessManageArgs, options?: ToolCallOptions): Promise<ToolResultOf<"process_manage">> {
+    return this.call("process_manage", args as unknown as Record<string, unknown>, options);
+  }
+
+  /**
+   * @deprecated The `process` tool is now `process_manage`: use {@link ToolMethods.processManage}.
+   * Calls the `process_manage` tool, as that method does.
+   */
+  process(args: ProcessManageArgs, options?: ToolCallOptions): Promise<ToolResultOf<"process_manage">> {
+    return this.processManage(args, options);
   }
 
   /**
@@ -257,7 +268,7 @@ export abstract class ToolMethods {
   }
 
   /**
-   * Run a shell command (bash) in the task's environment and return its combined stdout and stderr with the exit code. The working directory, exported variables and shell functions persist between calls, but each call is a fresh process: do not rely on background jobs started with & surviving. Output longer than 50000 characters is cut in the middle; prefer commands that print only what you need (grep, head, tail, wc). For servers, watchers and anything that does not finish on its own, use background=true and then the process tool to read output, wait for or stop it. Commands cannot prompt for input in the foreground; pass non-interactive flags (e.g. -y) instead.
+   * Run a shell command (bash) in the task's environment and return its combined stdout and stderr with the exit code. The working directory, exported variables and shell functions persist between calls, but each call is a fresh process: do not rely on background jobs started with & surviving. Output longer than 50000 characters is cut in the middle; prefer commands that print only what you need (grep, head, tail, wc). For servers, watchers and anything that does not finish on its own, use background=true and then the process_manage tool to read output, wait for or stop it. Commands cannot prompt for input in the foreground; pass non-interactive flags (e.g. -y) instead.
    *
    * Calls the `terminal` tool; resolves with its parsed result (tool errors are results too).
    */

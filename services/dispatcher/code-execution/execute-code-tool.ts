@@ -10,6 +10,7 @@ import { performance } from 'node:perf_hooks';
 import type { BerthConfig } from '../../common/config.js';
 import { BerthError } from '../../common/errors.js';
 import { SANDBOX_TOOLS, type ExecuteCodeSchemaBuilder } from '../toolsets.js';
+import { canonicalToolName, canonicalToolNames } from '../tool-aliases.js';
 import type { ToolContext, ToolRegistration } from '../tool-types.js';
 import { shapeExecuteCodeResult, roundSeconds } from './execute-code-result.js';
 import { buildExecuteCodeSchema, buildHermesToolsModule, sandboxToolsIn, type ExecuteCodeLimits } from './hermes-tools-module.js';
@@ -33,7 +34,9 @@ export function toolCallLimitError(maxToolCalls: number): string {
 
 /**
  * Admits a script's tool calls: whitelisted tools only, at most
- * `maxToolCalls` of them. Refused calls do not count.
+ * `maxToolCalls` of them. Refused calls do not count. Old tool names
+ * (`process`) stand for the current ones (`process_manage`) on both sides:
+ * in the whitelist and in a call.
  */
 export class ScriptToolPolicy {
   readonly #allowed: ReadonlySet<string>;
@@ -42,8 +45,8 @@ export class ScriptToolPolicy {
   #made = 0;
 
   constructor(allowed: readonly string[], maxToolCalls: number) {
-    this.#allowedList = [...allowed];
-    this.#allowed = new Set(allowed);
+    this.#allowedList = canonicalToolNames(allowed);
+    this.#allowed = new Set(this.#allowedList);
     this.#maxToolCalls = maxToolCalls;
   }
 
@@ -52,9 +55,12 @@ export class ScriptToolPolicy {
     return this.#made;
   }
 
-  /** Undefined when the call may be dispatched (and counts it); otherwise the error result to return. */
+  /**
+   * Undefined when the call may be dispatched (and counts it); otherwise the
+   * error result to return, naming the tool as the script sent it.
+   */
   admit(tool: string): string | undefined {
-    if (!this.#allowed.has(tool)) return toolNotAvailableError(tool, this.#allowedList);
+    if (!this.#allowed.has(canonicalToolName(tool))) return toolNotAvailableError(tool, this.#allowedList);
     if (this.#made >= this.#maxToolCalls) return toolCallLimitError(this.#maxToolCalls);
     this.#made += 1;
     return undefined;
@@ -161,9 +167,10 @@ export function executeCodeToolRegistration(options: ExecuteCodeToolOptions): To
           allowedTools: allowed,
           allowHostSubprocess: options.allowHostSubprocess,
           signal: context.signal,
-          onToolCall: async ({ tool, argsJson }) => {
-            const refusal = policy.admit(tool);
+          onToolCall: async ({ tool: sent, argsJson }) => {
+            const refusal = policy.admit(sent);
             if (refusal !== undefined) return refusal;
+            const tool = canonicalToolName(sent);
             let callArgs = JSON.parse(argsJson) as Record<string, unknown>;
             if (tool === 'terminal') callArgs = stripTerminalArgs(callArgs);
             try {

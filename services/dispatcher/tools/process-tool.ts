@@ -1,5 +1,5 @@
 /**
- * The `process` tool: manages background processes the `terminal` tool
+ * The `process_manage` tool (old name `process`, still accepted): manages background processes the `terminal` tool
  * started. The dispatcher only validates the call and converts units; the
  * executor's process registry does the work and writes the result JSON.
  */
@@ -23,13 +23,14 @@ const ACTION_SET: ReadonlySet<string> = new Set(PROCESS_ACTIONS);
 const INPUT_ACTIONS: ReadonlySet<string> = new Set<ProcessAction>(['write', 'submit']);
 
 const SCHEMA: ToolSchema = {
-  name: 'process',
+  name: 'process_manage',
   description:
     'Manage background processes started with terminal(background=true). ' +
-    'list: all processes of this task with status. poll: status and new output since the last poll. ' +
-    'log: the buffered output, paged with offset and limit. wait: block until the process exits or timeout ' +
-    'seconds pass. kill: terminate it. write: send data to its stdin as is. submit: send data followed by ' +
-    'Enter. close: close its stdin (end of input). Every action except list needs session_id.',
+    'list: all processes of this task with status. poll: status and output_preview (the last 1,000 ' +
+    'characters of output). log: the buffered output, paged with offset and limit. wait: block until the ' +
+    'process exits or timeout seconds pass (partial output on timeout). kill: terminate it. write: send data ' +
+    'to its stdin as is. submit: send data followed by Enter. close: close its stdin (end of input). ' +
+    'handoff: subagents only. Every action except list needs session_id; any unique prefix of it works.',
   parameters: {
     type: 'object',
     properties: {
@@ -126,7 +127,7 @@ async function runProcess(args: ToolArgs, ctx: ToolContext): Promise<string> {
 
   // Input to a background process may be a shell's next command line: it needs the same approval as terminal.
   if (data !== undefined && data.trim() !== '') {
-    const verdict = await requestApproval(ctx, { tool: 'process', command: data });
+    const verdict = await requestApproval(ctx, { tool: 'process_manage', command: data });
     if (!verdict.allowed) return verdict.result;
   }
 
@@ -141,10 +142,10 @@ async function runProcess(args: ToolArgs, ctx: ToolContext): Promise<string> {
   return ctx.task.process(request);
 }
 
-/** The `process` tool registration (toolset `terminal`). */
+/** The `process_manage` tool registration (toolset `terminal`). */
 export function processToolRegistration(): ToolRegistration {
   return {
-    name: 'process',
+    name: 'process_manage',
     toolset: 'terminal',
     schema: SCHEMA,
     handler: runProcess,

@@ -1,7 +1,7 @@
 /**
  * The `terminal` tool: runs a shell command in the task's environment, in the
  * foreground (wait for the result) or in the background (tracked by the
- * `process` tool). Result shapes and error strings follow the Hermes tool
+ * `process_manage` tool). Result shapes and error strings follow the Hermes tool
  * protocol (spec/tool-runtime.md §3); the executor does the running, ANSI
  * stripping and output truncation.
  */
@@ -58,7 +58,7 @@ function buildSchema(options: TerminalToolOptions): ToolSchema {
       'process: do not rely on background jobs started with & surviving. Output longer than ' +
       `${options.maxOutputChars} characters is cut in the middle; prefer commands that print only what you need ` +
       '(grep, head, tail, wc). For servers, watchers and anything that does not finish on its own, use background=true ' +
-      'and then the process tool to read output, wait for or stop it. Commands cannot prompt for input in the ' +
+      'and then the process_manage tool to read output, wait for or stop it. Commands cannot prompt for input in the ' +
       'foreground; pass non-interactive flags (e.g. -y) instead.',
     parameters: {
       type: 'object',
@@ -71,7 +71,7 @@ function buildSchema(options: TerminalToolOptions): ToolSchema {
           type: 'boolean',
           default: false,
           description:
-            'Start the command as a background process and return at once with a session_id (use the process tool ' +
+            'Start the command as a background process and return at once with a session_id (use the process_manage tool ' +
             'to poll, read its log, wait, send input or kill it). Required for servers and other long-running commands; ' +
             'do not use nohup, setsid or a trailing & instead.',
         },
@@ -93,7 +93,7 @@ function buildSchema(options: TerminalToolOptions): ToolSchema {
           type: 'boolean',
           description:
             'Run under a pseudo-terminal, for programs that behave differently or refuse to run without one ' +
-            '(interactive CLIs, REPLs started in the background and driven with the process tool). Output then ' +
+            '(interactive CLIs, REPLs started in the background and driven with the process_manage tool). Output then ' +
             'contains whatever the program draws.',
         },
         notify_on_complete: {
