@@ -233,7 +233,7 @@ export abstract class ToolMethods {
   }
 
   /**
-   * Manage background processes started with terminal(background=true). list: all processes of this task with status. poll: status and new output since the last poll. log: the buffered output, paged with offset and limit. wait: block until the process exits or timeout seconds pass. kill: terminate it. write: send data to its stdin as is. submit: send data followed by Enter. close: close its stdin (end of input). Every action except list needs session_id.
+   * Manage background processes started with terminal(background=true). list: all processes of this task with status. poll: status and output_preview (the last 1,000 characters of output). log: the buffered output, paged with offset and limit. wait: block until the process exits or timeout seconds pass (partial output on timeout). kill: terminate it. write: send data to its stdin as is. submit: send data followed by Enter. close: close its stdin (end of input). handoff: subagents only. Every action except list needs session_id; any unique prefix of it works.
    *
    * Calls the `process_manage` tool; resolves with its parsed result (tool errors are results too).
    */
