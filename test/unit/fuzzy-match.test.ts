@@ -177,6 +177,14 @@ describe('strategy 9: context_aware', () => {
     assert.deepEqual(findMatches('context_aware', content, 'result = compute(alpha)\nnothing like it\nprint(result)'), []);
   });
 
+  it('is skipped with the similarity strategies when the caller asks for normalizing ones only', () => {
+    const content = 'result = compute(alpha)\nprint(result)\n';
+    const pattern = 'result = compute(alpah)\nprint(resutl)';
+    assert.equal(fuzzyFindAndReplace(content, pattern, 'x', false).strategy, 'context_aware');
+    const strict = fuzzyFindAndReplace(content, pattern, 'x', false, { similarity: false });
+    assert.equal(strict.error, 'Could not find a match for old_string in the file');
+  });
+
   it('is the last strategy tried', () => {
     assert.equal(MATCH_STRATEGIES[MATCH_STRATEGIES.length - 1], 'context_aware');
     assert.deepEqual([...MATCH_STRATEGIES], [

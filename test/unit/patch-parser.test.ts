@@ -361,6 +361,23 @@ describe('parsePatch: V4A headers as upstream spells them', () => {
     assert.deepEqual(parsePatch('--- a/x/../y\n+++ b/x/../y\n@@ -1 +1 @@\n-a\n+b\n').headerPaths, ['x/../y', 'x/../y']);
   });
 
+  it('falls back to the fuzzy strategies for a hunk the line matcher cannot place, and says so', () => {
+    const file = 'intro\nnote = \u201cquoted\u201d \u2014 text\nend\n';
+    const patch = '*** Begin Patch\n*** Update File: f.md\n-note = "quoted" -- text\n+note = "quoted" -- more\n*** End Patch';
+    const applied = applyPatch(parsePatch(patch).operations, new Map([['f.md', file]]));
+    assert.equal(applied.changes[0]?.after, 'intro\nnote = \u201cquoted\u201d \u2014 more\nend\n');
+    assert.deepEqual(applied.notes, ["hunk 1 of f.md (patch line 3) was placed by the 'unicode_normalized' fuzzy strategy; check the diff."]);
+  });
+
+  it('keeps CRLF through the fuzzy fallback and still fails a hunk nothing resembles', () => {
+    const changes = run('*** Begin Patch\n*** Update File: f\n-x  =  1\n+x = 2\n*** End Patch', { f: 'a\r\nx = 1\r\nb\r\n' });
+    assert.equal(after(changes, 'f'), 'a\r\nx = 2\r\nb\r\n');
+    assert.match(
+      patchError(() => run('*** Begin Patch\n*** Update File: f\n-qqqqqq\n+x\n*** End Patch', { f: 'a\nb\n' })),
+      /Could not apply hunk 1 of f/,
+    );
+  });
+
   it('names Move File among the expected headers when a line is not one', () => {
     assert.match(
       patchError(() => parsePatch('*** Begin Patch\n*** Rename File: a\n*** End Patch')),

@@ -41,6 +41,16 @@ export interface FuzzyReplaceResult {
   readonly error?: string;
 }
 
+/** Options of {@link fuzzyFindAndReplace}. */
+export interface FuzzyOptions {
+  /**
+   * false skips `block_anchor` and `context_aware`, which accept text that
+   * only resembles old_string; the normalizing strategies still run.
+   * Default true (upstream's replace mode).
+   */
+  readonly similarity?: boolean;
+}
+
 export const NO_MATCH_ERROR = 'Could not find a match for old_string in the file';
 
 /** Strategies that accept a region only resembling old_string: never used to replace several places at once. */
@@ -58,6 +68,7 @@ export function fuzzyFindAndReplace(
   oldString: string,
   newString: string,
   replaceAll: boolean,
+  options: FuzzyOptions = {},
 ): FuzzyReplaceResult {
   const fail = (error: string): FuzzyReplaceResult => ({ content, count: 0, error });
   if (oldString === '') return fail('old_string cannot be empty');
@@ -65,6 +76,7 @@ export function fuzzyFindAndReplace(
   if (oldString === newString) return fail('old_string and new_string are identical');
 
   for (const strategy of MATCH_STRATEGIES) {
+    if (options.similarity === false && SIMILARITY_STRATEGIES.has(strategy)) continue;
     const matches = findMatches(strategy, content, oldString);
     if (matches.length === 0) continue;
     if (matches.length > 1 && !replaceAll) {

@@ -11,6 +11,7 @@
  */
 import { posix } from 'node:path';
 import { InvalidArgumentError } from '../../common/errors.js';
+import { fuzzyFindAndReplace } from './fuzzy-match.js';
 
 /** Raised for patch text that cannot be parsed or applied; its message is written for the model. */
 export class PatchError extends InvalidArgumentError {}
@@ -582,8 +583,13 @@ export function applyPatch(
         notes.push(...applied.notes);
       } catch (err) {
         if (!(err instanceof PatchError)) throw err;
-        failures.push(err.message);
-        continue;
+        const fuzzy = applyHunksFuzzy(before, op.hunks, op.path);
+        if (fuzzy === undefined) {
+          failures.push(err.message);
+          continue;
+        }
+        after = fuzzy.text;
+        notes.push(...fuzzy.notes);
       }
       if (op.moveTo !== undefined && op.moveTo !== op.path) {
         touch(op.moveTo);
@@ -622,6 +628,54 @@ export function applyPatch(
     }
   }
   return { changes, notes };
+}
+
+/** Characters around an `@@` hint searched when a hunk is ambiguous in the whole file (upstream's window). */
+const HINT_WINDOW_BEFORE = 500;
+const HINT_WINDOW_AFTER = 2000;
+
+/**
+ * Upstream's way of applying V4A hunks: each one an old_string → new_string
+ * replacement through the fuzzy strategies, in order, retried near its `@@`
+ * hint when the whole file gives no unique match. Used only when the line
+ * matcher places some hunk nowhere, so hunks whose text drifted (unicode,
+ * escapes, runs of spaces) still apply; undefined when one still fails.
+ *
+ * Unlike upstream, the similarity strategies are left out: a hunk whose
+ * removed lines only resemble the file (`return 42` against `return 100`)
+ * is reported, not applied to the look-alike.
+ */
+function applyHunksFuzzy(
+  text: string,
+  hunks: readonly PatchHunk[],
+  path: string,
+): { text: string; notes: string[] } | undefined {
+  const crlf = toDocument(text).crlf;
+  let current = crlf ? text.replaceAll('\r\n', '\n') : text;
+  const notes: string[] = [];
+  for (const [index, hunk] of hunks.entries()) {
+    const oldText = hunk.lines.filter((line) => line.kind !== '+').map((line) => line.text).join('\n');
+    const newText = hunk.lines.filter((line) => line.kind !== '-').map((line) => line.text).join('\n');
+    if (oldText.trim() === '') return undefined;
+    let result = fuzzyFindAndReplace(current, oldText, newText, false, { similarity: false });
+    const hint = hunk.contextHints[0];
+    const hintAt = hint === undefined ? -1 : current.indexOf(hint);
+    if (result.error !== undefined && hintAt >= 0) {
+      const start = Math.max(0, hintAt - HINT_WINDOW_BEFORE);
+      const end = Math.min(current.length, hintAt + HINT_WINDOW_AFTER);
+      const windowed = fuzzyFindAndReplace(current.slice(start, end), oldText, newText, false, { similarity: false });
+      if (windowed.error === undefined) {
+        result = { ...windowed, content: current.slice(0, start) + windowed.content + current.slice(end) };
+      }
+    }
+    if (result.error !== undefined) return undefined;
+    notes.push(
+      `hunk ${index + 1} of ${path} (patch line ${hunk.patchLine}) was placed by the '${result.strategy ?? 'exact'}' ` +
+        'fuzzy strategy; check the diff.',
+    );
+    current = result.content;
+  }
+  return { text: crlf ? current.replaceAll('\n', '\r\n') : current, notes };
 }
 
 /** A file as lines, remembering what to restore when joining. */
