@@ -193,26 +193,25 @@ function whitespaceNormalizedMatches(content: string, pattern: string): Span[] {
   const collapse = (text: string): string => text.replace(/[ \t]+/g, ' ');
   // Every normalized character remembers the original range it stands for
   // (a collapsed run stands for the whole run), so a match maps back exactly.
-  const normalized: string[] = [];
-  const origStart: number[] = [];
-  const origEnd: number[] = [];
-  for (let i = 0; i < content.length; ) {
-    const ch = content[i] ?? '';
-    if (ch === ' ' || ch === '\t') {
-      let j = i;
-      while (content[j] === ' ' || content[j] === '\t') j++;
-      normalized.push(' ');
-      origStart.push(i);
-      origEnd.push(j);
-      i = j;
-    } else {
-      normalized.push(ch);
-      origStart.push(i);
-      origEnd.push(i + 1);
-      i++;
+  const origStart = new Int32Array(content.length + 1);
+  const origEnd = new Int32Array(content.length + 1);
+  let k = 0;
+  let copied = 0;
+  const keep = (upTo: number): void => {
+    for (let i = copied; i < upTo; i++, k++) {
+      origStart[k] = i;
+      origEnd[k] = i + 1;
     }
+  };
+  for (const run of content.matchAll(/[ \t]+/g)) {
+    keep(run.index);
+    origStart[k] = run.index;
+    origEnd[k] = run.index + run[0].length;
+    k++;
+    copied = run.index + run[0].length;
   }
-  return exactMatches(normalized.join(''), collapse(pattern)).map(
+  keep(content.length);
+  return exactMatches(collapse(content), collapse(pattern)).map(
     ([start, end]): Span => [origStart[start] ?? 0, origEnd[end - 1] ?? content.length],
   );
 }
@@ -256,30 +255,37 @@ const UNICODE_EQUIVALENTS: ReadonlyMap<string, string> = new Map([
   ['\u3000', ' '],
 ]);
 
+const UNICODE_CHARACTERS = new RegExp(`[${[...UNICODE_EQUIVALENTS.keys()].join('')}]`, 'g');
+
 /** The text with typographic characters replaced by their ASCII spelling. */
 export function unicodeNormalize(text: string): string {
-  let out = '';
-  for (const ch of text) out += UNICODE_EQUIVALENTS.get(ch) ?? ch;
-  return out;
+  return text.replace(UNICODE_CHARACTERS, (ch) => UNICODE_EQUIVALENTS.get(ch) ?? ch);
 }
 
 /** For each original index (plus one past the end), its index in {@link unicodeNormalize}'s output. */
-function unicodeIndexMap(text: string): number[] {
-  const map: number[] = [];
+function unicodeIndexMap(text: string): Int32Array {
+  const map = new Int32Array(text.length + 1);
   let position = 0;
   for (let i = 0; i < text.length; i++) {
-    map.push(position);
+    map[i] = position;
     position += UNICODE_EQUIVALENTS.get(text[i] ?? '')?.length ?? 1;
   }
-  map.push(position);
+  map[text.length] = position;
   return map;
 }
 
 /** Maps a span of the normalized text back to the original; undefined when it starts inside an expansion. */
-function unicodeSpanToOriginal(map: readonly number[], [start, end]: Span): Span | undefined {
+function unicodeSpanToOriginal(map: Int32Array, [start, end]: Span): Span | undefined {
   const length = map.length - 1;
-  let from = 0;
-  while (from < length && (map[from] ?? 0) < start) from++;
+  // The map never decreases: binary search for the first index at or past `start`.
+  let low = 0;
+  let high = length;
+  while (low < high) {
+    const middle = (low + high) >>> 1;
+    if ((map[middle] ?? 0) < start) low = middle + 1;
+    else high = middle;
+  }
+  const from = low;
   if (from >= length || map[from] !== start) return undefined;
   let to = from;
   while (to < length && (map[to] ?? 0) < end) to++;
@@ -292,6 +298,7 @@ function unicodeNormalizedMatches(content: string, pattern: string): Span[] {
   if (normalizedContent === content && normalizedPattern === pattern) return [];
   let matches = exactMatches(normalizedContent, normalizedPattern);
   if (matches.length === 0) matches = lineWindowMatches(normalizedContent, normalizedPattern, (line) => line.trim());
+  if (matches.length === 0) return [];
   const map = unicodeIndexMap(content);
   return matches.flatMap((span) => {
     const original = unicodeSpanToOriginal(map, span);
@@ -605,7 +612,23 @@ export function isSimilar(a: string, b: string, threshold: number): boolean {
   if (a === b) return true;
   const total = a.length + b.length;
   if ((2 * Math.min(a.length, b.length)) / total < threshold) return false;
+  if ((2 * commonCharacters(a, b)) / total < threshold) return false;
   return similarity(a, b) >= threshold;
+}
+
+/** Characters the two texts share as multisets: an upper bound of what any alignment can match. */
+function commonCharacters(a: string, b: string): number {
+  const counts = new Map<string, number>();
+  for (let i = 0; i < b.length; i++) counts.set(b[i] ?? '', (counts.get(b[i] ?? '') ?? 0) + 1);
+  let common = 0;
+  for (let i = 0; i < a.length; i++) {
+    const left = counts.get(a[i] ?? '') ?? 0;
+    if (left > 0) {
+      counts.set(a[i] ?? '', left - 1);
+      common++;
+    }
+  }
+  return common;
 }
 
 function matchedLength(a: string, b: string): number {
@@ -691,8 +714,9 @@ function matchingBlocks(a: readonly string[], b: readonly string[]): { a: number
     let runs = new Map<number, number>();
     for (let i = aLo; i < aHi; i++) {
       const next = new Map<number, number>();
-      for (const j of positions.get(a[i] ?? '') ?? []) {
-        if (j < bLo) continue;
+      const list = positions.get(a[i] ?? '') ?? [];
+      for (let k = lowerBound(list, bLo); k < list.length; k++) {
+        const j = list[k] ?? 0;
         if (j >= bHi) break;
         const length = (runs.get(j - 1) ?? 0) + 1;
         next.set(j, length);
@@ -706,4 +730,16 @@ function matchingBlocks(a: readonly string[], b: readonly string[]): { a: number
     if (aLo < best.a && bLo < best.b) stack.push([aLo, best.a, bLo, best.b]);
   }
   return found.sort((x, y) => x.a - y.a);
+}
+
+/** Index of the first element of the ascending `list` that is at least `value`. */
+function lowerBound(list: readonly number[], value: number): number {
+  let low = 0;
+  let high = list.length;
+  while (low < high) {
+    const middle = (low + high) >>> 1;
+    if ((list[middle] ?? 0) < value) low = middle + 1;
+    else high = middle;
+  }
+  return low;
 }
