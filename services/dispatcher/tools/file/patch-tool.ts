@@ -92,10 +92,15 @@ export type PatchTargetSource = 'path-argument' | 'patch-header';
 
 /**
  * The one check every path a patch will write, create, delete or move is
- * put through before any file is read; returns the refusal text, or
- * undefined to proceed. Header paths are vetted as the patch spells them.
+ * put through before any file is read; returns the refusal text (the tool
+ * answers `{"error": text}`), or undefined to proceed. Called for the
+ * replace-mode `path` and for every path in a patch's headers (both ends of
+ * a move), header paths as the patch spells them.
  *
- * (Sensitive-path and credential checks belong here too.)
+ * Today: upstream's `..` refusal for header paths. The sensitive-path and
+ * credential deny checks (file-safety) go here too, for both sources, which
+ * is why it is async and gets the context (paths resolve in the task's
+ * environment).
  */
 export async function checkPatchTarget(
   path: string,
