@@ -158,8 +158,9 @@ print(f"Fixed {fixed} files out of {len(matches.get('matches', []))} matches")
     assert.equal(cd.exit_code, 0);
     const r = await runCode(code, 'seed-refactor');
     assert.equal(r.status, 'success', JSON.stringify(r));
-    // c.py matches on two lines: its second patch finds nothing left to replace.
-    assert.equal(r.output, 'Fixed 3 files out of 4 matches\n');
+    // c.py matches on two lines: its second patch finds the edit already made and, as upstream, answers with a
+    // success-shaped no_change instead of an error, so the script counts it too.
+    assert.equal(r.output, 'Fixed 4 files out of 4 matches\n');
     assert.equal(r.tool_calls_made, 5);
     for (const name of ['a.py', 'b.py', 'c.py']) {
       const text = readFileSync(join(src, name), 'utf8');

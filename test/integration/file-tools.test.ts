@@ -281,10 +281,11 @@ describe('patch (replace mode)', () => {
   it('replaces a unique string and returns the diff', async () => {
     await h.write('m.py', original);
     const result = await h.call('patch', { path: 'm.py', old_string: 'def a():\n    return 1', new_string: 'def a():\n    return 42' });
+    // Upstream's PatchResult order: success, diff, files_modified (absolute), then resolved_path.
+    assert.deepEqual(Object.keys(result), ['success', 'diff', 'files_modified', 'resolved_path']);
     assert.equal(result.success, true);
-    assert.equal(result.replacements, 1);
-    assert.equal(result.match, 'exact');
-    assert.deepEqual(result.files_modified, ['m.py']);
+    assert.deepEqual(result.files_modified, [h.path('m.py')]);
+    assert.equal(result.resolved_path, h.path('m.py'));
     assert.equal(result.diff, '--- a/m.py\n+++ b/m.py\n@@ -1,5 +1,5 @@\n def a():\n-    return 1\n+    return 42\n \n def b():\n     return 1\n');
     assert.equal(await h.read('m.py'), original.replace('return 1', 'return 42'));
   });
@@ -292,41 +293,53 @@ describe('patch (replace mode)', () => {
   it('refuses an ambiguous old_string, leaving the file alone', async () => {
     await h.write('m.py', original);
     const result = await h.call('patch', { path: 'm.py', old_string: 'return 1', new_string: 'return 2' });
-    assert.match(String(result.error), /found 2 times in m\.py.*more surrounding context.*replace_all=true/s);
+    assert.deepEqual(result, {
+      success: false,
+      error:
+        'Found 2 matches for old_string. Provide more context to make it unique, or use replace_all=True. ' +
+        'Matches:\n  L2: return 1\n  L5: return 1',
+    });
     assert.equal(await h.read('m.py'), original);
   });
 
   it('replaces every occurrence with replace_all', async () => {
     await h.write('m.py', original);
     const result = await h.call('patch', { path: 'm.py', old_string: 'return 1', new_string: 'return 2', replace_all: true });
-    assert.equal(result.replacements, 2);
+    assert.equal(result.success, true);
     assert.equal(await h.read('m.py'), original.replaceAll('return 1', 'return 2'));
   });
 
   it('reports an old_string that is not there', async () => {
     await h.write('m.py', original);
-    const result = await h.call('patch', { path: 'm.py', old_string: 'return 3', new_string: 'x' });
-    assert.match(String(result.error), /Could not find old_string in m\.py/);
+    const result = await h.call('patch', { path: 'm.py', old_string: 'zzz_absent', new_string: 'x' });
+    assert.deepEqual(result, {
+      success: false,
+      error: 'Could not find a match for old_string in the file',
+      _hint: 'old_string not found. Use read_file to verify the current content, or search_files to locate the text.',
+    });
     assert.equal(await h.read('m.py'), original);
   });
 
-  it('falls back to whitespace-tolerant matching and says so', async () => {
+  it('falls back to whitespace-tolerant matching', async () => {
     await h.write('m.py', original);
     const result = await h.call('patch', {
       path: 'm.py',
       old_string: 'def b():\n  return 1\n',
       new_string: 'def b():\n    return 5\n',
     });
-    assert.equal(result.success, true);
-    assert.equal(result.match, 'line-trimmed');
-    assert.match(String(result.note), /did not match exactly/);
+    assert.equal(result.success, true, JSON.stringify(result));
     assert.equal(await h.read('m.py'), 'def a():\n    return 1\n\ndef b():\n    return 5\n');
   });
 
   it('reports missing files and refuses binary ones', async () => {
-    assert.equal((await h.call('patch', { path: 'nope.py', old_string: 'a', new_string: 'b' })).error, 'File not found: nope.py');
+    assert.deepEqual(await h.call('patch', { path: 'nope.py', old_string: 'a', new_string: 'b' }), {
+      success: false,
+      error: `Failed to read file: ${h.path('nope.py')}`,
+    });
     await h.write('blob.bin', Buffer.from('ab\0cd'));
-    assert.match(String((await h.call('patch', { path: 'blob.bin', old_string: 'ab', new_string: 'x' })).error), /binary file/);
+    const binary = await h.call('patch', { path: 'blob.bin', old_string: 'ab', new_string: 'x' });
+    assert.equal(binary.success, false);
+    assert.match(String(binary.error), /binary file/);
   });
 });
 
@@ -364,10 +377,14 @@ describe('patch (patch mode)', () => {
     await seed();
     const result = await h.call('patch', { mode: 'patch', patch: multiFilePatch });
     assert.equal(result.success, true, JSON.stringify(result));
-    assert.deepEqual(result.files_modified, ['src/app.ts']);
-    assert.deepEqual(result.files_created, ['src/new module.ts', 'src/renamed.ts']);
-    assert.deepEqual(result.files_deleted, ["it's gone.txt", 'src/old:name.ts']);
-    assert.deepEqual(result.files_moved, [{ from: 'src/old:name.ts', to: 'src/renamed.ts' }]);
+    assert.deepEqual(Object.keys(result), ['success', 'diff', 'files_modified', 'files_created', 'files_deleted']);
+    // As upstream: files_modified names every file the patch's headers name, as absolute paths.
+    assert.deepEqual(
+      result.files_modified,
+      ['src/app.ts', 'src/new module.ts', "it's gone.txt", 'src/old:name.ts', 'src/renamed.ts'].map((p) => h.path(p)),
+    );
+    assert.deepEqual(result.files_created, [h.path('src/new module.ts'), h.path('src/renamed.ts')]);
+    assert.deepEqual(result.files_deleted, [h.path("it's gone.txt"), h.path('src/old:name.ts')]);
     const diff = String(result.diff);
     assert.match(diff, /--- a\/src\/app\.ts\n\+\+\+ b\/src\/app\.ts\n@@ -1,5 \+1,5 @@\n/);
     assert.match(diff, /--- \/dev\/null\n\+\+\+ b\/src\/new module\.ts\n@@ -0,0 \+1 @@\n\+export const x = 1;\n/);
@@ -390,7 +407,7 @@ describe('patch (patch mode)', () => {
     const result = await h.call('patch', { mode: 'patch', patch: failing });
     assert.match(String(result.error), /Patch not applied; no files were changed\. 1 problem:/);
     assert.match(String(result.error), /hunk 1 of src\/app\.ts \(patch line 14\).*\n {2}\| {2}this line is not there/);
-    assert.equal(result.success, undefined);
+    assert.equal(result.success, false);
     assert.match(await h.read('src/app.ts'), /console\.log\('hi'\)/);
     assert.equal(await h.exists('src/new module.ts'), false);
     assert.equal(await h.exists('src/renamed.ts'), false);
@@ -416,17 +433,18 @@ describe('patch (patch mode)', () => {
     ].join('\n');
     const result = await h.call('patch', { patch: diff });
     assert.equal(result.success, true, JSON.stringify(result));
-    assert.deepEqual(result.files_modified, ['lib/util.py']);
-    assert.deepEqual(result.files_created, ['lib/new.py']);
+    assert.deepEqual(result.files_modified, [h.path('lib/util.py'), h.path('lib/new.py')]);
+    assert.deepEqual(result.files_created, [h.path('lib/new.py')]);
     assert.equal(await h.read('lib/util.py'), 'def f(x):\n    return x\n\n\ndef g(x):\n    return x * 3\n');
     assert.equal(await h.read('lib/new.py'), 'VALUE = 1\n');
   });
 
   it('explains unparseable patches', async () => {
     const result = await h.call('patch', { mode: 'patch', patch: 'please change foo to bar' });
-    assert.match(String(result.error), /Unrecognized patch format/);
-    assert.match(String((await h.call('patch', { mode: 'patch' })).error), /Missing required parameter: patch/);
-    assert.match(String((await h.call('patch', { mode: 'fix' })).error), /mode must be one of: replace, patch/);
+    assert.equal(result.success, false);
+    assert.match(String(result.error), /^Failed to parse patch: Unrecognized patch format/);
+    assert.deepEqual(await h.call('patch', { mode: 'patch' }), { error: 'patch content required' });
+    assert.deepEqual(await h.call('patch', { mode: 'fix' }), { error: 'Unknown mode: fix' });
   });
 });
 

@@ -6,7 +6,6 @@ import {
   normalizePatchPath,
   parsePatch,
   patchPaths,
-  replaceText,
   type FileChange,
   type PatchOperation,
 } from '../../services/dispatcher/tools/patch-parser.js';
@@ -318,51 +317,72 @@ describe('parsePatch / applyPatch: unified diffs', () => {
   });
 });
 
-describe('replaceText', () => {
-  const opts = { replaceAll: false, path: 'f.ts' };
-
-  it('replaces a unique exact match', () => {
-    assert.deepEqual(replaceText('a\nb\nc\n', 'b\n', 'B\n', opts), { content: 'a\nB\nc\n', replacements: 1, match: 'exact' });
+describe('parsePatch: V4A headers as upstream spells them', () => {
+  it('reads "*** Move File: a -> b" as a pure rename, both ends in headerPaths', () => {
+    const parsed = parsePatch('*** Begin Patch\n*** Move File: old/a.py -> new/b.py\n*** End Patch');
+    assert.deepEqual(parsed.operations, [{ kind: 'update', path: 'old/a.py', moveTo: 'new/b.py', hunks: [] }]);
+    assert.deepEqual(parsed.headerPaths, ['old/a.py', 'new/b.py']);
+    const changes = run('*** Begin Patch\n*** Move File: a -> b\n*** End Patch', { a: 'x\n' });
+    assert.deepEqual(changes.get('b'), { kind: 'create', path: 'b', after: 'x\n', movedFrom: 'a' });
+    assert.equal(changes.get('a')?.kind, 'delete');
   });
 
-  it('refuses ambiguous matches unless replace_all, giving the count', () => {
-    assert.match(patchError(() => replaceText('x x x', 'x', 'y', opts)), /found 3 times in f\.ts.*replace_all=true/s);
-    assert.deepEqual(replaceText('x x x', 'x', 'y', { ...opts, replaceAll: true }), {
-      content: 'y y y',
-      replacements: 3,
-      match: 'exact',
-    });
+  it('moves a file and then updates it at its new path', () => {
+    const changes = run('*** Begin Patch\n*** Move File: a -> b\n*** Update File: b\n-x\n+y\n*** End Patch', { a: 'x\n' });
+    assert.equal(after(changes, 'b'), 'y\n');
+    assert.equal(changes.get('a')?.kind, 'delete');
   });
 
-  it('explains a miss and where the file diverges', () => {
-    const message = patchError(() => replaceText(source, 'function a() {\n  return 5;\n}', 'x', opts));
-    assert.match(message, /Could not find old_string in f\.ts/);
-    assert.match(message, /line 4: expected "  return 5;" but the file has "  return 1;"/);
+  it('refuses a Move File onto an existing file', () => {
+    assert.match(
+      patchError(() => run('*** Begin Patch\n*** Move File: a -> b\n*** End Patch', { a: '1\n', b: '2\n' })),
+      /Moving a to b: the destination already exists/,
+    );
   });
 
-  it('falls back to line-trimmed matching and says so', () => {
-    const result = replaceText(source, 'function b() {\nreturn 2;   \n}', 'function b() {\n  return 3;\n}', opts);
-    assert.equal(result.match, 'line-trimmed');
-    assert.equal(result.content, source.replace('return 2;', 'return 3;'));
+  it('accepts headers without the space after *** (upstream parses them too)', () => {
+    const parsed = parsePatch('***Begin Patch\n***Update File: a.txt\n-1\n+2\n***Add File: b.txt\n+b\n***Delete File: c\n***End Patch');
+    assert.deepEqual(
+      parsed.operations.map((op) => [op.kind, op.path]),
+      [
+        ['update', 'a.txt'],
+        ['add', 'b.txt'],
+        ['delete', 'c'],
+      ],
+    );
   });
 
-  it('line-trimmed matching keeps line structure when old_string ends with a newline', () => {
-    const result = replaceText('  a\n  b\n  c\n', 'a\nb\n', 'X\n', opts);
-    assert.deepEqual(result, { content: 'X\n  c\n', replacements: 1, match: 'line-trimmed' });
+  it('keeps header paths as written, so ".." stays visible after normalization', () => {
+    const parsed = parsePatch(
+      '*** Begin Patch\n*** Update File: src/../../etc/x\n-a\n+b\n*** Add File: ./n.txt\n+n\n' +
+        '*** Update File: m\n*** Move to: sub/../../m2\n-a\n+b\n*** End Patch',
+    );
+    assert.deepEqual(parsed.headerPaths, ['src/../../etc/x', './n.txt', 'm', 'sub/../../m2']);
+    assert.deepEqual(parsePatch('--- a/x/../y\n+++ b/x/../y\n@@ -1 +1 @@\n-a\n+b\n').headerPaths, ['x/../y', 'x/../y']);
   });
 
-  it('line-trimmed matching also reports ambiguity', () => {
-    assert.match(patchError(() => replaceText(' a\n a\n', 'a ', 'b', opts)), /found 2 times.*ignoring whitespace/s);
+  it('falls back to the fuzzy strategies for a hunk the line matcher cannot place, and says so', () => {
+    const file = 'intro\nnote = \u201cquoted\u201d \u2014 text\nend\n';
+    const patch = '*** Begin Patch\n*** Update File: f.md\n-note = "quoted" -- text\n+note = "quoted" -- more\n*** End Patch';
+    const applied = applyPatch(parsePatch(patch).operations, new Map([['f.md', file]]));
+    assert.equal(applied.changes[0]?.after, 'intro\nnote = \u201cquoted\u201d \u2014 more\nend\n');
+    assert.deepEqual(applied.notes, ["hunk 1 of f.md (patch line 3) was placed by the 'unicode_normalized' fuzzy strategy; check the diff."]);
   });
 
-  it('edits CRLF files with LF-typed strings and keeps CRLF', () => {
-    const result = replaceText('one\r\ntwo\r\nthree\r\n', 'one\ntwo\n', 'uno\ndos\n', opts);
-    assert.deepEqual(result, { content: 'uno\r\ndos\r\nthree\r\n', replacements: 1, match: 'exact' });
+  it('keeps CRLF through the fuzzy fallback and still fails a hunk nothing resembles', () => {
+    const changes = run('*** Begin Patch\n*** Update File: f\n-x  =  1\n+x = 2\n*** End Patch', { f: 'a\r\nx = 1\r\nb\r\n' });
+    assert.equal(after(changes, 'f'), 'a\r\nx = 2\r\nb\r\n');
+    assert.match(
+      patchError(() => run('*** Begin Patch\n*** Update File: f\n-qqqqqq\n+x\n*** End Patch', { f: 'a\nb\n' })),
+      /Could not apply hunk 1 of f/,
+    );
   });
 
-  it('rejects empty and no-op edits', () => {
-    assert.match(patchError(() => replaceText('a', '', 'b', opts)), /must not be empty/);
-    assert.match(patchError(() => replaceText('a', 'a', 'a', opts)), /identical/);
+  it('names Move File among the expected headers when a line is not one', () => {
+    assert.match(
+      patchError(() => parsePatch('*** Begin Patch\n*** Rename File: a\n*** End Patch')),
+      /Patch line 2: expected .*'\*\*\* Move File: FROM -> TO'/,
+    );
   });
 });
 

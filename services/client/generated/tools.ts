@@ -16,29 +16,29 @@ export interface ExecuteCodeArgs {
 /** Arguments of the `patch` tool. */
 export interface PatchArgs {
   /**
-   * "replace" for one old_string/new_string edit, "patch" for a multi-file patch. Default "replace".
+   * "replace" for one old_string/new_string edit, "patch" for a multi-file patch.
    * @defaultValue "replace"
    */
-  mode?: "replace" | "patch";
+  mode: "replace" | "patch";
   /**
-   * replace mode: the file to edit.
+   * File to edit. REQUIRED when mode='replace'.
    */
   path?: string;
   /**
-   * replace mode: the exact text to find, including indentation. Include enough surrounding lines to make it unique.
+   * Text to find, including indentation. REQUIRED when mode='replace'. Include enough surrounding lines to make it unique.
    */
   old_string?: string;
   /**
-   * replace mode: the text to put in its place (may be empty to delete old_string).
+   * Replacement text (may be empty to delete old_string). REQUIRED when mode='replace'.
    */
   new_string?: string;
   /**
-   * replace mode: replace every occurrence instead of requiring exactly one. Default false.
+   * Replace every occurrence instead of requiring exactly one. Default false.
    * @defaultValue false
    */
   replace_all?: boolean;
   /**
-   * patch mode: the full patch text (Begin Patch format or unified diff).
+   * The full patch text (V4A or unified diff). REQUIRED when mode='patch'.
    */
   patch?: string;
 }
@@ -224,11 +224,11 @@ export abstract class ToolMethods {
   }
 
   /**
-   * Edit files. mode="replace" (default) swaps old_string for new_string in one file; old_string must match exactly one place unless replace_all is true (whitespace-only differences are tolerated and reported). mode="patch" applies a multi-file patch: "*** Begin Patch", then sections "*** Update File: PATH" (optionally "*** Move to: NEW_PATH") with "@@ context" lines and hunk lines starting with " " (keep), "-" (remove) or "+" (add); "*** Add File: PATH" with every line prefixed "+"; "*** Delete File: PATH"; then "*** End Patch". A unified diff (--- a/PATH, +++ b/PATH, @@ hunks) is also accepted. Either every hunk applies or nothing is written. Returns the unified diff of the change.
+   * Edit files. mode="replace" swaps old_string for new_string in one file; old_string must match one place unless replace_all is true. Uses fuzzy matching (9 strategies: whitespace, indentation, escaped newlines, typographic characters, similar blocks), so small copying differences still match; the diff shows what changed. mode="patch" applies a multi-file V4A patch: "*** Begin Patch", then sections "*** Update File: PATH" with "@@ context @@" lines and hunk lines starting with " " (keep), "-" (remove) or "+" (add); "*** Add File: PATH" with every line prefixed "+"; "*** Delete File: PATH"; "*** Move File: OLD -> NEW"; then "*** End Patch". A unified diff (--- a/PATH, +++ b/PATH, @@ hunks) is also accepted. Either every hunk applies or nothing is written. Returns a unified diff of the change.
    *
    * Calls the `patch` tool; resolves with its parsed result (tool errors are results too).
    */
-  patch(args: PatchArgs = {}, options?: ToolCallOptions): Promise<ToolResultOf<"patch">> {
+  patch(args: PatchArgs, options?: ToolCallOptions): Promise<ToolResultOf<"patch">> {
     return this.call("patch", args as unknown as Record<string, unknown>, options);
   }
 

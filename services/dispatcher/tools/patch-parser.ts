@@ -1,8 +1,8 @@
 /**
  * The edit engine behind the `patch` tool, kept free of I/O so every rule can
  * be unit-tested: parse a multi-file patch (the `*** Begin Patch` format or a
- * unified diff), apply it to file contents the caller read, and the
- * single-edit `old_string`/`new_string` replacement.
+ * unified diff) and apply it to file contents the caller read. The
+ * single-edit `old_string`/`new_string` replacement lives in fuzzy-match.ts.
  *
  * Models write patches from memory, so matching is deliberately forgiving
  * where that cannot change the meaning (whitespace at line ends and starts,
@@ -11,6 +11,7 @@
  */
 import { posix } from 'node:path';
 import { InvalidArgumentError } from '../../common/errors.js';
+import { fuzzyFindAndReplace } from './fuzzy-match.js';
 
 /** Raised for patch text that cannot be parsed or applied; its message is written for the model. */
 export class PatchError extends InvalidArgumentError {}
@@ -73,6 +74,12 @@ export type PatchFormat = 'begin-patch' | 'unified';
 export interface ParsedPatch {
   readonly format: PatchFormat;
   readonly operations: readonly PatchOperation[];
+  /**
+   * Every path as the patch's headers spell it (unquoted and trimmed, but
+   * not normalized, so `a/../b` still shows its `..`), in order: both ends
+   * of a move included. The caller vets each before touching any file.
+   */
+  readonly headerPaths: readonly string[];
 }
 
 /** The net effect of a patch on one path. */
@@ -83,7 +90,7 @@ export interface FileChange {
   readonly before?: string;
   /** Content after the patch; absent for `delete`. */
   readonly after?: string;
-  /** For a `create` produced by `*** Move to:` (or a rename), the path it came from. */
+  /** For a `create` produced by a move (`*** Move File:`, `*** Move to:` or a rename), the path it came from. */
   readonly movedFrom?: string;
 }
 
@@ -95,17 +102,11 @@ export interface PatchApplication {
   readonly notes: readonly string[];
 }
 
-/** How {@link replaceText} found `old_string`. */
-export type ReplaceMatch = 'exact' | 'line-trimmed';
-
-/** The result of {@link replaceText}. */
-export interface ReplaceResult {
-  readonly content: string;
-  readonly replacements: number;
-  readonly match: ReplaceMatch;
-}
-
 const NO_NEWLINE_PREFIX = '\\';
+/** V4A file headers; like upstream, the space after `***` is optional. */
+const SINGLE_FILE_HEADER = /^\*\*\*\s*(Update|Add|Delete)\s+File:\s*(.*)$/;
+const MOVE_FILE_HEADER = /^\*\*\*\s*Move\s+File:\s*(.+?)\s*->\s*(.+)$/;
+const MOVE_TO_LINE = /^\*\*\*\s*Move\s+to:\s*(.*)$/;
 const UNIFIED_HUNK_HEADER = /^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@ ?(.*)$/;
 
 // ---------------------------------------------------------------------------
@@ -124,19 +125,21 @@ export function parsePatch(text: string): ParsedPatch {
   const lines = text.replace(/\r\n/g, '\n').split('\n');
   // The newline ending the text does not start another (blank context) line.
   if (lines.length > 1 && lines[lines.length - 1] === '') lines.pop();
-  const isBeginPatch = lines.some((line) =>
-    /^\s*\*\*\* (Begin Patch|Update File:|Add File:|Delete File:)/.test(line),
-  );
+  const isBeginPatch = lines.some((line) => {
+    const trimmed = line.trim();
+    return /^\*\*\*\s*Begin Patch/.test(trimmed) || SINGLE_FILE_HEADER.test(trimmed) || MOVE_FILE_HEADER.test(trimmed);
+  });
+  const headerPaths: string[] = [];
   let format: PatchFormat;
   let operations: PatchOperation[];
   if (isBeginPatch) {
     format = 'begin-patch';
-    operations = parseBeginPatch(lines);
+    operations = parseBeginPatch(lines, headerPaths);
   } else if (
     lines.some((line, i) => (line.startsWith('--- ') && lines[i + 1]?.startsWith('+++ ')) || line.startsWith('diff --git '))
   ) {
     format = 'unified';
-    operations = parseUnifiedDiff(lines);
+    operations = parseUnifiedDiff(lines, headerPaths);
   } else {
     throw new PatchError(
       "Unrecognized patch format. Use '*** Begin Patch' ... '*** End Patch' with '*** Update File: PATH', " +
@@ -144,7 +147,7 @@ export function parsePatch(text: string): ParsedPatch {
     );
   }
   if (operations.length === 0) throw new PatchError('The patch contains no file operations.');
-  return { format, operations };
+  return { format, operations, headerPaths };
 }
 
 /**
@@ -154,12 +157,22 @@ export function parsePatch(text: string): ParsedPatch {
  * @throws PatchError for an empty path.
  */
 export function normalizePatchPath(raw: string): string {
-  let path = raw.trim();
-  if (path.length >= 2 && path.startsWith('"') && path.endsWith('"')) path = unquoteGitPath(path.slice(1, -1));
+  const path = unquotePatchPath(raw);
   if (path === '') throw new PatchError('A file path in the patch is empty.');
   const normalized = posix.normalize(path);
   if (normalized === '.' || normalized.endsWith('/')) throw new PatchError(`Not a file path: ${raw.trim()}`);
   return normalized;
+}
+
+function unquotePatchPath(raw: string): string {
+  const path = raw.trim();
+  return path.length >= 2 && path.startsWith('"') && path.endsWith('"') ? unquoteGitPath(path.slice(1, -1)) : path;
+}
+
+/** {@link normalizePatchPath}, recording the path as written in `seen`. */
+function headerPath(raw: string, seen: string[]): string {
+  seen.push(unquotePatchPath(raw));
+  return normalizePatchPath(raw);
 }
 
 /** Every path whose current content {@link applyPatch} needs (updated, deleted, created and move targets). */
@@ -172,23 +185,22 @@ export function patchPaths(operations: readonly PatchOperation[]): string[] {
   return [...paths];
 }
 
-function parseBeginPatch(lines: readonly string[]): PatchOperation[] {
+function parseBeginPatch(lines: readonly string[], seen: string[]): PatchOperation[] {
   const operations: PatchOperation[] = [];
-  const begin = lines.findIndex((line) => line.trim() === '*** Begin Patch');
+  const begin = lines.findIndex((line) => /^\*\*\*\s*Begin Patch$/.test(line.trim()));
   let i = begin >= 0 ? begin + 1 : 0;
   while (i < lines.length) {
     const raw = lines[i] ?? '';
     const header = raw.trim();
-    if (header === '*** End Patch') break;
+    if (/^\*\*\*\s*End Patch$/.test(header)) break;
     if (header === '' || header.startsWith('```')) {
       i++;
       continue;
     }
-    const addPath = afterPrefix(header, '*** Add File:');
-    const deletePath = afterPrefix(header, '*** Delete File:');
-    const updatePath = afterPrefix(header, '*** Update File:');
-    if (addPath !== undefined) {
-      const path = normalizePatchPath(addPath);
+    const single = SINGLE_FILE_HEADER.exec(header);
+    const move = MOVE_FILE_HEADER.exec(header);
+    if (single?.[1] === 'Add') {
+      const path = headerPath(single[2] ?? '', seen);
       i++;
       const content: string[] = [];
       while (i < lines.length && !isOperationHeader(lines[i] ?? '') && !(lines[i] ?? '').startsWith('```')) {
@@ -207,17 +219,22 @@ function parseBeginPatch(lines: readonly string[]): PatchOperation[] {
       // Blank lines before the next header separate sections; they are not content.
       while (content.length > 0 && content[content.length - 1] === '') content.pop();
       operations.push({ kind: 'add', path, content: content.length > 0 ? `${content.join('\n')}\n` : '' });
-    } else if (deletePath !== undefined) {
-      operations.push({ kind: 'delete', path: normalizePatchPath(deletePath) });
+    } else if (single?.[1] === 'Delete') {
+      operations.push({ kind: 'delete', path: headerPath(single[2] ?? '', seen) });
       i++;
-    } else if (updatePath !== undefined) {
-      const parsed = parseBeginPatchUpdate(lines, i);
+    } else if (single?.[1] === 'Update') {
+      const parsed = parseBeginPatchUpdate(lines, i, single[2] ?? '', seen);
       operations.push(parsed.operation);
       i = parsed.next;
+    } else if (move !== null) {
+      // A pure rename: the header carries both paths and no hunks follow.
+      const path = headerPath(move[1] ?? '', seen);
+      operations.push({ kind: 'update', path, moveTo: headerPath(move[2] ?? '', seen), hunks: [] });
+      i++;
     } else {
       throw new PatchError(
-        `Patch line ${i + 1}: expected '*** Update File: PATH', '*** Add File: PATH', '*** Delete File: PATH' ` +
-          `or '*** End Patch', got: ${quoteLine(raw)}`,
+        `Patch line ${i + 1}: expected '*** Update File: PATH', '*** Add File: PATH', '*** Delete File: PATH', ` +
+          `'*** Move File: FROM -> TO' or '*** End Patch', got: ${quoteLine(raw)}`,
       );
     }
   }
@@ -227,13 +244,16 @@ function parseBeginPatch(lines: readonly string[]): PatchOperation[] {
 function parseBeginPatchUpdate(
   lines: readonly string[],
   start: number,
+  rawPath: string,
+  seen: string[],
 ): { operation: UpdateFileOperation; next: number } {
-  const path = normalizePatchPath(afterPrefix((lines[start] ?? '').trim(), '*** Update File:') ?? '');
+  const path = headerPath(rawPath, seen);
   let i = start + 1;
   let moveTo: string | undefined;
-  const movePath = afterPrefix((lines[i] ?? '').trim(), '*** Move to:');
-  if (movePath !== undefined) {
-    moveTo = normalizePatchPath(movePath);
+  // Codex's spelling of a rename inside an update; upstream Hermes knows only `*** Move File:`.
+  const movePath = MOVE_TO_LINE.exec((lines[i] ?? '').trim());
+  if (movePath !== null) {
+    moveTo = headerPath(movePath[1] ?? '', seen);
     i++;
   }
   const hunks: PatchHunk[] = [];
@@ -281,8 +301,10 @@ function parseBeginPatchUpdate(
 }
 
 function isOperationHeader(line: string): boolean {
-  return /^\*\*\* (Begin Patch|End Patch|Add File:|Update File:|Delete File:)/.test(line.trimEnd()) ||
-    line.trim() === '*** End Patch';
+  const trimmed = line.trim();
+  return (
+    /^\*\*\*\s*(Begin|End) Patch/.test(trimmed) || SINGLE_FILE_HEADER.test(trimmed) || MOVE_FILE_HEADER.test(trimmed)
+  );
 }
 
 interface PendingGitHeader {
@@ -290,7 +312,7 @@ interface PendingGitHeader {
   renameTo?: string;
 }
 
-function parseUnifiedDiff(lines: readonly string[]): PatchOperation[] {
+function parseUnifiedDiff(lines: readonly string[], seen: string[]): PatchOperation[] {
   const binary = lines.findIndex((line) => line.startsWith('GIT binary patch') || /^Binary files .* differ$/.test(line));
   if (binary >= 0) {
     throw new PatchError(`Patch line ${binary + 1}: binary patches are not supported; use write_file or terminal.`);
@@ -313,12 +335,12 @@ function parseUnifiedDiff(lines: readonly string[]): PatchOperation[] {
       continue;
     }
     if (pending !== undefined && raw.startsWith('rename from ')) {
-      pending.renameFrom = normalizePatchPath(raw.slice('rename from '.length));
+      pending.renameFrom = headerPath(raw.slice('rename from '.length), seen);
     } else if (pending !== undefined && raw.startsWith('rename to ')) {
-      pending.renameTo = normalizePatchPath(raw.slice('rename to '.length));
+      pending.renameTo = headerPath(raw.slice('rename to '.length), seen);
     } else if (raw.startsWith('--- ') && (lines[i + 1] ?? '').startsWith('+++ ')) {
       pending = undefined;
-      const parsed = parseUnifiedFile(lines, i);
+      const parsed = parseUnifiedFile(lines, i, seen);
       operations.push(parsed.operation);
       i = parsed.next;
       continue;
@@ -330,10 +352,15 @@ function parseUnifiedDiff(lines: readonly string[]): PatchOperation[] {
   return operations;
 }
 
-function parseUnifiedFile(lines: readonly string[], start: number): { operation: PatchOperation; next: number } {
+function parseUnifiedFile(
+  lines: readonly string[],
+  start: number,
+  seen: string[],
+): { operation: PatchOperation; next: number } {
   const [oldPath, newPath] = stripGitPrefixes(
     parseDiffLabel((lines[start] ?? '').slice(4)),
     parseDiffLabel((lines[start + 1] ?? '').slice(4)),
+    seen,
   );
   let i = start + 2;
   const hunks: PatchHunk[] = [];
@@ -402,7 +429,11 @@ function parseDiffLabel(label: string): string | undefined {
 }
 
 /** Git writes `a/` and `b/` prefixes; strip them only when both sides agree, so a real `a/` directory survives. */
-function stripGitPrefixes(oldLabel: string | undefined, newLabel: string | undefined): [string | undefined, string | undefined] {
+function stripGitPrefixes(
+  oldLabel: string | undefined,
+  newLabel: string | undefined,
+  seen: string[],
+): [string | undefined, string | undefined] {
   const unquoted = (label: string | undefined): string | undefined =>
     label !== undefined && label.length >= 2 && label.startsWith('"') && label.endsWith('"')
       ? unquoteGitPath(label.slice(1, -1))
@@ -412,7 +443,7 @@ function stripGitPrefixes(oldLabel: string | undefined, newLabel: string | undef
   const strip =
     (oldRaw === undefined || oldRaw.startsWith('a/')) && (newRaw === undefined || newRaw.startsWith('b/'));
   const finish = (label: string | undefined): string | undefined =>
-    label === undefined ? undefined : normalizePatchPath(strip ? label.slice(2) : label);
+    label === undefined ? undefined : headerPath(strip ? label.slice(2) : label, seen);
   return [finish(oldRaw), finish(newRaw)];
 }
 
@@ -488,10 +519,6 @@ function finishHunk(builder: HunkBuilder): PatchHunk {
   };
 }
 
-function afterPrefix(line: string, prefix: string): string | undefined {
-  return line.startsWith(prefix) ? line.slice(prefix.length).trim() : undefined;
-}
-
 function quoteLine(line: string): string {
   return JSON.stringify(line.length > 200 ? `${line.slice(0, 200)}...` : line);
 }
@@ -556,13 +583,18 @@ export function applyPatch(
         notes.push(...applied.notes);
       } catch (err) {
         if (!(err instanceof PatchError)) throw err;
-        failures.push(err.message);
-        continue;
+        const fuzzy = applyHunksFuzzy(before, op.hunks, op.path);
+        if (fuzzy === undefined) {
+          failures.push(err.message);
+          continue;
+        }
+        after = fuzzy.text;
+        notes.push(...fuzzy.notes);
       }
       if (op.moveTo !== undefined && op.moveTo !== op.path) {
         touch(op.moveTo);
         if (current(op.moveTo) !== undefined) {
-          failures.push(`'*** Move to: ${op.moveTo}': the destination already exists.`);
+          failures.push(`Moving ${op.path} to ${op.moveTo}: the destination already exists.`);
           continue;
         }
         state.set(op.path, null);
@@ -596,6 +628,54 @@ export function applyPatch(
     }
   }
   return { changes, notes };
+}
+
+/** Characters around an `@@` hint searched when a hunk is ambiguous in the whole file (upstream's window). */
+const HINT_WINDOW_BEFORE = 500;
+const HINT_WINDOW_AFTER = 2000;
+
+/**
+ * Upstream's way of applying V4A hunks: each one an old_string → new_string
+ * replacement through the fuzzy strategies, in order, retried near its `@@`
+ * hint when the whole file gives no unique match. Used only when the line
+ * matcher places some hunk nowhere, so hunks whose text drifted (unicode,
+ * escapes, runs of spaces) still apply; undefined when one still fails.
+ *
+ * Unlike upstream, the similarity strategies are left out: a hunk whose
+ * removed lines only resemble the file (`return 42` against `return 100`)
+ * is reported, not applied to the look-alike.
+ */
+function applyHunksFuzzy(
+  text: string,
+  hunks: readonly PatchHunk[],
+  path: string,
+): { text: string; notes: string[] } | undefined {
+  const crlf = toDocument(text).crlf;
+  let current = crlf ? text.replaceAll('\r\n', '\n') : text;
+  const notes: string[] = [];
+  for (const [index, hunk] of hunks.entries()) {
+    const oldText = hunk.lines.filter((line) => line.kind !== '+').map((line) => line.text).join('\n');
+    const newText = hunk.lines.filter((line) => line.kind !== '-').map((line) => line.text).join('\n');
+    if (oldText.trim() === '') return undefined;
+    let result = fuzzyFindAndReplace(current, oldText, newText, false, { similarity: false });
+    const hint = hunk.contextHints[0];
+    const hintAt = hint === undefined ? -1 : current.indexOf(hint);
+    if (result.error !== undefined && hintAt >= 0) {
+      const start = Math.max(0, hintAt - HINT_WINDOW_BEFORE);
+      const end = Math.min(current.length, hintAt + HINT_WINDOW_AFTER);
+      const windowed = fuzzyFindAndReplace(current.slice(start, end), oldText, newText, false, { similarity: false });
+      if (windowed.error === undefined) {
+        result = { ...windowed, content: current.slice(0, start) + windowed.content + current.slice(end) };
+      }
+    }
+    if (result.error !== undefined) return undefined;
+    notes.push(
+      `hunk ${index + 1} of ${path} (patch line ${hunk.patchLine}) was placed by the '${result.strategy ?? 'exact'}' ` +
+        'fuzzy strategy; check the diff.',
+    );
+    current = result.content;
+  }
+  return { text: crlf ? current.replaceAll('\n', '\r\n') : current, notes };
 }
 
 /** A file as lines, remembering what to restore when joining. */
@@ -856,132 +936,4 @@ function closestPartialMatch(
     expected: needle[best.matched] ?? '',
     actual: line < lines.length ? (lines[line] ?? '') : '<end of file>',
   };
-}
-
-// ---------------------------------------------------------------------------
-// Single replacement (patch mode "replace")
-// ---------------------------------------------------------------------------
-
-/**
- * Replaces `oldString` with `newString` in `content`.
- *
- * Exact match first (an LF-typed `oldString` also matches a CRLF file, and
- * its replacement then gets CRLF too). When that finds nothing, falls back
- * to matching whole lines with leading and trailing whitespace ignored, and
- * reports `match: 'line-trimmed'` so the model learns its copy was inexact.
- *
- * @throws PatchError when `oldString` is empty, equals `newString`, is not
- *   found, or is found more than once without `replaceAll`.
- */
-export function replaceText(
-  content: string,
-  oldString: string,
-  newString: string,
-  options: { readonly replaceAll: boolean; readonly path: string },
-): ReplaceResult {
-  const { replaceAll, path } = options;
-  if (oldString === '') {
-    throw new PatchError('old_string must not be empty. To create or overwrite a whole file use write_file.');
-  }
-  if (oldString === newString) throw new PatchError('old_string and new_string are identical; nothing to change.');
-
-  const crlfFile = toDocument(content).crlf;
-  const adapt = (text: string): string =>
-    crlfFile && !text.includes('\r\n') ? text.replaceAll('\n', '\r\n') : text;
-  const candidates = [...new Set([oldString, adapt(oldString)])];
-  for (const candidate of candidates) {
-    const count = countOccurrences(content, candidate);
-    if (count === 0) continue;
-    if (count > 1 && !replaceAll) throw tooManyMatches(count, path, '');
-    const replacement = candidate === oldString ? newString : adapt(newString);
-    const index = content.indexOf(candidate);
-    const updated = replaceAll
-      ? content.split(candidate).join(replacement)
-      : content.slice(0, index) + replacement + content.slice(index + candidate.length);
-    return { content: updated, replacements: replaceAll ? count : 1, match: 'exact' };
-  }
-
-  return replaceLineTrimmed(content, oldString, adapt(newString), { replaceAll, path, crlf: crlfFile });
-}
-
-function replaceLineTrimmed(
-  content: string,
-  oldString: string,
-  replacement: string,
-  options: { replaceAll: boolean; path: string; crlf: boolean },
-): ReplaceResult {
-  const wanted = oldString.replaceAll('\r\n', '\n').split('\n');
-  const oldEndsWithNewline = wanted.length > 1 && wanted[wanted.length - 1] === '';
-  if (oldEndsWithNewline) wanted.pop();
-  const wantedTrimmed = wanted.map((line) => line.trim());
-
-  // Line texts and their character offsets in the original content.
-  const starts: number[] = [];
-  const texts: string[] = [];
-  let position = 0;
-  for (const raw of content.split('\n')) {
-    starts.push(position);
-    texts.push(options.crlf && raw.endsWith('\r') ? raw.slice(0, -1) : raw);
-    position += raw.length + 1;
-  }
-  if (content.endsWith('\n')) {
-    starts.pop();
-    texts.pop();
-  }
-
-  const notFound = (): PatchError =>
-    new PatchError(
-      describeMissing(
-        `Could not find old_string in ${options.path}`,
-        texts,
-        wanted,
-        'old_string must match the file exactly, including indentation; re-read the file with read_file and copy it.',
-      ),
-    );
-  if (wantedTrimmed.every((line) => line === '')) throw notFound();
-
-  const matches: number[] = [];
-  for (let start = 0; start + wanted.length <= texts.length; ) {
-    if (wantedTrimmed.every((line, j) => (texts[start + j] ?? '').trim() === line)) {
-      matches.push(start);
-      start += wanted.length;
-    } else {
-      start++;
-    }
-  }
-  if (matches.length === 0) throw notFound();
-  if (matches.length > 1 && !options.replaceAll) throw tooManyMatches(matches.length, options.path, ' (ignoring whitespace)');
-
-  const chosen = options.replaceAll ? matches : matches.slice(0, 1);
-  let updated = '';
-  let copiedUpTo = 0;
-  for (const start of chosen) {
-    const lastLine = start + wanted.length - 1;
-    const regionStart = starts[start] ?? 0;
-    let regionEnd = (starts[lastLine] ?? 0) + (texts[lastLine] ?? '').length;
-    let text = replacement;
-    if (oldEndsWithNewline) {
-      const newlineLength = content.startsWith('\r\n', regionEnd) ? 2 : content.startsWith('\n', regionEnd) ? 1 : 0;
-      regionEnd += newlineLength;
-      // The region swallowed no newline (last line of the file); neither may the replacement add one.
-      if (newlineLength === 0) text = text.replace(/\r?\n$/, '');
-    }
-    updated += content.slice(copiedUpTo, regionStart) + text;
-    copiedUpTo = regionEnd;
-  }
-  updated += content.slice(copiedUpTo);
-  return { content: updated, replacements: chosen.length, match: 'line-trimmed' };
-}
-
-function countOccurrences(haystack: string, needle: string): number {
-  let count = 0;
-  for (let at = haystack.indexOf(needle); at >= 0; at = haystack.indexOf(needle, at + needle.length)) count++;
-  return count;
-}
-
-function tooManyMatches(count: number, path: string, qualifier: string): PatchError {
-  return new PatchError(
-    `old_string was found ${count} times in ${path}${qualifier}. Add more surrounding context to old_string ` +
-      'so it matches exactly one place, or set replace_all=true to replace every occurrence.',
-  );
 }

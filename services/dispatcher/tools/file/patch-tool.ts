@@ -1,27 +1,38 @@
-/** patch: replace-mode edits and multi-file patches, applied all or nothing. */
+/**
+ * patch: replace-mode edits (fuzzy-matched, as upstream Hermes) and
+ * multi-file patches (V4A or unified diff, applied all or nothing).
+ *
+ * Results follow upstream's PatchResult: `success` first, then only the
+ * fields that carry something (`no_change`, `note`, `diff`,
+ * `files_modified`, `files_created`, `files_deleted`, `error`), then
+ * `resolved_path` when one file was edited. Argument problems are plain
+ * `{"error": ...}` as from every tool.
+ */
 import type { TaskClient } from '../../../common/task-client.js';
 import type { ToolArgs, ToolContext, ToolRegistration } from '../../tool-types.js';
-import { applyPatch, parsePatch, patchPaths, replaceText, type FileChange } from '../patch-parser.js';
+import { fuzzyFindAndReplace, isAlreadyApplied, noMatchHint, pythonRepr } from '../fuzzy-match.js';
+import { applyPatch, parsePatch, PatchError, patchPaths, type FileChange, type ParsedPatch } from '../patch-parser.js';
 import { shellQuote } from '../shell-quote.js';
 import { unifiedDiff } from '../unified-diff.js';
 import {
   ToolInputError,
   boolArg,
-  enumArg,
-  fileNotFound,
   formatSize,
   guarded,
   HELPER_TIMEOUT_MS,
   isBinary,
-  nonEmptyStringArg,
   readIfExists,
   stringArg,
   TOOLSET,
   type JsonObject,
 } from './common.js';
+import { patchFailures } from './patch-failures.js';
 
 const MAX_DIFF_CHARS = 50_000;
+const BOM = '\uFEFF';
 
+const NOT_FOUND_HINT =
+  'old_string not found. Use read_file to verify the current content, or search_files to locate the text.';
 
 export function patchRegistration(): ToolRegistration {
   return {
@@ -31,66 +42,118 @@ export function patchRegistration(): ToolRegistration {
     schema: {
       name: 'patch',
       description:
-        'Edit files. mode="replace" (default) swaps old_string for new_string in one file; old_string must ' +
-        'match exactly one place unless replace_all is true (whitespace-only differences are tolerated and ' +
-        'reported). mode="patch" applies a multi-file patch: "*** Begin Patch", then sections ' +
-        '"*** Update File: PATH" (optionally "*** Move to: NEW_PATH") with "@@ context" lines and hunk lines ' +
-        'starting with " " (keep), "-" (remove) or "+" (add); "*** Add File: PATH" with every line prefixed "+"; ' +
-        '"*** Delete File: PATH"; then "*** End Patch". A unified diff (--- a/PATH, +++ b/PATH, @@ hunks) is ' +
-        'also accepted. Either every hunk applies or nothing is written. Returns the unified diff of the change.',
+        'Edit files. mode="replace" swaps old_string for new_string in one file; old_string must match one place ' +
+        'unless replace_all is true. Uses fuzzy matching (9 strategies: whitespace, indentation, escaped newlines, ' +
+        'typographic characters, similar blocks), so small copying differences still match; the diff shows what ' +
+        'changed. mode="patch" applies a multi-file V4A patch: "*** Begin Patch", then sections ' +
+        '"*** Update File: PATH" with "@@ context @@" lines and hunk lines starting with " " (keep), "-" (remove) ' +
+        'or "+" (add); "*** Add File: PATH" with every line prefixed "+"; "*** Delete File: PATH"; ' +
+        '"*** Move File: OLD -> NEW"; then "*** End Patch". A unified diff (--- a/PATH, +++ b/PATH, @@ hunks) is ' +
+        'also accepted. Either every hunk applies or nothing is written. Returns a unified diff of the change.',
       parameters: {
         type: 'object',
         properties: {
           mode: {
             type: 'string',
             enum: ['replace', 'patch'],
-            description: '"replace" for one old_string/new_string edit, "patch" for a multi-file patch. Default "replace".',
+            description: '"replace" for one old_string/new_string edit, "patch" for a multi-file patch.',
             default: 'replace',
           },
-          path: { type: 'string', description: 'replace mode: the file to edit.' },
+          path: { type: 'string', description: "File to edit. REQUIRED when mode='replace'." },
           old_string: {
             type: 'string',
             description:
-              'replace mode: the exact text to find, including indentation. Include enough surrounding lines to make it unique.',
+              "Text to find, including indentation. REQUIRED when mode='replace'. Include enough surrounding lines " +
+              'to make it unique.',
           },
           new_string: {
             type: 'string',
-            description: 'replace mode: the text to put in its place (may be empty to delete old_string).',
+            description: "Replacement text (may be empty to delete old_string). REQUIRED when mode='replace'.",
           },
           replace_all: {
             type: 'boolean',
-            description: 'replace mode: replace every occurrence instead of requiring exactly one. Default false.',
+            description: 'Replace every occurrence instead of requiring exactly one. Default false.',
             default: false,
           },
           patch: {
             type: 'string',
-            description: 'patch mode: the full patch text (Begin Patch format or unified diff).',
+            description: "The full patch text (V4A or unified diff). REQUIRED when mode='patch'.",
           },
         },
-        required: [],
+        required: ['mode'],
       },
     },
     handler: guarded(patchTool),
   };
 }
 
+/** Where a path to be written came from: upstream allows `..` in the explicit argument, not in patch headers. */
+export type PatchTargetSource = 'path-argument' | 'patch-header';
+
+/**
+ * The one check every path a patch will write, create, delete or move is
+ * put through before any file is read; returns the refusal text (the tool
+ * answers `{"error": text}`), or undefined to proceed. Called for the
+ * replace-mode `path` and for every path in a patch's headers (both ends of
+ * a move), header paths as the patch spells them.
+ *
+ * Today: upstream's `..` refusal for header paths. The sensitive-path and
+ * credential deny checks (file-safety) go here too, for both sources, which
+ * is why it is async and gets the context (paths resolve in the task's
+ * environment).
+ */
+export async function checkPatchTarget(
+  path: string,
+  source: PatchTargetSource,
+  _context: ToolContext,
+): Promise<string | undefined> {
+  if (source === 'patch-header' && path.split(/[\\/]/).includes('..')) {
+    return (
+      `V4A patch header contains '..' traversal: ${pythonRepr(path)}. Use the agent's cwd-relative path (no '..') ` +
+      "or an absolute path in '*** Update File:' / '*** Add File:' / '*** Delete File:' / '*** Move File:' headers."
+    );
+  }
+  return undefined;
+}
+
 async function patchTool(args: ToolArgs, context: ToolContext): Promise<JsonObject> {
-  // A patch text sent without mode and without replace arguments can only mean patch mode.
-  const impliedMode =
-    args.mode === undefined && typeof args.patch === 'string' && args.old_string === undefined ? 'patch' : 'replace';
-  const mode = enumArg(args, 'mode', ['replace', 'patch'] as const, impliedMode);
-  return mode === 'replace' ? replaceMode(args, context) : patchMode(args, context);
+  const mode = args.mode ?? impliedMode(args);
+  if (mode === 'replace') return replaceMode(args, context);
+  if (mode === 'patch') return patchMode(args, context);
+  return { error: `Unknown mode: ${typeof mode === 'string' ? mode : JSON.stringify(mode)}` };
+}
+
+/** Upstream defaults to replace; a lone `patch` argument can only mean patch mode, so it is read as one. */
+function impliedMode(args: ToolArgs): 'replace' | 'patch' {
+  return typeof args.patch === 'string' && args.old_string === undefined ? 'patch' : 'replace';
+}
+
+/** An upstream PatchResult failure. */
+function failure(error: string, extra: JsonObject = {}): JsonObject {
+  return { success: false, ...extra, error };
+}
+
+function taskKey(context: ToolContext): string {
+  return `${context.tenant}\0${context.taskId}`;
+}
+
+/** A file about to be edited, its BOM set aside (matching and diffs see the text without it). */
+interface EditableFile {
+  readonly absPath: string;
+  /** Undefined when the file does not exist. */
+  readonly text?: string;
+  readonly bom: boolean;
 }
 
 /**
- * Text of a file about to be edited (`text` undefined when it does not
- * exist); refuses content that would not survive decode → encode.
+ * Reads a file for editing; refuses directories, binary content and text
+ * that would not survive decode → encode.
  */
-async function readEditableText(task: TaskClient, path: string): Promise<{ absPath: string; text?: string }> {
+async function readEditable(task: TaskClient, path: string): Promise<EditableFile> {
   const stat = await task.stat(path);
-  if (stat.isDirectory) throw new ToolInputError(`${path} is a directory, not a file.`);
+  if (stat.isDirectory) throw new ToolInputError(`Failed to read file: ${stat.absPath}`);
   const file = stat.exists ? await readIfExists(task, path) : undefined;
-  if (file === undefined) return { absPath: stat.absPath };
+  if (file === undefined) return { absPath: stat.absPath, bom: false };
   if (isBinary(file.content)) {
     throw new ToolInputError(`${path} is a binary file (${formatSize(file.content.length)}); patch only edits text files.`);
   }
@@ -100,59 +163,150 @@ async function readEditableText(task: TaskClient, path: string): Promise<{ absPa
       `${path} is not valid UTF-8 text; editing it here would corrupt it. Use the terminal (e.g. sed) instead.`,
     );
   }
-  return { absPath: file.absPath, text };
+  const bom = text.startsWith(BOM);
+  return { absPath: file.absPath, text: bom ? text.slice(1) : text, bom };
+}
+
+/** Line ending rule shared by both modes: a file that is CRLF throughout is edited as LF and written back as CRLF. */
+function isCrlfThroughout(text: string): boolean {
+  const newlines = text.split('\n').length - 1;
+  return newlines > 0 && text.split('\r\n').length - 1 === newlines;
+}
+
+function encodeForDisk(text: string, bom: boolean, crlf: boolean): string {
+  const withEndings = crlf ? text.replaceAll('\r\n', '\n').replaceAll('\n', '\r\n') : text;
+  return bom ? BOM + withEndings : withEndings;
 }
 
 async function replaceMode(args: ToolArgs, context: ToolContext): Promise<JsonObject> {
-  if (args.path === undefined && typeof args.patch === 'string') {
-    throw new ToolInputError(
-      'mode is "replace", which needs path, old_string and new_string. To apply patch text set mode="patch".',
-    );
-  }
-  const path = nonEmptyStringArg(args, 'path');
-  const oldString = stringArg(args, 'old_string', true);
-  const newString = stringArg(args, 'new_string', true);
+  const path = stringArg(args, 'path', false);
+  if (path === undefined || path === '') return { error: 'path required' };
+  const oldArg = stringArg(args, 'old_string', false);
+  const newArg = stringArg(args, 'new_string', false);
+  if (oldArg === undefined || newArg === undefined) return { error: 'old_string and new_string required' };
   const replaceAll = boolArg(args, 'replace_all', false);
+  const refusal = await checkPatchTarget(path, 'path-argument', context);
+  if (refusal !== undefined) return { error: refusal };
 
-  const file = await readEditableText(context.task, path);
-  if (file.text === undefined) throw await fileNotFound(path, file.absPath, context);
-  const replaced = replaceText(file.text, oldString, newString, { replaceAll, path });
-  await context.task.writeFile(path, replaced.content);
-
-  const result: JsonObject = {
-    success: true,
-    path: file.absPath,
-    replacements: replaced.replacements,
-    match: replaced.match,
-    diff: capDiff(unifiedDiff(file.text, replaced.content, { oldLabel: `a/${path}`, newLabel: `b/${path}` })),
-    files_modified: [path],
-    files_created: [],
-    files_deleted: [],
-  };
-  if (replaced.match === 'line-trimmed') {
-    result.note =
-      'old_string did not match exactly; it was matched line by line ignoring leading/trailing whitespace. ' +
-      'Check the indentation in the diff.';
+  let file: EditableFile;
+  try {
+    file = await readEditable(context.task, path);
+  } catch (err) {
+    if (err instanceof ToolInputError) return failure(err.message);
+    throw err;
   }
+  if (file.text === undefined) return failure(`Failed to read file: ${file.absPath}`);
+
+  // Models send LF; a CRLF file is matched and edited as LF, then written back with CRLF.
+  const crlf = isCrlfThroughout(file.text);
+  const toLf = (text: string): string => (crlf ? text.replaceAll('\r\n', '\n') : text);
+  const content = toLf(file.text);
+  const oldString = toLf(oldArg);
+  const newString = toLf(newArg);
+  const replaced = fuzzyFindAndReplace(content, oldString, newString, replaceAll);
+
+  if (replaced.error !== undefined) {
+    if (isAlreadyApplied(content, oldString, newString)) {
+      patchFailures.reset(taskKey(context), [file.absPath]);
+      return {
+        success: true,
+        no_change: true,
+        note:
+          `File already contains the target text — the edit appears to be already applied to ${file.absPath}. ` +
+          'No write performed; do not re-send this patch.',
+        files_modified: [file.absPath],
+        resolved_path: file.absPath,
+      };
+    }
+    const error = replaced.error + noMatchHint(replaced.error, oldString, content);
+    const result = failure(error);
+    if (error.includes('Could not find')) {
+      const count = patchFailures.record(taskKey(context), file.absPath);
+      if (count >= 3) {
+        result._hint =
+          `This is failure #${count} patching ${pythonRepr(path)}. Stop retrying with variations of the same ` +
+          'old_string. Either: (1) re-read the file fresh to verify current content, (2) use a longer / more ' +
+          'unique old_string with surrounding context lines, or (3) use write_file to replace the entire file ' +
+          'if the targeted region is hard to anchor.';
+      } else if (!error.includes('Did you mean one of these sections?')) {
+        result._hint = NOT_FOUND_HINT;
+      }
+    }
+    return result;
+  }
+
+  const onDisk = encodeForDisk(replaced.content, file.bom, crlf);
+  try {
+    await context.task.writeFile(path, onDisk);
+  } catch (err) {
+    return failure(`Failed to write changes: ${err instanceof Error ? err.message : String(err)}`);
+  }
+  const verifyError = await verifyWritten(context.task, path, onDisk);
+  if (verifyError !== undefined) return failure(verifyError);
+  patchFailures.reset(taskKey(context), [file.absPath]);
+
+  const result: JsonObject = { success: true };
+  const diff = capDiff(unifiedDiff(content, replaced.content, { oldLabel: `a/${path}`, newLabel: `b/${path}` }));
+  if (diff !== '') result.diff = diff;
+  result.files_modified = [file.absPath];
+  result.resolved_path = file.absPath;
   return result;
 }
 
+/** Re-reads a written file: an executor that silently dropped the write must not be reported as success. */
+async function verifyWritten(task: TaskClient, path: string, intended: string): Promise<string | undefined> {
+  const back = await readIfExists(task, path);
+  const normalize = (text: string): string => text.replace(/^\uFEFF/, '').replaceAll('\r\n', '\n').replaceAll('\r', '\n');
+  const wrote = normalize(intended);
+  const read = normalize(back?.content.toString('utf8') ?? '');
+  if (back !== undefined && read === wrote) return undefined;
+  return (
+    `Post-write verification failed for ${path}: on-disk content differs from intended write (wrote ` +
+    `${wrote.length} chars, read back ${read.length} chars after normalizing line endings). The patch did not ` +
+    'persist. Re-read the file and try again.'
+  );
+}
+
 async function patchMode(args: ToolArgs, context: ToolContext): Promise<JsonObject> {
-  const patchText = stringArg(args, 'patch', true);
-  if (patchText.trim() === '') throw new ToolInputError('Parameter patch must not be empty');
+  const patchText = stringArg(args, 'patch', false);
+  if (patchText === undefined || patchText === '') return { error: 'patch content required' };
   const { task } = context;
-  const parsed = parsePatch(patchText);
+
+  let parsed: ParsedPatch;
+  try {
+    parsed = parsePatch(patchText);
+  } catch (err) {
+    if (err instanceof PatchError) return failure(`Failed to parse patch: ${err.message}`);
+    throw err;
+  }
+  for (const headerPath of parsed.headerPaths) {
+    const refusal = await checkPatchTarget(headerPath, 'patch-header', context);
+    if (refusal !== undefined) return { error: refusal };
+  }
 
   // Read everything first: the patch is validated in full before any write.
+  const paths = patchPaths(parsed.operations);
+  const files = new Map<string, EditableFile>();
   const contents = new Map<string, string>();
-  const absPaths = new Map<string, string>();
-  for (const path of patchPaths(parsed.operations)) {
-    const file = await readEditableText(task, path);
-    absPaths.set(path, file.absPath);
-    if (file.text !== undefined) contents.set(path, file.text);
+  try {
+    for (const path of paths) {
+      const file = await readEditable(task, path);
+      files.set(path, file);
+      if (file.text !== undefined) contents.set(path, file.text);
+    }
+  } catch (err) {
+    if (err instanceof ToolInputError) return failure(err.message);
+    throw err;
   }
-  const applied = applyPatch(parsed.operations, contents);
+  let applied: ReturnType<typeof applyPatch>;
+  try {
+    applied = applyPatch(parsed.operations, contents);
+  } catch (err) {
+    if (err instanceof PatchError) return failure(err.message);
+    throw err;
+  }
 
+  const absolute = (path: string): string => files.get(path)?.absPath ?? path;
   const done = { modified: [] as string[], created: [] as string[], deleted: [] as string[] };
   const writes = applied.changes.filter((change) => change.kind !== 'delete');
   const deletes = applied.changes.filter((change) => change.kind === 'delete');
@@ -161,42 +315,49 @@ async function patchMode(args: ToolArgs, context: ToolContext): Promise<JsonObje
     // Writes before deletes, so a failed write during a move leaves the source in place.
     for (const change of writes) {
       current = change;
-      await task.writeFile(change.path, change.after ?? '');
-      (change.kind === 'create' ? done.created : done.modified).push(change.path);
+      // A file keeps its BOM; a moved file takes its source's.
+      const bom = files.get(change.movedFrom ?? change.path)?.bom ?? false;
+      await task.writeFile(change.path, bom ? BOM + (change.after ?? '') : (change.after ?? ''));
+      (change.kind === 'create' ? done.created : done.modified).push(absolute(change.path));
     }
     for (const change of deletes) {
       current = change;
-      await deleteFile(task, absPaths.get(change.path) ?? change.path, context.signal);
-      done.deleted.push(change.path);
+      await deleteFile(task, absolute(change.path), context.signal);
+      done.deleted.push(absolute(change.path));
     }
   } catch (err) {
     const reason = err instanceof Error ? err.message : String(err);
-    throw new ToolInputError(
+    return failure(
       `Patch validated but failed while writing ${current?.path ?? 'a file'}: ${reason}. ` +
         'Files listed here were already changed; re-read them before retrying.',
-      { files_modified: done.modified, files_created: done.created, files_deleted: done.deleted },
+      nonEmptyLists({ files_modified: done.modified, files_created: done.created, files_deleted: done.deleted }),
     );
   }
 
-  const moves = applied.changes.flatMap((change) =>
-    change.kind === 'create' && change.movedFrom !== undefined ? [{ from: change.movedFrom, to: change.path }] : [],
+  const movedSources = new Set(applied.changes.flatMap((change) => (change.movedFrom !== undefined ? [change.movedFrom] : [])));
+  const diff = capDiff(
+    applied.changes
+      .map((change) => (change.kind === 'delete' && movedSources.has(change.path) ? '' : changeDiff(change, contents)))
+      .join(''),
   );
-  const movedSources = new Set(moves.map((move) => move.from));
-  const diffs = applied.changes.map((change) =>
-    change.kind === 'delete' && movedSources.has(change.path) ? '' : changeDiff(change, contents),
-  );
+  const notes = [...applied.notes];
+  if (applied.changes.length === 0) notes.unshift('The patch applied but changed nothing.');
 
-  const result: JsonObject = {
-    success: true,
-    diff: capDiff(diffs.join('')),
-    files_modified: done.modified,
-    files_created: done.created,
-    files_deleted: done.deleted,
-  };
-  if (moves.length > 0) result.files_moved = moves;
-  if (applied.changes.length === 0) result.note = 'The patch applied but changed nothing.';
-  if (applied.notes.length > 0) result.notes = applied.notes;
+  // Upstream's key order: the PatchResult fields, then files_modified replaced
+  // (in place when present) by the absolute path of every file the patch names.
+  const result: JsonObject = { success: true };
+  if (notes.length > 0) result.note = notes.join('\n');
+  if (diff !== '') result.diff = diff;
+  Object.assign(result, nonEmptyLists({ files_modified: done.modified, files_created: done.created, files_deleted: done.deleted }));
+  const named = [...new Set(paths.map(absolute))];
+  result.files_modified = named;
+  if (named.length === 1) result.resolved_path = named[0];
+  patchFailures.reset(taskKey(context), named);
   return result;
+}
+
+function nonEmptyLists(lists: Record<string, string[]>): JsonObject {
+  return Object.fromEntries(Object.entries(lists).filter(([, list]) => list.length > 0));
 }
 
 /** Unified diff of one net change; a move diffs the source's old text against the destination. */
@@ -231,4 +392,3 @@ function capDiff(diff: string): string {
   const omitted = diff.length - MAX_DIFF_CHARS;
   return `${diff.slice(0, MAX_DIFF_CHARS)}\n... [diff truncated: ${omitted.toLocaleString('en-US')} more chars]\n`;
 }
-

@@ -1,0 +1,244 @@
+/**
+ * The patch tool's result shapes and texts against real files, through
+ * LocalTaskClientDouble: what a model written for upstream Hermes reads.
+ */
+import assert from 'node:assert/strict';
+import { readFile, writeFile, mkdir } from 'node:fs/promises';
+import { dirname, join } from 'node:path';
+import { after, before, describe, it } from 'node:test';
+import { silentLogger } from '../../services/common/logging.js';
+import { patchRegistration } from '../../services/dispatcher/tools/file/patch-tool.js';
+import type { ToolContext } from '../../services/dispatcher/tool-types.js';
+import { LocalTaskClientDouble } from '../fixtures/local-task-client.js';
+
+type Result = Record<string, unknown>;
+
+const NOT_FOUND = 'Could not find a match for old_string in the file';
+const NOT_FOUND_HINT =
+  'old_string not found. Use read_file to verify the current content, or search_files to locate the text.';
+
+let taskCounter = 0;
+
+class PatchHarness {
+  private readonly context: ToolContext;
+
+  constructor(readonly task: LocalTaskClientDouble) {
+    this.context = {
+      tenant: 'tenant-test',
+      // Failure counts are per task: each harness is its own task.
+      taskId: `patch-task-${++taskCounter}`,
+      sessionId: 'session-test',
+      task,
+      signal: new AbortController().signal,
+      logger: silentLogger(),
+    };
+  }
+
+  async call(args: Record<string, unknown>): Promise<Result> {
+    return JSON.parse(await patchRegistration().handler(args, this.context)) as Result;
+  }
+
+  path(relative: string): string {
+    return join(this.task.root, relative);
+  }
+
+  async write(relative: string, content: string): Promise<void> {
+    await mkdir(dirname(this.path(relative)), { recursive: true });
+    await writeFile(this.path(relative), content);
+  }
+
+  async read(relative: string): Promise<string> {
+    return readFile(this.path(relative), 'utf8');
+  }
+}
+
+async function harness(): Promise<PatchHarness> {
+  return new PatchHarness(await LocalTaskClientDouble.create('berth-patch-tool-'));
+}
+
+describe('patch replace mode: upstream result shapes', () => {
+  let h: PatchHarness;
+  before(async () => {
+    h = await harness();
+  });
+  after(async () => h.task.dispose());
+
+  it('escalates the hint from the third consecutive miss on one file, and a success resets the count', async () => {
+    await h.write('a.py', 'alpha = 1\n');
+    const miss = { path: 'a.py', old_string: 'qqqqqqqq', new_string: 'x' };
+    assert.deepEqual(await h.call(miss), { success: false, error: NOT_FOUND, _hint: NOT_FOUND_HINT });
+    assert.deepEqual(await h.call(miss), { success: false, error: NOT_FOUND, _hint: NOT_FOUND_HINT });
+    const third = await h.call(miss);
+    assert.deepEqual(third, {
+      success: false,
+      error: NOT_FOUND,
+      _hint:
+        "This is failure #3 patching 'a.py'. Stop retrying with variations of the same old_string. Either: " +
+        '(1) re-read the file fresh to verify current content, (2) use a longer / more unique old_string with ' +
+        'surrounding context lines, or (3) use write_file to replace the entire file if the targeted region is ' +
+        'hard to anchor.',
+    });
+    assert.match(String((await h.call(miss))._hint), /^This is failure #4 patching 'a\.py'\./);
+
+    // Another file keeps its own count; another task starts from zero.
+    await h.write('b.py', 'beta = 2\n');
+    assert.equal((await h.call({ ...miss, path: 'b.py' }))._hint, NOT_FOUND_HINT);
+    const other = new PatchHarness(h.task);
+    assert.equal((await other.call(miss))._hint, NOT_FOUND_HINT);
+
+    assert.equal((await h.call({ path: 'a.py', old_string: 'alpha = 1', new_string: 'alpha = 2' })).success, true);
+    assert.equal((await h.call(miss))._hint, NOT_FOUND_HINT);
+  });
+
+  it('adds a "Did you mean" excerpt instead of the hint when similar lines exist', async () => {
+    await h.write('m.py', 'def compute(x):\n    return x * 2\n');
+    const result = await h.call({ path: 'm.py', old_string: 'def compute(value, extra):\n    return value + extra', new_string: 'z' });
+    assert.deepEqual(Object.keys(result), ['success', 'error']);
+    assert.equal(
+      result.error,
+      `${NOT_FOUND}\n\nDid you mean one of these sections?\n   1| def compute(x):\n   2|     return x * 2`,
+    );
+  });
+
+  it('answers a re-sent edit with the no_change shape and writes nothing', async () => {
+    await h.write('done.py', 'value = compute(2)\n');
+    const result = await h.call({ path: 'done.py', old_string: 'result = legacy_call(1, 2, 3)', new_string: 'value = compute(2)' });
+    assert.deepEqual(result, {
+      success: true,
+      no_change: true,
+      note:
+        `File already contains the target text — the edit appears to be already applied to ${h.path('done.py')}. ` +
+        'No write performed; do not re-send this patch.',
+      files_modified: [h.path('done.py')],
+      resolved_path: h.path('done.py'),
+    });
+    assert.equal(await h.read('done.py'), 'value = compute(2)\n');
+  });
+
+  it('returns upstream texts for bad strings, in the failure shape', async () => {
+    await h.write('s.py', 'x = 1\n');
+    assert.deepEqual(await h.call({ path: 's.py', old_string: '', new_string: 'y' }), {
+      success: false,
+      error: 'old_string cannot be empty',
+    });
+    assert.deepEqual(await h.call({ path: 's.py', old_string: '  \n', new_string: 'y' }), {
+      success: false,
+      error: 'old_string is only whitespace — provide non-blank text to match',
+    });
+    assert.deepEqual(await h.call({ path: 's.py', old_string: 'x = 1', new_string: 'x = 1' }), {
+      success: false,
+      error: 'old_string and new_string are identical',
+    });
+  });
+
+  it('returns upstream texts for missing arguments as plain errors', async () => {
+    assert.deepEqual(await h.call({ mode: 'replace', old_string: 'a', new_string: 'b' }), { error: 'path required' });
+    assert.deepEqual(await h.call({ mode: 'replace', path: 'x.py', old_string: 'a' }), {
+      error: 'old_string and new_string required',
+    });
+    assert.deepEqual(await h.call({ mode: 'replace', path: 'x.py', new_string: 'b' }), {
+      error: 'old_string and new_string required',
+    });
+    assert.deepEqual(await h.call({ mode: 'merge' }), { error: 'Unknown mode: merge' });
+  });
+
+  it('refuses escape drift and rogue indentation without touching the file', async () => {
+    await h.write('q.py', "    msg = 'it's'\n    n = 1\n");
+    const drift = await h.call({ path: 'q.py', old_string: "msg = 'it\\'s'", new_string: "msg = 'it\\'s ok'" });
+    assert.equal(drift.success, false);
+    assert.match(String(drift.error), /^Escape-drift detected: /);
+    const indent = await h.call({ path: 'q.py', old_string: "msg = 'it's'\nn = 1", new_string: "msg = 'x'\n        n = 2" });
+    assert.equal(indent.success, false);
+    assert.match(String(indent.error), /^Suspicious indentation in new_string: 1 line\(s\)/);
+    assert.equal(await h.read('q.py'), "    msg = 'it's'\n    n = 1\n");
+  });
+
+  it('keeps a BOM and CRLF line endings, matching LF-typed strings', async () => {
+    await h.write('w.txt', '\uFEFFone\r\ntwo\r\nthree\r\n');
+    const result = await h.call({ path: 'w.txt', old_string: 'one\ntwo', new_string: 'uno\ndos' });
+    assert.equal(result.success, true, JSON.stringify(result));
+    assert.equal(await h.read('w.txt'), '\uFEFFuno\r\ndos\r\nthree\r\n');
+    // The diff is of the text, without the BOM and with the file's lines.
+    assert.equal(result.diff, '--- a/w.txt\n+++ b/w.txt\n@@ -1,3 +1,3 @@\n-one\n-two\n+uno\n+dos\n three\n');
+  });
+
+  it('keeps typographic characters the edit did not touch', async () => {
+    await h.write('t.md', 'He said \u201cwait\u201d \u2014 then left.\n');
+    const result = await h.call({ path: 't.md', old_string: 'He said "wait" -- then left.', new_string: 'He said "wait" -- then stayed.' });
+    assert.equal(result.success, true, JSON.stringify(result));
+    assert.equal(await h.read('t.md'), 'He said \u201cwait\u201d \u2014 then stayed.\n');
+  });
+});
+
+describe('patch patch mode: V4A headers and shapes', () => {
+  let h: PatchHarness;
+  before(async () => {
+    h = await harness();
+  });
+  after(async () => h.task.dispose());
+
+  it('refuses ".." in any header with upstream text before reading or writing anything', async () => {
+    await h.write('keep.txt', 'keep\n');
+    const cases: [string, string][] = [
+      ['*** Update File: src/../../etc/passwd\n-a\n+b', 'src/../../etc/passwd'],
+      ['*** Add File: ../escape.txt\n+x', '../escape.txt'],
+      ['*** Delete File: a/../../keep.txt', 'a/../../keep.txt'],
+      ['*** Move File: keep.txt -> ../out.txt', '../out.txt'],
+      ['*** Update File: keep.txt\n*** Move to: x/../../y.txt\n-keep\n+kept', 'x/../../y.txt'],
+    ];
+    for (const [body, bad] of cases) {
+      const result = await h.call({ mode: 'patch', patch: `*** Begin Patch\n${body}\n*** End Patch` });
+      assert.deepEqual(result, {
+        error:
+          `V4A patch header contains '..' traversal: '${bad}'. Use the agent's cwd-relative path (no '..') or an ` +
+          "absolute path in '*** Update File:' / '*** Add File:' / '*** Delete File:' / '*** Move File:' headers.",
+      });
+    }
+    assert.equal(await h.read('keep.txt'), 'keep\n');
+  });
+
+  it('moves a file with "*** Move File: a -> b", naming both ends', async () => {
+    await h.write('old/name.py', 'x = 1\n');
+    const result = await h.call({ mode: 'patch', patch: '*** Begin Patch\n*** Move File: old/name.py -> new/name.py\n*** End Patch' });
+    assert.deepEqual(result, {
+      success: true,
+      diff: '--- a/old/name.py\n+++ b/new/name.py\n',
+      files_modified: [h.path('old/name.py'), h.path('new/name.py')],
+      files_created: [h.path('new/name.py')],
+      files_deleted: [h.path('old/name.py')],
+    });
+    assert.equal(await h.read('new/name.py'), 'x = 1\n');
+    await assert.rejects(h.read('old/name.py'));
+  });
+
+  it('gives resolved_path when the patch names one file, and keeps its BOM and CRLF', async () => {
+    await h.write('win.txt', '\uFEFFa\r\nb\r\nc\r\n');
+    const result = await h.call({ patch: '*** Begin Patch\n*** Update File: win.txt\n a\n-b\n+B\n*** End Patch' });
+    assert.deepEqual(Object.keys(result), ['success', 'diff', 'files_modified', 'resolved_path']);
+    assert.deepEqual(result.files_modified, [h.path('win.txt')]);
+    assert.equal(result.resolved_path, h.path('win.txt'));
+    assert.equal(await h.read('win.txt'), '\uFEFFa\r\nB\r\nc\r\n');
+  });
+
+  it('still applies the Codex "*** Move to:" spelling', async () => {
+    await h.write('c.txt', 'one\n');
+    const result = await h.call({ mode: 'patch', patch: '*** Begin Patch\n*** Update File: c.txt\n*** Move to: d.txt\n-one\n+two\n*** End Patch' });
+    assert.equal(result.success, true, JSON.stringify(result));
+    assert.equal(await h.read('d.txt'), 'two\n');
+  });
+
+  it('reports a hunk that does not apply in the failure shape, writing nothing', async () => {
+    await h.write('e.txt', 'one\n');
+    const result = await h.call({ mode: 'patch', patch: '*** Begin Patch\n*** Update File: e.txt\n-nine\n+ten\n*** End Patch' });
+    assert.equal(result.success, false);
+    assert.deepEqual(Object.keys(result), ['success', 'error']);
+    assert.match(String(result.error), /^Patch not applied; no files were changed\./);
+    assert.equal(await h.read('e.txt'), 'one\n');
+  });
+
+  it('prefixes parse errors with "Failed to parse patch:"', async () => {
+    const result = await h.call({ mode: 'patch', patch: '*** Begin Patch\n*** Add File: z.txt\nno plus sign\n*** End Patch' });
+    assert.equal(result.success, false);
+    assert.match(String(result.error), /^Failed to parse patch: Patch line 3: every content line of '\*\*\* Add File: z\.txt' must start with '\+'/);
+  });
+});
