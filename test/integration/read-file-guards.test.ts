@@ -235,6 +235,32 @@ describe('read_file: re-reads and loops', () => {
   });
 });
 
+describe('write_file after read_file: stale content', () => {
+  let h: Harness;
+  before(async () => {
+    h = await harness();
+  });
+  after(async () => h.task.dispose());
+
+  it('warns when the file changed since this task read it, and not after its own write', async () => {
+    await h.write('s.txt', 'one\n');
+    await h.call('read_file', { path: 's.txt' });
+    assert.equal((await h.call('write_file', { path: 's.txt', content: 'two\n' }))._warning, undefined);
+    await h.write('s.txt', 'changed elsewhere\n');
+    const stale = await h.call('write_file', { path: 's.txt', content: 'three\n' });
+    assert.deepEqual(Object.keys(stale), ['bytes_written', 'dirs_created', '_warning', 'resolved_path', 'files_modified']);
+    assert.equal(
+      stale._warning,
+      'Warning: s.txt was modified since you last read it (external edit or concurrent agent). The content you read ' +
+        'may be stale. Consider re-reading the file to verify before writing.',
+    );
+    assert.equal((await h.call('write_file', { path: 's.txt', content: 'four\n' }))._warning, undefined);
+    // A file never read gets no warning.
+    await h.write('never.txt', 'x\n');
+    assert.equal((await h.call('write_file', { path: 'never.txt', content: 'y\n' }))._warning, undefined);
+  });
+});
+
 describe('search_files: repeated identical searches', () => {
   let h: Harness;
   before(async () => {

@@ -18,6 +18,7 @@
  * {@link MAX_DEDUP_ENTRIES} remembered regions per task, and a task's record
  * is dropped when the task ends.
  */
+import { createHash } from 'node:crypto';
 import type { ToolCallObserver, ToolContext } from '../../tool-types.js';
 
 /** Tasks (task + session pairs) whose reads are remembered; the least recently used go first. */
@@ -41,6 +42,8 @@ interface TaskRecord {
   readonly dedup: Map<string, string>;
   /** Region key → how many stubs were returned for it since the last real read or other tool call. */
   readonly dedupHits: Map<string, number>;
+  /** File → fingerprint of its content when this task last read or wrote it (for the stale-write warning). */
+  readonly stamps: Map<string, string>;
 }
 
 /** What read_file does with a region it already returned. */
@@ -109,9 +112,22 @@ export class FileLoopGuard implements ToolCallObserver {
     for (const key of [...record.dedup.keys()]) if (key.startsWith(prefix)) record.dedup.delete(key);
   }
 
-  /** Files were changed in ways not tracked path by path (a multi-file patch): forget every region. */
+  /** Files were changed in ways not tracked path by path (a multi-file patch): forget every region and stamp. */
   forgetAllPaths(context: ToolContext): void {
-    this.#tasks.get(recordKey(context))?.dedup.clear();
+    const record = this.#tasks.get(recordKey(context));
+    record?.dedup.clear();
+    record?.stamps.clear();
+  }
+
+  /** Notes what this task last saw (read) or made (wrote) of a file. */
+  stamp(context: ToolContext, absPath: string, fingerprint: string): void {
+    setBounded(this.#record(context).stamps, absPath, fingerprint, this.#maxDedup);
+  }
+
+  /** Whether a file this task read or wrote has different content now; false for files it never saw. */
+  isStale(context: ToolContext, absPath: string, fingerprint: string): boolean {
+    const seen = this.#tasks.get(recordKey(context))?.stamps.get(absPath);
+    return seen !== undefined && seen !== fingerprint;
   }
 
   #count(record: TaskRecord, key: string): number {
@@ -127,7 +143,7 @@ export class FileLoopGuard implements ToolCallObserver {
     const key = recordKey(context);
     let record = this.#tasks.get(key);
     if (record === undefined) {
-      record = { lastKey: undefined, consecutive: 0, dedup: new Map(), dedupHits: new Map() };
+      record = { lastKey: undefined, consecutive: 0, dedup: new Map(), dedupHits: new Map(), stamps: new Map() };
       if (this.#tasks.size >= this.#maxTasks) {
         const oldest = this.#tasks.keys().next().value;
         if (oldest !== undefined) this.#tasks.delete(oldest);
@@ -144,6 +160,11 @@ export class FileLoopGuard implements ToolCallObserver {
     this.#tasks.delete(key);
     this.#tasks.set(key, record);
   }
+}
+
+/** What the guard compares to tell whether a file changed: a hash of its bytes. */
+export function contentFingerprint(content: Uint8Array): string {
+  return createHash('sha256').update(content).digest('hex');
 }
 
 /** The dedup key of a read: the resolved file and the page asked for. */

@@ -10,13 +10,12 @@
  * (UTF-16 text is transcoded); the 100,000-character budget; the large-file
  * hint and the consecutive-read guard.
  */
-import { createHash } from 'node:crypto';
 import { posix } from 'node:path';
 import { BerthError } from '../../../common/errors.js';
 import type { ToolArgs, ToolContext, ToolRegistration } from '../../tool-types.js';
 import { shellQuote } from '../shell-quote.js';
 import { HELPER_TIMEOUT_MS, guarded, intArg, nonEmptyStringArg, readIfExists, similarFiles, TOOLSET, type JsonObject } from './common.js';
-import { READ_DEDUP_STATUS_MESSAGE, readRegionKey, type FileLoopGuard } from './loop-guard.js';
+import { READ_DEDUP_STATUS_MESSAGE, contentFingerprint, readRegionKey, type FileLoopGuard } from './loop-guard.js';
 
 const READ_DEFAULT_LIMIT = 500;
 const READ_MAX_LIMIT = 2000;
@@ -361,7 +360,8 @@ async function readFileTool(args: ToolArgs, context: ToolContext, guard: FileLoo
         similar_files: await similarFiles(path, stat.absPath, context).catch(() => []),
       });
     } else {
-      fingerprint = createHash('sha256').update(file.content).digest('hex');
+      fingerprint = contentFingerprint(file.content);
+      guard?.stamp(context, stat.absPath, fingerprint);
       const verdict = guard?.checkDedup(context, region, fingerprint);
       if (verdict?.kind === 'unchanged') {
         return { status: 'unchanged', message: READ_DEDUP_STATUS_MESSAGE, path, dedup: true, content_returned: false };

@@ -10,7 +10,7 @@
 import type { ToolArgs, ToolContext, ToolRegistration } from '../../tool-types.js';
 import { ToolInputError, guarded, TOOLSET, type JsonObject } from './common.js';
 import { resolveWriteTarget, sensitivePathError, writeDeniedError } from './file-safety.js';
-import { READ_DEDUP_STATUS_MESSAGE, type FileLoopGuard } from './loop-guard.js';
+import { READ_DEDUP_STATUS_MESSAGE, contentFingerprint, type FileLoopGuard } from './loop-guard.js';
 
 /** An existing file is looked at for its line endings and BOM up to this size (the executor's read cap). */
 const EXISTING_FILE_PROBE_MAX_BYTES = 8 * 1024 * 1024;
@@ -139,23 +139,34 @@ async function writeFileTool(args: ToolArgs, context: ToolContext, guard: FileLo
 
   // read_file strips the BOM and shows lines without CR, and models send LF text: without this a round trip
   // would turn a CRLF file into LF and drop its BOM.
-  if (stat.exists && stat.sizeBytes > 0 && stat.sizeBytes <= EXISTING_FILE_PROBE_MAX_BYTES) {
-    const existing = await context.task.readFile(path).then(
+  let existing: Buffer | undefined;
+  if (stat.exists && stat.sizeBytes === 0) existing = Buffer.alloc(0);
+  else if (stat.exists && stat.sizeBytes <= EXISTING_FILE_PROBE_MAX_BYTES) {
+    existing = await context.task.readFile(path).then(
       (file) => file.content,
       () => undefined,
     );
-    if (existing !== undefined) {
-      if (existingLineEnding(existing) === '\r\n') content = content.replace(/\r\n|\r|\n/g, '\r\n');
-      const hasBom = existing[0] === 0xef && existing[1] === 0xbb && existing[2] === 0xbf;
-      if (hasBom && !content.startsWith('\ufeff')) content = `\ufeff${content}`;
-    }
   }
+  if (existing !== undefined && existing.length > 0) {
+    if (existingLineEnding(existing) === '\r\n') content = content.replace(/\r\n|\r|\n/g, '\r\n');
+    const hasBom = existing[0] === 0xef && existing[1] === 0xbb && existing[2] === 0xbf;
+    if (hasBom && !content.startsWith('\ufeff')) content = `\ufeff${content}`;
+  }
+  const stale = existing !== undefined && guard?.isStale(context, stat.absPath, contentFingerprint(existing)) === true;
 
   const written = await context.task.writeFile(path, content);
   guard?.forgetPath(context, written.absPath);
+  guard?.stamp(context, written.absPath, contentFingerprint(Buffer.from(content, 'utf8')));
   return {
     bytes_written: written.bytesWritten,
     dirs_created: written.dirsCreated,
+    ...(stale
+      ? {
+          _warning:
+            `Warning: ${path} was modified since you last read it (external edit or concurrent agent). The content ` +
+            'you read may be stale. Consider re-reading the file to verify before writing.',
+        }
+      : {}),
     resolved_path: written.absPath,
     files_modified: [written.absPath],
   };
