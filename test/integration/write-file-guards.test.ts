@@ -102,6 +102,19 @@ describe('write_file guards', () => {
     assert.equal((await write({ path: 'ok2.txt', content: '3|a\n7|b\n' })).error, undefined);
   });
 
+  it('refuses content with a lone surrogate instead of writing a replacement character', async () => {
+    const abs = path('s.txt');
+    // What a model sends as the JSON escape \ud800 with no low surrogate after it.
+    assert.deepEqual(await write({ path: 's.txt', content: JSON.parse('"a\\ud800b"') as string }), {
+      bytes_written: 0,
+      dirs_created: false,
+      error: `Refusing to write '${abs}': content contains a lone surrogate character ('\\ud800') that cannot be encoded as UTF-8. The file was NOT created or modified.`,
+      resolved_path: abs,
+    });
+    await assert.rejects(lstat(abs));
+    assert.equal((await write({ path: 's.txt', content: 'emoji 😀\n' })).bytes_written, 11);
+  });
+
   it('keeps CRLF line endings and a UTF-8 BOM of the file it replaces', async () => {
     await writeFile(path('win.txt'), '\ufeffone\r\ntwo\r\n');
     const result = await write({ path: 'win.txt', content: 'uno\ndos\ntres\n' });

@@ -95,6 +95,15 @@ export function isReadFileDisplayText(content: string): boolean {
   return consecutive >= numbered.length - 1;
 }
 
+/**
+ * The hex code of the first unpaired UTF-16 surrogate (which UTF-8 cannot
+ * encode; it would be written as U+FFFD), or undefined.
+ */
+export function loneSurrogate(content: string): string | undefined {
+  const match = /[\ud800-\udbff](?![\udc00-\udfff])|(?<![\ud800-\udbff])[\udc00-\udfff]/u.exec(content);
+  return match === null ? undefined : match[0].charCodeAt(0).toString(16);
+}
+
 /** An existing file's line ending: CRLF when any CRLF is in its first 4 KB (upstream `_detect_line_ending`). */
 function existingLineEnding(head: Buffer): '\r\n' | '\n' | undefined {
   const sample = head.subarray(0, 4096).toString('latin1');
@@ -134,6 +143,17 @@ async function writeFileTool(args: ToolArgs, context: ToolContext, guard: FileLo
   const denied = writeDeniedError(stat.absPath, target);
   if (denied !== undefined) {
     return { bytes_written: 0, dirs_created: false, error: denied, resolved_path: stat.absPath };
+  }
+  const surrogate = loneSurrogate(content);
+  if (surrogate !== undefined) {
+    return {
+      bytes_written: 0,
+      dirs_created: false,
+      error:
+        `Refusing to write '${stat.absPath}': content contains a lone surrogate character ('\\u${surrogate}') that ` +
+        'cannot be encoded as UTF-8. The file was NOT created or modified.',
+      resolved_path: stat.absPath,
+    };
   }
   if (stat.isDirectory) throw new ToolInputError(`${path} is a directory; give a file path to write.`);
 
