@@ -50,20 +50,24 @@ export interface TerminalBackgroundResult {
 
 export type TerminalResult = TerminalForegroundResult | TerminalBackgroundResult;
 
-/** `read_file`: numbered lines. */
+/** `read_file`: numbered `N|line` rows (upstream Hermes' ReadResult). */
 export interface ReadFileResult {
-  readonly path?: string;
   readonly content: string;
   readonly total_lines: number;
   readonly file_size?: number;
   readonly truncated?: boolean;
+  readonly hint?: string;
+  readonly is_binary?: boolean;
+  readonly is_image?: boolean;
   readonly [key: string]: unknown;
 }
 
 export interface WriteFileResult {
-  readonly path?: string;
   readonly bytes_written?: number;
   readonly dirs_created?: boolean;
+  /** Absolute path written. */
+  readonly resolved_path?: string;
+  readonly files_modified?: string[];
   readonly error?: string;
   readonly [key: string]: unknown;
 }

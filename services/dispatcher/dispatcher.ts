@@ -316,6 +316,7 @@ export class Dispatcher {
     const client = await this.#locate(tenant, id);
     this.#placements.delete(`${tenant}/${id}`);
     this.#approvals?.guard.forgetTask(tenant, id);
+    this.#registry.taskEnded(tenant, id);
     const released = this.#quotas?.releaseTask(tenant, id);
     let r: { released: boolean };
     try {

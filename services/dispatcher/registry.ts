@@ -13,6 +13,7 @@ import type {
   CheckFn,
   JsonSchema,
   OpenAiTool,
+  ToolCallObserver,
   ToolContext,
   ToolRegistration,
   ToolSchema,
@@ -76,6 +77,7 @@ export class ToolRegistry {
    * several tools run once per listing, even when its answer is not cached.
    */
   readonly #checksInFlight = new Map<CheckFn, Promise<boolean>>();
+  #observerCache: ReadonlySet<ToolCallObserver> | undefined;
 
   constructor(options: ToolRegistryOptions) {
     this.#logger = options.logger;
@@ -113,11 +115,13 @@ export class ToolRegistry {
       );
     }
     this.#tools.set(reg.name, { ...reg, description: reg.description ?? reg.schema.description });
+    this.#observerCache = undefined;
     return true;
   }
 
   /** Removes a tool (an MCP server went away, a plugin unloaded); returns whether it existed. */
   unregister(name: string): boolean {
+    this.#observerCache = undefined;
     return this.#tools.delete(name);
   }
 
@@ -182,6 +186,13 @@ export class ToolRegistry {
     if (AGENT_LOOP_TOOLS.has(name)) return errorResult(`${name} must be handled by the agent loop`);
     const tool = this.#tools.get(name);
     if (tool === undefined) return errorResult(`Unknown tool: ${name}`);
+    for (const observer of this.#observers()) {
+      try {
+        observer.toolCalled(name, context);
+      } catch (err) {
+        context.logger.warn({ err, tool: name }, 'tool call observer failed');
+      }
+    }
 
     try {
       const coerced = coerceArguments(args, tool.schema.parameters);
@@ -218,6 +229,27 @@ export class ToolRegistry {
       context.logger.warn({ err, tool: name }, 'tool dispatch failed');
       return errorResult(sanitizeErrorText(`Error executing ${name}: ${errorMessage(err)}`));
     }
+  }
+
+  /** Tells the tools' observers that a task ended, so they drop what they kept for it. */
+  taskEnded(tenant: string, taskId: string): void {
+    for (const observer of this.#observers()) {
+      try {
+        observer.taskEnded(tenant, taskId);
+      } catch (err) {
+        this.#logger.warn({ err, tenant, task: taskId }, 'tool call observer failed on task end');
+      }
+    }
+  }
+
+  /** The distinct observers of the registered tools, recomputed after a registration changes. */
+  #observers(): ReadonlySet<ToolCallObserver> {
+    if (this.#observerCache === undefined) {
+      const observers = new Set<ToolCallObserver>();
+      for (const tool of this.#tools.values()) if (tool.callObserver !== undefined) observers.add(tool.callObserver);
+      this.#observerCache = observers;
+    }
+    return this.#observerCache;
   }
 
   #emitSchema(tool: RegisteredTool): ToolSchema {

@@ -37,6 +37,17 @@ export type ToolArgs = Record<string, unknown>;
 /** Returns the result string the model sees (normally JSON). */
 export type ToolHandler = (args: ToolArgs, context: ToolContext) => Promise<string> | string;
 
+/**
+ * Told about every call the registry dispatches (before its handler runs) and
+ * about tasks that end, so tools that keep per-task state across calls (the
+ * file tools' repeated-read guard) can reset and free it. Must not throw or
+ * block; it runs on every call.
+ */
+export interface ToolCallObserver {
+  toolCalled(toolName: string, context: ToolContext): void;
+  taskEnded(tenant: string, taskId: string): void;
+}
+
 /** Availability check; false or a throw means "unavailable". */
 export type CheckFn = () => boolean | Promise<boolean>;
 
@@ -59,6 +70,8 @@ export interface ToolRegistration {
   readonly dynamicSchemaOverrides?: SchemaOverride;
   /** Operator opt-in for a plugin to replace a built-in of another toolset. */
   readonly override?: boolean;
+  /** Observes every dispatched call while this tool is registered (one observer may serve several tools). */
+  readonly callObserver?: ToolCallObserver;
 }
 
 /** An OpenAI tool object as emitted by listings. */

@@ -101,7 +101,7 @@ describe('berth/client against a real berth serve', () => {
     const written = await task.writeFile({ path: join(dir, 'hello.txt'), content: 'one\ntwo\n' });
     assert.ok(!isToolError(written), JSON.stringify(written));
     const read = await task.readFile({ path: join(dir, 'hello.txt'), offset: 2 });
-    assert.equal(read.content, '     2|two');
+    assert.equal(read.content, '2|two');
     assert.equal(read.total_lines, 2);
     const found = await task.searchFiles({ pattern: 'tw', path: dir });
     assert.equal(found.matches?.[0]?.content, 'two');

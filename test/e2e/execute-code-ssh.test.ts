@@ -91,7 +91,7 @@ print(json.dumps({
     assert.deepEqual(seen, {
       terminal_hostname: sshd.containerId.slice(0, 12),
       open_hostname: info.Id.slice(0, 12),
-      read_file: `     1|ssh side ${RUN}`,
+      read_file: `1|ssh side ${RUN}`,
       open_sees_ssh_file: false,
       terminal_sees_opened: 'missing',
       uid: 1000,

@@ -209,7 +209,7 @@ describe('berth serve (local backend)', () => {
     const rd = await serve.cli(['call', 'read_file', JSON.stringify({ path }), '--task', 'files']);
     const read = JSON.parse(rd.stdout);
     assert.equal(read.total_lines, 2);
-    assert.match(read.content, /^ +1\|alpha\n +2\|beta/);
+    assert.match(read.content, /^1\|alpha\n2\|beta/);
     const p = await serve.cli([
       'call',
       'patch',

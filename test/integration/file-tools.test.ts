@@ -121,15 +121,17 @@ describe('read_file', () => {
   });
   after(async () => h.task.dispose());
 
-  it('numbers lines right-aligned to width 6', async () => {
+  it('numbers lines with a compact gutter, in upstream ReadResult shape', async () => {
     await h.write('hello.txt', 'hello\nworld\n');
     const result = await h.call('read_file', { path: 'hello.txt' });
-    assert.equal(result.content, '     1|hello\n     2|world');
-    assert.equal(result.total_lines, 2);
-    assert.equal(result.file_size, 12);
-    assert.equal(result.truncated, false);
-    assert.equal(result.hint, undefined);
-    assert.equal(result.path, h.path('hello.txt'));
+    assert.deepEqual(result, {
+      content: '1|hello\n2|world',
+      total_lines: 2,
+      file_size: 12,
+      truncated: false,
+      is_binary: false,
+      is_image: false,
+    });
   });
 
   it('pages with offset and limit and hints at the next offset', async () => {
@@ -138,55 +140,76 @@ describe('read_file', () => {
     assert.equal(first.total_lines, 1200);
     assert.equal(first.truncated, true);
     assert.equal(String(first.content).split('\n').length, 500);
-    assert.match(String(first.hint), /lines 1-500 of 1200.*offset=501/);
+    assert.equal(first.hint, 'Use offset=501 to continue reading (showing 1-500 of 1200 lines)');
 
     const last = await h.call('read_file', { path: 'long.txt', offset: 1001, limit: 500 });
     const lines = String(last.content).split('\n');
-    assert.equal(lines[0], '  1001|line 1001');
-    assert.equal(lines.at(-1), '  1200|line 1200');
+    assert.equal(lines[0], '1001|line 1001');
+    assert.equal(lines.at(-1), '1200|line 1200');
     assert.equal(last.truncated, false);
     assert.equal(last.hint, undefined);
 
     const clamped = await h.call('read_file', { path: 'long.txt', limit: 5000, offset: 0 });
     assert.equal(String(clamped.content).split('\n').length, 1200);
-    assert.match(String(clamped.content), /^ {5}1\|line 1\n/);
+    assert.match(String(clamped.content), /^1\|line 1\n/);
 
     const past = await h.call('read_file', { path: 'long.txt', offset: 1300 });
-    assert.match(String(past.error), /offset 1300 is past the end of long\.txt, which has 1200 lines/);
+    assert.deepEqual(past, {
+      content: '',
+      total_lines: 1200,
+      file_size: (await stat(h.path('long.txt'))).size,
+      truncated: false,
+      hint: 'Note: offset 1300 is beyond the end of the file (1200 lines total). Retry with offset <= 1200.',
+      is_binary: false,
+      is_image: false,
+    });
   });
 
   it('caps long lines with a marker and strips CR from CRLF files', async () => {
     await h.write('wide.txt', `${'x'.repeat(3000)}\r\nshort\r\n`);
     const result = await h.call('read_file', { path: 'wide.txt' });
     const [first, second] = String(result.content).split('\n');
-    assert.equal(first, `     1|${'x'.repeat(2000)}... [line truncated: 3,000 chars]`);
-    assert.equal(second, '     2|short');
+    assert.equal(first, `1|${'x'.repeat(2000)}... [truncated]`);
+    assert.equal(second, '2|short');
   });
 
-  it('shortens a page of huge lines to stay under the result cap, with a hint', async () => {
+  it('refuses a read over 100,000 characters, naming the size and the file length', async () => {
     await h.write('huge-lines.txt', Array.from({ length: 100 }, () => 'y'.repeat(1990)).join('\n'));
     const result = await h.call('read_file', { path: 'huge-lines.txt', limit: 100 });
-    assert.ok(String(result.content).length <= 90_000);
-    assert.equal(result.truncated, true);
-    assert.match(String(result.hint), /offset=\d+.*shortened/);
+    assert.deepEqual(result, {
+      error:
+        'Read produced 199,391 characters which exceeds the safety limit (100,000 chars). ' +
+        'Use offset and limit to read a smaller range. The file has 100 lines total.',
+      path: 'huge-lines.txt',
+      total_lines: 100,
+      file_size: 199_099,
+    });
   });
 
   it('reads an empty file', async () => {
     await h.write('empty.txt', '');
     assert.deepEqual(await h.call('read_file', { path: 'empty.txt' }), {
-      path: h.path('empty.txt'),
       content: '',
       total_lines: 0,
       file_size: 0,
       truncated: false,
+      hint: 'File is empty (0 bytes).',
+      is_binary: false,
+      is_image: false,
     });
   });
 
-  it('refuses binary files, saying so and giving the size', async () => {
-    await h.write('image.png', Buffer.from([0x89, 0x50, 0x4e, 0x47, 0x00, 0x01, 0x02]));
-    const result = await h.call('read_file', { path: 'image.png' });
-    assert.match(String(result.error), /image\.png is a binary file \(7 bytes\)/);
-    assert.equal(result.file_size, 7);
+  it('refuses binary files, naming their type and size', async () => {
+    await h.write('image.dump', Buffer.from([0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a, 0x00, 0x01, 0x02]));
+    assert.deepEqual(await h.call('read_file', { path: 'image.dump' }), {
+      content: '',
+      total_lines: 0,
+      file_size: 11,
+      truncated: false,
+      is_binary: true,
+      is_image: false,
+      error: 'Binary file (PNG image data, 11 bytes) — cannot display as text.',
+    });
   });
 
   it('reports a missing file with similar names', async () => {
@@ -197,13 +220,24 @@ describe('read_file', () => {
     assert.deepEqual(result.similar_files, ['conf/config.yaml']);
 
     const bare = await h.call('read_file', { path: 'nowhere/at/all.txt' });
-    assert.deepEqual(bare, { error: 'File not found: nowhere/at/all.txt' });
+    assert.deepEqual(bare, {
+      content: '',
+      total_lines: 0,
+      file_size: 0,
+      truncated: false,
+      is_binary: false,
+      is_image: false,
+      error: 'File not found: nowhere/at/all.txt',
+    });
   });
 
-  it('points directories at search_files', async () => {
+  it('refuses directories as not a regular file', async () => {
     await mkdir(h.path('adir'), { recursive: true });
     const result = await h.call('read_file', { path: 'adir' });
-    assert.match(String(result.error), /adir is a directory.*search_files/);
+    assert.equal(
+      result.error,
+      "Cannot read 'adir': not a regular file (directory, FIFO, socket, or device). Reading it could block indefinitely.",
+    );
   });
 
   it('validates arguments', async () => {
@@ -213,17 +247,25 @@ describe('read_file', () => {
     });
   });
 
-  it('reads a page from the middle of a 5 MB file', async () => {
+  it('reads a page from the middle of a 5 MB file, with the large-file hint only for wide reads', async () => {
     const line = (n: number): string => `row ${String(n).padStart(7, '0')} ${'z'.repeat(38)}`;
     const content = Array.from({ length: 100_000 }, (_, i) => line(i + 1)).join('\n') + '\n';
     assert.ok(content.length >= 5_000_000);
     await h.write('big.txt', content);
     const result = await h.call('read_file', { path: 'big.txt', offset: 50_000, limit: 3 });
-    assert.equal(result.content, [` 50000|${line(50_000)}`, ` 50001|${line(50_001)}`, ` 50002|${line(50_002)}`].join('\n'));
+    assert.equal(result.content, [`50000|${line(50_000)}`, `50001|${line(50_001)}`, `50002|${line(50_002)}`].join('\n'));
     assert.equal(result.total_lines, 100_000);
     assert.equal(result.file_size, content.length);
     assert.equal(result.truncated, true);
-    assert.match(String(result.hint), /offset=50003/);
+    assert.equal(result.hint, 'Use offset=50003 to continue reading (showing 50000-50002 of 100000 lines)');
+    assert.equal(result._hint, undefined);
+
+    const wide = await h.call('read_file', { path: 'big.txt', limit: 500 });
+    assert.equal(
+      wide._hint,
+      `This file is large (${content.length.toLocaleString('en-US')} bytes). Consider reading only the section you ` +
+        'need with offset and limit to keep context usage efficient.',
+    );
   });
 });
 
@@ -235,9 +277,15 @@ describe('read_file and write_file on what is not a regular file', () => {
   after(async () => h.task.dispose());
 
   it('refuses devices, FIFOs and files over the cap at once, with the reason', async () => {
-    assert.match(String((await h.call('read_file', { path: '/dev/zero' })).error), /^\/dev\/zero is not a regular file \(it is a character device\)/);
+    assert.equal(
+      (await h.call('read_file', { path: '/dev/zero' })).error,
+      "Cannot read '/dev/zero': this is a device file that would block or produce infinite output.",
+    );
     execFileSync('mkfifo', [h.path('pipe')]);
-    assert.match(String((await h.call('read_file', { path: 'pipe' })).error), /pipe is not a regular file \(it is a FIFO\)/);
+    assert.equal(
+      (await h.call('read_file', { path: 'pipe' })).error,
+      "Cannot read 'pipe': not a regular file (directory, FIFO, socket, or device). Reading it could block indefinitely.",
+    );
     assert.match(String((await h.call('write_file', { path: 'pipe', content: 'x' })).error), /pipe is not a regular file/);
     execFileSync('truncate', ['-s', '1G', h.path('sparse')]);
     assert.match(
@@ -254,19 +302,20 @@ describe('write_file', () => {
   });
   after(async () => h.task.dispose());
 
-  it('creates missing parent directories and reports bytes', async () => {
+  it('creates missing parent directories and reports bytes and the resolved path', async () => {
     const result = await h.call('write_file', { path: 'deep/er/file.txt', content: 'héllo\n' });
-    assert.deepEqual(result, { path: h.path('deep/er/file.txt'), bytes_written: 7, dirs_created: true });
+    const abs = h.path('deep/er/file.txt');
+    assert.deepEqual(result, { bytes_written: 7, dirs_created: true, resolved_path: abs, files_modified: [abs] });
     assert.equal(await h.read('deep/er/file.txt'), 'héllo\n');
 
     const again = await h.call('write_file', { path: 'deep/er/file.txt', content: '' });
-    assert.deepEqual(again, { path: h.path('deep/er/file.txt'), bytes_written: 0, dirs_created: false });
+    assert.deepEqual(again, { bytes_written: 0, dirs_created: false, resolved_path: abs, files_modified: [abs] });
     assert.equal(await h.read('deep/er/file.txt'), '');
   });
 
   it('refuses directories and missing content', async () => {
     assert.match(String((await h.call('write_file', { path: 'deep', content: 'x' })).error), /deep is a directory/);
-    assert.deepEqual(await h.call('write_file', { path: 'x.txt' }), { error: 'Missing required parameter: content' });
+    assert.match(String((await h.call('write_file', { path: 'x.txt' })).error), /^write_file: missing required field 'content'\./);
   });
 });
 

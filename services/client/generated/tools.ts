@@ -183,6 +183,11 @@ export interface WriteFileArgs {
    * The complete new content of the file (UTF-8 text). Replaces whatever was there.
    */
   content: string;
+  /**
+   * Accepted for compatibility with Hermes (its cross-profile guard); has no effect here.
+   * @defaultValue false
+   */
+  cross_profile?: boolean;
 }
 
 /** Arguments of each built-in tool, by tool name. */
@@ -250,7 +255,7 @@ export abstract class ToolMethods {
   }
 
   /**
-   * Read a text file from the task environment. Returns its lines numbered as "LINE_NUM|CONTENT" (500 lines per call by default), plus total_lines and file_size. When more lines remain, truncated is true and hint says which offset to use next. Binary files are refused. Use this instead of cat/head/tail in the terminal.
+   * Read a text file from the task environment with line numbers and pagination. Returns its lines as "LINE_NUM|CONTENT" (500 lines per call by default) plus total_lines and file_size; when more lines remain, truncated is true and hint gives the offset to continue from. Reads over 100,000 characters are refused: use offset and limit to read a section of a large file. Suggests similar names when the file is not found. Images and other binary files cannot be read. Use this instead of cat/head/tail in the terminal.
    *
    * Calls the `read_file` tool; resolves with its parsed result (tool errors are results too).
    */
@@ -277,7 +282,7 @@ export abstract class ToolMethods {
   }
 
   /**
-   * Create a file or replace its entire content, creating missing parent directories. To change part of an existing file use patch instead.
+   * Create a file or replace its entire content, creating missing parent directories. An existing file keeps its CRLF line endings and UTF-8 BOM. To change part of an existing file use patch instead. Use this instead of echo/cat heredocs in the terminal.
    *
    * Calls the `write_file` tool; resolves with its parsed result (tool errors are results too).
    */

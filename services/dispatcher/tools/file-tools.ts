@@ -12,7 +12,8 @@
  * failures of the environment itself (executor unreachable) are thrown, so
  * the registry reports them as tool errors.
  */
-import type { ToolRegistration } from '../tool-types.js';
+import type { ToolArgs, ToolContext, ToolHandler, ToolRegistration } from '../tool-types.js';
+import { FileLoopGuard } from './file/loop-guard.js';
 import { patchRegistration } from './file/patch-tool.js';
 import { readFileRegistration } from './file/read-file.js';
 import { searchFilesRegistration, type SearchEngine } from './file/search-files.js';
@@ -28,8 +29,13 @@ export interface FileToolOptions {
    * the fallback on machines that have ripgrep).
    */
   readonly searchEngine?: SearchEngine;
+  /**
+   * The repeated-read/search guard shared by these registrations; a new one
+   * when omitted (one per registry in production, where the registry tells
+   * it about every call).
+   */
+  readonly loopGuard?: FileLoopGuard;
 }
-
 
 /**
  * The four file tools as registrations for the `file` toolset, ready for
@@ -38,5 +44,97 @@ export interface FileToolOptions {
  */
 export function fileToolRegistrations(options: FileToolOptions = {}): ToolRegistration[] {
   const searchEngine = options.searchEngine ?? 'auto';
-  return [readFileRegistration(), writeFileRegistration(), patchRegistration(), searchFilesRegistration(searchEngine)];
+  const loopGuard = options.loopGuard ?? new FileLoopGuard();
+  const patch = patchRegistration();
+  const search = searchFilesRegistration(searchEngine);
+  return [
+    readFileRegistration({ loopGuard }),
+    writeFileRegistration({ loopGuard }),
+    { ...patch, handler: forgettingPatchedFiles(patch.handler, loopGuard) },
+    { ...search, callObserver: loopGuard, handler: guardedSearch(search.handler, loopGuard) },
+  ];
+}
+
+/** Upstream `_handle_search_files` accepts these for `target`; the key uses the mapped value. */
+const SEARCH_TARGET_ALIASES: Readonly<Record<string, string>> = { grep: 'content', find: 'files' };
+
+function integerOr(value: unknown, fallback: number): number {
+  const n = typeof value === 'number' ? value : typeof value === 'string' && value.trim() !== '' ? Number(value) : NaN;
+  return Number.isFinite(n) ? Math.trunc(n) : fallback;
+}
+
+/**
+ * The key of a search for the repeated-search guard: pattern, target, path,
+ * glob and the page (so paging through results is not a repeat), normalised
+ * as upstream `search_tool` does before counting.
+ */
+export function searchCallKey(args: ToolArgs): string {
+  const rawTarget = typeof args.target === 'string' ? args.target : 'content';
+  return JSON.stringify([
+    typeof args.pattern === 'string' ? args.pattern : '',
+    SEARCH_TARGET_ALIASES[rawTarget] ?? rawTarget,
+    typeof args.path === 'string' ? args.path : '.',
+    typeof args.file_glob === 'string' ? args.file_glob : '',
+    Math.max(1, integerOr(args.limit, 50)),
+    Math.max(0, integerOr(args.offset, 0)),
+  ]);
+}
+
+/**
+ * Adds the repeated-search guard around search_files: the 3rd identical
+ * search in a row gets `_warning`, the 4th and later are refused without
+ * searching. Counted before the search runs, as upstream does.
+ */
+function guardedSearch(inner: ToolHandler, guard: FileLoopGuard): ToolHandler {
+  return async (args: ToolArgs, context: ToolContext) => {
+    const count = guard.recordSearch(context, searchCallKey(args));
+    if (count >= 4) {
+      return JSON.stringify({
+        error:
+          `BLOCKED: You have run this exact search ${count} times in a row. The results have NOT changed. ` +
+          'You already have this information. STOP re-searching and proceed with your task.',
+        pattern: args.pattern,
+        already_searched: count,
+      });
+    }
+    const result = await inner(args, context);
+    if (count < 3) return result;
+    return withKeyAdded(
+      result,
+      '_warning',
+      `You have run this exact search ${count} times consecutively. The results have not changed. ` +
+        'Use the information you already have.',
+    );
+  };
+}
+
+/**
+ * Adds a key to a JSON-object result that may be followed by plain text (the
+ * search truncation hint comes after the JSON). A result that is not such an
+ * object is returned unchanged.
+ */
+export function withKeyAdded(result: string, key: string, value: unknown): string {
+  const candidates = [result.length];
+  for (let i = result.indexOf('\n\n'); i !== -1; i = result.indexOf('\n\n', i + 1)) candidates.push(i);
+  for (const end of candidates) {
+    let parsed: unknown;
+    try {
+      parsed = JSON.parse(result.slice(0, end));
+    } catch {
+      continue;
+    }
+    if (typeof parsed !== 'object' || parsed === null || Array.isArray(parsed)) return result;
+    return JSON.stringify({ ...(parsed as Record<string, unknown>), [key]: value }) + result.slice(end);
+  }
+  return result;
+}
+
+/** After a patch that changed files, read_file returns their content again instead of an "unchanged" stub. */
+function forgettingPatchedFiles(inner: ToolHandler, guard: FileLoopGuard): ToolHandler {
+  return async (args: ToolArgs, context: ToolContext) => {
+    const result = await inner(args, context);
+    // A patch may touch several files, named in ways this wrapper cannot resolve; forget every region.
+    if (!/^\{"error"/.test(result)) guard.forgetAllPaths(context);
+    return result;
+  };
 }

@@ -1,8 +1,26 @@
-/** write_file: create or replace a whole file in the task environment. */
+/**
+ * write_file: create or replace a whole file in the task environment, with
+ * upstream Hermes' texts, refusals and result shape (`tools/file_tools.write_file_tool`,
+ * `_handle_write_file`, `tools/file_operations.write_file`).
+ *
+ * Order, as upstream: argument checks; sensitive system paths; read_file
+ * display text offered as content; the credential deny list; then the write,
+ * keeping an existing file's CRLF line endings and UTF-8 BOM.
+ */
 import type { ToolArgs, ToolContext, ToolRegistration } from '../../tool-types.js';
-import { ToolInputError, guarded, nonEmptyStringArg, stringArg, TOOLSET, type JsonObject } from './common.js';
+import { ToolInputError, guarded, TOOLSET, type JsonObject } from './common.js';
+import { resolveWriteTarget, sensitivePathError, writeDeniedError } from './file-safety.js';
+import { READ_DEDUP_STATUS_MESSAGE, contentFingerprint, type FileLoopGuard } from './loop-guard.js';
 
-export function writeFileRegistration(): ToolRegistration {
+/** An existing file is looked at for its line endings and BOM up to this size (the executor's read cap). */
+const EXISTING_FILE_PROBE_MAX_BYTES = 8 * 1024 * 1024;
+
+export interface WriteFileOptions {
+  /** Told about every successful write, so a later read of the file returns content again. */
+  readonly loopGuard?: FileLoopGuard;
+}
+
+export function writeFileRegistration(options: WriteFileOptions = {}): ToolRegistration {
   return {
     name: 'write_file',
     toolset: TOOLSET,
@@ -10,8 +28,9 @@ export function writeFileRegistration(): ToolRegistration {
     schema: {
       name: 'write_file',
       description:
-        'Create a file or replace its entire content, creating missing parent directories. ' +
-        'To change part of an existing file use patch instead.',
+        'Create a file or replace its entire content, creating missing parent directories. An existing file keeps ' +
+        'its CRLF line endings and UTF-8 BOM. To change part of an existing file use patch instead. ' +
+        'Use this instead of echo/cat heredocs in the terminal.',
       parameters: {
         type: 'object',
         properties: {
@@ -23,20 +42,152 @@ export function writeFileRegistration(): ToolRegistration {
             type: 'string',
             description: 'The complete new content of the file (UTF-8 text). Replaces whatever was there.',
           },
+          cross_profile: {
+            type: 'boolean',
+            description: 'Accepted for compatibility with Hermes (its cross-profile guard); has no effect here.',
+            default: false,
+          },
         },
         required: ['path', 'content'],
       },
     },
-    handler: guarded(writeFileTool),
+    handler: guarded((args, context) => writeFileTool(args, context, options.loopGuard)),
   };
 }
 
-async function writeFileTool(args: ToolArgs, context: ToolContext): Promise<JsonObject> {
-  const path = nonEmptyStringArg(args, 'path');
-  const content = stringArg(args, 'content', true);
-  const stat = await context.task.stat(path);
-  if (stat.isDirectory) throw new ToolInputError(`${path} is a directory; give a file path to write.`);
-  const written = await context.task.writeFile(path, content);
-  return { path: written.absPath, bytes_written: written.bytesWritten, dirs_created: written.dirsCreated };
+/** Python's name for a JSON value's type, as upstream's message prints `type(x).__name__`. */
+function pythonTypeName(value: unknown): string {
+  if (value === null) return 'NoneType';
+  if (Array.isArray(value)) return 'list';
+  switch (typeof value) {
+    case 'boolean':
+      return 'bool';
+    case 'number':
+      return Number.isInteger(value) ? 'int' : 'float';
+    case 'object':
+      return 'dict';
+    default:
+      return typeof value;
+  }
 }
 
+/**
+ * Content that is read_file's own display (numbered `N|` lines, or its
+ * "unchanged" status message) rather than file bytes (upstream
+ * `_is_internal_file_tool_content`).
+ */
+export function isReadFileDisplayText(content: string): boolean {
+  const stripped = content.trim();
+  if (stripped === '') return false;
+  if (stripped === READ_DEDUP_STATUS_MESSAGE) return true;
+  if (stripped.includes(READ_DEDUP_STATUS_MESSAGE) && stripped.length <= 2 * READ_DEDUP_STATUS_MESSAGE.length) return true;
+
+  const lines = content.split(/\r\n|\r|\n/).filter((line) => line.trim() !== '');
+  if (lines.length < 2) return false;
+  const numbered: number[] = [];
+  for (const line of lines) {
+    const match = /^(\d+)\|/.exec(line.trimStart());
+    if (match?.[1] !== undefined) numbered.push(Number(match[1]));
+  }
+  if (numbered.length < 2 || numbered.length / lines.length < 0.6) return false;
+  let consecutive = 0;
+  for (let i = 1; i < numbered.length; i++) if (numbered[i] === (numbered[i - 1] ?? NaN) + 1) consecutive++;
+  return consecutive >= numbered.length - 1;
+}
+
+/**
+ * The hex code of the first unpaired UTF-16 surrogate (which UTF-8 cannot
+ * encode; it would be written as U+FFFD), or undefined.
+ */
+export function loneSurrogate(content: string): string | undefined {
+  const match = /[\ud800-\udbff](?![\udc00-\udfff])|(?<![\ud800-\udbff])[\udc00-\udfff]/u.exec(content);
+  return match === null ? undefined : match[0].charCodeAt(0).toString(16);
+}
+
+/** An existing file's line ending: CRLF when any CRLF is in its first 4 KB (upstream `_detect_line_ending`). */
+function existingLineEnding(head: Buffer): '\r\n' | '\n' | undefined {
+  const sample = head.subarray(0, 4096).toString('latin1');
+  if (sample.includes('\r\n')) return '\r\n';
+  return sample.includes('\n') ? '\n' : undefined;
+}
+
+async function writeFileTool(args: ToolArgs, context: ToolContext, guard: FileLoopGuard | undefined): Promise<JsonObject> {
+  const path = args.path;
+  if (typeof path !== 'string' || path === '') {
+    throw new ToolInputError(
+      "write_file: missing required field 'path'. Re-emit the tool call with both 'path' and 'content' set.",
+    );
+  }
+  if (!('content' in args) || args.content === undefined) {
+    throw new ToolInputError(
+      "write_file: missing required field 'content'. The tool call included a path but no content argument — " +
+        'this is almost always a dropped-arg bug under context pressure. Re-emit the tool call with the full ' +
+        'content payload, or use execute_code with hermes_tools.write_file() for very large files.',
+    );
+  }
+  if (typeof args.content !== 'string') {
+    throw new ToolInputError(`write_file: 'content' must be a string, got ${pythonTypeName(args.content)}.`);
+  }
+  let content: string = args.content;
+
+  const stat = await context.task.stat(path);
+  const target = await resolveWriteTarget(context, stat.absPath);
+  const sensitive = sensitivePathError(path, target);
+  if (sensitive !== undefined) throw new ToolInputError(sensitive);
+  if (isReadFileDisplayText(content)) {
+    throw new ToolInputError(
+      'Refusing to write internal read_file display text as file content. Strip read_file line-number prefixes ' +
+        'or reconstruct the intended file contents before writing.',
+    );
+  }
+  const denied = writeDeniedError(stat.absPath, target);
+  if (denied !== undefined) {
+    return { bytes_written: 0, dirs_created: false, error: denied, resolved_path: stat.absPath };
+  }
+  const surrogate = loneSurrogate(content);
+  if (surrogate !== undefined) {
+    return {
+      bytes_written: 0,
+      dirs_created: false,
+      error:
+        `Refusing to write '${stat.absPath}': content contains a lone surrogate character ('\\u${surrogate}') that ` +
+        'cannot be encoded as UTF-8. The file was NOT created or modified.',
+      resolved_path: stat.absPath,
+    };
+  }
+  if (stat.isDirectory) throw new ToolInputError(`${path} is a directory; give a file path to write.`);
+
+  // read_file strips the BOM and shows lines without CR, and models send LF text: without this a round trip
+  // would turn a CRLF file into LF and drop its BOM.
+  let existing: Buffer | undefined;
+  if (stat.exists && stat.sizeBytes === 0) existing = Buffer.alloc(0);
+  else if (stat.exists && stat.sizeBytes <= EXISTING_FILE_PROBE_MAX_BYTES) {
+    existing = await context.task.readFile(path).then(
+      (file) => file.content,
+      () => undefined,
+    );
+  }
+  if (existing !== undefined && existing.length > 0) {
+    if (existingLineEnding(existing) === '\r\n') content = content.replace(/\r\n|\r|\n/g, '\r\n');
+    const hasBom = existing[0] === 0xef && existing[1] === 0xbb && existing[2] === 0xbf;
+    if (hasBom && !content.startsWith('\ufeff')) content = `\ufeff${content}`;
+  }
+  const stale = existing !== undefined && guard?.isStale(context, stat.absPath, contentFingerprint(existing)) === true;
+
+  const written = await context.task.writeFile(path, content);
+  guard?.forgetPath(context, written.absPath);
+  guard?.stamp(context, written.absPath, contentFingerprint(Buffer.from(content, 'utf8')));
+  return {
+    bytes_written: written.bytesWritten,
+    dirs_created: written.dirsCreated,
+    ...(stale
+      ? {
+          _warning:
+            `Warning: ${path} was modified since you last read it (external edit or concurrent agent). The content ` +
+            'you read may be stale. Consider re-reading the file to verify before writing.',
+        }
+      : {}),
+    resolved_path: written.absPath,
+    files_modified: [written.absPath],
+  };
+}

@@ -1,0 +1,130 @@
+/**
+ * write_file's refusals and preservation rules over real files: upstream
+ * Hermes' argument texts, sensitive system paths, the credential deny list
+ * (resolved in the environment, so through symlinks too), read_file display
+ * text offered as content, and CRLF/BOM kept on rewrite.
+ */
+import assert from 'node:assert/strict';
+import { lstat, mkdir, readFile, symlink, writeFile } from 'node:fs/promises';
+import { join } from 'node:path';
+import { after, before, describe, it } from 'node:test';
+import { silentLogger } from '../../services/common/logging.js';
+import { fileToolRegistrations } from '../../services/dispatcher/tools/file-tools.js';
+import type { ToolContext } from '../../services/dispatcher/tool-types.js';
+import { LocalTaskClientDouble } from '../fixtures/local-task-client.js';
+
+type Result = Record<string, unknown>;
+
+describe('write_file guards', () => {
+  let task: LocalTaskClientDouble;
+  let context: ToolContext;
+  const write = async (args: Record<string, unknown>): Promise<Result> => {
+    const registration = fileToolRegistrations().find((reg) => reg.name === 'write_file');
+    assert.ok(registration);
+    return JSON.parse(await registration.handler(args, context)) as Result;
+  };
+  const path = (relative: string): string => join(task.root, relative);
+
+  before(async () => {
+    // The double's HOME is its root: `~/.ssh` is `<root>/.ssh`.
+    task = await LocalTaskClientDouble.create('berth-write-guards-');
+    context = { tenant: 't', taskId: 'k', sessionId: 's', task, signal: new AbortController().signal, logger: silentLogger() };
+  });
+  after(async () => task.dispose());
+
+  it('answers missing and mistyped arguments with upstream texts', async () => {
+    assert.deepEqual(await write({ content: 'x' }), {
+      error: "write_file: missing required field 'path'. Re-emit the tool call with both 'path' and 'content' set.",
+    });
+    assert.deepEqual(await write({ path: 'a.txt' }), {
+      error:
+        "write_file: missing required field 'content'. The tool call included a path but no content argument — this " +
+        'is almost always a dropped-arg bug under context pressure. Re-emit the tool call with the full content ' +
+        'payload, or use execute_code with hermes_tools.write_file() for very large files.',
+    });
+    assert.deepEqual(await write({ path: 'a.txt', content: 3 }), { error: "write_file: 'content' must be a string, got int." });
+    assert.deepEqual(await write({ path: 'a.txt', content: null }), {
+      error: "write_file: 'content' must be a string, got NoneType.",
+    });
+    assert.deepEqual(await write({ path: 'a.txt', content: ['x'] }), { error: "write_file: 'content' must be a string, got list." });
+  });
+
+  it('refuses sensitive system paths, naming the path as given', async () => {
+    assert.deepEqual(await write({ path: '/etc/cron.d/job', content: 'x' }), {
+      error: 'Refusing to write to sensitive system path: /etc/cron.d/job\nUse the terminal tool with sudo if you need to modify system files.',
+    });
+    assert.equal(
+      (await write({ path: '/run/docker.sock', content: 'x' })).error,
+      'Refusing to write to sensitive system path: /run/docker.sock\nUse the terminal tool with sudo if you need to modify system files.',
+    );
+  });
+
+  it('refuses credential stores under the environment home, also through a symlink', async () => {
+    const keys = path('.ssh/authorized_keys');
+    assert.deepEqual(await write({ path: '~/.ssh/authorized_keys', content: 'ssh-ed25519 AAAA' }), {
+      bytes_written: 0,
+      dirs_created: false,
+      error: `Write denied: '${keys}' is a protected system/credential file.`,
+      resolved_path: keys,
+    });
+    assert.equal((await write({ path: '.aws/credentials', content: 'x' })).error, `Write denied: '${path('.aws/credentials')}' is a protected system/credential file.`);
+    assert.match(String((await write({ path: '.npmrc', content: 'x' })).error), /is a protected system\/credential file\.$/);
+    assert.match(String((await write({ path: '.bashrc', content: 'x' })).error), /is a protected system\/credential file\.$/);
+
+    await mkdir(path('proj'));
+    await symlink(path('.netrc'), path('proj/innocent.txt'));
+    assert.equal(
+      (await write({ path: 'proj/innocent.txt', content: 'machine x login y' })).error,
+      `Write denied: '${path('proj/innocent.txt')}' is a protected system/credential file.`,
+    );
+    await assert.rejects(lstat(path('.netrc')));
+    // A project's own .npmrc or .ssh directory is not the home's.
+    assert.equal((await write({ path: 'proj/.npmrc', content: 'registry=x\n' })).bytes_written, 11);
+    assert.equal((await write({ path: 'proj/.ssh/config', content: 'Host x\n' })).bytes_written, 7);
+  });
+
+  it('refuses read_file display text as content', async () => {
+    const refusal =
+      'Refusing to write internal read_file display text as file content. Strip read_file line-number prefixes or ' +
+      'reconstruct the intended file contents before writing.';
+    assert.deepEqual(await write({ path: 'n.py', content: '1|import os\n2|print(os.getcwd())\n3|' }), { error: refusal });
+    assert.deepEqual(
+      await write({
+        path: 'n.txt',
+        content:
+          'File unchanged since last read. The content from the earlier read_file result in this conversation is ' +
+          'still current — refer to that instead of re-reading.\n',
+      }),
+      { error: refusal },
+    );
+    // One numbered line, or numbers that do not run on, are ordinary content.
+    assert.equal((await write({ path: 'ok1.txt', content: '1|value\nother\n' })).error, undefined);
+    assert.equal((await write({ path: 'ok2.txt', content: '3|a\n7|b\n' })).error, undefined);
+  });
+
+  it('refuses content with a lone surrogate instead of writing a replacement character', async () => {
+    const abs = path('s.txt');
+    // What a model sends as the JSON escape \ud800 with no low surrogate after it.
+    assert.deepEqual(await write({ path: 's.txt', content: JSON.parse('"a\\ud800b"') as string }), {
+      bytes_written: 0,
+      dirs_created: false,
+      error: `Refusing to write '${abs}': content contains a lone surrogate character ('\\ud800') that cannot be encoded as UTF-8. The file was NOT created or modified.`,
+      resolved_path: abs,
+    });
+    await assert.rejects(lstat(abs));
+    assert.equal((await write({ path: 's.txt', content: 'emoji 😀\n' })).bytes_written, 11);
+  });
+
+  it('keeps CRLF line endings and a UTF-8 BOM of the file it replaces', async () => {
+    await writeFile(path('win.txt'), '\ufeffone\r\ntwo\r\n');
+    const result = await write({ path: 'win.txt', content: 'uno\ndos\ntres\n' });
+    assert.equal(result.bytes_written, 3 + 'uno\r\ndos\r\ntres\r\n'.length);
+    assert.equal(await readFile(path('win.txt'), 'utf8'), '\ufeffuno\r\ndos\r\ntres\r\n');
+    // Content already carrying the BOM gets no second one; an LF file stays LF.
+    await write({ path: 'win.txt', content: '\ufeffsolo\n' });
+    assert.equal(await readFile(path('win.txt'), 'utf8'), '\ufeffsolo\r\n');
+    await writeFile(path('unix.txt'), 'a\nb\n');
+    await write({ path: 'unix.txt', content: 'c\r\nd\n' });
+    assert.equal(await readFile(path('unix.txt'), 'utf8'), 'c\r\nd\n');
+  });
+});
