@@ -156,11 +156,11 @@ export interface TerminalArgs {
    */
   pty?: boolean;
   /**
-   * With background=true: announce when the process exits, with its exit code and final output, so you need not poll for it. Use for builds, test runs and other long jobs that do finish.
+   * With background=true: announce when the process exits, with its exit code and final output, so you need not poll for it. Use for builds, test runs and other long jobs that do finish. Mutually exclusive with watch_patterns: when both are set, watch_patterns is dropped.
    */
   notify_on_complete?: boolean;
   /**
-   * With background=true: strings or regular expressions to watch for in the output (e.g. "ready on port", "ERROR"); you are notified when a line matches, for example when a server becomes ready.
+   * With background=true: strings or regular expressions to watch for in the output (e.g. "ready on port", "ERROR"); you are notified when a line matches, for example when a server becomes ready. Meant for rare one-off signals in long-lived processes; set either this or notify_on_complete, not both.
    */
   watch_patterns?: string[];
 }
