@@ -123,7 +123,7 @@ function buildSchema(options: TerminalToolOptions): ToolSchema {
  * (`got int`, `got NoneType`), so a missing command reads `NoneType` too.
  * JSON cannot tell 1.0 from 1, so a whole number is always `int`.
  */
-function pythonTypeName(value: unknown): string {
+export function pythonTypeName(value: unknown): string {
   if (value === null || value === undefined) return 'NoneType';
   if (typeof value === 'boolean') return 'bool';
   if (typeof value === 'number') return Number.isInteger(value) ? 'int' : 'float';
