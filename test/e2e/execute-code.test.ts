@@ -43,14 +43,14 @@ async function waitFor<T>(what: string, fn: () => T | undefined, timeoutMs = 30_
 }
 
 /** A scratch dir, a config file and the environment of one `berth serve`. */
-function serveSetup(prefix: string, codeExecution: string) {
+function serveSetup(prefix: string, codeExecution: string, topLevel = '') {
   const scratch = mkdtempSync(join(tmpdir(), prefix));
   const work = join(scratch, 'work');
   mkdirSync(work);
   const config = join(scratch, 'config.yaml');
   writeFileSync(
     config,
-    `terminal:\n  cwd: ${JSON.stringify(work)}\n  env_passthrough: [OPENAI_API_KEY]\ncode_execution:\n${codeExecution}`,
+    `${topLevel}terminal:\n  cwd: ${JSON.stringify(work)}\n  env_passthrough: [OPENAI_API_KEY]\ncode_execution:\n${codeExecution}`,
   );
   const env = {
     PATH: `${pythonBinDir(scratch)}:${process.env.PATH ?? ''}`,
@@ -68,7 +68,7 @@ describe('execute_code through berth serve', () => {
   let setup: ReturnType<typeof serveSetup>;
 
   before(async () => {
-    setup = serveSetup('berth-e2e-code-', '  timeout: 60\n  max_tool_calls: 8\n');
+    setup = serveSetup('berth-e2e-code-', '  timeout: 60\n  max_tool_calls: 8\n', 'timezone: Asia/Kolkata\n');
     serve = await startServe(['--config', setup.config], { env: setup.env });
   });
 
@@ -116,6 +116,12 @@ describe('execute_code through berth serve', () => {
         "execute_code received a 'command' parameter, but it requires Python source in 'code'. " +
         'Use terminal(command=...) for shell commands; for Python, retry as execute_code(code=...).',
     });
+  });
+
+  test('scripts run with TZ set to the configured timezone', async () => {
+    const r = await runCode('import os, time\nprint(os.environ.get("TZ"), time.strftime("%z"))\n', 'tz');
+    assert.equal(r.status, 'success', JSON.stringify(r));
+    assert.equal(r.output.trim(), 'Asia/Kolkata +0530');
   });
 
   test('a failed script carries a recovery hint; json_parse takes a leading BOM', async () => {

@@ -101,6 +101,8 @@ export interface ExecuteCodeToolOptions {
   readonly credentialEnv: readonly string[];
   /** Single-user mode: the local backend may run scripts as host subprocesses. */
   readonly allowHostSubprocess: boolean;
+  /** IANA time zone for scripts' TZ (config `timezone`); empty keeps each environment's own. */
+  readonly timezone?: string;
   /** The sandbox tools a script may call now (registered and available). */
   readonly availableTools: () => Promise<readonly string[]>;
   /** The dispatch path of top-level calls (the registry's), reused for every script call. */
@@ -122,6 +124,7 @@ export function executeCodeOptionsFromConfig(
     envPassthrough: config.terminal.env_passthrough,
     credentialEnv: config.approvals.smart.api_key_env ? [config.approvals.smart.api_key_env] : [],
     allowHostSubprocess: config.tenants.length === 0 || config.allow_local_multi_tenant,
+    timezone: config.timezone,
     ...registry,
   };
 }
@@ -183,6 +186,7 @@ export function executeCodeToolRegistration(options: ExecuteCodeToolOptions): To
           credentialEnv: options.credentialEnv,
           allowedTools: allowed,
           allowHostSubprocess: options.allowHostSubprocess,
+          ...(options.timezone ? { timezone: options.timezone } : {}),
           signal: context.signal,
           onToolCall: async ({ tool, argsJson }) => {
             const refusal = policy.admit(tool);
