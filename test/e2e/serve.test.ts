@@ -225,6 +225,11 @@ describe('berth serve (local backend)', () => {
       'This foreground command appears to start a long-lived server/watch process. Run it with background=true, ' +
         'verify readiness (health endpoint/log signal), then execute tests in a separate command.',
     );
+    assert.deepEqual(await call({ command: 'make', timeout: 601 }), {
+      error:
+        'Foreground timeout 601s exceeds the maximum of 600s. Use background=true with notify_on_complete=true ' +
+        'for long-running commands.',
+    });
     assert.deepEqual(await call({ code: 'print(1)' }), {
       error:
         "terminal received a 'code' parameter, but it requires a shell command in 'command'. Use " +

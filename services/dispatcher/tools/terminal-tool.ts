@@ -266,7 +266,8 @@ async function runTerminal(args: ToolArgs, ctx: ToolContext, options: TerminalTo
   const timeoutSec = readTimeoutSec(args.timeout, options);
   if (!timeoutSec.ok) return timeoutSec.result;
   const overCap = validateForegroundTimeout(timeoutSec.value, options.maxForegroundTimeoutSec);
-  if (overCap !== null) return refusal(overCap, 'error');
+  // The reference tool answers this one with the error alone, no output/exit_code/status.
+  if (overCap !== null) return JSON.stringify({ error: overCap });
   const hazard = findForegroundHazard(rawCommand);
   if (hazard !== null) return refusal(hazard, 'error');
   // Asked last, so nobody is asked about a command that would be refused anyway.
