@@ -11,6 +11,18 @@ import { cidrContains, cidrOverlaps, parseCidr } from './cidr.js';
 
 const bool = z.union([z.boolean(), z.stringbool()]);
 const int = (min: number) => z.coerce.number().int().min(min);
+
+/** True for '' (unset) or a time zone name this runtime knows (`UTC`, `Europe/Berlin`, `Etc/GMT+5`). */
+function isTimeZoneName(name: string): boolean {
+  if (name === '') return true;
+  if (!/^[A-Za-z0-9_+-]+(?:\/[A-Za-z0-9_+-]+){0,2}$/.test(name)) return false;
+  try {
+    new Intl.DateTimeFormat('en', { timeZone: name });
+    return true;
+  } catch {
+    return false;
+  }
+}
 const stringList = z.preprocess(
   (v) => (typeof v === 'string' ? v.split(',').map((s) => s.trim()).filter(Boolean) : v),
   z.array(z.string()),
@@ -296,6 +308,14 @@ export const configSchema = z
     tenants: z.array(tenantSchema).default([]),
     /** Allow the local backend (no isolation) when tenants are configured. */
     allow_local_multi_tenant: bool.default(false),
+    /**
+     * IANA time zone (e.g. `Europe/Berlin`) for execute_code scripts' TZ, like the reference tool's
+     * `timezone` key (env HERMES_TIMEZONE); empty keeps each environment's own.
+     */
+    timezone: z
+      .string()
+      .default('')
+      .refine(isTimeZoneName, { message: 'must be an IANA time zone name such as UTC or Europe/Berlin' }),
   })
   .strict();
 
@@ -413,6 +433,7 @@ export function applyEnvOverrides(raw: Record<string, unknown>, env: NodeJS.Proc
   if (env.BERTH_STATE_ROOT) setPath(out, ['executor', 'state_root'], env.BERTH_STATE_ROOT);
   if (env.BERTH_EXECUTOR_SECRET) setPath(out, ['executor', 'shared_secret'], env.BERTH_EXECUTOR_SECRET);
   if (env.BERTH_CODE_CONTAINER) setPath(out, ['code_execution', 'code_container'], env.BERTH_CODE_CONTAINER);
+  if (env.HERMES_TIMEZONE?.trim()) setPath(out, ['timezone'], env.HERMES_TIMEZONE.trim());
   if (env.BERTH_TENANTS) setPath(out, ['tenants'], tenantsFromEnv(env.BERTH_TENANTS));
   if (env.BERTH_DOCKER_NETWORK) setPath(out, ['docker', 'network'], env.BERTH_DOCKER_NETWORK);
   for (const [name, key] of Object.entries(METRICS_ENV)) {

@@ -95,6 +95,8 @@ export interface TaskCodeRunRequest {
   readonly allowedTools: readonly string[];
   /** Whether the script may run as a plain subprocess of the executor host (local backend). */
   readonly allowHostSubprocess: boolean;
+  /** IANA time zone name for the script's TZ; absent or empty keeps the environment's own. */
+  readonly timezone?: string;
   readonly signal?: AbortSignal;
   /** Answers one of the script's tool calls with the tool's result string. */
   readonly onToolCall: (call: TaskCodeToolCall) => Promise<string>;

@@ -148,6 +148,7 @@ export class ExecutorTaskClient implements TaskClient {
             credentialEnv: [...request.credentialEnv],
             allowedTools: [...request.allowedTools],
             allowHostSubprocess: request.allowHostSubprocess,
+            timezone: request.timezone ?? '',
           },
         },
       });

@@ -43,14 +43,14 @@ async function waitFor<T>(what: string, fn: () => T | undefined, timeoutMs = 30_
 }
 
 /** A scratch dir, a config file and the environment of one `berth serve`. */
-function serveSetup(prefix: string, codeExecution: string) {
+function serveSetup(prefix: string, codeExecution: string, topLevel = '') {
   const scratch = mkdtempSync(join(tmpdir(), prefix));
   const work = join(scratch, 'work');
   mkdirSync(work);
   const config = join(scratch, 'config.yaml');
   writeFileSync(
     config,
-    `terminal:\n  cwd: ${JSON.stringify(work)}\n  env_passthrough: [OPENAI_API_KEY]\ncode_execution:\n${codeExecution}`,
+    `${topLevel}terminal:\n  cwd: ${JSON.stringify(work)}\n  env_passthrough: [OPENAI_API_KEY]\ncode_execution:\n${codeExecution}`,
   );
   const env = {
     PATH: `${pythonBinDir(scratch)}:${process.env.PATH ?? ''}`,
@@ -68,7 +68,7 @@ describe('execute_code through berth serve', () => {
   let setup: ReturnType<typeof serveSetup>;
 
   before(async () => {
-    setup = serveSetup('berth-e2e-code-', '  timeout: 60\n  max_tool_calls: 8\n');
+    setup = serveSetup('berth-e2e-code-', '  timeout: 60\n  max_tool_calls: 8\n', 'timezone: Asia/Kolkata\n');
     serve = await startServe(['--config', setup.config], { env: setup.env });
   });
 
@@ -99,8 +99,48 @@ describe('execute_code through berth serve', () => {
     assert.match(schema.description, /1-minute timeout, 50KB stdout cap, max 8 tool calls per script/);
   });
 
-  test('empty code is refused with the spec error', async () => {
-    assert.deepEqual(await runCode('   ', 'empty'), { error: 'No code provided.' });
+  test('empty, non-string and misdirected code are refused with the reference tool\'s errors', async () => {
+    // Upstream's text now goes on from the spec's 'No code provided.' to say what to send instead.
+    assert.deepEqual(await runCode('   ', 'empty'), {
+      error:
+        "No code provided. execute_code requires a non-empty 'code' parameter containing Python source. " +
+        'To run shell commands, use terminal(command=...) instead.',
+    });
+    assert.deepEqual(await tool('execute_code', { code: ['print(1)'] }, 'empty'), {
+      error:
+        "execute_code received a list in 'code', but it requires Python source as a string. " +
+        'Retry as execute_code(code="...").',
+    });
+    assert.deepEqual(await tool('execute_code', { command: 'ls' }, 'empty'), {
+      error:
+        "execute_code received a 'command' parameter, but it requires Python source in 'code'. " +
+        'Use terminal(command=...) for shell commands; for Python, retry as execute_code(code=...).',
+    });
+  });
+
+  test('scripts run with TZ set to the configured timezone', async () => {
+    const r = await runCode('import os, time\nprint(os.environ.get("TZ"), time.strftime("%z"))\n', 'tz');
+    assert.equal(r.status, 'success', JSON.stringify(r));
+    assert.equal(r.output.trim(), 'Asia/Kolkata +0530');
+  });
+
+  test('a failed script carries a recovery hint; json_parse takes a leading BOM', async () => {
+    const missing = await runCode('from hermes_tools import browser_navigate\n', 'hint');
+    assert.equal(missing.status, 'error');
+    assert.equal(
+      (missing as CodeResult & { hint?: string }).hint,
+      "'browser_navigate' is not available inside the execute_code sandbox. Importable tools here: patch, " +
+        'read_file, search_files, terminal, write_file. For anything else, use the normal tool call instead of ' +
+        'execute_code.',
+    );
+    const helper = await runCode('print(shell_quote("a b"))\n', 'hint');
+    assert.equal(
+      (helper as CodeResult & { hint?: string }).hint,
+      'Import shell_quote before calling it: from hermes_tools import shell_quote',
+    );
+    const bom = await runCode('from hermes_tools import json_parse\nprint(json_parse("\\ufeff{\\"a\\": 1}")["a"])\n', 'hint');
+    assert.equal(bom.status, 'success', JSON.stringify(bom));
+    assert.equal(bom.output.trim(), '1');
   });
 
   test('seed: find the *.yaml files that mention the database and preview them', async () => {

@@ -191,7 +191,63 @@ describe('berth serve (local backend)', () => {
     const r = await serve.cli(['call', 'terminal', '{"command":"echo before; sleep 30","timeout":1}', '--task', 'to']);
     const result = JSON.parse(r.stdout);
     assert.equal(result.exit_code, 124);
-    assert.equal(result.output, 'before\n[Command timed out after 1s]');
+    // The notice follows the output as printed (its newline included), as in the reference tool.
+    assert.equal(result.output, 'before\n\n[Command timed out after 1s]');
+  });
+
+  test('a foreground timeout with no output gives the notice without a leading newline', async () => {
+    const r = await serve.cli(['call', 'terminal', '{"command":"sleep 30","timeout":1}', '--task', 'to-empty']);
+    assert.deepEqual(JSON.parse(r.stdout), { output: '[Command timed out after 1s]', exit_code: 124, error: null });
+  });
+
+  test('foreground guard, code-argument and exit-code texts reach the caller as the reference tool words them', async () => {
+    const call = async (args: Record<string, unknown>) => {
+      const r = await serve.cli(['call', 'terminal', JSON.stringify(args), '--task', 'texts']);
+      return JSON.parse(r.stdout) as Record<string, unknown>;
+    };
+    assert.deepEqual(await call({ command: 'sleep 5 &' }), {
+      output: '',
+      exit_code: -1,
+      error:
+        "Foreground command uses '&' backgrounding. Re-send WITHOUT the '&' as terminal(command=\"<cmd>\", " +
+        'background=true) — add notify_on_complete=true for bounded jobs — then run health checks and tests in ' +
+        'follow-up terminal calls.',
+      status: 'error',
+    });
+    assert.equal(
+      (await call({ command: 'nohup ./server' })).error,
+      'Foreground command uses shell-level background wrappers (nohup/disown/setsid). Re-send WITHOUT the wrapper ' +
+        'as terminal(command="<cmd>", background=true, notify_on_complete=true) so Hermes tracks the process, then ' +
+        'run readiness checks and tests in separate commands.',
+    );
+    assert.equal(
+      (await call({ command: 'python3 -m http.server 8000' })).error,
+      'This foreground command appears to start a long-lived server/watch process. Run it with background=true, ' +
+        'verify readiness (health endpoint/log signal), then execute tests in a separate command.',
+    );
+    assert.deepEqual(await call({ command: 'make', timeout: 601 }), {
+      error:
+        'Foreground timeout 601s exceeds the maximum of 600s. Use background=true with notify_on_complete=true ' +
+        'for long-running commands.',
+    });
+    assert.deepEqual(await call({ code: 'print(1)' }), {
+      error:
+        "terminal received a 'code' parameter, but it requires a shell command in 'command'. Use " +
+        'execute_code(code=...) for Python; for shell, retry as terminal(command=...).',
+    });
+    assert.deepEqual(await call({ command: 'grep -q needle /dev/null' }), {
+      output: '',
+      exit_code: 1,
+      error: null,
+      exit_code_meaning: 'No matches found (not an error)',
+    });
+    const killed = await call({ command: '(kill -9 $BASHPID)' });
+    assert.equal(killed.exit_code, 137);
+    assert.equal(
+      killed.exit_code_meaning,
+      'Exit code 137 usually means the command was terminated by signal 9: SIGKILL — often the kernel OOM killer ' +
+        'on memory exhaustion, or an explicit kill -9',
+    );
   });
 
   test('EndTask releases the environment: the next call starts afresh', async () => {

@@ -98,6 +98,15 @@ describe('buildCodeEnv', () => {
     assert.equal(buildCodeEnv({ ...fixed, passthrough: [], base: {} }).env.PYTHONPATH, '/run/berth/code-1');
   });
 
+  it('sets TZ to the configured time zone over the sandbox\'s own, and ignores a malformed one', () => {
+    const base = { TZ: 'Europe/Paris' };
+    assert.equal(buildCodeEnv({ ...fixed, passthrough: [], base, timezone: 'Asia/Kolkata' }).env.TZ, 'Asia/Kolkata');
+    assert.equal(buildCodeEnv({ ...fixed, passthrough: [], base: {}, timezone: 'Etc/GMT+5' }).env.TZ, 'Etc/GMT+5');
+    assert.equal(buildCodeEnv({ ...fixed, passthrough: [], base, timezone: '' }).env.TZ, 'Europe/Paris');
+    assert.equal(buildCodeEnv({ ...fixed, passthrough: [], base, timezone: '../../etc/x' }).env.TZ, 'Europe/Paris');
+    assert.equal(buildCodeEnv({ ...fixed, passthrough: [], base: {}, timezone: 'UTC\nX=1' }).env.TZ, undefined);
+  });
+
   it('passes through listed names, but never provider credentials (built-in or added)', () => {
     const { env, refusedPassthrough } = buildCodeEnv({
       ...fixed,

@@ -31,6 +31,19 @@ describe('config', () => {
     assert.equal(c.terminal.container_persistent, true);
   });
 
+  test('timezone: empty by default, an IANA name from the file or HERMES_TIMEZONE, anything else refused', () => {
+    assert.equal(loadConfig(undefined, {}).timezone, '');
+    assert.equal(parseConfig({ timezone: 'Europe/Berlin' }).timezone, 'Europe/Berlin');
+    assert.equal(parseConfig({ timezone: 'UTC' }).timezone, 'UTC');
+    withConfigFile('timezone: Asia/Tokyo\n', (file) => {
+      assert.equal(loadConfig(file, {}).timezone, 'Asia/Tokyo');
+      assert.equal(loadConfig(file, { HERMES_TIMEZONE: ' America/New_York ' }).timezone, 'America/New_York');
+    });
+    assert.throws(() => parseConfig({ timezone: 'Mars/Olympus_Mons' }), /must be an IANA time zone name[\s\S]*at timezone/);
+    assert.throws(() => parseConfig({ timezone: '../etc/passwd' }), /timezone/);
+    assert.throws(() => loadConfig(undefined, { HERMES_TIMEZONE: 'Not A Zone' }), /timezone/);
+  });
+
   test('TERMINAL_* variables override the file, TERMINAL_ENV names the backend', () => {
     withConfigFile('terminal:\n  timeout: 60\n  backend: local\n', (file) => {
       const c = loadConfig(file, {

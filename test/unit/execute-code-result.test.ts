@@ -1,6 +1,10 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
-import { shapeExecuteCodeResult, type ExecuteCodeOutcome } from '../../services/dispatcher/code-execution/execute-code-result.js';
+import {
+  failureHint,
+  shapeExecuteCodeResult,
+  type ExecuteCodeOutcome,
+} from '../../services/dispatcher/code-execution/execute-code-result.js';
 import {
   ScriptToolPolicy,
   stripTerminalArgs,
@@ -58,6 +62,65 @@ describe('shapeExecuteCodeResult', () => {
   it('carries notices (where the script ran) in `notice`', () => {
     const r = shapeExecuteCodeResult({ ...base, notices: ['Ran on the host.'] });
     assert.equal(r.notice, 'Ran on the host.');
+  });
+});
+
+describe('failure hints', () => {
+  const tools = ['terminal', 'read_file', 'patch'];
+  const cases: [stderr: string, hint: string | undefined][] = [
+    [
+      'Traceback (most recent call last):\n  File "script.py", line 1\n' +
+        "ImportError: cannot import name 'browser_navigate' from 'hermes_tools' (/tmp/x/hermes_tools.py)",
+      "'browser_navigate' is not available inside the execute_code sandbox. Importable tools here: patch, " +
+        'read_file, terminal. For anything else, use the normal tool call instead of execute_code.',
+    ],
+    [
+      "ImportError: cannot import name 'json_parse' from 'hermes_tools'",
+      'json_parse is a BUILT-IN helper in the sandbox — no import needed. Remove it from the import line and call ' +
+        'json_parse(...) directly.',
+    ],
+    [
+      "NameError: name 'retry' is not defined",
+      // Berth's wording: here the helpers are imported from hermes_tools, not put in scope.
+      'Import retry before calling it: from hermes_tools import retry',
+    ],
+    [
+      "ModuleNotFoundError: No module named 'matplotlib.pyplot'",
+      "'matplotlib.pyplot' is not installed in the sandbox interpreter. Use Python stdlib inside execute_code, or " +
+        "run the code via terminal() with the project venv's python instead.",
+    ],
+    [
+      'TypeError: string indices must be integers, not \'str\'',
+      'Tool functions in the sandbox return DICTS (already parsed) — do not json.loads() them or index them like ' +
+        "strings. Example: read_file(path)['content'].",
+    ],
+    [
+      "AttributeError: 'str' object has no attribute 'get'",
+      'Tool functions in the sandbox return DICTS (already parsed) — do not json.loads() them or index them like ' +
+        "strings. Example: read_file(path)['content'].",
+    ],
+    ['ZeroDivisionError: division by zero', undefined],
+    ['', undefined],
+    // Only the first 4,000 characters are scanned.
+    [`${'x'.repeat(4000)}NameError: name 'retry' is not defined`, undefined],
+  ];
+  for (const [stderr, hint] of cases) {
+    it(`${JSON.stringify(stderr.slice(-50))} → ${hint === undefined ? 'no hint' : 'a hint'}`, () => {
+      assert.equal(failureHint(stderr, tools), hint);
+    });
+  }
+
+  it('a failed script carries the hint in `hint`; a successful one has none', () => {
+    const failed = shapeExecuteCodeResult({
+      ...base,
+      exitCode: 1,
+      stderr: "ModuleNotFoundError: No module named 'pandas'\n",
+      importableTools: tools,
+    });
+    assert.deepEqual(Object.keys(failed), ['status', 'output', 'tool_calls_made', 'duration_seconds', 'error', 'hint']);
+    assert.match(failed.hint ?? '', /^'pandas' is not installed in the sandbox interpreter\./);
+    assert.equal(shapeExecuteCodeResult(base).hint, undefined);
+    assert.equal(shapeExecuteCodeResult({ ...base, exitCode: 1, stderr: 'ValueError: x' }).hint, undefined);
   });
 });
 

@@ -26,14 +26,18 @@ import type { ToolRegistration } from '../../services/dispatcher/tool-types.js';
 const LIMITS = { timeoutSec: 300, maxStdoutBytes: 50_000, maxToolCalls: 50 };
 
 describe('stub signatures', () => {
-  it('are exactly the spec\'s', () => {
+  // The reference module's signatures (newer than the spec: read_file's limit is 2000, and
+  // cross_profile and order were added), so scripts written for it call these unchanged.
+  it('are exactly the reference module\'s', () => {
     assert.deepEqual(SANDBOX_TOOLS.map(stubSignature), [
       'web_search(query, limit=5)',
       'web_extract(urls, char_limit=None)',
-      'read_file(path, offset=1, limit=500)',
-      'write_file(path, content)',
-      'search_files(pattern, target="content", path=".", file_glob=None, limit=50, offset=0, output_mode="content", context=0)',
-      'patch(path=None, old_string=None, new_string=None, replace_all=False, mode="replace", patch=None)',
+      'read_file(path, offset=1, limit=2000)',
+      'write_file(path, content, cross_profile=False)',
+      'search_files(pattern, target="content", path=".", file_glob=None, limit=50, offset=0, output_mode="content", ' +
+        'context=0, order="discovery")',
+      'patch(path=None, old_string=None, new_string=None, replace_all=False, mode="replace", patch=None, ' +
+        'cross_profile=False)',
       'terminal(command, timeout=None, workdir=None)',
     ]);
   });
@@ -61,7 +65,7 @@ describe('buildExecuteCodeSchema', () => {
     const listed = /Available via `from hermes_tools import \.\.\.`: (.*)\.\n/.exec(description)?.[1];
     assert.equal(
       listed,
-      'read_file(path, offset=1, limit=500), terminal(command, timeout=None, workdir=None), json_parse(text), shell_quote(s), retry(fn, max_attempts=3, delay=2)',
+      'read_file(path, offset=1, limit=2000), terminal(command, timeout=None, workdir=None), json_parse(text), shell_quote(s), retry(fn, max_attempts=3, delay=2)',
     );
     for (const absent of ['web_search', 'write_file', 'patch(', 'search_files', 'process', 'execute_code(']) {
       assert.ok(!description.includes(absent), `${absent} should not be listed`);
@@ -151,11 +155,21 @@ describe('hermes_tools.py against a real socket', () => {
       'not json at all',
     ]);
     assert.deepEqual(seen, [
-      { tool: 'read_file', args: { path: 'a.txt', offset: 1, limit: 500 }, token: 'tok' },
+      { tool: 'read_file', args: { path: 'a.txt', offset: 1, limit: 2000 }, token: 'tok' },
       { tool: 'terminal', args: { command: 'echo hi' }, token: 'tok' },
       {
         tool: 'search_files',
-        args: { pattern: 'x', target: 'content', path: '.', file_glob: '*.py', limit: 50, offset: 0, output_mode: 'content', context: 0 },
+        args: {
+          pattern: 'x',
+          target: 'content',
+          path: '.',
+          file_glob: '*.py',
+          limit: 50,
+          offset: 0,
+          output_mode: 'content',
+          context: 0,
+          order: 'discovery',
+        },
         token: 'tok',
       },
     ]);
@@ -167,6 +181,7 @@ describe('hermes_tools.py against a real socket', () => {
         'print(sorted(n for n in ("web_search","web_extract","read_file","write_file","search_files","patch","terminal") if hasattr(h, n)))\n' +
         'print(h.shell_quote("it\'s a file"))\n' +
         'print(h.json_parse(\'{"a": "x\\ty"}\')["a"] == "x\\ty")\n' +
+        'print(h.json_parse("\\ufeff[1, 2]"))\n' +
         'calls = []\n' +
         'def flaky():\n' +
         '    calls.append(1)\n' +
@@ -178,6 +193,7 @@ describe('hermes_tools.py against a real socket', () => {
       "['read_file', 'search_files', 'terminal']",
       `'it'"'"'s a file'`,
       'True',
+      '[1, 2]',
       'ok 3',
     ]);
   });

@@ -181,13 +181,65 @@ void describe('terminal foreground', () => {
     });
   });
 
+  void it('puts the timeout notice after the output as printed, trailing newline included', async () => {
+    const task = new RecordingTaskClientDouble({ output: 'partial\n', exitCode: 137, timedOut: true });
+    const result = (await call(terminal, { command: 'sleep 100', timeout: 5 }, task)) as Record<string, unknown>;
+    assert.equal(result.output, 'partial\n\n[Command timed out after 5s]');
+  });
+
+  void it('gives the timeout notice without a leading newline when nothing was printed', async () => {
+    const task = new RecordingTaskClientDouble({ output: '', exitCode: 137, timedOut: true });
+    assert.deepEqual(await call(terminal, { command: 'sleep 100', timeout: 5 }, task), {
+      output: '[Command timed out after 5s]',
+      exit_code: 124,
+      error: null,
+    });
+  });
+
   void it('appends the interrupt notice and reports 130', async () => {
     const task = new RecordingTaskClientDouble({ output: 'step 1\n', exitCode: 143, interrupted: true });
     assert.deepEqual(await call(terminal, { command: 'make' }, task), {
-      output: 'step 1\n[Command interrupted]',
+      output: 'step 1\n\n[Command interrupted]',
       exit_code: 130,
       error: null,
     });
+  });
+
+  void it('gives the interrupt notice without a leading newline when nothing was printed', async () => {
+    const task = new RecordingTaskClientDouble({ output: '', exitCode: 143, interrupted: true });
+    const result = (await call(terminal, { command: 'make' }, task)) as Record<string, unknown>;
+    assert.equal(result.output, '[Command interrupted]');
+  });
+
+  void it('strips whitespace around the output, as the reference tool does', async () => {
+    const task = new RecordingTaskClientDouble({ output: '\n  indented\n\n' });
+    const result = (await call(terminal, { command: 'cat x' }, task)) as Record<string, unknown>;
+    assert.equal(result.output, 'indented');
+  });
+
+  void it('says so in the approval note when an approved command was interrupted', async () => {
+    const task = new RecordingTaskClientDouble({ output: 'step 1', exitCode: 143, interrupted: true });
+    const approval = () =>
+      Promise.resolve({
+        allowed: true as const,
+        note: 'Command required approval (recursive delete) and was approved by the user.',
+      });
+    assert.deepEqual(await call(terminal, { command: 'rm -rf build' }, task, { approval }), {
+      output: 'step 1\n[Command interrupted]',
+      exit_code: 130,
+      error: null,
+      approval: 'Command required approval (recursive delete) and was approved by the user, then interrupted.',
+    });
+  });
+
+  void it('explains a death by signal', async () => {
+    const task = new RecordingTaskClientDouble({ output: 'Killed', exitCode: 137 });
+    const result = (await call(terminal, { command: 'python train.py' }, task)) as Record<string, unknown>;
+    assert.equal(
+      result.exit_code_meaning,
+      'Exit code 137 usually means the command was terminated by signal 9: SIGKILL — often the kernel OOM killer ' +
+        'on memory exhaustion, or an explicit kill -9',
+    );
   });
 
   void it('appends executor notices to the output', async () => {
@@ -224,6 +276,19 @@ void describe('terminal refusals', () => {
     });
   }
 
+  void it('points a call that sent code instead of command at execute_code', async () => {
+    const task = new RecordingTaskClientDouble();
+    assert.deepEqual(await call(terminal, { code: 'print(1)' }, task), {
+      error:
+        "terminal received a 'code' parameter, but it requires a shell command in 'command'. Use " +
+        'execute_code(code=...) for Python; for shell, retry as terminal(command=...).',
+    });
+    assert.ok(task.untouched);
+    // With command present, a stray code argument is ignored.
+    await call(terminal, { command: 'true', code: 'x' }, task);
+    assert.equal(task.execRequests.length, 1);
+  });
+
   void it('refuses an empty command', async () => {
     const task = new RecordingTaskClientDouble();
     assert.deepEqual(await call(terminal, { command: '   ' }, task), {
@@ -238,11 +303,8 @@ void describe('terminal refusals', () => {
   void it('refuses a foreground timeout over the cap', async () => {
     const task = new RecordingTaskClientDouble();
     assert.deepEqual(await call(terminal, { command: 'make', timeout: 601 }, task), {
-      output: '',
-      exit_code: -1,
       error:
         'Foreground timeout 601s exceeds the maximum of 600s. Use background=true with notify_on_complete=true for long-running commands.',
-      status: 'error',
     });
     assert.ok(task.untouched);
   });
@@ -262,7 +324,7 @@ void describe('terminal refusals', () => {
     assert.equal(result.output, '');
     assert.equal(result.exit_code, -1);
     assert.equal(result.status, 'error');
-    assert.match(String(result.error), /background=true/);
+    assert.match(String(result.error), /^This foreground command appears to start a long-lived server\/watch process\./);
     assert.ok(task.untouched);
   });
 
@@ -299,6 +361,35 @@ void describe('terminal refusals', () => {
 void describe('terminal background', () => {
   void it('starts the process and reports its session id and pid', async () => {
     const task = new RecordingTaskClientDouble();
+    const result = await call(terminal, { command: 'npm run dev', background: true, workdir: '/srv/web' }, task);
+    assert.deepEqual(result, {
+      output: 'Background process started',
+      session_id: 'proc_0123456789ab',
+      pid: 4242,
+      exit_code: 0,
+      error: null,
+    });
+    assert.deepEqual(task.backgroundRequests, [{ command: 'npm run dev', workdir: '/srv/web', notifyOnComplete: false }]);
+    assert.equal(task.execRequests.length, 0);
+  });
+
+  void it('reports notify_on_complete and watch_patterns back when set', async () => {
+    const task = new RecordingTaskClientDouble();
+    assert.deepEqual(await call(terminal, { command: 'make', background: true, notify_on_complete: true }, task), {
+      output: 'Background process started',
+      session_id: 'proc_0123456789ab',
+      pid: 4242,
+      exit_code: 0,
+      error: null,
+      notify_on_complete: true,
+    });
+    const watched = await call(terminal, { command: 'npm run dev', background: true, watch_patterns: ['ready on'] }, task);
+    assert.deepEqual((watched as Record<string, unknown>).watch_patterns, ['ready on']);
+    assert.deepEqual(task.backgroundRequests[1]?.watchPatterns, ['ready on']);
+  });
+
+  void it('drops watch_patterns when notify_on_complete is also set, and says why', async () => {
+    const task = new RecordingTaskClientDouble();
     const result = await call(
       terminal,
       {
@@ -316,16 +407,22 @@ void describe('terminal background', () => {
       pid: 4242,
       exit_code: 0,
       error: null,
+      watch_patterns_ignored:
+        'watch_patterns ignored because notify_on_complete=True; these two flags produce duplicate notifications ' +
+        'when combined',
+      notify_on_complete: true,
     });
-    assert.deepEqual(task.backgroundRequests, [
-      {
-        command: 'npm run dev',
-        workdir: '/srv/web',
-        notifyOnComplete: true,
-        watchPatterns: ['ready on', 'ERROR'],
-      },
-    ]);
-    assert.equal(task.execRequests.length, 0);
+    assert.deepEqual(task.backgroundRequests, [{ command: 'npm run dev', workdir: '/srv/web', notifyOnComplete: true }]);
+  });
+
+  void it('reports the approval note for an approved background command', async () => {
+    const task = new RecordingTaskClientDouble();
+    const approval = () => Promise.resolve({ allowed: true as const, note: 'approved by the user' });
+    const result = (await call(terminal, { command: 'rm -rf build', background: true }, task, { approval })) as Record<
+      string,
+      unknown
+    >;
+    assert.equal(result.approval, 'approved by the user');
   });
 
   void it('is not subject to the foreground timeout cap', async () => {

@@ -71,7 +71,10 @@ def _call(tool: str, args: dict) -> Any:
 
 
 def json_parse(text: str) -> Any:
-    """json.loads that also accepts control characters inside strings (as tool output often has)."""
+    """json.loads that also accepts control characters inside strings (as tool output often has)
+    and a leading UTF-8 byte order mark (as some files and tools prepend)."""
+    if isinstance(text, str) and text.startswith("\ufeff"):
+        text = text[1:]
     return _json.loads(text, strict=False)
 
 
@@ -105,34 +108,39 @@ def web_extract(urls, char_limit=None):
     return _call("web_extract", {"urls": urls, "char_limit": char_limit})
 
 
-def read_file(path, offset=1, limit=500):
+def read_file(path, offset=1, limit=2000):
     """Read a text file with line numbers; the text is in ["content"]."""
     return _call("read_file", {"path": path, "offset": offset, "limit": limit})
 
 
-def write_file(path, content):
+def write_file(path, content, cross_profile=False):
     """Create or overwrite a file (parent directories are created)."""
-    return _call("write_file", {"path": path, "content": content})
+    return _call("write_file", {"path": path, "content": content, "cross_profile": cross_profile})
 
 
-def search_files(pattern, target="content", path=".", file_glob=None, limit=50, offset=0, output_mode="content", context=0):
+def search_files(
+    pattern, target="content", path=".", file_glob=None, limit=50, offset=0, output_mode="content", context=0,
+    order="discovery",
+):
     """Search file contents (regex) or names (target="files"); hits in ["matches"] with "path", "line", "content"."""
     return _call(
         "search_files",
         {
             "pattern": pattern, "target": target, "path": path, "file_glob": file_glob, "limit": limit,
-            "offset": offset, "output_mode": output_mode, "context": context,
+            "offset": offset, "output_mode": output_mode, "context": context, "order": order,
         },
     )
 
 
-def patch(path=None, old_string=None, new_string=None, replace_all=False, mode="replace", patch=None):
+def patch(
+    path=None, old_string=None, new_string=None, replace_all=False, mode="replace", patch=None, cross_profile=False,
+):
     """Replace old_string with new_string in a file (mode="replace"), or apply a V4A patch (mode="patch")."""
     return _call(
         "patch",
         {
             "path": path, "old_string": old_string, "new_string": new_string, "replace_all": replace_all,
-            "mode": mode, "patch": patch,
+            "mode": mode, "patch": patch, "cross_profile": cross_profile,
         },
     )
 

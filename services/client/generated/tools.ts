@@ -164,11 +164,11 @@ export interface TerminalArgs {
    */
   pty?: boolean;
   /**
-   * With background=true: announce when the process exits, with its exit code and final output, so you need not poll for it. Use for builds, test runs and other long jobs that do finish.
+   * With background=true: announce when the process exits, with its exit code and final output, so you need not poll for it. Use for builds, test runs and other long jobs that do finish. Mutually exclusive with watch_patterns: when both are set, watch_patterns is dropped.
    */
   notify_on_complete?: boolean;
   /**
-   * With background=true: strings or regular expressions to watch for in the output (e.g. "ready on port", "ERROR"); you are notified when a line matches, for example when a server becomes ready.
+   * With background=true: strings or regular expressions to watch for in the output (e.g. "ready on port", "ERROR"); you are notified when a line matches, for example when a server becomes ready. Meant for rare one-off signals in long-lived processes; set either this or notify_on_complete, not both.
    */
   watch_patterns?: string[];
 }
@@ -209,15 +209,15 @@ export abstract class ToolMethods {
   /**
    * Run a Python script that calls tools programmatically, so a multi-step workflow takes one turn. Use it for 3+ tool calls with logic between them, for filtering or reducing large tool outputs before they reach you, and for loops and conditional branching. Only what the script prints comes back; intermediate tool results never enter the conversation.
    *
-   * Available via `from hermes_tools import ...`: web_search(query, limit=5), web_extract(urls, char_limit=None), read_file(path, offset=1, limit=500), write_file(path, content), search_files(pattern, target="content", path=".", file_glob=None, limit=50, offset=0, output_mode="content", context=0), patch(path=None, old_string=None, new_string=None, replace_all=False, mode="replace", patch=None), terminal(command, timeout=None, workdir=None), json_parse(text), shell_quote(s), retry(fn, max_attempts=3, delay=2).
+   * Available via `from hermes_tools import ...`: web_search(query, limit=5), web_extract(urls, char_limit=None), read_file(path, offset=1, limit=2000), write_file(path, content, cross_profile=False), search_files(pattern, target="content", path=".", file_glob=None, limit=50, offset=0, output_mode="content", context=0, order="discovery"), patch(path=None, old_string=None, new_string=None, replace_all=False, mode="replace", patch=None, cross_profile=False), terminal(command, timeout=None, workdir=None), json_parse(text), shell_quote(s), retry(fn, max_attempts=3, delay=2).
    *   web_search(query, limit=5): Search the web; results in ["data"]["web"], each with "title", "url" and "description".
    *   web_extract(urls, char_limit=None): Fetch pages (a list of URLs) as text; one entry per URL in ["results"], with "content".
-   *   read_file(path, offset=1, limit=500): Read a text file with line numbers; the text is in ["content"].
-   *   write_file(path, content): Create or overwrite a file (parent directories are created).
-   *   search_files(pattern, target="content", path=".", file_glob=None, limit=50, offset=0, output_mode="content", context=0): Search file contents (regex) or names (target="files"); hits in ["matches"] with "path", "line", "content".
-   *   patch(path=None, old_string=None, new_string=None, replace_all=False, mode="replace", patch=None): Replace old_string with new_string in a file (mode="replace"), or apply a V4A patch (mode="patch").
+   *   read_file(path, offset=1, limit=2000): Read a text file with line numbers; the text is in ["content"].
+   *   write_file(path, content, cross_profile=False): Create or overwrite a file (parent directories are created).
+   *   search_files(pattern, target="content", path=".", file_glob=None, limit=50, offset=0, output_mode="content", context=0, order="discovery"): Search file contents (regex) or names (target="files"); hits in ["matches"] with "path", "line", "content".
+   *   patch(path=None, old_string=None, new_string=None, replace_all=False, mode="replace", patch=None, cross_profile=False): Replace old_string with new_string in a file (mode="replace"), or apply a V4A patch (mode="patch").
    *   terminal(command, timeout=None, workdir=None): Run a shell command in the foreground; ["output"] and ["exit_code"]. No background or pty.
-   *   json_parse(text): json.loads that tolerates control characters; shell_quote(s): quote for terminal(); retry(fn, max_attempts=3, delay=2): call fn with exponential backoff.
+   *   json_parse(text): json.loads that tolerates control characters and a leading BOM; shell_quote(s): quote for terminal(); retry(fn, max_attempts=3, delay=2): call fn with exponential backoff.
    * Each tool function returns the tool's parsed JSON result, usually a dict; failures carry a message in result.get("error").
    *
    * Limits: 5-minute timeout, 50KB stdout cap, max 50 tool calls per script. terminal() is foreground only. Print your final answer to stdout.

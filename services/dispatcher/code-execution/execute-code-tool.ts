@@ -12,10 +12,31 @@ import { BerthError } from '../../common/errors.js';
 import { SANDBOX_TOOLS, type ExecuteCodeSchemaBuilder } from '../toolsets.js';
 import { canonicalToolName, canonicalToolNames } from '../tool-aliases.js';
 import type { ToolContext, ToolRegistration } from '../tool-types.js';
+import { pythonTypeName } from '../tools/terminal-tool.js';
 import { shapeExecuteCodeResult, roundSeconds } from './execute-code-result.js';
 import { buildExecuteCodeSchema, buildHermesToolsModule, sandboxToolsIn, type ExecuteCodeLimits } from './hermes-tools-module.js';
 
-export const NO_CODE_RESULT = JSON.stringify({ error: 'No code provided.' });
+export const NO_CODE_RESULT = JSON.stringify({
+  error:
+    "No code provided. execute_code requires a non-empty 'code' parameter containing Python source. " +
+    'To run shell commands, use terminal(command=...) instead.',
+});
+
+/** A call that sent terminal's `command` instead of `code` is told which tool and argument it meant. */
+export const COMMAND_ARGUMENT_RESULT = JSON.stringify({
+  error:
+    "execute_code received a 'command' parameter, but it requires Python source in 'code'. " +
+    'Use terminal(command=...) for shell commands; for Python, retry as execute_code(code=...).',
+});
+
+/** `code` that is not a string, named by its Python type as the reference tool does. */
+export function nonStringCodeResult(code: unknown): string {
+  return JSON.stringify({
+    error:
+      `execute_code received a ${pythonTypeName(code)} in 'code', but it requires Python source as a string. ` +
+      'Retry as execute_code(code="...").',
+  });
+}
 
 /** terminal arguments a script may not use: it runs foreground commands only. */
 export const STRIPPED_TERMINAL_ARGS: readonly string[] = ['background', 'pty', 'notify_on_complete', 'watch_patterns'];
@@ -86,6 +107,8 @@ export interface ExecuteCodeToolOptions {
   readonly credentialEnv: readonly string[];
   /** Single-user mode: the local backend may run scripts as host subprocesses. */
   readonly allowHostSubprocess: boolean;
+  /** IANA time zone for scripts' TZ (config `timezone`); empty keeps each environment's own. */
+  readonly timezone?: string;
   /** The sandbox tools a script may call now (registered and available). */
   readonly availableTools: () => Promise<readonly string[]>;
   /** The dispatch path of top-level calls (the registry's), reused for every script call. */
@@ -107,6 +130,7 @@ export function executeCodeOptionsFromConfig(
     envPassthrough: config.terminal.env_passthrough,
     credentialEnv: config.approvals.smart.api_key_env ? [config.approvals.smart.api_key_env] : [],
     allowHostSubprocess: config.tenants.length === 0 || config.allow_local_multi_tenant,
+    timezone: config.timezone,
     ...registry,
   };
 }
@@ -140,7 +164,9 @@ export function executeCodeToolRegistration(options: ExecuteCodeToolOptions): To
     schema,
     emoji: '🐍',
     handler: async (args, context) => {
+      if (!('code' in args) && 'command' in args) return COMMAND_ARGUMENT_RESULT;
       const code = args.code;
+      if (code !== undefined && code !== null && typeof code !== 'string') return nonStringCodeResult(code);
       if (typeof code !== 'string' || code.trim() === '') return NO_CODE_RESULT;
       const runCode = context.task.runCode?.bind(context.task);
       if (runCode === undefined) {
@@ -166,6 +192,7 @@ export function executeCodeToolRegistration(options: ExecuteCodeToolOptions): To
           credentialEnv: options.credentialEnv,
           allowedTools: allowed,
           allowHostSubprocess: options.allowHostSubprocess,
+          ...(options.timezone ? { timezone: options.timezone } : {}),
           signal: context.signal,
           onToolCall: async ({ tool: sent, argsJson }) => {
             const refusal = policy.admit(sent);
@@ -191,6 +218,7 @@ export function executeCodeToolRegistration(options: ExecuteCodeToolOptions): To
           durationMs: performance.now() - startedMs,
           timeoutSec: options.timeoutSec,
           notices: result.notices,
+          importableTools: allowed,
         });
         context.logger.info(
           {

@@ -25,7 +25,11 @@ interface StubSpec {
   readonly summary: string;
 }
 
-/** The stubs' signatures, exactly as the spec fixes them. */
+/**
+ * The stubs' signatures: the reference module's, parameter for parameter, so
+ * scripts written for it call these unchanged. `cross_profile` (Hermes
+ * profiles) and `order` are sent along; tools that do not know them ignore them.
+ */
 const STUBS: Readonly<Record<string, StubSpec>> = {
   web_search: {
     params: [{ name: 'query' }, { name: 'limit', default: '5' }],
@@ -36,11 +40,11 @@ const STUBS: Readonly<Record<string, StubSpec>> = {
     summary: 'Fetch pages (a list of URLs) as text; one entry per URL in ["results"], with "content".',
   },
   read_file: {
-    params: [{ name: 'path' }, { name: 'offset', default: '1' }, { name: 'limit', default: '500' }],
+    params: [{ name: 'path' }, { name: 'offset', default: '1' }, { name: 'limit', default: '2000' }],
     summary: 'Read a text file with line numbers; the text is in ["content"].',
   },
   write_file: {
-    params: [{ name: 'path' }, { name: 'content' }],
+    params: [{ name: 'path' }, { name: 'content' }, { name: 'cross_profile', default: 'False' }],
     summary: 'Create or overwrite a file (parent directories are created).',
   },
   search_files: {
@@ -53,6 +57,7 @@ const STUBS: Readonly<Record<string, StubSpec>> = {
       { name: 'offset', default: '0' },
       { name: 'output_mode', default: '"content"' },
       { name: 'context', default: '0' },
+      { name: 'order', default: '"discovery"' },
     ],
     summary: 'Search file contents (regex) or names (target="files"); hits in ["matches"] with "path", "line", "content".',
   },
@@ -64,6 +69,7 @@ const STUBS: Readonly<Record<string, StubSpec>> = {
       { name: 'replace_all', default: 'False' },
       { name: 'mode', default: '"replace"' },
       { name: 'patch', default: 'None' },
+      { name: 'cross_profile', default: 'False' },
     ],
     summary: 'Replace old_string with new_string in a file (mode="replace"), or apply a V4A patch (mode="patch").',
   },
@@ -172,7 +178,10 @@ def _call(tool, args):
 
 
 def json_parse(text):
-    """json.loads that also accepts control characters inside strings (as tool output often has)."""
+    """json.loads that also accepts control characters inside strings (as tool output often has)
+    and a leading UTF-8 byte order mark (as some files and tools prepend)."""
+    if isinstance(text, str) and text.startswith("\\ufeff"):
+        text = text[1:]
     return _json.loads(text, strict=False)
 
 
@@ -266,7 +275,8 @@ export function buildExecuteCodeSchema(tools: Iterable<string>, limits: ExecuteC
     'intermediate tool results never enter the conversation.\n\n' +
     `Available via \`from hermes_tools import ...\`: ${functions.join(', ')}.\n` +
     `${toolLines}\n` +
-    '  json_parse(text): json.loads that tolerates control characters; shell_quote(s): quote for terminal(); ' +
+    '  json_parse(text): json.loads that tolerates control characters and a leading BOM; shell_quote(s): quote ' +
+    'for terminal(); ' +
     'retry(fn, max_attempts=3, delay=2): call fn with exponential backoff.\n' +
     'Each tool function returns the tool\'s parsed JSON result, usually a dict; failures carry a message in ' +
     'result.get("error").\n\n' +

@@ -614,28 +614,27 @@ function isInformational(resolved: ResolvedCommand | null): boolean {
   return resolved !== null && (resolved.args.includes('--help') || resolved.args.includes('--version'));
 }
 
-const PROCESS_TOOL_HINT = 'then use the process tool (poll, log, wait, kill) to follow or stop it';
+// The three guidance texts are the reference tool's, word for word: agents
+// trained on it recognise them and re-send the command the way they say.
 
-function detacherGuidance(name: string): string {
-  return (
-    `Foreground command uses '${name}' to detach a process, which the terminal tool then cannot track or stop. ` +
-    `Re-send the command without '${name}' (and without a trailing '&') as ` +
-    `terminal(command="<command>", background=true, notify_on_complete=true), ${PROCESS_TOOL_HINT}.`
-  );
-}
+/** For `nohup`, `disown` and `setsid`. */
+export const SHELL_WRAPPER_GUIDANCE =
+  'Foreground command uses shell-level background wrappers (nohup/disown/setsid). ' +
+  'Re-send WITHOUT the wrapper as terminal(command="<cmd>", background=true, ' +
+  'notify_on_complete=true) so Hermes tracks the process, then run readiness ' +
+  'checks and tests in separate commands.';
 
-const AMPERSAND_GUIDANCE =
-  "Foreground command uses '&' to run a process in the background, which the terminal tool then cannot track or stop. " +
-  'Re-send the command without the \'&\' as terminal(command="<command>", background=true, notify_on_complete=true), ' +
-  `${PROCESS_TOOL_HINT}; run readiness checks and tests in separate terminal calls.`;
+/** For a background `&`. */
+export const AMPERSAND_GUIDANCE =
+  "Foreground command uses '&' backgrounding. Re-send WITHOUT the '&' as " +
+  'terminal(command="<cmd>", background=true) — add notify_on_complete=true ' +
+  'for bounded jobs — then run health checks and tests in follow-up terminal calls.';
 
-function longRunningGuidance(label: string): string {
-  return (
-    `'${label}' keeps running until it is stopped, so in the foreground it would block until the timeout. ` +
-    `Start it with terminal(command="<command>", background=true), ${PROCESS_TOOL_HINT}; ` +
-    'run readiness checks (e.g. curl) and tests in separate terminal calls.'
-  );
-}
+/** For servers, watchers and followers. */
+export const LONG_LIVED_GUIDANCE =
+  'This foreground command appears to start a long-lived server/watch process. ' +
+  'Run it with background=true, verify readiness (health endpoint/log signal), ' +
+  'then execute tests in a separate command.';
 
 /**
  * The foreground guardrail: returns guidance (the tool's `error` text) when a
@@ -648,10 +647,15 @@ function longRunningGuidance(label: string): string {
  * backquotes, comments and heredoc bodies are not inspected. A command run
  * with `--help` or `--version` is exempt, as is a `&` that backgrounds one
  * (it exits at once), and so is a command run under `timeout`, which bounds it.
+ *
+ * When several apply, the answer is the first of wrapper, `&`, server, the
+ * order in which the reference tool checks them.
  */
 export function findForegroundHazard(command: string): string | null {
   const tokens = lexShell(command);
   let harmlessBackgrounds = 0;
+  let wrapper = false;
+  let longLived = false;
   for (const simple of splitCommands(tokens)) {
     const resolved = resolveCommand(simple.words);
     if (isInformational(resolved)) {
@@ -659,15 +663,18 @@ export function findForegroundHazard(command: string): string | null {
       continue;
     }
     if (resolved === null) continue;
-    if (DETACHERS.has(resolved.name)) return detacherGuidance(resolved.name);
-    if (resolved.bounded) continue;
-    const label = longRunningLabel(resolved);
-    if (label !== null) return longRunningGuidance(label);
+    if (DETACHERS.has(resolved.name)) {
+      wrapper = true;
+      continue;
+    }
+    if (!resolved.bounded && longRunningLabel(resolved) !== null) longLived = true;
   }
+  if (wrapper) return SHELL_WRAPPER_GUIDANCE;
   // Every `&` that ends a simple command yields one entry above; one after a
   // subshell's `)` yields none, so it is never excused.
   const backgrounds = tokens.filter((token) => token.kind === 'op' && token.op === '&').length;
   if (backgrounds > harmlessBackgrounds) return AMPERSAND_GUIDANCE;
+  if (longLived) return LONG_LIVED_GUIDANCE;
   return null;
 }
 
@@ -676,10 +683,16 @@ export function findForegroundHazard(command: string): string | null {
 // ---------------------------------------------------------------------------
 
 // An allowlist rather than a denylist, so shell metacharacters nobody thought
-// of cannot slip through. Unlike Python's `$`, JavaScript's `$` does not match
-// before a trailing newline, so a newline is always rejected.
-const WORKDIR_PATTERN = /^[A-Za-z0-9/\\:_\-.~ +@=,]+$/;
-const WORKDIR_CHARACTER = /^[A-Za-z0-9/\\:_\-.~ +@=,]$/;
+// of cannot slip through: letters and digits of any script (paths in CJK and
+// other scripts are legitimate, as in the reference tool) plus path and drive
+// separators and a little punctuation. Control characters, newline included,
+// are never letters or digits, so they are always rejected.
+const WORKDIR_PUNCTUATION = new Set([...'/\\:_-.~ +@=,']);
+const LETTER_OR_DIGIT = /^[\p{L}\p{N}]$/u;
+
+function isSafeWorkdirCharacter(ch: string): boolean {
+  return WORKDIR_PUNCTUATION.has(ch) || LETTER_OR_DIGIT.test(ch);
+}
 
 /**
  * Renders one character the way Python's `repr()` does, because the
@@ -708,9 +721,8 @@ function pythonCharRepr(ch: string): string {
  * means "no workdir" and is accepted.
  */
 export function validateWorkdir(workdir: string): string | null {
-  if (workdir === '' || WORKDIR_PATTERN.test(workdir)) return null;
   for (const ch of workdir) {
-    if (!WORKDIR_CHARACTER.test(ch)) {
+    if (!isSafeWorkdirCharacter(ch)) {
       return (
         `Blocked: workdir contains disallowed character ${pythonCharRepr(ch)}. ` +
         'Use a simple filesystem path without shell metacharacters.'
@@ -792,34 +804,97 @@ export function rewriteBackgroundChain(command: string): string {
 // Exit-code meanings
 // ---------------------------------------------------------------------------
 
+// The texts are the reference tool's, so an agent reads the same note for the
+// same outcome. Which command is judged is Berth's own (the command word of
+// the line's last command, looking through sudo, env, assignments and `!`).
+
 const NO_MATCHES = 'No matches found (not an error)';
+const FILES_DIFFER = 'Files differ (expected, not an error)';
+const CONDITION_FALSE = 'Condition evaluated to false (expected, not an error)';
 
-const SEARCH_TOOLS = new Set(['grep', 'egrep', 'fgrep', 'zgrep', 'rg', 'ag', 'ack']);
-
-const CURL_MEANINGS: ReadonlyMap<number, string> = new Map([
-  [6, 'Could not resolve host (DNS lookup failed)'],
-  [7, 'Failed to connect to host (connection refused or unreachable)'],
-  [22, 'HTTP error: the server returned status 400 or higher (curl --fail)'],
-  [28, 'Operation timed out'],
+/**
+ * Informational non-zero exit codes per command. `zgrep`, `cmp` and `[[`
+ * are Berth's additions, with the text of the command they behave like.
+ */
+const EXIT_CODE_MEANINGS: ReadonlyMap<string, ReadonlyMap<number, string>> = new Map([
+  ...['grep', 'egrep', 'fgrep', 'zgrep', 'rg', 'ag', 'ack'].map(
+    (name) => [name, new Map([[1, NO_MATCHES]])] as const,
+  ),
+  ...['diff', 'colordiff', 'cmp'].map((name) => [name, new Map([[1, FILES_DIFFER]])] as const),
+  ...['test', '[', '[['].map((name) => [name, new Map([[1, CONDITION_FALSE]])] as const),
+  ['find', new Map([[1, 'Some directories were inaccessible (partial results may still be valid)']])],
+  [
+    'curl',
+    new Map([
+      [6, 'Could not resolve host'],
+      [7, 'Failed to connect to host'],
+      [22, 'HTTP response code indicated error (e.g. 404, 500)'],
+      [28, 'Operation timed out'],
+    ]),
+  ],
+  ['git', new Map([[1, "Non-zero exit (often normal — e.g. 'git diff' returns 1 when files differ)"]])],
 ]);
 
-const GIT_OPTIONS_WITH_VALUE = new Set(['-C', '-c', '--git-dir', '--work-tree', '--namespace']);
+/**
+ * Notes for deaths by signal, by signal number. Curated, so an ordinary exit
+ * code is not mislabelled; SIGINT (130) is the interrupt path's.
+ */
+const SIGNAL_EXIT_NOTES: ReadonlyMap<number, string> = new Map([
+  [3, 'SIGQUIT (quit from keyboard)'],
+  [4, 'SIGILL (illegal instruction — corrupt binary or wrong architecture)'],
+  [6, 'SIGABRT (abort — assertion failure, fatal runtime error, or glibc abort)'],
+  [7, 'SIGBUS (bus error — misaligned or unmapped memory access)'],
+  [8, 'SIGFPE (fatal arithmetic error, e.g. integer division by zero)'],
+  [9, 'SIGKILL — often the kernel OOM killer on memory exhaustion, or an explicit kill -9'],
+  [11, 'SIGSEGV (segmentation fault — the program crashed)'],
+  [13, 'SIGPIPE (wrote to a closed pipe — e.g. output piped to a reader that exited)'],
+  [15, 'SIGTERM (terminated — kill/timeout or shutdown requested it to stop)'],
+  [24, 'SIGXCPU (CPU time limit exceeded)'],
+  [25, 'SIGXFSZ (file size limit exceeded)'],
+]);
 
-function gitMeaning(args: readonly string[]): string {
-  const subcommand = args[skipOptions(args, 0, GIT_OPTIONS_WITH_VALUE)];
-  if (subcommand === 'grep') return NO_MATCHES;
-  if (subcommand === 'diff') return 'Differences found (not an error)';
-  return 'git exited with 1, often a non-fatal outcome (e.g. nothing to commit, or differences found); read the output';
+/** Linux signal names, for a negative exit code whose signal has no note. */
+const SIGNAL_NAMES = [
+  '', 'SIGHUP', 'SIGINT', 'SIGQUIT', 'SIGILL', 'SIGTRAP', 'SIGABRT', 'SIGBUS', 'SIGFPE', 'SIGKILL', 'SIGUSR1',
+  'SIGSEGV', 'SIGUSR2', 'SIGPIPE', 'SIGALRM', 'SIGTERM', 'SIGSTKFLT', 'SIGCHLD', 'SIGCONT', 'SIGSTOP', 'SIGTSTP',
+  'SIGTTIN', 'SIGTTOU', 'SIGURG', 'SIGXCPU', 'SIGXFSZ', 'SIGVTALRM', 'SIGPROF', 'SIGWINCH', 'SIGIO', 'SIGPWR',
+  'SIGSYS',
+];
+
+function signalName(signum: number): string {
+  if (signum === 34) return 'SIGRTMIN';
+  if (signum === 64) return 'SIGRTMAX';
+  return SIGNAL_NAMES[signum] || `signal ${signum}`;
+}
+
+/**
+ * A negative code is a definite death by signal (how a process killed by a
+ * signal is reported); 128+N is the shell's encoding, which a program can
+ * also exit with on its own, so that note says "usually".
+ */
+function signalExitMeaning(exitCode: number): string | undefined {
+  if (exitCode < 0) {
+    const signum = -exitCode;
+    if (signum === 2) return undefined;
+    const note = SIGNAL_EXIT_NOTES.get(signum);
+    if (note !== undefined) return `Command terminated by signal ${signum}: ${note}`;
+    return `Command terminated by ${signalName(signum)} (signal ${signum})`;
+  }
+  const note = exitCode > 128 ? SIGNAL_EXIT_NOTES.get(exitCode - 128) : undefined;
+  if (note === undefined) return undefined;
+  return `Exit code ${exitCode} usually means the command was terminated by signal ${exitCode - 128}: ${note}`;
 }
 
 /**
  * Explains a non-zero exit code that is a normal answer rather than a
- * failure (grep's 1 is "no matches"), judged by the command word of the
- * line's last command (looking through `sudo`, `env` and variable
- * assignments). Returns undefined when there is nothing useful to say.
+ * failure (grep's 1 is "no matches", 137 usually a SIGKILL), judged by the
+ * command word of the line's last command (looking through `sudo`, `env` and
+ * variable assignments). Returns undefined when there is nothing useful to say.
  */
 export function exitCodeMeaning(command: string, exitCode: number): string | undefined {
   if (exitCode === 0) return undefined;
+  const signalNote = signalExitMeaning(exitCode);
+  if (signalNote !== undefined) return signalNote;
   const commands = splitCommands(lexShell(command)).filter((simple) => !simple.substitution);
   let resolved: ResolvedCommand | null = null;
   for (let i = commands.length - 1; i >= 0 && resolved === null; i -= 1) {
@@ -827,20 +902,7 @@ export function exitCodeMeaning(command: string, exitCode: number): string | und
   }
   // `! cmd` inverts the status, so cmd's own table no longer applies.
   if (resolved === null || resolved.negated) return undefined;
-  const { name, args } = resolved;
-  if (name === 'curl') return CURL_MEANINGS.get(exitCode);
-  if (exitCode !== 1) return undefined;
-  if (SEARCH_TOOLS.has(name)) return NO_MATCHES;
-  if (name === 'diff' || name === 'cmp') return 'Files differ (not an error)';
-  if (name === 'find') {
-    return (
-      'find could not read some paths (e.g. permission denied or a missing start path); ' +
-      'results it printed are still valid'
-    );
-  }
-  if (name === 'test' || name === '[' || name === '[[') return 'Condition evaluated to false (not an error)';
-  if (name === 'git') return gitMeaning(args);
-  return undefined;
+  return EXIT_CODE_MEANINGS.get(resolved.name)?.get(exitCode);
 }
 
 // ---------------------------------------------------------------------------

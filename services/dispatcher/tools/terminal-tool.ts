@@ -100,14 +100,16 @@ function buildSchema(options: TerminalToolOptions): ToolSchema {
           type: 'boolean',
           description:
             'With background=true: announce when the process exits, with its exit code and final output, so you ' +
-            'need not poll for it. Use for builds, test runs and other long jobs that do finish.',
+            'need not poll for it. Use for builds, test runs and other long jobs that do finish. Mutually exclusive ' +
+            'with watch_patterns: when both are set, watch_patterns is dropped.',
         },
         watch_patterns: {
           type: 'array',
           items: { type: 'string' },
           description:
             'With background=true: strings or regular expressions to watch for in the output (e.g. "ready on port", ' +
-            '"ERROR"); you are notified when a line matches, for example when a server becomes ready.',
+            '"ERROR"); you are notified when a line matches, for example when a server becomes ready. Meant for rare ' +
+            'one-off signals in long-lived processes; set either this or notify_on_complete, not both.',
         },
       },
       required: ['command'],
@@ -121,7 +123,7 @@ function buildSchema(options: TerminalToolOptions): ToolSchema {
  * (`got int`, `got NoneType`), so a missing command reads `NoneType` too.
  * JSON cannot tell 1.0 from 1, so a whole number is always `int`.
  */
-function pythonTypeName(value: unknown): string {
+export function pythonTypeName(value: unknown): string {
   if (value === null || value === undefined) return 'NoneType';
   if (typeof value === 'boolean') return 'bool';
   if (typeof value === 'number') return Number.isInteger(value) ? 'int' : 'float';
@@ -175,9 +177,14 @@ function readStringList(raw: unknown): string[] | undefined {
   return strings.length > 0 ? strings : undefined;
 }
 
+/**
+ * The foreground result. As in the reference tool the status suffix follows
+ * the output as printed, and the whole text is then stripped of surrounding
+ * whitespace, so a command that printed nothing reads
+ * `[Command timed out after 5s]` without a leading newline.
+ */
 function foregroundResult(command: string, result: TaskExecResult, timeoutSec: number, approval?: string): string {
-  // Trailing newlines carry nothing for the model; suffixes then start on their own line.
-  let output = result.output.replace(/\s+$/, '');
+  let output = result.output;
   let exitCode = result.exitCode;
   if (result.timedOut) {
     exitCode = 124;
@@ -186,18 +193,34 @@ function foregroundResult(command: string, result: TaskExecResult, timeoutSec: n
     exitCode = 130;
     output += '\n[Command interrupted]';
   }
-  for (const notice of result.notices) output += `\n[Note: ${notice}]`;
+  output = output.trim();
+  for (const notice of result.notices) output += `${output === '' ? '' : '\n'}[Note: ${notice}]`;
   const meaning = result.timedOut || result.interrupted ? undefined : exitCodeMeaning(command, exitCode);
+  // An approved command that was then interrupted must not read as if it ran to completion.
+  const approvalNote =
+    approval !== undefined && result.interrupted ? `${approval.replace(/\.+$/, '')}, then interrupted.` : approval;
   return JSON.stringify({
     output,
     exit_code: exitCode,
     error: null,
-    ...(approval === undefined ? {} : { approval }),
+    ...(approvalNote === undefined ? {} : { approval: approvalNote }),
     ...(meaning === undefined ? {} : { exit_code_meaning: meaning }),
   });
 }
 
+/** A call that sent execute_code's `code` instead of `command` is told which tool and argument it meant. */
+export const CODE_ARGUMENT_ERROR = JSON.stringify({
+  error:
+    "terminal received a 'code' parameter, but it requires a shell command in 'command'. " +
+    'Use execute_code(code=...) for Python; for shell, retry as terminal(command=...).',
+});
+
+/** Why watch_patterns were dropped when notify_on_complete was also set. */
+export const WATCH_PATTERNS_IGNORED =
+  'watch_patterns ignored because notify_on_complete=True; these two flags produce duplicate notifications when combined';
+
 async function runTerminal(args: ToolArgs, ctx: ToolContext, options: TerminalToolOptions): Promise<string> {
+  if (!('command' in args) && 'code' in args) return CODE_ARGUMENT_ERROR;
   const rawCommand = args.command;
   if (typeof rawCommand !== 'string') {
     return refusal(`Invalid command: expected string, got ${pythonTypeName(rawCommand)}`, 'error');
@@ -216,12 +239,15 @@ async function runTerminal(args: ToolArgs, ctx: ToolContext, options: TerminalTo
     // Background commands need the same approval as foreground ones: running later is still running.
     const verdict = await requestCommandApproval(ctx, 'terminal', rawCommand);
     if (!verdict.allowed) return verdict.result;
-    const watchPatterns = readStringList(args.watch_patterns);
+    const notifyOnComplete = args.notify_on_complete === true;
+    const requestedPatterns = readStringList(args.watch_patterns);
+    // Both together would notify once per match and again at exit; the exit notice is the one kept.
+    const watchPatterns = notifyOnComplete ? undefined : requestedPatterns;
     const started = await ctx.task.startBackground({
       command: rewriteBackgroundChain(rawCommand),
       ...(workdir.value === undefined ? {} : { workdir: workdir.value }),
       ...(pty === undefined ? {} : { pty }),
-      notifyOnComplete: args.notify_on_complete === true,
+      notifyOnComplete,
       ...(watchPatterns === undefined ? {} : { watchPatterns }),
     });
     return JSON.stringify({
@@ -230,13 +256,18 @@ async function runTerminal(args: ToolArgs, ctx: ToolContext, options: TerminalTo
       pid: started.pid,
       exit_code: 0,
       error: null,
+      ...(verdict.note === undefined ? {} : { approval: verdict.note }),
+      ...(notifyOnComplete && requestedPatterns !== undefined ? { watch_patterns_ignored: WATCH_PATTERNS_IGNORED } : {}),
+      ...(notifyOnComplete ? { notify_on_complete: true } : {}),
+      ...(watchPatterns === undefined ? {} : { watch_patterns: watchPatterns }),
     });
   }
 
   const timeoutSec = readTimeoutSec(args.timeout, options);
   if (!timeoutSec.ok) return timeoutSec.result;
   const overCap = validateForegroundTimeout(timeoutSec.value, options.maxForegroundTimeoutSec);
-  if (overCap !== null) return refusal(overCap, 'error');
+  // The reference tool answers this one with the error alone, no output/exit_code/status.
+  if (overCap !== null) return JSON.stringify({ error: overCap });
   const hazard = findForegroundHazard(rawCommand);
   if (hazard !== null) return refusal(hazard, 'error');
   // Asked last, so nobody is asked about a command that would be refused anyway.

@@ -86,6 +86,9 @@ export const PROVIDER_CREDENTIAL_NAMES: readonly string[] = [
   'BERTH_SMART_APPROVAL_API_KEY',
 ];
 
+/** An IANA zone name (`UTC`, `Europe/Berlin`, `Etc/GMT+5`): anything else is not passed as TZ. */
+const ZONE_NAME = /^[A-Za-z0-9_+-]{1,32}(?:\/[A-Za-z0-9_+-]{1,32}){0,2}$/;
+
 /** Names `env -i NAME=VALUE` can carry: no `=`, no NUL, not empty, not starting with `-`. */
 const VALID_NAME = /^[A-Za-z_][A-Za-z0-9_]*$/;
 
@@ -101,6 +104,8 @@ export interface CodeEnvInput {
   readonly token: string;
   /** Directory holding hermes_tools.py, as the script sees it; first on PYTHONPATH. */
   readonly stubDir: string;
+  /** The configured IANA time zone (config `timezone`): the script's TZ when set. */
+  readonly timezone?: string;
 }
 
 export interface CodeEnv {
@@ -146,8 +151,10 @@ export function buildCodeEnv(input: CodeEnvInput): CodeEnv {
     PYTHONUTF8: '1',
     PYTHONPATH: inherited ? `${input.stubDir}:${inherited}` : input.stubDir,
   });
-  // TZ is not among the kept names; carry the sandbox's own so times print as in terminal().
-  const tz = input.base.TZ;
+  // TZ is not among the kept names: the configured time zone, as in the reference tool, else the
+  // sandbox's own so times print as in terminal().
+  const configured = input.timezone !== undefined && ZONE_NAME.test(input.timezone) ? input.timezone : undefined;
+  const tz = configured ?? input.base.TZ;
   if (tz !== undefined && tz !== '') env.TZ = tz;
   return { env, droppedHermes: droppedHermes.sort(), refusedPassthrough };
 }

@@ -229,6 +229,7 @@ export class CodeRunner {
         socketPath: path.posix.join(sandboxDir, 'rpc.sock'),
         token,
         stubDir: sandboxDir,
+        ...(request.timezone ? { timezone: request.timezone } : {}),
       });
       if (droppedHermes.length > 0) {
         meta.logger.debug(

@@ -94,6 +94,7 @@ export async function* serveRunCode(
       credentialEnv: start.credentialEnv,
       allowedTools: start.allowedTools,
       allowHostSubprocess: start.allowHostSubprocess,
+      timezone: start.timezone,
       signal: AbortSignal.any([signal, inputClosed.signal]),
       onToolCall: ({ tool, argsJson }) => {
         if (inputClosed.signal.aborted) return Promise.reject(new Error('the caller closed the RunCode stream'));

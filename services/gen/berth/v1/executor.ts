@@ -245,6 +245,11 @@ export interface RunCodeStart {
    * (local backend): single-user mode only.
    */
   allowHostSubprocess: boolean;
+  /**
+   * IANA time zone name for the script's TZ (config `timezone`); empty keeps
+   * the environment's own TZ.
+   */
+  timezone: string;
 }
 
 export interface RunCodeToolResult {
@@ -2960,6 +2965,7 @@ function createBaseRunCodeStart(): RunCodeStart {
     credentialEnv: [],
     allowedTools: [],
     allowHostSubprocess: false,
+    timezone: "",
   };
 }
 
@@ -2997,6 +3003,9 @@ export const RunCodeStart: MessageFns<RunCodeStart> = {
     }
     if (message.allowHostSubprocess !== false) {
       writer.uint32(88).bool(message.allowHostSubprocess);
+    }
+    if (message.timezone !== "") {
+      writer.uint32(98).string(message.timezone);
     }
     return writer;
   },
@@ -3102,6 +3111,14 @@ export const RunCodeStart: MessageFns<RunCodeStart> = {
             message.allowHostSubprocess = reader.bool();
             continue;
           }
+          case 12: {
+            if (tag !== 98) {
+              break;
+            }
+
+            message.timezone = reader.string();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -3159,6 +3176,7 @@ export const RunCodeStart: MessageFns<RunCodeStart> = {
         : isSet(object.allow_host_subprocess)
         ? globalThis.Boolean(object.allow_host_subprocess)
         : false,
+      timezone: isSet(object.timezone) ? globalThis.String(object.timezone) : "",
     };
   },
 
@@ -3197,6 +3215,9 @@ export const RunCodeStart: MessageFns<RunCodeStart> = {
     if (message.allowHostSubprocess !== false) {
       obj.allowHostSubprocess = message.allowHostSubprocess;
     }
+    if (message.timezone !== "") {
+      obj.timezone = message.timezone;
+    }
     return obj;
   },
 
@@ -3216,6 +3237,7 @@ export const RunCodeStart: MessageFns<RunCodeStart> = {
     message.credentialEnv = object.credentialEnv?.map((e) => e) || [];
     message.allowedTools = object.allowedTools?.map((e) => e) || [];
     message.allowHostSubprocess = object.allowHostSubprocess ?? false;
+    message.timezone = object.timezone ?? "";
     return message;
   },
 };
