@@ -6,6 +6,9 @@
  * stand-in that would have served them records no request.
  */
 import assert from 'node:assert/strict';
+import { readFileSync } from 'node:fs';
+import { createServer as createHttpsServer } from 'node:https';
+import type { AddressInfo } from 'node:net';
 import { gzipSync } from 'node:zlib';
 import { after, before, describe, it } from 'node:test';
 import { parseConfig } from '../../services/common/config.js';
@@ -14,7 +17,9 @@ import type { TaskClient } from '../../services/common/task-client.js';
 import { ToolRegistry } from '../../services/dispatcher/registry.js';
 import { registerBuiltinTools } from '../../services/dispatcher/tools/builtin-tools.js';
 import type { ToolContext } from '../../services/dispatcher/tool-types.js';
-import { BLOCKED_URL_ERROR, type Resolver } from '../../services/dispatcher/web/safe-fetch.js';
+import { BLOCKED_URL_ERROR, FetchFailedError, safeFetch, type Resolver } from '../../services/dispatcher/web/safe-fetch.js';
+import { parseCidr } from '../../services/common/cidr.js';
+import { createTestPki } from '../support/test-pki.js';
 import { sendJson, startHttpStandIn, type HttpStandIn } from '../support/http-stand-in.js';
 
 function context(signal: AbortSignal = new AbortController().signal): ToolContext {
@@ -404,5 +409,39 @@ describe('web_extract via the http provider', () => {
     const { results } = await extract(allowed(), urls);
     assert.equal(results.length, 5);
     assert.equal(await call(allowed(), 'web_extract', { urls: [] }), JSON.stringify({ error: 'Content was inaccessible or not found' }));
+  });
+});
+
+describe('safeFetch over https', () => {
+  it('connects to the checked address but verifies the certificate for the URL host name', async () => {
+    using pki = createTestPki();
+    const cert = pki.serverCert('page');
+    const server = createHttpsServer({ cert: readFileSync(cert.certFile), key: readFileSync(cert.keyFile) }, (_req, res) =>
+      void res.writeHead(200, { 'content-type': 'text/plain' }).end('over tls'),
+    );
+    await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+    const { port } = server.address() as AddressInfo;
+    try {
+      const options = {
+        allow: [parseCidr('127.0.0.1/32')!],
+        timeoutMs: 10_000,
+        maxBytes: 1024,
+        signal: new AbortController().signal,
+        ca: readFileSync(pki.ca.certFile, 'utf8'),
+        // "localhost" is in the certificate; the resolver is the only place it maps to an address.
+        resolve: (() => Promise.resolve([{ address: '127.0.0.1', family: 4 }])) as Resolver,
+      };
+      const page = await safeFetch(`https://localhost:${port}/`, options);
+      assert.equal(page.body.toString(), 'over tls');
+      // A name the certificate does not carry fails verification even though the address is the same.
+      await assert.rejects(safeFetch(`https://elsewhere.test:${port}/`, options), (err: Error) => {
+        assert.ok(err instanceof FetchFailedError);
+        assert.match(err.message, /^Could not reach https:\/\/elsewhere\.test:\d+\/: .*(altnames|certificate)/i);
+        return true;
+      });
+    } finally {
+      server.closeAllConnections();
+      await new Promise<void>((resolve) => server.close(() => resolve()));
+    }
   });
 });

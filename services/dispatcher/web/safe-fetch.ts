@@ -57,6 +57,8 @@ export interface SafeFetchOptions {
   /** Name resolution; tests inject one. */
   readonly resolve?: Resolver;
   readonly userAgent?: string;
+  /** Extra trusted CA certificates (PEM) for https; tests use a private CA. Default: Node's store. */
+  readonly ca?: string;
 }
 
 export interface FetchedPage {
@@ -118,6 +120,8 @@ function requestOnce(url: URL, target: ResolvedAddress, options: SafeFetchOption
         agent: false,
         lookup: pinnedLookup(target),
         signal,
+        // Certificate and SNI stay bound to the URL's host name, not the pinned address.
+        ...(options.ca === undefined ? {} : { ca: options.ca }),
         headers: {
           'User-Agent': options.userAgent ?? DEFAULT_USER_AGENT,
           Accept: 'text/html,application/xhtml+xml,text/plain;q=0.9,*/*;q=0.5',
