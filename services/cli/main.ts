@@ -41,8 +41,12 @@ Usage:
   --metrics-port N turns metrics on and serves them on http://HOST:N/metrics
       (HOST: metrics.host, 127.0.0.1 by default). Without it, metrics.enabled
       uses port 9464 for serve and dispatcher, 9465 for executor.
-  berth tools [--toolsets a,b] [--disable a,b]
+  berth tools [--toolsets a,b] [--disable a,b] [--explain]
       Print the OpenAI tool schemas the server offers, as a JSON array.
+      --explain prints instead which toolsets are available and, for the
+      others, the variables they need and why they are missing:
+      {"available": [...], "unavailable": [{"name", "env_vars", "tools",
+      "reason"}], "unavailable_tools": [...]}.
   berth call TOOL [ARGS_JSON] [--task ID] [--session ID]
       Run one tool call and print its result JSON. ARGS_JSON defaults to {}.
       Exit 0 when the call completed (even if the result holds an error).
@@ -289,17 +293,28 @@ function metadataFor(apiKey: string | undefined): Metadata {
 }
 
 async function cmdTools(argv: string[]): Promise<number> {
-  const { values } = parse(argv, { ...CLIENT_OPTIONS, toolsets: { type: 'string' }, disable: { type: 'string' } });
+  const { values } = parse(argv, {
+    ...CLIENT_OPTIONS,
+    toolsets: { type: 'string' },
+    disable: { type: 'string' },
+    explain: { type: 'boolean' },
+  });
   if (values.help) return printHelp();
+  const explain = values.explain === true;
   return withClient(values, async ({ client }) => {
     const r = await client.listTools(
-      { enabledToolsets: list(values.toolsets), disabledToolsets: list(values.disable) },
+      { enabledToolsets: list(values.toolsets), disabledToolsets: list(values.disable), explain },
       { metadata: metadataFor(values['api-key']) },
     );
     if (r.unknownToolsets.length > 0) {
       process.stderr.write(`berth: unknown toolsets ignored: ${r.unknownToolsets.join(', ')}\n`);
     }
-    process.stdout.write(`${JSON.stringify(JSON.parse(r.toolsJson), null, 2)}\n`);
+    if (!explain) {
+      process.stdout.write(`${JSON.stringify(JSON.parse(r.toolsJson), null, 2)}\n`);
+      return 0;
+    }
+    if (r.availabilityJson === '') throw new TransportError('the server does not support --explain (it predates it); upgrade it');
+    process.stdout.write(`${JSON.stringify(JSON.parse(r.availabilityJson), null, 2)}\n`);
     return 0;
   });
 }

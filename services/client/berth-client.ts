@@ -54,7 +54,19 @@ export interface ListToolsOptions {
   readonly toolsets?: readonly string[];
   /** Toolsets to subtract, as `berth tools --disable`. */
   readonly disable?: readonly string[];
+  /** Also ask which toolsets are unavailable and why, as `berth tools --explain`. */
+  readonly explain?: boolean;
   readonly signal?: AbortSignal;
+}
+
+/** Which toolsets the server can offer, and why the others are missing (`listTools({ explain: true })`). */
+export interface ToolAvailability {
+  /** Toolsets with at least one available tool. */
+  readonly available: string[];
+  /** Toolsets with none, as upstream Hermes' check_tool_availability() lists them, plus the reason. */
+  readonly unavailable: { name: string; env_vars: string[]; tools: string[]; reason: string }[];
+  /** Every unavailable tool, also those of available toolsets. */
+  readonly unavailable_tools: { name: string; toolset: string; env_vars: string[]; reason: string }[];
 }
 
 /** An OpenAI tool object, as ListTools returns them. */
@@ -73,6 +85,8 @@ export interface ToolListing {
   readonly tools: ToolDefinition[];
   /** Enabled toolset names the server does not know (reported, not fatal). */
   readonly unknownToolsets: string[];
+  /** With `explain`: availability per toolset. */
+  readonly availability?: ToolAvailability;
 }
 
 /** Options of {@link BerthClient.task}. */
@@ -148,11 +162,19 @@ export class BerthClient implements Disposable {
   async listTools(options: ListToolsOptions = {}): Promise<ToolListing> {
     const response = await this.retrying('ListTools', options.signal, () =>
       this.rpc.listTools(
-        { enabledToolsets: [...(options.toolsets ?? [])], disabledToolsets: [...(options.disable ?? [])] },
+        {
+          enabledToolsets: [...(options.toolsets ?? [])],
+          disabledToolsets: [...(options.disable ?? [])],
+          explain: options.explain ?? false,
+        },
         this.callOptions(options),
       ),
     );
-    return { tools: JSON.parse(response.toolsJson) as ToolDefinition[], unknownToolsets: response.unknownToolsets };
+    const listing = { tools: JSON.parse(response.toolsJson) as ToolDefinition[], unknownToolsets: response.unknownToolsets };
+    // A server without explain support answers ''.
+    return response.availabilityJson === ''
+      ? listing
+      : { ...listing, availability: JSON.parse(response.availabilityJson) as ToolAvailability };
   }
 
   /** A handle on one task: its environment (cwd, variables, processes, files) lives on the server. */

@@ -18,6 +18,7 @@ export {
   type ListToolsOptions,
   type TaskOptions,
   type ToolDefinition,
+  type ToolAvailability,
   type ToolListing,
 } from './berth-client.js';
 export { BerthError } from './errors.js';

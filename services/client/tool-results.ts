@@ -101,6 +101,23 @@ export interface ExecuteCodeResult {
   readonly [key: string]: unknown;
 }
 
+/** `web_search`: `data.web` rows on success, `error` otherwise. */
+export interface WebSearchResult {
+  readonly success?: boolean;
+  readonly data?: {
+    readonly web: Array<{ readonly title: string; readonly url: string; readonly description: string; readonly position: number }>;
+  };
+  readonly error?: string;
+  readonly [key: string]: unknown;
+}
+
+/** `web_extract`: one entry per URL; `error` is null for a page that was read. */
+export interface WebExtractResult {
+  readonly results?: Array<{ readonly url: string; readonly title: string; readonly content: string; readonly error: string | null }>;
+  readonly error?: string;
+  readonly [key: string]: unknown;
+}
+
 /** Result types by tool name, where the contract gives a shape. */
 export interface ToolResults {
   terminal: TerminalResult;
@@ -109,6 +126,8 @@ export interface ToolResults {
   patch: PatchResult;
   search_files: SearchFilesResult;
   execute_code: ExecuteCodeResult;
+  web_search: WebSearchResult;
+  web_extract: WebExtractResult;
 }
 
 /**

@@ -115,6 +115,11 @@ const nonInteractiveAction = z.enum(['approve', 'deny']);
 /** Network policy of `docker.network: isolated`, narrowest first (see network-policy.ts). */
 export const EGRESS_MODES = ['none', 'public-only', 'open'] as const;
 export type EgressMode = (typeof EGRESS_MODES)[number];
+/** Web providers by capability (services/dispatcher/web). */
+export const WEB_SEARCH_BACKENDS = ['searxng', 'tavily'] as const;
+export const WEB_EXTRACT_BACKENDS = ['tavily', 'http'] as const;
+export const WEB_BACKENDS = ['searxng', 'tavily', 'http'] as const;
+export type WebBackendName = (typeof WEB_BACKENDS)[number];
 const cidrList = z.array(z.string().refine((s) => parseCidr(s) !== undefined, 'not a CIDR range (10.20.0.0/16, fd00::/8)'));
 /** `tenants[].network`: narrows `docker.egress` / `docker.egress_allow` for one tenant (absent keys inherit). */
 const tenantNetworkSchema = z.object({ egress: z.enum(EGRESS_MODES).optional(), egress_allow: cidrList.optional() }).strict();
@@ -297,6 +302,24 @@ export const configSchema = z
       })
       .strict()
       .prefault({}),
+    /**
+     * web_search / web_extract providers (README "Web tools"). Credentials and instance URLs come from the
+     * dispatcher's environment (TAVILY_API_KEY, SEARXNG_URL, ...), never from this file.
+     */
+    web: z
+      .object({
+        /** Provider for both tools where it supports them ('' = pick by which variables are set). */
+        backend: z.enum(['', ...WEB_BACKENDS]).default(''),
+        search_backend: z.enum(['', ...WEB_SEARCH_BACKENDS]).default(''),
+        /** http: the dispatcher fetches pages itself (public addresses only); only used when named. */
+        extract_backend: z.enum(['', ...WEB_EXTRACT_BACKENDS]).default(''),
+        /** Ranges the http extractor may fetch although private (an intranet wiki); loopback needs naming too. */
+        egress_allow: cidrList.default([]),
+        /** Seconds one page fetch of the http extractor may take, redirects included. */
+        timeout: int(1).default(20),
+      })
+      .strict()
+      .prefault({}),
     /** Quota defaults for every tenant (the single `default` tenant without tenants). */
     quotas: quotasSchema.default({}),
     /** Executors for `berth dispatcher`; `berth serve` runs one in-process instead. */
@@ -325,6 +348,7 @@ export type MetricsConfig = BerthConfig['metrics'];
 export type ServerTlsConfig = NonNullable<BerthConfig['server']['tls']>;
 export type ExecutorClientTlsConfig = NonNullable<BerthConfig['executors'][number]['tls']>;
 export type TracingConfig = BerthConfig['tracing'];
+export type WebConfig = BerthConfig['web'];
 
 export class ConfigError extends Error {
   constructor(message: string) {

@@ -230,7 +230,8 @@ export async function startDispatcher(options: DispatcherStartOptions): Promise<
     return { refresh, stop: () => clearInterval(timer) };
   }
   const registry = new ToolRegistry({ logger });
-  registerBuiltinTools(registry, config);
+  // Web providers read their credentials here, in the dispatcher; they never reach executors or sandboxes.
+  registerBuiltinTools(registry, config, { env: process.env });
   const metrics = options.metricsRegistry && new DispatcherMetrics(options.metricsRegistry, (name) => registry.has(name));
   const approvals = new ApprovalService({
     config,

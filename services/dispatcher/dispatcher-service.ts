@@ -39,7 +39,8 @@ export function createDispatcherService(
         request.enabledToolsets,
         request.disabledToolsets,
       );
-      return { toolsJson: JSON.stringify(tools), unknownToolsets };
+      const availabilityJson = request.explain ? JSON.stringify(await dispatcher.availabilityReport()) : '';
+      return { toolsJson: JSON.stringify(tools), unknownToolsets, availabilityJson };
     },
 
     async callTool(request, context) {

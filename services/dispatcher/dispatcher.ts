@@ -17,7 +17,7 @@ import { resultHasError, type DispatcherMetrics } from './dispatcher-metrics.js'
 import { ExecutorTaskClient } from './executor-task-client.js';
 import { AdmittingTaskClient } from './quotas/admitting-task-client.js';
 import type { QuotaLease, QuotaLedger } from './quotas/quota-ledger.js';
-import type { ToolRegistry } from './registry.js';
+import type { AvailabilityReport, ToolRegistry } from './registry.js';
 import { getToolDefinitions, type ExecuteCodeSchemaBuilder } from './toolsets.js';
 import { canonicalToolName } from './tool-aliases.js';
 import type { ToolContext } from './tool-types.js';
@@ -120,6 +120,11 @@ export class Dispatcher {
 
   get registry(): ToolRegistry {
     return this.#registry;
+  }
+
+  /** Which toolsets are available and why the others are not (`berth tools --explain`). */
+  availabilityReport(): Promise<AvailabilityReport> {
+    return this.#registry.availabilityReport();
   }
 
   async listTools(enabled: readonly string[], disabled: readonly string[]) {

@@ -52,6 +52,36 @@ export interface ToolRegistryOptions {
   readonly hooks?: HookRegistry;
 }
 
+/** A toolset none of whose tools is available, as upstream's `check_tool_availability()` lists it, plus why. */
+export interface UnavailableToolset {
+  readonly name: string;
+  readonly env_vars: string[];
+  readonly tools: string[];
+  readonly reason: string;
+}
+
+/** One tool whose check fails, wherever its toolset stands. */
+export interface UnavailableTool {
+  readonly name: string;
+  readonly toolset: string;
+  readonly env_vars: string[];
+  readonly reason: string;
+}
+
+/**
+ * `berth tools --explain`: registered toolsets with at least one available
+ * tool, the toolsets with none (upstream's shape), and every unavailable tool
+ * (a toolset can be available while one of its tools is not).
+ */
+export interface AvailabilityReport {
+  readonly available: string[];
+  readonly unavailable: UnavailableToolset[];
+  readonly unavailable_tools: UnavailableTool[];
+}
+
+/** Said when a check fails and its tool gives no explanation. */
+export const UNEXPLAINED_UNAVAILABLE = 'its availability check failed';
+
 interface CheckState {
   /** The reusable answer and when it stops being reusable; absent after a flake. */
   cached?: { readonly value: boolean; readonly expiresAtMs: number };
@@ -164,6 +194,43 @@ export class ToolRegistry {
     return tools
       .filter((_, i) => available[i] === true)
       .map((tool) => ({ type: 'function' as const, function: this.#emitSchema(tool) }));
+  }
+
+  /**
+   * Which registered toolsets are available and, for those that are not, which
+   * variables they need and why (checks cached as for listings).
+   */
+  async availabilityReport(): Promise<AvailabilityReport> {
+    const tools = [...this.#tools.values()].sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
+    const available = await Promise.all(tools.map((tool) => this.#checkAvailability(tool)));
+    const unavailableTools: UnavailableTool[] = [];
+    for (const [i, tool] of tools.entries()) {
+      if (available[i] === true) continue;
+      let reason = UNEXPLAINED_UNAVAILABLE;
+      try {
+        reason = (await tool.explainUnavailable?.()) || UNEXPLAINED_UNAVAILABLE;
+      } catch (err) {
+        this.#logger.warn({ err, tool: tool.name }, 'explaining why a tool is unavailable failed');
+      }
+      unavailableTools.push({ name: tool.name, toolset: tool.toolset, env_vars: [...(tool.requiresEnv ?? [])], reason });
+    }
+    const toolsets = [...new Set(tools.map((tool) => tool.toolset))].sort();
+    const report: AvailabilityReport = { available: [], unavailable: [], unavailable_tools: unavailableTools };
+    for (const toolset of toolsets) {
+      const members = tools.filter((tool) => tool.toolset === toolset);
+      const missing = unavailableTools.filter((tool) => tool.toolset === toolset);
+      if (missing.length < members.length) {
+        report.available.push(toolset);
+        continue;
+      }
+      report.unavailable.push({
+        name: toolset,
+        env_vars: [...new Set(missing.flatMap((tool) => tool.env_vars))],
+        tools: members.map((tool) => tool.name),
+        reason: [...new Set(missing.map((tool) => tool.reason))].join('; '),
+      });
+    }
+    return report;
   }
 
   /**

@@ -61,6 +61,11 @@ export interface ToolRegistration {
   readonly handler: ToolHandler;
   readonly checkFn?: CheckFn;
   readonly requiresEnv?: readonly string[];
+  /**
+   * Why the check fails, for `berth tools --explain` (a variable to set, a backend
+   * that does not answer); asked only when the check failed.
+   */
+  readonly explainUnavailable?: () => string | Promise<string>;
   readonly isAsync?: boolean;
   /** Defaults to the schema's description. */
   readonly description?: string;

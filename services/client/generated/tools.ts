@@ -3,7 +3,7 @@
 import type { ToolCallOptions, ToolResultOf } from '../tool-results.js';
 
 /** Names of the built-in tools this client has typed methods for. */
-export const BUILTIN_TOOL_NAMES = ["execute_code","patch","process_manage","read_file","search_files","terminal","write_file"] as const;
+export const BUILTIN_TOOL_NAMES = ["execute_code","patch","process_manage","read_file","search_files","terminal","web_extract","web_search","write_file"] as const;
 
 /** Arguments of the `execute_code` tool. */
 export interface ExecuteCodeArgs {
@@ -173,6 +173,22 @@ export interface TerminalArgs {
   watch_patterns?: string[];
 }
 
+/** Arguments of the `web_extract` tool. */
+export interface WebExtractArgs {
+  /**
+   * List of URLs to extract content from (max 5 URLs per call)
+   */
+  urls: string[];
+}
+
+/** Arguments of the `web_search` tool. */
+export interface WebSearchArgs {
+  /**
+   * The search query to look up on the web
+   */
+  query: string;
+}
+
 /** Arguments of the `write_file` tool. */
 export interface WriteFileArgs {
   /**
@@ -198,6 +214,8 @@ export interface ToolArgsMap {
   read_file: ReadFileArgs;
   search_files: SearchFilesArgs;
   terminal: TerminalArgs;
+  web_extract: WebExtractArgs;
+  web_search: WebSearchArgs;
   write_file: WriteFileArgs;
 }
 
@@ -279,6 +297,24 @@ export abstract class ToolMethods {
    */
   terminal(args: TerminalArgs, options?: ToolCallOptions): Promise<ToolResultOf<"terminal">> {
     return this.call("terminal", args as unknown as Record<string, unknown>, options);
+  }
+
+  /**
+   * Extract content from web page URLs. Returns page content in markdown format. Pages over 15000 characters keep their beginning and end, with a note of how much was cut from the middle. Only public addresses can be fetched. If a URL fails or times out, use the browser tool to access it instead.
+   *
+   * Calls the `web_extract` tool; resolves with its parsed result (tool errors are results too).
+   */
+  webExtract(args: WebExtractArgs, options?: ToolCallOptions): Promise<ToolResultOf<"web_extract">> {
+    return this.call("web_extract", args as unknown as Record<string, unknown>, options);
+  }
+
+  /**
+   * Search the web for information on any topic. Returns up to 5 relevant results with titles, URLs, and descriptions.
+   *
+   * Calls the `web_search` tool; resolves with its parsed result (tool errors are results too).
+   */
+  webSearch(args: WebSearchArgs, options?: ToolCallOptions): Promise<ToolResultOf<"web_search">> {
+    return this.call("web_search", args as unknown as Record<string, unknown>, options);
   }
 
   /**

@@ -16,6 +16,18 @@ import { pythonTypeName } from '../tools/terminal-tool.js';
 import { shapeExecuteCodeResult, roundSeconds } from './execute-code-result.js';
 import { buildExecuteCodeSchema, buildHermesToolsModule, sandboxToolsIn, type ExecuteCodeLimits } from './hermes-tools-module.js';
 
+/**
+ * The web providers' credentials and endpoints: the dispatcher uses them, a script never sees them
+ * (in `berth serve` the executor shares the dispatcher's environment).
+ */
+export const WEB_PROVIDER_ENV: readonly string[] = [
+  'TAVILY_API_KEY',
+  'TAVILY_API_URL',
+  'TAVILY_BASE_URL',
+  'SEARXNG_URL',
+  'SEARXNG_TIMEOUT',
+];
+
 export const NO_CODE_RESULT = JSON.stringify({
   error:
     "No code provided. execute_code requires a non-empty 'code' parameter containing Python source. " +
@@ -128,7 +140,10 @@ export function executeCodeOptionsFromConfig(
     maxStdoutBytes: ce.max_stdout_bytes,
     maxStderrBytes: ce.max_stderr_bytes,
     envPassthrough: config.terminal.env_passthrough,
-    credentialEnv: config.approvals.smart.api_key_env ? [config.approvals.smart.api_key_env] : [],
+    credentialEnv: [
+      ...(config.approvals.smart.api_key_env ? [config.approvals.smart.api_key_env] : []),
+      ...WEB_PROVIDER_ENV,
+    ],
     allowHostSubprocess: config.tenants.length === 0 || config.allow_local_multi_tenant,
     timezone: config.timezone,
     ...registry,

@@ -6,8 +6,20 @@ import { SANDBOX_TOOLS } from '../toolsets.js';
 import { fileToolRegistrations } from './file-tools.js';
 import { processToolRegistration } from './process-tool.js';
 import { terminalToolRegistration } from './terminal-tool.js';
+import { WebBackends } from '../web/web-backends.js';
+import type { Resolver } from '../web/safe-fetch.js';
+import { webToolRegistrations } from '../web/web-tools.js';
 
-export function registerBuiltinTools(registry: ToolRegistry, config: BerthConfig): void {
+export interface BuiltinToolsOptions {
+  /** Where web providers find their credentials: the dispatcher's own environment. */
+  readonly env?: NodeJS.ProcessEnv;
+  /** Name resolution of the web tools' address checks; tests inject one. */
+  readonly resolve?: Resolver;
+}
+
+export function registerBuiltinTools(registry: ToolRegistry, config: BerthConfig, options: BuiltinToolsOptions = {}): void {
+  const resolve = options.resolve ? { resolve: options.resolve } : {};
+  const web = new WebBackends(config.web, { env: options.env ?? {}, ...resolve });
   const registrations = [
     terminalToolRegistration({
       defaultTimeoutSec: config.terminal.timeout,
@@ -16,6 +28,7 @@ export function registerBuiltinTools(registry: ToolRegistry, config: BerthConfig
     }),
     processToolRegistration(),
     ...fileToolRegistrations(),
+    ...webToolRegistrations({ backends: web, egressAllow: config.web.egress_allow, ...resolve }),
     executeCodeToolRegistration(
       executeCodeOptionsFromConfig(config, {
         availableTools: () => availableSandboxTools(registry),

@@ -13,7 +13,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19\x62\x65rth/v1/dispatcher.proto\x12\x08\x62\x65rth.v1\"G\n\x10ListToolsRequest\x12\x18\n\x10\x65nabled_toolsets\x18\x01 \x03(\t\x12\x19\n\x11\x64isabled_toolsets\x18\x02 \x03(\t\"A\n\x11ListToolsResponse\x12\x12\n\ntools_json\x18\x01 \x01(\t\x12\x18\n\x10unknown_toolsets\x18\x02 \x03(\t\"\\\n\x0f\x43\x61llToolRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x16\n\x0e\x61rguments_json\x18\x02 \x01(\t\x12\x0f\n\x07task_id\x18\x03 \x01(\t\x12\x12\n\nsession_id\x18\x04 \x01(\t\"\'\n\x10\x43\x61llToolResponse\x12\x13\n\x0bresult_json\x18\x01 \x01(\t\"\xe1\x01\n\x14SessionClientMessage\x12)\n\x04\x63\x61ll\x18\x01 \x01(\x0b\x32\x19.berth.v1.SessionToolCallH\x00\x12\x33\n\x0f\x61pproval_answer\x18\x02 \x01(\x0b\x32\x18.berth.v1.ApprovalAnswerH\x00\x12/\n\tinterrupt\x18\x03 \x01(\x0b\x32\x1a.berth.v1.InterruptRequestH\x00\x12-\n\x08settings\x18\x04 \x01(\x0b\x32\x19.berth.v1.SessionSettingsH\x00\x42\t\n\x07message\"3\n\x0fSessionSettings\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x0c\n\x04yolo\x18\x02 \x01(\x08\"N\n\x0fSessionToolCall\x12\x0f\n\x07\x63\x61ll_id\x18\x01 \x01(\t\x12*\n\x07request\x18\x02 \x01(\x0b\x32\x19.berth.v1.CallToolRequest\"5\n\x0e\x41pprovalAnswer\x12\x13\n\x0b\x61pproval_id\x18\x01 \x01(\t\x12\x0e\n\x06\x63hoice\x18\x02 \x01(\t\"\xb6\x01\n\x14SessionServerMessage\x12-\n\x06output\x18\x01 \x01(\x0b\x32\x1b.berth.v1.SessionToolOutputH\x00\x12-\n\x06result\x18\x02 \x01(\x0b\x32\x1b.berth.v1.SessionToolResultH\x00\x12\x35\n\x10\x61pproval_request\x18\x03 \x01(\x0b\x32\x19.berth.v1.ApprovalRequestH\x00\x42\t\n\x07message\"2\n\x11SessionToolOutput\x12\x0f\n\x07\x63\x61ll_id\x18\x01 \x01(\t\x12\x0c\n\x04text\x18\x02 \x01(\t\"O\n\x11SessionToolResult\x12\x0f\n\x07\x63\x61ll_id\x18\x01 \x01(\t\x12\x13\n\x0bresult_json\x18\x02 \x01(\t\x12\x14\n\x0c\x65rror_status\x18\x03 \x01(\t\"\x9c\x01\n\x0f\x41pprovalRequest\x12\x13\n\x0b\x61pproval_id\x18\x01 \x01(\t\x12\x0f\n\x07\x63\x61ll_id\x18\x02 \x01(\t\x12\x0f\n\x07\x63ommand\x18\x03 \x01(\t\x12\x13\n\x0b\x64\x65scription\x18\x04 \x01(\t\x12\x13\n\x0bpattern_key\x18\x05 \x01(\t\x12\x0f\n\x07\x63hoices\x18\x06 \x03(\t\x12\x17\n\x0ftimeout_seconds\x18\x07 \x01(\r\"Z\n\x0e\x41pproveRequest\x12\x0f\n\x07task_id\x18\x01 \x01(\t\x12\x12\n\nsession_id\x18\x02 \x01(\t\x12\x13\n\x0b\x61pproval_id\x18\x03 \x01(\t\x12\x0e\n\x06\x63hoice\x18\x04 \x01(\t\"&\n\x0f\x41pproveResponse\x12\x13\n\x0bresult_json\x18\x01 \x01(\t\"#\n\x10InterruptRequest\x12\x0f\n\x07task_id\x18\x01 \x01(\t\"(\n\x11InterruptResponse\x12\x13\n\x0binterrupted\x18\x01 \x01(\r\"!\n\x0e\x45ndTaskRequest\x12\x0f\n\x07task_id\x18\x01 \x01(\t\"#\n\x0f\x45ndTaskResponse\x12\x10\n\x08released\x18\x01 \x01(\x08\x32\xaa\x03\n\nDispatcher\x12\x44\n\tListTools\x12\x1a.berth.v1.ListToolsRequest\x1a\x1b.berth.v1.ListToolsResponse\x12\x41\n\x08\x43\x61llTool\x12\x19.berth.v1.CallToolRequest\x1a\x1a.berth.v1.CallToolResponse\x12M\n\x07Session\x12\x1e.berth.v1.SessionClientMessage\x1a\x1e.berth.v1.SessionServerMessage(\x01\x30\x01\x12>\n\x07\x41pprove\x12\x18.berth.v1.ApproveRequest\x1a\x19.berth.v1.ApproveResponse\x12\x44\n\tInterrupt\x12\x1a.berth.v1.InterruptRequest\x1a\x1b.berth.v1.InterruptResponse\x12>\n\x07\x45ndTask\x12\x18.berth.v1.EndTaskRequest\x1a\x19.berth.v1.EndTaskResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19\x62\x65rth/v1/dispatcher.proto\x12\x08\x62\x65rth.v1\"X\n\x10ListToolsRequest\x12\x18\n\x10\x65nabled_toolsets\x18\x01 \x03(\t\x12\x19\n\x11\x64isabled_toolsets\x18\x02 \x03(\t\x12\x0f\n\x07\x65xplain\x18\x03 \x01(\x08\"\\\n\x11ListToolsResponse\x12\x12\n\ntools_json\x18\x01 \x01(\t\x12\x18\n\x10unknown_toolsets\x18\x02 \x03(\t\x12\x19\n\x11\x61vailability_json\x18\x03 \x01(\t\"\\\n\x0f\x43\x61llToolRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x16\n\x0e\x61rguments_json\x18\x02 \x01(\t\x12\x0f\n\x07task_id\x18\x03 \x01(\t\x12\x12\n\nsession_id\x18\x04 \x01(\t\"\'\n\x10\x43\x61llToolResponse\x12\x13\n\x0bresult_json\x18\x01 \x01(\t\"\xe1\x01\n\x14SessionClientMessage\x12)\n\x04\x63\x61ll\x18\x01 \x01(\x0b\x32\x19.berth.v1.SessionToolCallH\x00\x12\x33\n\x0f\x61pproval_answer\x18\x02 \x01(\x0b\x32\x18.berth.v1.ApprovalAnswerH\x00\x12/\n\tinterrupt\x18\x03 \x01(\x0b\x32\x1a.berth.v1.InterruptRequestH\x00\x12-\n\x08settings\x18\x04 \x01(\x0b\x32\x19.berth.v1.SessionSettingsH\x00\x42\t\n\x07message\"3\n\x0fSessionSettings\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x0c\n\x04yolo\x18\x02 \x01(\x08\"N\n\x0fSessionToolCall\x12\x0f\n\x07\x63\x61ll_id\x18\x01 \x01(\t\x12*\n\x07request\x18\x02 \x01(\x0b\x32\x19.berth.v1.CallToolRequest\"5\n\x0e\x41pprovalAnswer\x12\x13\n\x0b\x61pproval_id\x18\x01 \x01(\t\x12\x0e\n\x06\x63hoice\x18\x02 \x01(\t\"\xb6\x01\n\x14SessionServerMessage\x12-\n\x06output\x18\x01 \x01(\x0b\x32\x1b.berth.v1.SessionToolOutputH\x00\x12-\n\x06result\x18\x02 \x01(\x0b\x32\x1b.berth.v1.SessionToolResultH\x00\x12\x35\n\x10\x61pproval_request\x18\x03 \x01(\x0b\x32\x19.berth.v1.ApprovalRequestH\x00\x42\t\n\x07message\"2\n\x11SessionToolOutput\x12\x0f\n\x07\x63\x61ll_id\x18\x01 \x01(\t\x12\x0c\n\x04text\x18\x02 \x01(\t\"O\n\x11SessionToolResult\x12\x0f\n\x07\x63\x61ll_id\x18\x01 \x01(\t\x12\x13\n\x0bresult_json\x18\x02 \x01(\t\x12\x14\n\x0c\x65rror_status\x18\x03 \x01(\t\"\x9c\x01\n\x0f\x41pprovalRequest\x12\x13\n\x0b\x61pproval_id\x18\x01 \x01(\t\x12\x0f\n\x07\x63\x61ll_id\x18\x02 \x01(\t\x12\x0f\n\x07\x63ommand\x18\x03 \x01(\t\x12\x13\n\x0b\x64\x65scription\x18\x04 \x01(\t\x12\x13\n\x0bpattern_key\x18\x05 \x01(\t\x12\x0f\n\x07\x63hoices\x18\x06 \x03(\t\x12\x17\n\x0ftimeout_seconds\x18\x07 \x01(\r\"Z\n\x0e\x41pproveRequest\x12\x0f\n\x07task_id\x18\x01 \x01(\t\x12\x12\n\nsession_id\x18\x02 \x01(\t\x12\x13\n\x0b\x61pproval_id\x18\x03 \x01(\t\x12\x0e\n\x06\x63hoice\x18\x04 \x01(\t\"&\n\x0f\x41pproveResponse\x12\x13\n\x0bresult_json\x18\x01 \x01(\t\"#\n\x10InterruptRequest\x12\x0f\n\x07task_id\x18\x01 \x01(\t\"(\n\x11InterruptResponse\x12\x13\n\x0binterrupted\x18\x01 \x01(\r\"!\n\x0e\x45ndTaskRequest\x12\x0f\n\x07task_id\x18\x01 \x01(\t\"#\n\x0f\x45ndTaskResponse\x12\x10\n\x08released\x18\x01 \x01(\x08\x32\xaa\x03\n\nDispatcher\x12\x44\n\tListTools\x12\x1a.berth.v1.ListToolsRequest\x1a\x1b.berth.v1.ListToolsResponse\x12\x41\n\x08\x43\x61llTool\x12\x19.berth.v1.CallToolRequest\x1a\x1a.berth.v1.CallToolResponse\x12M\n\x07Session\x12\x1e.berth.v1.SessionClientMessage\x1a\x1e.berth.v1.SessionServerMessage(\x01\x30\x01\x12>\n\x07\x41pprove\x12\x18.berth.v1.ApproveRequest\x1a\x19.berth.v1.ApproveResponse\x12\x44\n\tInterrupt\x12\x1a.berth.v1.InterruptRequest\x1a\x1b.berth.v1.InterruptResponse\x12>\n\x07\x45ndTask\x12\x18.berth.v1.EndTaskRequest\x1a\x19.berth.v1.EndTaskResponseb\x06proto3')
 
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, globals())
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'berth_client._gen.dispatcher_pb2', globals())
@@ -21,41 +21,41 @@ if _descriptor._USE_C_DESCRIPTORS == False:
 
   DESCRIPTOR._options = None
   _LISTTOOLSREQUEST._serialized_start=39
-  _LISTTOOLSREQUEST._serialized_end=110
-  _LISTTOOLSRESPONSE._serialized_start=112
-  _LISTTOOLSRESPONSE._serialized_end=177
-  _CALLTOOLREQUEST._serialized_start=179
-  _CALLTOOLREQUEST._serialized_end=271
-  _CALLTOOLRESPONSE._serialized_start=273
-  _CALLTOOLRESPONSE._serialized_end=312
-  _SESSIONCLIENTMESSAGE._serialized_start=315
-  _SESSIONCLIENTMESSAGE._serialized_end=540
-  _SESSIONSETTINGS._serialized_start=542
-  _SESSIONSETTINGS._serialized_end=593
-  _SESSIONTOOLCALL._serialized_start=595
-  _SESSIONTOOLCALL._serialized_end=673
-  _APPROVALANSWER._serialized_start=675
-  _APPROVALANSWER._serialized_end=728
-  _SESSIONSERVERMESSAGE._serialized_start=731
-  _SESSIONSERVERMESSAGE._serialized_end=913
-  _SESSIONTOOLOUTPUT._serialized_start=915
-  _SESSIONTOOLOUTPUT._serialized_end=965
-  _SESSIONTOOLRESULT._serialized_start=967
-  _SESSIONTOOLRESULT._serialized_end=1046
-  _APPROVALREQUEST._serialized_start=1049
-  _APPROVALREQUEST._serialized_end=1205
-  _APPROVEREQUEST._serialized_start=1207
-  _APPROVEREQUEST._serialized_end=1297
-  _APPROVERESPONSE._serialized_start=1299
-  _APPROVERESPONSE._serialized_end=1337
-  _INTERRUPTREQUEST._serialized_start=1339
-  _INTERRUPTREQUEST._serialized_end=1374
-  _INTERRUPTRESPONSE._serialized_start=1376
-  _INTERRUPTRESPONSE._serialized_end=1416
-  _ENDTASKREQUEST._serialized_start=1418
-  _ENDTASKREQUEST._serialized_end=1451
-  _ENDTASKRESPONSE._serialized_start=1453
-  _ENDTASKRESPONSE._serialized_end=1488
-  _DISPATCHER._serialized_start=1491
-  _DISPATCHER._serialized_end=1917
+  _LISTTOOLSREQUEST._serialized_end=127
+  _LISTTOOLSRESPONSE._serialized_start=129
+  _LISTTOOLSRESPONSE._serialized_end=221
+  _CALLTOOLREQUEST._serialized_start=223
+  _CALLTOOLREQUEST._serialized_end=315
+  _CALLTOOLRESPONSE._serialized_start=317
+  _CALLTOOLRESPONSE._serialized_end=356
+  _SESSIONCLIENTMESSAGE._serialized_start=359
+  _SESSIONCLIENTMESSAGE._serialized_end=584
+  _SESSIONSETTINGS._serialized_start=586
+  _SESSIONSETTINGS._serialized_end=637
+  _SESSIONTOOLCALL._serialized_start=639
+  _SESSIONTOOLCALL._serialized_end=717
+  _APPROVALANSWER._serialized_start=719
+  _APPROVALANSWER._serialized_end=772
+  _SESSIONSERVERMESSAGE._serialized_start=775
+  _SESSIONSERVERMESSAGE._serialized_end=957
+  _SESSIONTOOLOUTPUT._serialized_start=959
+  _SESSIONTOOLOUTPUT._serialized_end=1009
+  _SESSIONTOOLRESULT._serialized_start=1011
+  _SESSIONTOOLRESULT._serialized_end=1090
+  _APPROVALREQUEST._serialized_start=1093
+  _APPROVALREQUEST._serialized_end=1249
+  _APPROVEREQUEST._serialized_start=1251
+  _APPROVEREQUEST._serialized_end=1341
+  _APPROVERESPONSE._serialized_start=1343
+  _APPROVERESPONSE._serialized_end=1381
+  _INTERRUPTREQUEST._serialized_start=1383
+  _INTERRUPTREQUEST._serialized_end=1418
+  _INTERRUPTRESPONSE._serialized_start=1420
+  _INTERRUPTRESPONSE._serialized_end=1460
+  _ENDTASKREQUEST._serialized_start=1462
+  _ENDTASKREQUEST._serialized_end=1495
+  _ENDTASKRESPONSE._serialized_start=1497
+  _ENDTASKRESPONSE._serialized_end=1532
+  _DISPATCHER._serialized_start=1535
+  _DISPATCHER._serialized_end=1961
 # @@protoc_insertion_point(module_scope)

@@ -92,20 +92,24 @@ class InterruptResponse(_message.Message):
     def __init__(self, interrupted: _Optional[int] = ...) -> None: ...
 
 class ListToolsRequest(_message.Message):
-    __slots__ = ["disabled_toolsets", "enabled_toolsets"]
+    __slots__ = ["disabled_toolsets", "enabled_toolsets", "explain"]
     DISABLED_TOOLSETS_FIELD_NUMBER: _ClassVar[int]
     ENABLED_TOOLSETS_FIELD_NUMBER: _ClassVar[int]
+    EXPLAIN_FIELD_NUMBER: _ClassVar[int]
     disabled_toolsets: _containers.RepeatedScalarFieldContainer[str]
     enabled_toolsets: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, enabled_toolsets: _Optional[_Iterable[str]] = ..., disabled_toolsets: _Optional[_Iterable[str]] = ...) -> None: ...
+    explain: bool
+    def __init__(self, enabled_toolsets: _Optional[_Iterable[str]] = ..., disabled_toolsets: _Optional[_Iterable[str]] = ..., explain: bool = ...) -> None: ...
 
 class ListToolsResponse(_message.Message):
-    __slots__ = ["tools_json", "unknown_toolsets"]
+    __slots__ = ["availability_json", "tools_json", "unknown_toolsets"]
+    AVAILABILITY_JSON_FIELD_NUMBER: _ClassVar[int]
     TOOLS_JSON_FIELD_NUMBER: _ClassVar[int]
     UNKNOWN_TOOLSETS_FIELD_NUMBER: _ClassVar[int]
+    availability_json: str
     tools_json: str
     unknown_toolsets: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, tools_json: _Optional[str] = ..., unknown_toolsets: _Optional[_Iterable[str]] = ...) -> None: ...
+    def __init__(self, tools_json: _Optional[str] = ..., unknown_toolsets: _Optional[_Iterable[str]] = ..., availability_json: _Optional[str] = ...) -> None: ...
 
 class SessionClientMessage(_message.Message):
     __slots__ = ["approval_answer", "call", "interrupt", "settings"]

@@ -15,6 +15,8 @@ export const protobufFileName = "berth/v1/dispatcher.proto";
 export interface ListToolsRequest {
   enabledToolsets: string[];
   disabledToolsets: string[];
+  /** Also report which toolsets are unavailable and why (availability_json). */
+  explain: boolean;
 }
 
 export interface ListToolsResponse {
@@ -22,6 +24,12 @@ export interface ListToolsResponse {
   toolsJson: string;
   /** Enabled toolset names that are not known (reported, not fatal). */
   unknownToolsets: string[];
+  /**
+   * With explain: JSON object {"available": [toolset...], "unavailable": [{"name", "env_vars",
+   * "tools", "reason"}...], "unavailable_tools": [{"name", "toolset", "env_vars", "reason"}...]};
+   * "" otherwise.
+   */
+  availabilityJson: string;
 }
 
 export interface CallToolRequest {
@@ -136,7 +144,7 @@ export interface EndTaskResponse {
 }
 
 function createBaseListToolsRequest(): ListToolsRequest {
-  return { enabledToolsets: [], disabledToolsets: [] };
+  return { enabledToolsets: [], disabledToolsets: [], explain: false };
 }
 
 export const ListToolsRequest: MessageFns<ListToolsRequest> = {
@@ -146,6 +154,9 @@ export const ListToolsRequest: MessageFns<ListToolsRequest> = {
     }
     for (const v of message.disabledToolsets) {
       writer.uint32(18).string(v!);
+    }
+    if (message.explain !== false) {
+      writer.uint32(24).bool(message.explain);
     }
     return writer;
   },
@@ -179,6 +190,14 @@ export const ListToolsRequest: MessageFns<ListToolsRequest> = {
             message.disabledToolsets.push(reader.string());
             continue;
           }
+          case 3: {
+            if (tag !== 24) {
+              break;
+            }
+
+            message.explain = reader.bool();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -203,6 +222,7 @@ export const ListToolsRequest: MessageFns<ListToolsRequest> = {
         : globalThis.Array.isArray(object?.disabled_toolsets)
         ? object.disabled_toolsets.map((e: any) => globalThis.String(e))
         : [],
+      explain: isSet(object.explain) ? globalThis.Boolean(object.explain) : false,
     };
   },
 
@@ -214,6 +234,9 @@ export const ListToolsRequest: MessageFns<ListToolsRequest> = {
     if (message.disabledToolsets?.length) {
       obj.disabledToolsets = message.disabledToolsets;
     }
+    if (message.explain !== false) {
+      obj.explain = message.explain;
+    }
     return obj;
   },
 
@@ -224,12 +247,13 @@ export const ListToolsRequest: MessageFns<ListToolsRequest> = {
     const message = createBaseListToolsRequest();
     message.enabledToolsets = object.enabledToolsets?.map((e) => e) || [];
     message.disabledToolsets = object.disabledToolsets?.map((e) => e) || [];
+    message.explain = object.explain ?? false;
     return message;
   },
 };
 
 function createBaseListToolsResponse(): ListToolsResponse {
-  return { toolsJson: "", unknownToolsets: [] };
+  return { toolsJson: "", unknownToolsets: [], availabilityJson: "" };
 }
 
 export const ListToolsResponse: MessageFns<ListToolsResponse> = {
@@ -239,6 +263,9 @@ export const ListToolsResponse: MessageFns<ListToolsResponse> = {
     }
     for (const v of message.unknownToolsets) {
       writer.uint32(18).string(v!);
+    }
+    if (message.availabilityJson !== "") {
+      writer.uint32(26).string(message.availabilityJson);
     }
     return writer;
   },
@@ -272,6 +299,14 @@ export const ListToolsResponse: MessageFns<ListToolsResponse> = {
             message.unknownToolsets.push(reader.string());
             continue;
           }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.availabilityJson = reader.string();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -296,6 +331,11 @@ export const ListToolsResponse: MessageFns<ListToolsResponse> = {
         : globalThis.Array.isArray(object?.unknown_toolsets)
         ? object.unknown_toolsets.map((e: any) => globalThis.String(e))
         : [],
+      availabilityJson: isSet(object.availabilityJson)
+        ? globalThis.String(object.availabilityJson)
+        : isSet(object.availability_json)
+        ? globalThis.String(object.availability_json)
+        : "",
     };
   },
 
@@ -307,6 +347,9 @@ export const ListToolsResponse: MessageFns<ListToolsResponse> = {
     if (message.unknownToolsets?.length) {
       obj.unknownToolsets = message.unknownToolsets;
     }
+    if (message.availabilityJson !== "") {
+      obj.availabilityJson = message.availabilityJson;
+    }
     return obj;
   },
 
@@ -317,6 +360,7 @@ export const ListToolsResponse: MessageFns<ListToolsResponse> = {
     const message = createBaseListToolsResponse();
     message.toolsJson = object.toolsJson ?? "";
     message.unknownToolsets = object.unknownToolsets?.map((e) => e) || [];
+    message.availabilityJson = object.availabilityJson ?? "";
     return message;
   },
 };
