@@ -1,7 +1,8 @@
 /**
  * `berth bench`: the side-by-side performance harness. The harness and its
- * cases live with the tests (test/bench/) and are loaded only when this
- * command runs, so `berth serve` never loads them.
+ * cases (bench/) are loaded only when this command runs, so `berth serve`
+ * never loads them. It measures a source checkout: it writes its reports
+ * into test/bench/results/ and builds the sshd fixture's image from source.
  */
 import { parseArgs } from 'node:util';
 
@@ -39,7 +40,7 @@ export async function cmdBench(argv: string[]): Promise<number> {
     return 0;
   }
   if (values.quick && values.smoke) throw new BenchUsageError('--quick and --smoke cannot be combined');
-  const harness = await import('../../test/bench/run-bench.js').catch((err: unknown) => {
+  const harness = await import('./bench/run-bench.js').catch((err: unknown) => {
     throw new Error(`the bench harness is not built here (${(err as Error).message}); run 'make build' in a source checkout`);
   });
   const only = (values.only ?? []).flatMap((o) => o.split(',')).map((s) => s.trim()).filter(Boolean);

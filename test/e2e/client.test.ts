@@ -18,7 +18,7 @@ import { BerthClient, BerthError, SessionStream, Status, isToolError, type Sessi
 import { hashApiKey } from '../../services/common/config.js';
 import { DispatcherDefinition } from '../../services/gen/berth/v1/dispatcher.js';
 import { pidsRunning, uniqueSleepSeconds, waitUntil } from '../support/host-processes.js';
-import { startListeningChild } from '../support/listening-child.js';
+import { startListeningChild } from '../../services/cli/bench/listening-child.js';
 import { REPO_ROOT, startServe, type ServeProcess } from '../support/serve-process.js';
 
 const run = promisify(execFile);

@@ -12,7 +12,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { ClientError, Status, createChannel, createClient } from 'nice-grpc';
 import { AsyncQueue } from '../../services/common/async-queue.js';
 import { DispatcherDefinition, type SessionClientMessage } from '../../services/gen/berth/v1/dispatcher.js';
-import { startListeningChild, type ListeningChild } from '../support/listening-child.js';
+import { startListeningChild, type ListeningChild } from '../../services/cli/bench/listening-child.js';
 import { BERTH_BIN, REPO_ROOT } from '../support/serve-process.js';
 
 const SECRET = 'dispatcher-drain-secret';

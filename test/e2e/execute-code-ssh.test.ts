@@ -18,7 +18,7 @@ import { LABEL, taskContainerName } from '../../services/executor/backends/docke
 import type { ExecuteCodeResult as CodeResult } from '../../services/dispatcher/code-execution/execute-code-result.js';
 import { containerState, dockerUnavailableReason, pruneIsolatedNetworks, removeLabelled, runTaskIds } from '../support/docker-fixtures.js';
 import { startServe, type ServeProcess } from '../support/serve-process.js';
-import { startSshd, type StartedSshd } from '../support/sshd-container.js';
+import { startSshd, type StartedSshd } from '../../services/cli/bench/sshd-container.js';
 
 const docker = new Dockerode();
 const unavailable = await dockerUnavailableReason(docker);

@@ -17,7 +17,7 @@ import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/
 import { ElicitRequestSchema, type CallToolResult } from '@modelcontextprotocol/sdk/types.js';
 import { hashApiKey } from '../../services/common/config.js';
 import { pidsRunning, uniqueSleepSeconds, waitUntil } from '../support/host-processes.js';
-import { startListeningChild, type ListeningChild } from '../support/listening-child.js';
+import { startListeningChild, type ListeningChild } from '../../services/cli/bench/listening-child.js';
 import { BERTH_BIN, REPO_ROOT, startServe, type ServeProcess } from '../support/serve-process.js';
 
 type Answer = 'once' | 'deny' | 'decline';

@@ -20,7 +20,7 @@ import { silentLogger } from '../../services/common/logging.js';
 import { startDispatcher, type RunningDispatcher } from '../../services/dispatcher/dispatcher-main.js';
 import { rendezvousPick } from '../../services/dispatcher/executor-router.js';
 import { DispatcherDefinition, type DispatcherClient } from '../../services/gen/berth/v1/dispatcher.js';
-import { startListeningChild, type ListeningChild } from '../support/listening-child.js';
+import { startListeningChild, type ListeningChild } from '../../services/cli/bench/listening-child.js';
 import { BERTH_BIN } from '../support/serve-process.js';
 
 const SECRET = 'membership-test-secret';

@@ -12,7 +12,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { createChannel, createClient, type Channel } from 'nice-grpc';
 import { DispatcherDefinition, type DispatcherClient } from '../../services/gen/berth/v1/dispatcher.js';
 import { rendezvousPick } from '../../services/dispatcher/executor-router.js';
-import { startListeningChild, type ListeningChild } from '../support/listening-child.js';
+import { startListeningChild, type ListeningChild } from '../../services/cli/bench/listening-child.js';
 import { BERTH_BIN, REPO_ROOT } from '../support/serve-process.js';
 
 function startBerth(args: string[], env: NodeJS.ProcessEnv): Promise<ListeningChild> {

@@ -18,7 +18,7 @@ import { ClientError, Status, createChannel, createClient, type Channel } from '
 import { DispatcherDefinition, type DispatcherClient } from '../../services/gen/berth/v1/dispatcher.js';
 import { clientTls, type ClientTlsFiles } from '../../services/common/tls.js';
 import { SessionConnection } from '../../services/cli/session-connection.js';
-import { startListeningChild, type ListeningChild } from '../support/listening-child.js';
+import { startListeningChild, type ListeningChild } from '../../services/cli/bench/listening-child.js';
 import { BERTH_BIN, REPO_ROOT } from '../support/serve-process.js';
 import { createTestPki, type CertFiles, type TestPki } from '../support/test-pki.js';
 

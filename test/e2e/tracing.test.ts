@@ -15,8 +15,8 @@ import { pathToFileURL } from 'node:url';
 import { after, before, describe, test } from 'node:test';
 import { Metadata, createChannel, createClient, type Channel } from 'nice-grpc';
 import { DispatcherDefinition, type DispatcherClient } from '../../services/gen/berth/v1/dispatcher.js';
-import { startListeningChild, type ListeningChild } from '../support/listening-child.js';
-import { SPAN_KIND, STATUS_CODE, startOtlpReceiver, type OtlpReceiver, type ReceivedSpan } from '../support/otlp-receiver.js';
+import { startListeningChild, type ListeningChild } from '../../services/cli/bench/listening-child.js';
+import { SPAN_KIND, STATUS_CODE, startOtlpReceiver, type OtlpReceiver, type ReceivedSpan } from '../../services/cli/bench/otlp-receiver.js';
 import { pythonBinDir } from '../support/python-bin.js';
 import { BERTH_BIN, REPO_ROOT, startServe, type ServeProcess } from '../support/serve-process.js';
 

@@ -27,7 +27,7 @@ import { CodeRunner, codeContainerNotice } from '../../services/executor/code-ex
 import { TaskEnvironments } from '../../services/executor/task-environment.js';
 import { doubleBackendOptions, doubleState, doubleUnavailableReason } from '../support/apptainer-double.js';
 import { cleanupDocker, containerState, dockerUnavailableReason, SANDBOX_IMAGE } from '../support/docker-fixtures.js';
-import { startSshd, type StartedSshd } from '../support/sshd-container.js';
+import { startSshd, type StartedSshd } from '../../services/cli/bench/sshd-container.js';
 
 const docker = new Dockerode();
 const unavailable = await dockerUnavailableReason(docker);

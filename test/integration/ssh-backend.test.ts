@@ -17,7 +17,7 @@ import { SshConnectError } from '../../services/executor/backends/ssh/ssh-errors
 import { sshRoundTrips } from '../../services/executor/backends/ssh/ssh-round-trips.js';
 import { TaskEnvironments } from '../../services/executor/task-environment.js';
 import { countProcessesScript } from '../support/backend-conformance.js';
-import { generateKeyPair, startSshd, type StartedSshd } from '../support/sshd-container.js';
+import { generateKeyPair, startSshd, type StartedSshd } from '../../services/cli/bench/sshd-container.js';
 
 const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms));
 

@@ -5,7 +5,7 @@ import path from 'node:path';
 import { after } from 'node:test';
 import { SshBackend } from '../../services/executor/backends/ssh/ssh-backend.js';
 import { runBackendConformance } from '../support/backend-conformance.js';
-import { startSshd, type StartedSshd } from '../support/sshd-container.js';
+import { startSshd, type StartedSshd } from '../../services/cli/bench/sshd-container.js';
 
 let sshd: StartedSshd | undefined;
 let stateDir: string | undefined;

@@ -25,7 +25,7 @@ import {
   type AgentSpawn,
 } from '../../services/executor/backends/shared/agent/stdio-agent.js';
 import { SandboxLostError, type SandboxProcess } from '../../services/executor/backends/shared/sandbox-channel.js';
-import { ExecDeadline } from '../../services/executor/exec-deadline.js';
+import { ExecDeadline } from '../../services/executor/backends/shared/exec-deadline.js';
 import { SANDBOX_IMAGE, dockerUnavailableReason } from '../support/docker-fixtures.js';
 import { realPython } from '../support/python-bin.js';
 

@@ -11,7 +11,7 @@ import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
 import { createChannel, createClient, type Channel } from 'nice-grpc';
 import { DispatcherDefinition, type DispatcherClient } from '../../services/gen/berth/v1/dispatcher.js';
-import { startListeningChild } from './listening-child.js';
+import { startListeningChild } from '../../services/cli/bench/listening-child.js';
 
 export const REPO_ROOT = fileURLToPath(new URL('../../../', import.meta.url));
 export const BERTH_BIN = join(REPO_ROOT, 'bin', 'berth');

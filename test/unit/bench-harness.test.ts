@@ -4,15 +4,15 @@
  */
 import { describe, test } from 'node:test';
 import assert from 'node:assert/strict';
-import type { BenchContext, BenchMode, LatencyCase, LoadCase } from '../bench/bench-case.js';
-import { Progress } from '../bench/progress.js';
-import { logTicks, renderChart } from '../bench/report-chart.js';
-import { renderMarkdown } from '../bench/report-markdown.js';
-import { reportToJson, type BenchReport } from '../bench/report.js';
-import type { CaseResult } from '../bench/bench-result.js';
-import { planFor, runCase } from '../bench/runner.js';
-import { formatMs, formatRatio, pairedMedianDelta, quantile, summarize } from '../bench/stats.js';
-import { escapeXml } from '../bench/svg.js';
+import type { BenchContext, BenchMode, LatencyCase, LoadCase } from '../../services/cli/bench/bench-case.js';
+import { Progress } from '../../services/cli/bench/progress.js';
+import { logTicks, renderChart } from '../../services/cli/bench/report-chart.js';
+import { renderMarkdown } from '../../services/cli/bench/report-markdown.js';
+import { reportToJson, type BenchReport } from '../../services/cli/bench/report.js';
+import type { CaseResult } from '../../services/cli/bench/bench-result.js';
+import { planFor, runCase } from '../../services/cli/bench/runner.js';
+import { formatMs, formatRatio, pairedMedianDelta, quantile, summarize } from '../../services/cli/bench/stats.js';
+import { escapeXml } from '../../services/cli/bench/svg.js';
 
 function fakeContext(mode: BenchMode = 'smoke'): BenchContext {
   return {

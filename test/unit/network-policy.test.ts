@@ -6,7 +6,7 @@ import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import { cidrContains, parseCidr } from '../../services/common/cidr.js';
 import { ConfigError, loadConfig, parseConfig } from '../../services/common/config.js';
-import { dockerOptionsFromConfig } from '../../services/executor/backends/create-backend.js';
+import { dockerOptionsFromConfig } from '../../services/executor/backends/docker/docker-options.js';
 import { silentLogger } from '../../services/common/logging.js';
 import {
   bridgeName,

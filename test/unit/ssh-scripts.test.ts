@@ -73,15 +73,15 @@ describe('ssh command lines', () => {
   it('pins the kill command: TERM, grace in 50 ms steps, KILL', () => {
     assert.equal(
       buildKillCommand(1234, 120),
-      "exec bash -c 'p=1234\n" +
+      "exec bash -c 'p=$1\n" +
         'kill -TERM -- -$p 2>/dev/null || exit 0\n' +
         'for ((i = 0; i < 3; i++)); do sleep 0.05; kill -0 -- -$p 2>/dev/null || exit 0; done\n' +
         'kill -KILL -- -$p 2>/dev/null\n' +
         'for ((i = 0; i < 40; i++)); do kill -0 -- -$p 2>/dev/null || break; sleep 0.01; done\n' +
-        `if [ -n "$1" ] && [ ! -e "$1" ]; then printf '\\''137\\n'\\'' > "$1"; fi\n` +
-        "exit 0' berth ''",
+        `if [ -n "$2" ] && [ ! -e "$2" ]; then printf '\\''137\\n'\\'' > "$2"; fi\n` +
+        "exit 0' berth '1234' ''",
     );
-    assert.match(buildKillCommand(1234, 50, '/x/exit'), / berth '\/x\/exit'$/);
+    assert.match(buildKillCommand(1234, 50, '/x/exit'), / berth '1234' '\/x\/exit'$/);
     assert.throws(() => buildKillCommand(1, 100), /refusing/);
     assert.throws(() => buildKillCommand(0, 100), /refusing/);
     assert.throws(() => buildKillCommand(-5, 100), /refusing/);

@@ -23,7 +23,8 @@ import type {
   FileStat,
   TaskKey,
 } from '../../backend.js';
-import { ExecDeadline } from '../../exec-deadline.js';
+import { ExecDeadline, interruptedBeforeStart } from '../shared/exec-deadline.js';
+import { assertNotReleased, deliverExit, deliverOutput } from '../shared/guards.js';
 import { buildPreparedSnapshot } from '../../shell-state-runner.js';
 import { backgroundExitCode, foregroundExitCode } from '../shared/agent/agent-protocol.js';
 import { OOM_KILLS, PIDS_LIMIT_HITS, parseCounter, type CgroupCounter } from './cgroup-counters.js';
@@ -188,13 +189,9 @@ export class DockerEnvironment implements BackendEnvironment {
     this.#applyCounters({ oomKills, pidsMaxHits });
   }
 
-  #assertLive(): void {
-    if (this.#disposing) throw new FailedPreconditionError(`environment ${this.description} was released`);
-  }
-
   /** The current container, replaced first if it was lost. */
   async #ready(): Promise<SandboxContainer> {
-    this.#assertLive();
+    assertNotReleased(this, this.#disposing);
     if (this.#recreating) return this.#recreating;
     const current = this.#container;
     return current.channel.isLost ? this.#recreate(current, '') : current;
@@ -210,7 +207,7 @@ export class DockerEnvironment implements BackendEnvironment {
         this.#o.logger.warn({ err }, 'removing the lost container failed');
         this.#o.onRemoveFailed(lost.id);
       });
-      this.#assertLive();
+      assertNotReleased(this, this.#disposing);
       const next = await this.#o.factory.start({
         name: this.containerName,
         hostDir: lost.hostDir,
@@ -221,7 +218,7 @@ export class DockerEnvironment implements BackendEnvironment {
       });
       if (this.#disposing) {
         await next.remove().catch(() => this.#o.onRemoveFailed(next.id));
-        this.#assertLive();
+        assertNotReleased(this, this.#disposing);
       }
       this.#container = next;
       this.#o.onReplaced?.();
@@ -252,18 +249,10 @@ export class DockerEnvironment implements BackendEnvironment {
     }
   }
 
-  #safeOutput(onOutput: ((chunk: Buffer) => void) | undefined, chunk: Buffer): void {
-    if (!onOutput || chunk.length === 0) return;
-    try {
-      onOutput(chunk);
-    } catch (err) {
-      this.#o.logger.warn({ err }, 'output consumer threw');
-    }
-  }
-
   async exec(options: ExecOptions): Promise<ExecResult> {
-    this.#assertLive();
-    if (options.signal?.aborted) return { exitCode: 130, timedOut: false, interrupted: true };
+    assertNotReleased(this, this.#disposing);
+    const early = interruptedBeforeStart(options);
+    if (early) return early;
     let container = await this.#ready();
     const spawn = (channel: SandboxChannel) =>
       channel.spawn({
@@ -272,7 +261,7 @@ export class DockerEnvironment implements BackendEnvironment {
         ...(options.env ? { env: options.env } : {}),
         ...(options.pty ? { pty: true } : {}),
         ...(options.stdin !== undefined ? { stdin: options.stdin } : {}),
-        onOutput: (chunk) => this.#safeOutput(options.onOutput, chunk),
+        onOutput: (chunk) => deliverOutput(options.onOutput, chunk, this.#o.logger),
       });
     let proc: SandboxProcess;
     try {
@@ -311,7 +300,7 @@ export class DockerEnvironment implements BackendEnvironment {
   }
 
   async startBackground(options: BackgroundOptions): Promise<BackgroundHandle> {
-    this.#assertLive();
+    assertNotReleased(this, this.#disposing);
     const proc = await this.#withChannel((channel) =>
       channel.spawn({
         script: options.script,
@@ -319,7 +308,7 @@ export class DockerEnvironment implements BackendEnvironment {
         ...(options.env ? { env: options.env } : {}),
         ...(options.pty ? { pty: true } : {}),
         keepStdin: true,
-        onOutput: (chunk) => this.#safeOutput(options.onOutput, chunk),
+        onOutput: (chunk) => deliverOutput(options.onOutput, chunk, this.#o.logger),
       }),
     );
     let exited = false;
@@ -331,11 +320,7 @@ export class DockerEnvironment implements BackendEnvironment {
       )
       .then((code) => {
         exited = true;
-        try {
-          options.onExit(code);
-        } catch (err) {
-          this.#o.logger.warn({ err }, 'exit consumer threw');
-        }
+        deliverExit(options.onExit, code, this.#o.logger);
       });
     return {
       pid: proc.pid,

@@ -12,7 +12,10 @@
 import type { Duplex } from 'node:stream';
 import type Dockerode from 'dockerode';
 import { FailedPreconditionError } from '../../../common/errors.js';
-import { MAX_READ_FILE_BYTES, fileTooLargeError } from '../../file-limits.js';
+import { fileTooLargeError } from '../shared/file-errors.js';
+import { MAX_READ_FILE_BYTES } from '../shared/file-limits.js';
+import { deliverOutput } from '../shared/guards.js';
+import { killGroupArgv } from '../shared/process-group.js';
 import type { Logger } from '../../../common/logging.js';
 import { SANDBOX_GID, SANDBOX_UID } from './container-spec.js';
 import { dockerError, isConflict, isNotFound } from './docker-errors.js';
@@ -29,17 +32,6 @@ import {
 
 /** Prints the process group id (its own pid) on the first stdout line, then becomes the command. */
 export const EXEC_WRAPPER = `printf '%s\\n' "$$"; exec bash -c "$1"`;
-
-/** Kills a process group: SIGTERM, up to $2 ms for it to go, then SIGKILL. */
-export const KILL_SCRIPT = [
-  'pg=$1; grace=$2',
-  'kill -TERM -- "-$pg" 2>/dev/null || exit 0',
-  'i=0; while [ "$i" -lt "$((grace / 50))" ]; do',
-  '  kill -0 -- "-$pg" 2>/dev/null || exit 0',
-  '  sleep 0.05; i=$((i + 1))',
-  'done',
-  'kill -KILL -- "-$pg" 2>/dev/null; exit 0',
-].join('\n');
 
 /** Exit codes of the file helper scripts, mapped to errno names. */
 const FILE_EXIT_ERRNO: Readonly<Record<number, string>> = {
@@ -193,14 +185,7 @@ export class DockerExecChannel implements SandboxChannel {
     let resolvePid!: (pid: number) => void;
     const pidKnown = new Promise<number>((resolve) => (resolvePid = resolve));
     let pid = 0;
-    const emit = (data: Buffer) => {
-      if (data.length === 0) return;
-      try {
-        options.onOutput(data);
-      } catch (err) {
-        this.#logger?.warn({ err }, 'output consumer threw');
-      }
-    };
+    const emit = (data: Buffer) => deliverOutput(options.onOutput, data, this.#logger);
     const onStdout = (data: Buffer) => {
       if (pid > 0) {
         emit(data);
@@ -258,8 +243,8 @@ export class DockerExecChannel implements SandboxChannel {
         else stream.end();
       },
       kill: async (graceMs) => {
-        if (knownPid <= 0) return;
-        await this.#run(['bash', '-c', KILL_SCRIPT, 'berth-kill', String(knownPid), String(graceMs)]).catch(
+        if (knownPid <= 1) return;
+        await this.#run(killGroupArgv(knownPid, graceMs)).catch(
           (err: unknown) => this.#logger?.warn({ err }, 'docker exec kill failed'),
         );
       },

@@ -11,14 +11,7 @@ import { createRequire } from 'node:module';
 import os from 'node:os';
 import path from 'node:path';
 import type * as NodePty from 'node-pty';
-import {
-  BerthError,
-  FailedPreconditionError,
-  InvalidArgumentError,
-  NotFoundError,
-  PermissionDeniedError,
-  UnavailableError,
-} from '../../../common/errors.js';
+import { FailedPreconditionError, InvalidArgumentError, UnavailableError, type BerthError } from '../../../common/errors.js';
 import type { Logger } from '../../../common/logging.js';
 import type {
   Backend,
@@ -33,8 +26,10 @@ import type {
 } from '../../backend.js';
 import { taskKeyString } from '../../backend.js';
 import { partialPrefixLength } from '../../output.js';
-import { ExecDeadline } from '../../exec-deadline.js';
-import { readRegularFile, writeRegularFile } from '../../file-limits.js';
+import { ExecDeadline, interruptedBeforeStart } from '../shared/exec-deadline.js';
+import { errnoName, fileErrorFromNode } from '../shared/file-errors.js';
+import { assertNotReleased, deliverExit, deliverOutput } from '../shared/guards.js';
+import { readRegularFile, writeRegularFile } from '../shared/host-files.js';
 import { isProviderSecretName } from '../../shell-state-runner.js';
 import { defaultStateRoot } from '../shared/state-root.js';
 
@@ -73,11 +68,6 @@ function signalNumber(signal: NodeJS.Signals | null): number {
   return (signal ? os.constants.signals[signal] : undefined) ?? 0;
 }
 
-function errnoCode(err: unknown): string | undefined {
-  const code = (err as { code?: unknown } | null)?.code;
-  return typeof code === 'string' ? code : undefined;
-}
-
 /** Sends `signal` to process group `pgid`; false when the group no longer exists. */
 function signalGroup(pgid: number, signal: NodeJS.Signals | 0): boolean {
   try {
@@ -85,7 +75,7 @@ function signalGroup(pgid: number, signal: NodeJS.Signals | 0): boolean {
     return true;
   } catch (err) {
     // EPERM: the group now belongs to someone else (pid reuse); nothing of ours is left in it.
-    if (errnoCode(err) === 'ESRCH' || errnoCode(err) === 'EPERM') return false;
+    if (errnoName(err) === 'ESRCH' || errnoName(err) === 'EPERM') return false;
     throw err;
   }
 }
@@ -112,22 +102,6 @@ async function terminateGroup(pgid: number, graceMs: number): Promise<void> {
 
 function assertAbsolute(absPath: string): void {
   if (!path.isAbsolute(absPath)) throw new InvalidArgumentError(`path must be absolute: ${absPath}`);
-}
-
-/** Maps a node:fs error on `absPath` to a domain error. */
-function fileError(err: unknown, absPath: string): Error {
-  switch (errnoCode(err)) {
-    case 'ENOENT':
-    case 'ENOTDIR':
-      return new NotFoundError(`File not found: ${absPath}`, { cause: err });
-    case 'EISDIR':
-      return new InvalidArgumentError(`${absPath} is a directory`, { cause: err });
-    case 'EACCES':
-    case 'EPERM':
-      return new PermissionDeniedError(`Permission denied: ${absPath}`, { cause: err });
-    default:
-      return err instanceof Error ? err : new Error(String(err));
-  }
 }
 
 type NodePtyModule = typeof NodePty;
@@ -350,10 +324,6 @@ class LocalEnvironment implements BackendEnvironment {
     this.#options = options;
   }
 
-  #assertLive(): void {
-    if (this.#disposing) throw new FailedPreconditionError(`environment ${this.description} was released`);
-  }
-
   /**
    * Where bash starts. The runner `cd`s on its own, so if the starting
    * directory was deleted, start in the state dir rather than fail to spawn
@@ -365,16 +335,6 @@ class LocalEnvironment implements BackendEnvironment {
 
   #env(extra?: Readonly<Record<string, string>>): Record<string, string> {
     return { ...this.#options.childEnv, ...extra };
-  }
-
-  #safeOutput(onOutput: ((chunk: Buffer) => void) | undefined, chunk: Buffer): void {
-    if (!onOutput || chunk.length === 0) return;
-    try {
-      onOutput(chunk);
-    } catch (err) {
-      // A failing consumer must not kill the executor or stop the process being read.
-      this.#options.logger?.warn({ err }, 'output consumer threw');
-    }
   }
 
   /**
@@ -393,7 +353,7 @@ class LocalEnvironment implements BackendEnvironment {
 
   #spawnError(err: unknown): BerthError {
     const detail = err instanceof Error ? err.message : String(err);
-    if (errnoCode(err) === 'ENOENT') {
+    if (errnoName(err) === 'ENOENT') {
       return new UnavailableError(
         `cannot start bash for ${this.description} (is bash installed and ${this.initialCwd} present?): ${detail}`,
         { cause: err },
@@ -403,8 +363,9 @@ class LocalEnvironment implements BackendEnvironment {
   }
 
   async exec(options: ExecOptions): Promise<ExecResult> {
-    this.#assertLive();
-    if (options.signal?.aborted) return { exitCode: 130, timedOut: false, interrupted: true };
+    assertNotReleased(this, this.#disposing);
+    const early = interruptedBeforeStart(options);
+    if (early) return early;
     return options.pty ? this.#execPty(options) : this.#execPipes(options);
   }
 
@@ -453,8 +414,8 @@ class LocalEnvironment implements BackendEnvironment {
       if (pid === undefined) return;
       this.#groups.set(pid, { pgid: pid, kill, leaderExited: false });
 
-      child.stdout?.on('data', (chunk: Buffer) => this.#safeOutput(options.onOutput, chunk));
-      child.stderr?.on('data', (chunk: Buffer) => this.#safeOutput(options.onOutput, chunk));
+      child.stdout?.on('data', (chunk: Buffer) => deliverOutput(options.onOutput, chunk, this.#options.logger));
+      child.stderr?.on('data', (chunk: Buffer) => deliverOutput(options.onOutput, chunk, this.#options.logger));
       // EPIPE when the script exits without reading its stdin: not an error of ours.
       child.stdin?.on('error', () => undefined);
       child.stdin?.end(options.stdin === undefined ? undefined : Buffer.from(options.stdin));
@@ -519,14 +480,14 @@ class LocalEnvironment implements BackendEnvironment {
       const dataSub = term.onData((data: string | Buffer) => {
         const chunk = typeof data === 'string' ? Buffer.from(data) : data;
         const forward = filter.push(chunk, () => term.write(`${nonce}\n`));
-        this.#safeOutput(options.onOutput, forward);
+        deliverOutput(options.onOutput, forward, this.#options.logger);
       });
       const exitSub = term.onExit(({ exitCode, signal }) => {
         deadline.dispose();
         // Without the done token (killed), give the reader a moment for bytes already in flight.
         const settleDelayMs = filter.done ? 0 : 50;
         setTimeout(() => {
-          this.#safeOutput(options.onOutput, filter.flush());
+          deliverOutput(options.onOutput, filter.flush(), this.#options.logger);
           dataSub.dispose();
           exitSub.dispose();
           const finish = () => {
@@ -543,7 +504,7 @@ class LocalEnvironment implements BackendEnvironment {
   }
 
   async startBackground(options: BackgroundOptions): Promise<BackgroundHandle> {
-    this.#assertLive();
+    assertNotReleased(this, this.#disposing);
     return options.pty ? this.#backgroundPty(options) : this.#backgroundPipes(options);
   }
 
@@ -566,8 +527,8 @@ class LocalEnvironment implements BackendEnvironment {
       throw this.#spawnError(new Error('spawn failed'));
     }
     child.on('error', (err) => this.#options.logger?.warn({ err, pid }, 'background process error'));
-    child.stdout?.on('data', (chunk: Buffer) => this.#safeOutput(options.onOutput, chunk));
-    child.stderr?.on('data', (chunk: Buffer) => this.#safeOutput(options.onOutput, chunk));
+    child.stdout?.on('data', (chunk: Buffer) => deliverOutput(options.onOutput, chunk, this.#options.logger));
+    child.stderr?.on('data', (chunk: Buffer) => deliverOutput(options.onOutput, chunk, this.#options.logger));
     child.stdin?.on('error', () => undefined);
 
     let exited = false;
@@ -578,11 +539,7 @@ class LocalEnvironment implements BackendEnvironment {
         reported = true;
         exited = true;
         this.#forgetIfEmpty(pid);
-        try {
-          options.onExit(code ?? -signalNumber(signal));
-        } catch (err) {
-          this.#options.logger?.warn({ err }, 'exit consumer threw');
-        }
+        deliverExit(options.onExit, code ?? -signalNumber(signal), this.#options.logger);
         resolveExit();
       };
       child.once('close', report);
@@ -634,19 +591,15 @@ class LocalEnvironment implements BackendEnvironment {
     const exitedPromise = new Promise<void>((resolveExit) => {
       term.onData((data: string | Buffer) => {
         const chunk = typeof data === 'string' ? Buffer.from(data) : data;
-        this.#safeOutput(options.onOutput, filter.push(chunk, () => term.write(`${nonce}\n`)));
+        deliverOutput(options.onOutput, filter.push(chunk, () => term.write(`${nonce}\n`)), this.#options.logger);
       });
       term.onExit(({ exitCode, signal }) => {
         setTimeout(
           () => {
             exited = true;
-            this.#safeOutput(options.onOutput, filter.flush());
+            deliverOutput(options.onOutput, filter.flush(), this.#options.logger);
             this.#forgetIfEmpty(pid);
-            try {
-              options.onExit(signal ? -signal : exitCode);
-            } catch (err) {
-              this.#options.logger?.warn({ err }, 'exit consumer threw');
-            }
+            deliverExit(options.onExit, signal ? -signal : exitCode, this.#options.logger);
             resolveExit();
           },
           filter.done ? 0 : 50,
@@ -688,7 +641,7 @@ class LocalEnvironment implements BackendEnvironment {
     try {
       return await readRegularFile(absPath);
     } catch (err) {
-      throw err instanceof BerthError ? err : fileError(err, absPath);
+      throw fileErrorFromNode(err, absPath, 'read');
     }
   }
 
@@ -698,11 +651,7 @@ class LocalEnvironment implements BackendEnvironment {
       await mkdir(path.dirname(absPath), { recursive: true });
       await writeRegularFile(absPath, data);
     } catch (err) {
-      if (err instanceof BerthError) throw err;
-      if (errnoCode(err) === 'ENOTDIR' || errnoCode(err) === 'EEXIST') {
-        throw new InvalidArgumentError(`cannot create ${absPath}: a parent path is not a directory`, { cause: err });
-      }
-      throw fileError(err, absPath);
+      throw fileErrorFromNode(err, absPath, 'write');
     }
   }
 
@@ -712,10 +661,10 @@ class LocalEnvironment implements BackendEnvironment {
       const info = await stat(absPath);
       return { exists: true, isDirectory: info.isDirectory(), sizeBytes: info.size };
     } catch (err) {
-      if (errnoCode(err) === 'ENOENT' || errnoCode(err) === 'ENOTDIR') {
+      if (errnoName(err) === 'ENOENT' || errnoName(err) === 'ENOTDIR') {
         return { exists: false, isDirectory: false, sizeBytes: 0 };
       }
-      throw fileError(err, absPath);
+      throw fileErrorFromNode(err, absPath, 'stat');
     }
   }
 

@@ -4,17 +4,9 @@
  * environment builds exec semantics (timeouts, interrupts, exit codes) on
  * top of this, identically for both.
  */
-import type {
-  BerthError} from '../../../common/errors.js';
-import {
-  InvalidArgumentError,
-  NotFoundError,
-  PermissionDeniedError,
-  ResourceExhaustedError,
-  UnavailableError,
-} from '../../../common/errors.js';
+import { UnavailableError, type BerthError } from '../../../common/errors.js';
 import type { FileStat } from '../../backend.js';
-import { MAX_READ_FILE_BYTES, fileTooLargeError, notRegularFileError, specialFileKindFromStat } from '../../file-limits.js';
+import { fileErrorFromErrno, type FileOp } from './file-errors.js';
 
 export interface SpawnOptions {
   /** Run as `bash -c script` in a new session (its own process group). */
@@ -81,31 +73,9 @@ export interface SandboxChannel {
 export class SandboxLostError extends UnavailableError {}
 
 /** Maps an errno name reported from inside the container to a domain error about `absPath`. */
-export function fileErrnoError(errno: string, absPath: string, message: string, op: 'read' | 'write' | 'stat'): BerthError {
-  switch (errno) {
-    case 'ENOENT':
-      return new NotFoundError(`File not found: ${absPath}`);
-    case 'ENOTDIR':
-    case 'EEXIST':
-      return op === 'write'
-        ? new InvalidArgumentError(`cannot create ${absPath}: a parent path is not a directory`)
-        : new NotFoundError(`File not found: ${absPath}`);
-    case 'EISDIR':
-      return new InvalidArgumentError(`${absPath} is a directory`);
-    case 'EACCES':
-    case 'EPERM':
-    case 'EROFS':
-      return new PermissionDeniedError(`Permission denied: ${absPath}`);
-    // Berth's own: `message` is what the file is (FIFO, socket, character device, ...; or as `stat -c %F` says it).
-    case 'ENOTREG':
-      return notRegularFileError(absPath, specialFileKindFromStat(message));
-    // `message` is the file's size in bytes (or the cap plus one, when it grew while read).
-    case 'EFBIG':
-      return fileTooLargeError(absPath, Number.parseInt(message, 10) || MAX_READ_FILE_BYTES + 1);
-    case 'ENOSPC':
-    case 'EDQUOT':
-      return new ResourceExhaustedError(`No space left to write ${absPath}`);
-    default:
-      return new UnavailableError(`cannot ${op} ${absPath} in the container: ${message} (${errno})`);
-  }
+export function fileErrnoError(errno: string, absPath: string, message: string, op: FileOp): BerthError {
+  return (
+    fileErrorFromErrno(errno, absPath, op, message) ??
+    new UnavailableError(`cannot ${op} ${absPath} in the container: ${message} (${errno})`)
+  );
 }

@@ -3,16 +3,15 @@
  * `singularity_binary`, the container limits and persistence, and the
  * executor's state root.
  */
-import os from 'node:os';
 import path from 'node:path';
 import type { BerthConfig } from '../../../common/config.js';
 import type { Logger } from '../../../common/logging.js';
+import { executorStateDir } from '../shared/state-root.js';
 import { SingularityBackend, type SingularityBackendOptions } from './singularity-backend.js';
 
 /** `<state_root>/singularity`, or under the OS temp dir when no state root is set. */
 export function singularityStateRoot(stateRoot: string): string {
-  const uid = typeof process.getuid === 'function' ? process.getuid() : 0;
-  return path.join(stateRoot || path.join(os.tmpdir(), `berth-${uid}`), 'singularity');
+  return path.join(executorStateDir(stateRoot), 'singularity');
 }
 
 /** Maps config to backend options. */

@@ -160,21 +160,6 @@ export function groupCommand(script: string, nonce: string, pty = false): string
   return ['bash', '-c', 'exec 3>&2; exec setsid -w bash -c "$1" berth-exec "$2" 2>/dev/null', 'berth', wrapper, script];
 }
 
-/** Kills group `pgid` inside the instance: SIGTERM, up to `graceMs`, SIGKILL, then a short wait. */
-export function killGroupCommand(pgid: number, graceMs: number): string[] {
-  if (!Number.isInteger(pgid) || pgid <= 1) throw new Error(`refusing to kill process group ${pgid}`);
-  const steps = Math.max(1, Math.ceil(graceMs / 50));
-  const script = [
-    'p=$1',
-    'kill -TERM -- -$p 2>/dev/null || exit 0',
-    `for ((i = 0; i < ${steps}; i++)); do sleep 0.05; kill -0 -- -$p 2>/dev/null || exit 0; done`,
-    'kill -KILL -- -$p 2>/dev/null',
-    'for ((i = 0; i < 40; i++)); do kill -0 -- -$p 2>/dev/null || break; sleep 0.01; done',
-    'exit 0',
-  ].join('\n');
-  return ['bash', '-c', script, 'berth', String(pgid)];
-}
-
 /** Exit codes of the file helpers, mapped to domain errors by the backend. */
 export const FILE_EXIT = {
   notFound: 44,
@@ -186,6 +171,16 @@ export const FILE_EXIT = {
   /** stderr: its size in bytes. */
   tooLarge: 49,
 } as const;
+
+/** The errno name each {@link FILE_EXIT} code stands for, for the shared file-error mapper. */
+export const FILE_EXIT_ERRNO: Readonly<Record<number, string>> = {
+  [FILE_EXIT.notFound]: 'ENOENT',
+  [FILE_EXIT.isDirectory]: 'EISDIR',
+  [FILE_EXIT.notDirectory]: 'ENOTDIR',
+  [FILE_EXIT.denied]: 'EACCES',
+  [FILE_EXIT.notRegular]: 'ENOTREG',
+  [FILE_EXIT.tooLarge]: 'EFBIG',
+};
 
 /**
  * Prints the file to stdout (binary-safe): a regular file only, refused from

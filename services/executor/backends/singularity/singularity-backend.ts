@@ -20,13 +20,7 @@ import { randomBytes, createHash } from 'node:crypto';
 import { accessSync, constants as fsConstants } from 'node:fs';
 import { mkdir, rm } from 'node:fs/promises';
 import path from 'node:path';
-import {
-  FailedPreconditionError,
-  InvalidArgumentError,
-  NotFoundError,
-  PermissionDeniedError,
-  UnavailableError,
-} from '../../../common/errors.js';
+import { FailedPreconditionError, InvalidArgumentError, UnavailableError } from '../../../common/errors.js';
 import type { Logger } from '../../../common/logging.js';
 import type {
   Backend,
@@ -39,23 +33,25 @@ import type {
   FileStat,
   TaskKey,
 } from '../../backend.js';
-import { MAX_READ_FILE_BYTES, fileTooLargeError, notRegularFileError, specialFileKindFromStat } from '../../file-limits.js';
+import { fileErrorFromErrno, fileTooLargeError, type FileOp } from '../shared/file-errors.js';
+import { MAX_READ_FILE_BYTES } from '../shared/file-limits.js';
+import { assertNotReleased, deliverExit, deliverOutput } from '../shared/guards.js';
+import { killGroupArgv, signalExitCode } from '../shared/process-group.js';
 import { taskKeyString } from '../../backend.js';
-import { ExecDeadline } from '../../exec-deadline.js';
+import { ExecDeadline, interruptedBeforeStart } from '../shared/exec-deadline.js';
 import { isProviderSecretName } from '../../shell-state-runner.js';
 import { PgidLineFilter } from '../shared/pgid-line-filter.js';
 import { SifCache } from './sif-cache.js';
 import {
   buildSifArgv,
   execArgv,
-  FILE_EXIT,
+  FILE_EXIT_ERRNO,
   groupCommand,
   instanceListArgv,
   instanceName,
   instancePrefix,
   instanceStartArgv,
   instanceStopArgv,
-  killGroupCommand,
   needsConversion,
   parseInstanceList,
   pgidLinePrefix,
@@ -287,7 +283,6 @@ interface EnvironmentSetup {
 }
 
 
-const signalNumbers: Readonly<Record<string, number>> = { SIGHUP: 1, SIGINT: 2, SIGKILL: 9, SIGTERM: 15, SIGPIPE: 13 };
 
 /** A running command inside the instance: its local CLI process and the group id it reported. */
 interface GroupRun {
@@ -312,10 +307,6 @@ class SingularityEnvironment implements BackendEnvironment {
     this.description = setup.description;
   }
 
-  #assertLive(): void {
-    if (this.#disposing) throw new FailedPreconditionError(`environment ${this.description} was released`);
-  }
-
   #exec(command: readonly string[], env?: Readonly<Record<string, string>>): string[] {
     return execArgv({ name: this.#setup.name, env: { ...this.#setup.env, ...env }, pwd: WORKSPACE_DIR, command });
   }
@@ -323,15 +314,6 @@ class SingularityEnvironment implements BackendEnvironment {
   /** Runs a helper command in the instance to completion. */
   #helper(command: readonly string[], stdin?: Uint8Array) {
     return runCli(this.#setup.cli, this.#exec(command), { ...(stdin ? { stdin } : {}), timeoutMs: 120_000 });
-  }
-
-  #safeOutput(onOutput: ((chunk: Buffer) => void) | undefined, chunk: Buffer): void {
-    if (!onOutput || chunk.length === 0) return;
-    try {
-      onOutput(chunk);
-    } catch (err) {
-      this.#setup.logger?.warn({ err }, 'output consumer threw');
-    }
   }
 
   /**
@@ -375,7 +357,7 @@ class SingularityEnvironment implements BackendEnvironment {
           const pgid = filter.pgid;
           const graceMs = options.killGraceMs ?? this.#setup.killGraceMs;
           if (pgid !== undefined) {
-            const r = await runCli(this.#setup.cli, this.#exec(killGroupCommand(pgid, graceMs)), {
+            const r = await runCli(this.#setup.cli, this.#exec(killGroupArgv(pgid, graceMs)), {
               timeoutMs: graceMs + 60_000,
             }).catch((err: unknown) => {
               this.#setup.logger?.warn({ err, pgid }, 'killing a process group in the instance failed');
@@ -399,12 +381,9 @@ class SingularityEnvironment implements BackendEnvironment {
         })()),
     };
     child.stdout?.on('data', (chunk: Buffer) =>
-      this.#safeOutput(
-        options.onOutput,
-        filter.push(chunk, () => onStarted(run)),
-      ),
+      deliverOutput(options.onOutput, filter.push(chunk, () => onStarted(run)), this.#setup.logger),
     );
-    child.stderr?.on('data', (chunk: Buffer) => this.#safeOutput(options.onOutput, chunk));
+    child.stderr?.on('data', (chunk: Buffer) => deliverOutput(options.onOutput, chunk, this.#setup.logger));
     child.stdin?.on('error', () => undefined);
     this.#running.add(run);
     child.once('close', () => this.#running.delete(run));
@@ -412,8 +391,9 @@ class SingularityEnvironment implements BackendEnvironment {
   }
 
   async exec(options: ExecOptions): Promise<ExecResult> {
-    this.#assertLive();
-    if (options.signal?.aborted) return { exitCode: 130, timedOut: false, interrupted: true };
+    assertNotReleased(this, this.#disposing);
+    const early = interruptedBeforeStart(options);
+    if (early) return early;
     return new Promise<ExecResult>((resolve, reject) => {
       let run: GroupRun | undefined;
       // Before the group has started there is nothing to kill yet: its start kills it (below).
@@ -467,7 +447,7 @@ class SingularityEnvironment implements BackendEnvironment {
             // The runtime failed before the command started (instance gone, bad argv).
             reject(new UnavailableError(`cannot run a command in ${this.description} (exit ${code ?? signal})`));
           } else {
-            resolve(deadline.result(code ?? 128 + (signal ? (signalNumbers[signal] ?? 0) : 0)));
+            resolve(deadline.result(code ?? signalExitCode(signal)));
           }
         };
         if (deadline.ended) void started.kill().then(settle);
@@ -477,7 +457,7 @@ class SingularityEnvironment implements BackendEnvironment {
   }
 
   async startBackground(options: BackgroundOptions): Promise<BackgroundHandle> {
-    this.#assertLive();
+    assertNotReleased(this, this.#disposing);
     let killRequested = false;
     let exited = false;
     const stderrHead: Buffer[] = [];
@@ -505,14 +485,10 @@ class SingularityEnvironment implements BackendEnvironment {
           );
           return;
         }
-        let exitCode = code ?? 128 + (signal ? (signalNumbers[signal] ?? 0) : 0);
+        let exitCode = code ?? signalExitCode(signal);
         // A process we killed reports -n, as the local backend does.
         if (killRequested && exitCode > 128) exitCode = -(exitCode - 128);
-        try {
-          options.onExit(exitCode);
-        } catch (err) {
-          this.#setup.logger?.warn({ err }, 'exit consumer threw');
-        }
+        deliverExit(options.onExit, exitCode, this.#setup.logger);
       });
     });
     const run = await started;
@@ -561,47 +537,36 @@ class SingularityEnvironment implements BackendEnvironment {
       if (r.stdout.length > MAX_READ_FILE_BYTES) throw fileTooLargeError(absPath, r.stdout.length);
       return r.stdout;
     }
-    throw this.#fileError(r.exitCode, absPath, r.stderr);
+    throw this.#fileError(r.exitCode, absPath, r.stderr, 'read');
   }
 
   async writeFile(absPath: string, data: Uint8Array): Promise<void> {
     this.#assertAbsolute(absPath);
     const r = await this.#helper(writeFileCommand(absPath), data);
-    if (r.exitCode !== 0) throw this.#fileError(r.exitCode, absPath, r.stderr);
+    if (r.exitCode !== 0) throw this.#fileError(r.exitCode, absPath, r.stderr, 'write');
   }
 
   async stat(absPath: string): Promise<FileStat> {
     this.#assertAbsolute(absPath);
     const r = await this.#helper(statCommand(absPath));
     const out = r.stdout.toString('utf8').trim();
-    if (r.exitCode !== 0) throw this.#fileError(r.exitCode, absPath, r.stderr);
+    if (r.exitCode !== 0) throw this.#fileError(r.exitCode, absPath, r.stderr, 'stat');
     if (out === 'missing') return { exists: false, isDirectory: false, sizeBytes: 0 };
     const [kind, size] = out.split(' ');
     return { exists: true, isDirectory: kind === 'dir', sizeBytes: Number(size ?? 0) };
   }
 
   #assertAbsolute(absPath: string): void {
-    this.#assertLive();
+    assertNotReleased(this, this.#disposing);
     if (!absPath.startsWith('/')) throw new InvalidArgumentError(`path must be absolute: ${absPath}`);
   }
 
-  #fileError(exitCode: number | null, absPath: string, stderr: string): Error {
-    switch (exitCode) {
-      case FILE_EXIT.notFound:
-        return new NotFoundError(`File not found: ${absPath}`);
-      case FILE_EXIT.isDirectory:
-        return new InvalidArgumentError(`${absPath} is a directory`);
-      case FILE_EXIT.notDirectory:
-        return new InvalidArgumentError(`cannot create ${absPath}: a parent path is not a directory`);
-      case FILE_EXIT.notRegular:
-        return notRegularFileError(absPath, specialFileKindFromStat(stderrTail(stderr)));
-      case FILE_EXIT.tooLarge:
-        return fileTooLargeError(absPath, Number.parseInt(stderr, 10) || MAX_READ_FILE_BYTES + 1);
-      case FILE_EXIT.denied:
-        return new PermissionDeniedError(`Permission denied: ${absPath}`);
-      default:
-        return new UnavailableError(`file operation on ${absPath} in ${this.description} failed (exit ${exitCode}): ${stderrTail(stderr)}`);
-    }
+  #fileError(exitCode: number | null, absPath: string, stderr: string, op: FileOp): Error {
+    const errno = exitCode === null ? undefined : FILE_EXIT_ERRNO[exitCode];
+    return (
+      (errno ? fileErrorFromErrno(errno, absPath, op, stderrTail(stderr)) : undefined) ??
+      new UnavailableError(`file operation on ${absPath} in ${this.description} failed (exit ${exitCode}): ${stderrTail(stderr)}`)
+    );
   }
 
   dispose(): Promise<void> {

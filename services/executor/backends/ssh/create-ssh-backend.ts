@@ -9,6 +9,7 @@ import path from 'node:path';
 import type { BerthConfig } from '../../../common/config.js';
 import { FailedPreconditionError } from '../../../common/errors.js';
 import type { Logger } from '../../../common/logging.js';
+import { executorStateDir } from '../shared/state-root.js';
 import { SshBackend, type SshBackendOptions } from './ssh-backend.js';
 
 /** `~` and `~/x` against the executor's home directory. */
@@ -19,9 +20,7 @@ export function expandHome(file: string, home = os.homedir()): string {
 
 /** Where pins are kept when `terminal.ssh_known_hosts` is empty: beside the state root. */
 export function defaultKnownHostsPath(stateRoot: string): string {
-  const uid = typeof process.getuid === 'function' ? process.getuid() : 0;
-  const root = stateRoot || path.join(os.tmpdir(), `berth-${uid}`);
-  return path.join(root, 'ssh', 'known_hosts');
+  return path.join(executorStateDir(stateRoot), 'ssh', 'known_hosts');
 }
 
 /** Maps config to backend options (pure apart from the key text passed in). */

@@ -30,7 +30,9 @@ import type {
   TaskKey,
 } from '../../backend.js';
 import { taskKeyString } from '../../backend.js';
-import { ExecDeadline } from '../../exec-deadline.js';
+import { ExecDeadline, interruptedBeforeStart } from '../shared/exec-deadline.js';
+import { assertNotReleased, deliverOutput } from '../shared/guards.js';
+import { signalExitCode } from '../shared/process-group.js';
 import { KnownHostsFile } from './known-hosts.js';
 import { PgidLineFilter } from '../shared/pgid-line-filter.js';
 import { BackgroundProcesses, runShort } from './ssh-background.js';
@@ -286,18 +288,15 @@ class SshEnvironment implements BackendEnvironment {
     );
   }
 
-  #assertLive(): void {
-    if (this.#disposing) throw new FailedPreconditionError(`environment ${this.description} was released`);
-  }
-
   #where(): string {
     const e = this.#connection.endpoint;
     return `${e.host}:${e.port}`;
   }
 
   async exec(options: ExecOptions): Promise<ExecResult> {
-    this.#assertLive();
-    if (options.signal?.aborted) return { exitCode: 130, timedOut: false, interrupted: true };
+    assertNotReleased(this, this.#disposing);
+    const early = interruptedBeforeStart(options);
+    if (early) return early;
     const nonce = randomBytes(8).toString('hex');
     const command = buildExecCommand({
       script: options.script,
@@ -328,14 +327,7 @@ class SshEnvironment implements BackendEnvironment {
       let closed = false;
       let drainTimer: NodeJS.Timeout | undefined;
 
-      const emit = (chunk: Buffer) => {
-        if (chunk.length === 0 || !options.onOutput) return;
-        try {
-          options.onOutput(chunk);
-        } catch (err) {
-          this.#setup.logger?.warn({ err }, 'output consumer threw');
-        }
-      };
+      const emit = (chunk: Buffer) => deliverOutput(options.onOutput, chunk, this.#setup.logger);
       const kill = (): Promise<void> => {
         const pgid = filter.pgid;
         if (pgid === undefined) {
@@ -396,7 +388,7 @@ class SshEnvironment implements BackendEnvironment {
           } else if (exitCode !== null) {
             resolve(deadline.result(exitCode));
           } else if (exitSignal !== undefined) {
-            resolve(deadline.result(128 + (signalNumbers[exitSignal] ?? 0)));
+            resolve(deadline.result(signalExitCode(exitSignal)));
           } else {
             // The connection dropped: the command may still run; kill it once the host is back.
             if (filter.pgid !== undefined) void this.#killAfterDrop(filter.pgid);
@@ -439,7 +431,7 @@ class SshEnvironment implements BackendEnvironment {
   }
 
   async startBackground(options: BackgroundOptions): Promise<BackgroundHandle> {
-    this.#assertLive();
+    assertNotReleased(this, this.#disposing);
     return this.#background.start(options, this.initialCwd);
   }
 
@@ -480,20 +472,3 @@ class SshEnvironment implements BackendEnvironment {
     return this.#disposing;
   }
 }
-
-/** Signal numbers on Linux, for an exit reported as a signal name. */
-const signalNumbers: Readonly<Record<string, number>> = {
-  HUP: 1,
-  INT: 2,
-  QUIT: 3,
-  ILL: 4,
-  ABRT: 6,
-  FPE: 8,
-  KILL: 9,
-  SEGV: 11,
-  PIPE: 13,
-  ALRM: 14,
-  TERM: 15,
-  USR1: 10,
-  USR2: 12,
-};

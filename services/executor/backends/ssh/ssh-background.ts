@@ -10,6 +10,7 @@ import type { SFTPWrapper } from 'ssh2';
 import { FailedPreconditionError, UnavailableError } from '../../../common/errors.js';
 import type { Logger } from '../../../common/logging.js';
 import type { BackgroundHandle, BackgroundOptions } from '../../backend.js';
+import { deliverExit, deliverOutput } from '../shared/guards.js';
 import type { SshConnection } from './ssh-connection.js';
 import { readAll } from './ssh-files.js';
 import {
@@ -244,11 +245,7 @@ export class BackgroundProcesses {
     const data = await readAll(sftp, proc.logHandle.handle, proc.offset, DRAIN_MAX_BYTES);
     if (data.length === 0) return false;
     proc.offset += data.length;
-    try {
-      proc.options.onOutput(data);
-    } catch (err) {
-      this.#host.logger?.warn({ err }, 'output consumer threw');
-    }
+    deliverOutput(proc.options.onOutput, data, this.#host.logger);
     return data.length >= DRAIN_MAX_BYTES;
   }
 
@@ -258,11 +255,7 @@ export class BackgroundProcesses {
     this.#running.delete(proc);
     // bash reports death by signal n as 128+n; a process we killed reports -n, as the local backend does.
     const reported = proc.killRequested && code > 128 ? -(code - 128) : code;
-    try {
-      proc.options.onExit(reported);
-    } catch (err) {
-      this.#host.logger?.warn({ err }, 'exit consumer threw');
-    }
+    deliverExit(proc.options.onExit, reported, this.#host.logger);
     proc.markDone();
   }
 }

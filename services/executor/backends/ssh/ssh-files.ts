@@ -5,15 +5,16 @@
  */
 import { posix } from 'node:path';
 import type { SFTPWrapper, Stats } from 'ssh2';
-import {
-  BerthError,
-  InvalidArgumentError,
-  NotFoundError,
-  PermissionDeniedError,
-  UnavailableError,
-} from '../../../common/errors.js';
+import { BerthError, UnavailableError } from '../../../common/errors.js';
 import type { FileStat } from '../../backend.js';
-import { MAX_READ_FILE_BYTES, fileTooLargeError, notRegularFileError, specialFileKind } from '../../file-limits.js';
+import {
+  fileErrorFromErrno,
+  fileTooLargeError,
+  notRegularFileError,
+  parentNotDirectoryError,
+  type FileOp,
+} from '../shared/file-errors.js';
+import { MAX_READ_FILE_BYTES, specialFileKind } from '../shared/file-limits.js';
 
 /** SFTP status codes (draft-ietf-secsh-filexfer-02 §7). */
 const SFTP_NO_SUCH_FILE = 2;
@@ -29,20 +30,24 @@ function sftpCode(err: unknown): number | undefined {
   return typeof code === 'number' ? code : undefined;
 }
 
+/** The errno name an SFTP status stands for, for the shared file-error mapper. */
+const SFTP_ERRNO: Readonly<Record<number, string>> = {
+  [SFTP_NO_SUCH_FILE]: 'ENOENT',
+  [SFTP_PERMISSION_DENIED]: 'EACCES',
+};
+
 /** Maps an SFTP failure on `absPath` to a domain error. */
-export function sftpError(err: unknown, absPath: string, where: string): BerthError {
+export function sftpError(err: unknown, absPath: string, op: FileOp, where: string): BerthError {
   if (err instanceof BerthError) return err;
-  switch (sftpCode(err)) {
-    case SFTP_NO_SUCH_FILE:
-      return new NotFoundError(`File not found: ${absPath}`, { cause: err });
-    case SFTP_PERMISSION_DENIED:
-      return new PermissionDeniedError(`Permission denied: ${absPath}`, { cause: err });
-    default:
-      return new UnavailableError(
-        `file operation on ${absPath} at ${where} failed: ${err instanceof Error ? err.message : String(err)}`,
-        { cause: err },
-      );
-  }
+  const code = sftpCode(err);
+  const errno = code === undefined ? undefined : SFTP_ERRNO[code];
+  return (
+    (errno ? fileErrorFromErrno(errno, absPath, op, '', { cause: err }) : undefined) ??
+    new UnavailableError(
+      `file operation on ${absPath} at ${where} failed: ${err instanceof Error ? err.message : String(err)}`,
+      { cause: err },
+    )
+  );
 }
 
 const call = <T>(fn: (cb: (err: Error | undefined | null, value: T) => void) => void): Promise<T> =>
@@ -59,7 +64,7 @@ export async function sftpStat(sftp: SFTPWrapper, absPath: string, where: string
     return { exists: true, isDirectory: info.isDirectory(), sizeBytes: info.size };
   } catch (err) {
     if (sftpCode(err) === SFTP_NO_SUCH_FILE) return { exists: false, isDirectory: false, sizeBytes: 0 };
-    throw sftpError(err, absPath, where);
+    throw sftpError(err, absPath, 'stat', where);
   }
 }
 
@@ -78,7 +83,7 @@ export async function sftpReadFile(
     if (info.size > maxBytes) throw fileTooLargeError(absPath, info.size, maxBytes);
     handle = await call<Buffer>((cb) => sftp.open(absPath, 'r', cb));
   } catch (err) {
-    throw sftpError(err, absPath, where);
+    throw sftpError(err, absPath, 'read', where);
   }
   try {
     const data = await readAll(sftp, handle, 0, maxBytes + 1);
@@ -86,7 +91,7 @@ export async function sftpReadFile(
     if (data.length > maxBytes) throw fileTooLargeError(absPath, data.length, maxBytes);
     return data;
   } catch (err) {
-    throw sftpError(err, absPath, where);
+    throw sftpError(err, absPath, 'read', where);
   } finally {
     await call<void>((cb) => sftp.close(handle, (err) => cb(err, undefined))).catch(() => undefined);
   }
@@ -137,7 +142,7 @@ async function mkdirp(sftp: SFTPWrapper, dir: string): Promise<void> {
     }
     const info = await statPath(sftp, dir).catch(() => undefined);
     if (info?.isDirectory()) return;
-    if (info) throw new InvalidArgumentError(`cannot create ${dir}: a parent path is not a directory`);
+    if (info) throw parentNotDirectoryError(dir);
     throw err;
   }
 }
@@ -148,15 +153,15 @@ export async function sftpWriteFile(sftp: SFTPWrapper, absPath: string, data: Ui
   try {
     const parent = posix.dirname(absPath);
     const existing = await statPath(sftp, absPath).catch(() => undefined);
-    if (existing && !existing.isFile()) throw notRegularFileError(absPath, specialFileKind(existing.mode));
+    if (existing && !existing.isFile()) throw notRegularFileError(absPath, specialFileKind(existing.mode), 'write');
     const parentInfo = await statPath(sftp, parent).catch(() => undefined);
     if (!parentInfo) await mkdirp(sftp, parent);
     else if (!parentInfo.isDirectory()) {
-      throw new InvalidArgumentError(`cannot create ${absPath}: a parent path is not a directory`);
+      throw parentNotDirectoryError(absPath);
     }
     handle = await call<Buffer>((cb) => sftp.open(absPath, 'w', cb));
   } catch (err) {
-    throw sftpError(err, absPath, where);
+    throw sftpError(err, absPath, 'write', where);
   }
   try {
     const bytes = Buffer.from(data.buffer, data.byteOffset, data.byteLength);
@@ -171,7 +176,7 @@ export async function sftpWriteFile(sftp: SFTPWrapper, absPath: string, data: Ui
     };
     await Promise.all(Array.from({ length: IN_FLIGHT }, worker));
   } catch (err) {
-    throw sftpError(err, absPath, where);
+    throw sftpError(err, absPath, 'write', where);
   } finally {
     await call<void>((cb) => sftp.close(handle, (err) => cb(err, undefined))).catch(() => undefined);
   }

@@ -14,6 +14,7 @@ import { posix } from 'node:path';
 import type { TaskKey } from '../../backend.js';
 import { taskKeyString } from '../../backend.js';
 import { shellQuote } from '../../shell-state-runner.js';
+import { assertKillableGroup, killGroupScript } from '../shared/process-group.js';
 
 /** Exit codes of the preflight script, one per missing prerequisite. */
 export const PREFLIGHT_EXIT = { noBash: 90, noSetsid: 91, cannotCreateDirs: 92 } as const;
@@ -104,24 +105,12 @@ export function buildExecCommand(spec: ExecCommandSpec): string {
 }
 
 /**
- * Kills process group `pgid`: SIGTERM, up to `graceMs` for it to go, then
- * SIGKILL, then a short wait so callers see it gone. With `exitFile`, a
- * group that had to be SIGKILLed gets its exit file written (its wrapper
- * could not), so pollers see the end.
+ * Kills process group `pgid` (see {@link killGroupScript}); with `exitFile`,
+ * a group that had to be SIGKILLed gets its exit file written.
  */
 export function buildKillCommand(pgid: number, graceMs: number, exitFile?: string): string {
-  if (!Number.isInteger(pgid) || pgid <= 1) throw new Error(`refusing to kill process group ${pgid}`);
-  const steps = Math.max(1, Math.ceil(graceMs / 50));
-  const script = [
-    `p=${pgid}`,
-    'kill -TERM -- -$p 2>/dev/null || exit 0',
-    `for ((i = 0; i < ${steps}; i++)); do sleep 0.05; kill -0 -- -$p 2>/dev/null || exit 0; done`,
-    'kill -KILL -- -$p 2>/dev/null',
-    'for ((i = 0; i < 40; i++)); do kill -0 -- -$p 2>/dev/null || break; sleep 0.01; done',
-    `if [ -n "$1" ] && [ ! -e "$1" ]; then printf '137\\n' > "$1"; fi`,
-    'exit 0',
-  ].join('\n');
-  return bashCommand(script, exitFile ?? '');
+  assertKillableGroup(pgid);
+  return bashCommand(killGroupScript(graceMs), String(pgid), exitFile ?? '');
 }
 
 /** The files of one background process, all in its own directory. */

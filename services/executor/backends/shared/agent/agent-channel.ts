@@ -7,7 +7,9 @@
 import type { Duplex } from 'node:stream';
 import { FailedPreconditionError, ResourceExhaustedError } from '../../../../common/errors.js';
 import type { Logger } from '../../../../common/logging.js';
-import { MAX_READ_FILE_BYTES, fileTooLargeError } from '../../../file-limits.js';
+import { fileTooLargeError } from '../file-errors.js';
+import { MAX_READ_FILE_BYTES } from '../file-limits.js';
+import { deliverOutput } from '../guards.js';
 import type { AgentHello, FrameDecoder } from './agent-protocol.js';
 import {
   FILE_CHUNK_BYTES,
@@ -178,11 +180,7 @@ export class AgentChannel implements SandboxChannel {
           proc.started.resolve(frame);
           return;
         case 'out':
-          try {
-            proc.onOutput(frame.body);
-          } catch (err) {
-            this.#logger?.warn({ err }, 'output consumer threw');
-          }
+          deliverOutput(proc.onOutput, frame.body, this.#logger);
           return;
         case 'exit':
           this.#procs.delete(header.id);

@@ -19,7 +19,7 @@ import type { CaseResult } from './bench-result.js';
 import { runCase } from './runner.js';
 import { formatMs, formatRatio } from './stats.js';
 
-export const REPO_ROOT = fileURLToPath(new URL('../../../', import.meta.url));
+export const REPO_ROOT = fileURLToPath(new URL('../../../../', import.meta.url));
 const CASES_DIR = fileURLToPath(new URL('./cases/', import.meta.url));
 export const RESULTS_DIR = join(REPO_ROOT, 'test', 'bench', 'results');
 

@@ -12,7 +12,7 @@ import type { BenchCase } from '../bench-case.js';
 import type { BenchServer } from '../bench-server-process.js';
 import { NOOP_RESULT, NOOP_TOOL } from '../noop-tool.js';
 import { formatMs } from '../stats.js';
-import { startOtlpReceiver, type OtlpReceiver } from '../../support/otlp-receiver.js';
+import { startOtlpReceiver, type OtlpReceiver } from '../otlp-receiver.js';
 
 export default function cases(): BenchCase[] {
   let server: BenchServer | undefined;

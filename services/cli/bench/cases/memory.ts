@@ -13,12 +13,12 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { createChannel, createClient, type Channel } from 'nice-grpc';
-import { DispatcherDefinition, type DispatcherClient } from '../../../services/gen/berth/v1/dispatcher.js';
+import { DispatcherDefinition, type DispatcherClient } from '../../../gen/berth/v1/dispatcher.js';
 import type { BenchCase, BenchContext, BenchMode } from '../bench-case.js';
 import { benchServerEnv } from '../bench-server-process.js';
 import { checkTerminalResult, unmeasured } from '../case-helpers.js';
 import { median } from '../stats.js';
-import { rssKiB, startListeningChild, type ListeningChild } from '../../support/listening-child.js';
+import { rssKiB, startListeningChild, type ListeningChild } from '../listening-child.js';
 
 /** RSS is read this many times, this far apart, and the median kept: a GC in between moves one reading only. */
 const READINGS = 5;

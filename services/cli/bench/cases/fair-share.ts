@@ -17,8 +17,8 @@
 import { performance } from 'node:perf_hooks';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { createClient, Metadata } from 'nice-grpc';
-import { hashApiKey } from '../../../services/common/config.js';
-import { DispatcherDefinition, type DispatcherClient } from '../../../services/gen/berth/v1/dispatcher.js';
+import { hashApiKey } from '../../../common/config.js';
+import { DispatcherDefinition, type DispatcherClient } from '../../../gen/berth/v1/dispatcher.js';
 import type { BenchCase, BenchMode, LoadCase, LoadRound } from '../bench-case.js';
 import type { BenchServer } from '../bench-server-process.js';
 import { checkTerminalResult, unmeasured } from '../case-helpers.js';

@@ -7,9 +7,9 @@ import { execFile } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
-import { parseConfig, type BackendName } from '../../services/common/config.js';
-import { silentLogger } from '../../services/common/logging.js';
-import { createBackend } from '../../services/executor/backends/create-backend.js';
+import { parseConfig, type BackendName } from '../../common/config.js';
+import { silentLogger } from '../../common/logging.js';
+import { createBackend } from '../../executor/backends/create-backend.js';
 import type { BenchContext, BenchMode } from './bench-case.js';
 import { startBenchServer, type BenchServer, type BenchServerOptions } from './bench-server-process.js';
 

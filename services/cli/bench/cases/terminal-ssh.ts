@@ -44,7 +44,7 @@ interface WarmSshTask {
 /** The sshd fixture, a key file for it, and a server whose ssh task is already warm. */
 async function startWarmSshTask(ctx: BenchContext, scratchPrefix: string): Promise<WarmSshTask> {
   // Loaded only here: the fixture pulls in testcontainers.
-  const fixture = await import('../../support/sshd-container.js');
+  const fixture = await import('../sshd-container.js');
   const started = await fixture.startSshd();
   const scratch = mkdtempSync(join(tmpdir(), scratchPrefix));
   const keyPath = join(scratch, 'id_ed25519');

@@ -10,9 +10,9 @@
  */
 import { createWriteStream } from 'node:fs';
 import { parseArgs } from 'node:util';
-import { loadConfig } from '../../services/common/config.js';
-import { createLogger } from '../../services/common/logging.js';
-import { startServe } from '../../services/cli/serve.js';
+import { loadConfig } from '../../common/config.js';
+import { createLogger } from '../../common/logging.js';
+import { startServe } from '../serve.js';
 import { NOOP_RESULT, NOOP_TOOL } from './noop-tool.js';
 
 async function main(): Promise<void> {

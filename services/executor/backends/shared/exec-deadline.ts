@@ -4,7 +4,7 @@
  * is marked interrupted (unless it timed out first), and either way `kill`
  * is called; the backend reports 124 or 130 (see {@link ExecDeadline.exitCode}).
  */
-import type { ExecOptions, ExecResult } from './backend.js';
+import type { ExecOptions, ExecResult } from '../../backend.js';
 
 /** setTimeout fires at once for delays beyond 2^31-1 ms; clamp instead. */
 const MAX_TIMER_MS = 2 ** 31 - 1;
@@ -59,4 +59,9 @@ export class ExecDeadline {
     clearTimeout(this.#timer);
     this.#signal?.removeEventListener('abort', this.#onAbort);
   }
+}
+
+/** The result for an exec whose signal was aborted before it started (nothing is run), else undefined. */
+export function interruptedBeforeStart(options: Pick<ExecOptions, 'signal'>): ExecResult | undefined {
+  return options.signal?.aborted ? { exitCode: 130, timedOut: false, interrupted: true } : undefined;
 }

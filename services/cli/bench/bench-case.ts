@@ -4,11 +4,11 @@
  * a shared machine hits both alike and the ratio means something even when
  * the absolute times do not.
  *
- * To add a case, add a file under `test/bench/cases/` whose default export is
+ * To add a case, add a file under `services/cli/bench/cases/` whose default export is
  * a function of the mode returning one or more cases. The file's name (without `.ts`) is
  * the suite name `berth bench --only NAME` selects.
  */
-import type { BackendName } from '../../services/common/config.js';
+import type { BackendName } from '../../common/config.js';
 import type { CaseResult } from './bench-result.js';
 import type { BenchServer, BenchServerOptions } from './bench-server-process.js';
 

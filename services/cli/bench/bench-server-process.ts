@@ -10,10 +10,10 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { createChannel, createClient, type Channel } from 'nice-grpc';
 import { HealthDefinition } from 'nice-grpc-server-health';
-import type { BackendName } from '../../services/common/config.js';
-import { CHANNEL_OPTIONS } from '../../services/common/grpc-server.js';
-import { DispatcherDefinition, type DispatcherClient } from '../../services/gen/berth/v1/dispatcher.js';
-import { startListeningChild, type ListeningChild } from '../support/listening-child.js';
+import type { BackendName } from '../../common/config.js';
+import { CHANNEL_OPTIONS } from '../../common/grpc-server.js';
+import { DispatcherDefinition, type DispatcherClient } from '../../gen/berth/v1/dispatcher.js';
+import { startListeningChild, type ListeningChild } from './listening-child.js';
 
 export interface BenchServerOptions {
   /** Terminal backend; default local. */

@@ -1,8 +1,10 @@
 /**
- * A real OpenSSH server in a container (test/fixtures/sshd), started by
+ * A real OpenSSH server in a container (sshd/ beside this file), started by
  * testcontainers, with a key pair made for this test run. Ryuk (the
  * testcontainers reaper) cannot be pulled here, so it is disabled and the
  * container is removed by {@link StartedSshd.stop} (also via `await using`).
+ * testcontainers is a dev dependency: only the tests and the bench's ssh
+ * case (in a source checkout) load this file.
  */
 import net from 'node:net';
 import path from 'node:path';
@@ -19,8 +21,10 @@ export const SSHD_USER = 'sandbox';
 const SSHD_PORT = 2222;
 
 const here = path.dirname(fileURLToPath(import.meta.url));
-/** test/fixtures/sshd, from dist/test/support or test/support alike. */
-const fixtureDir = path.resolve(here, '..', '..', ...(here.includes(`${path.sep}dist${path.sep}`) ? ['..'] : []), 'test', 'fixtures', 'sshd');
+/** The checkout's root, from dist/services/cli/bench or services/cli/bench alike. */
+const repoRoot = path.resolve(here, '..', '..', '..', ...(here.includes(`${path.sep}dist${path.sep}`) ? ['..'] : []));
+/** The image's build context (not compiled, so always the source folder). */
+const fixtureDir = path.join(repoRoot, 'services', 'cli', 'bench', 'sshd');
 
 export interface KeyPair {
   readonly privateKey: string;

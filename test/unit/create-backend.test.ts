@@ -1,0 +1,127 @@
+/**
+ * create-backend.ts loads only the backend it is asked for: a fresh node
+ * process loads one backend's factory (and makes a local backend, config
+ * only) and reports every module it loaded, ES modules through a resolve
+ * hook and CommonJS ones from the require cache. No backend's folder may
+ * appear in another backend's list, and the SDKs stay unloaded where they
+ * are not needed.
+ */
+import assert from 'node:assert/strict';
+import { spawnSync } from 'node:child_process';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
+import { after, describe, it } from 'node:test';
+import { fileURLToPath, pathToFileURL } from 'node:url';
+import { loadBackendFactory } from '../../services/executor/backends/create-backend.js';
+
+const here = path.dirname(fileURLToPath(import.meta.url));
+const createBackendUrl = pathToFileURL(path.resolve(here, '../../services/executor/backends/create-backend.js')).href;
+const configUrl = pathToFileURL(path.resolve(here, '../../services/common/config.js')).href;
+const loggingUrl = pathToFileURL(path.resolve(here, '../../services/common/logging.js')).href;
+
+const scratch = mkdtempSync(path.join(tmpdir(), 'berth-create-backend-'));
+after(() => rmSync(scratch, { recursive: true, force: true }));
+
+// Runs in node's hooks thread: appends each resolved ES module URL to the file named in BERTH_LOADED_LOG.
+const hookFile = path.join(scratch, 'record-hook.mjs');
+writeFileSync(
+  hookFile,
+  [
+    "import { appendFileSync } from 'node:fs';",
+    'export async function resolve(specifier, context, next) {',
+    '  const r = await next(specifier, context);',
+    "  appendFileSync(process.env.BERTH_LOADED_LOG, r.url + '\\n');",
+    '  return r;',
+    '}',
+  ].join('\n'),
+);
+const registerFile = path.join(scratch, 'register.mjs');
+writeFileSync(
+  registerFile,
+  `import { register } from 'node:module';\nregister(${JSON.stringify(pathToFileURL(hookFile).href)});\n`,
+);
+
+/** Every module (ES and CommonJS, as paths) a fresh process loaded for `name`. */
+function modulesLoadedFor(name: string): string[] {
+  const log = path.join(scratch, `${name}.log`);
+  writeFileSync(log, '');
+  const script = `
+    import { createRequire } from 'node:module';
+    import { fileURLToPath } from 'node:url';
+    import { appendFileSync } from 'node:fs';
+    const { loadBackendFactory } = await import(${JSON.stringify(createBackendUrl)});
+    const create = await loadBackendFactory(${JSON.stringify(name)});
+    if (${JSON.stringify(name)} === 'local') {
+      const { parseConfig } = await import(${JSON.stringify(configUrl)});
+      const { silentLogger } = await import(${JSON.stringify(loggingUrl)});
+      const state = ${JSON.stringify(path.join(scratch, 'state'))};
+      const backend = await create(parseConfig({ executor: { state_root: state }, terminal: { backend: 'local' } }), silentLogger());
+      if (backend.capabilities.name !== 'local') throw new Error('not the local backend: ' + backend.capabilities.name);
+    }
+    const cjs = Object.keys(createRequire(import.meta.url).cache);
+    appendFileSync(process.env.BERTH_LOADED_LOG, cjs.join('\\n') + '\\n');
+  `;
+  const r = spawnSync(process.execPath, ['--import', pathToFileURL(registerFile).href, '--input-type=module', '-e', script], {
+    env: { ...process.env, BERTH_LOADED_LOG: log },
+    encoding: 'utf8',
+    timeout: 60_000,
+  });
+  assert.equal(r.status, 0, `loading the ${name} backend failed: ${r.stderr}`);
+  return readFileSync(log, 'utf8')
+    .split('\n')
+    .filter(Boolean)
+    .map((entry) => (entry.startsWith('file:') ? fileURLToPath(entry) : entry));
+}
+
+const BACKENDS = ['local', 'docker', 'ssh', 'singularity'] as const;
+const folderOf = (name: string) => `${path.sep}backends${path.sep}${name}${path.sep}`;
+const pkg = (name: string) => `${path.sep}node_modules${path.sep}${name}${path.sep}`;
+
+describe('create-backend loads one backend', () => {
+  const loaded = new Map(BACKENDS.map((name) => [name, modulesLoadedFor(name)]));
+
+  for (const name of BACKENDS) {
+    it(`the ${name} backend loads its own folder and no other backend's`, () => {
+      const modules = loaded.get(name) ?? [];
+      assert.ok(
+        modules.some((m) => m.includes(folderOf(name))),
+        `${name}: its own folder was not loaded, so this test would see nothing`,
+      );
+      for (const other of BACKENDS.filter((b) => b !== name)) {
+        const strays = modules.filter((m) => m.includes(folderOf(other)));
+        assert.deepEqual(strays, [], `${name} loaded the ${other} backend`);
+      }
+    });
+  }
+
+  it('ssh2 is loaded by the ssh backend and by neither local nor singularity', () => {
+    assert.ok(loaded.get('ssh')?.some((m) => m.includes(pkg('ssh2'))), 'the ssh backend did not load ssh2');
+    for (const name of ['local', 'singularity'] as const) {
+      assert.deepEqual(
+        loaded.get(name)?.filter((m) => m.includes(pkg('ssh2'))),
+        [],
+        `${name} loaded ssh2`,
+      );
+    }
+  });
+
+  it('the Docker client is loaded by the docker backend only', () => {
+    assert.ok(loaded.get('docker')?.some((m) => m.includes(pkg('dockerode'))), 'the docker backend did not load dockerode');
+    for (const name of ['local', 'ssh', 'singularity'] as const) {
+      assert.deepEqual(
+        loaded.get(name)?.filter((m) => m.includes(pkg('dockerode'))),
+        [],
+        `${name} loaded dockerode`,
+      );
+    }
+  });
+
+  it('an unknown backend is refused with the list of those there are', async () => {
+    await assert.rejects(loadBackendFactory('modal'), {
+      name: 'FailedPreconditionError',
+      message: 'the modal backend is not available in this version of Berth; available: local, docker, ssh, singularity',
+    });
+    await assert.rejects(loadBackendFactory('toString'), /the toString backend is not available/);
+  });
+});
