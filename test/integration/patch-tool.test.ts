@@ -197,6 +197,25 @@ describe('patch patch mode: V4A headers and shapes', () => {
     assert.equal(await h.read('keep.txt'), 'keep\n');
   });
 
+  it('refuses credential stores and system paths in any header or path, as write_file does', async () => {
+    await h.write('notes.txt', 'a\n');
+    const denied = (abs: string): string => `Write denied: '${abs}' is a protected system/credential file.`;
+    assert.deepEqual(
+      await h.call({ mode: 'patch', patch: '*** Begin Patch\n*** Add File: .ssh/authorized_keys\n+ssh-ed25519 AAAA\n*** End Patch' }),
+      { error: denied(h.path('.ssh/authorized_keys')) },
+    );
+    assert.deepEqual(
+      await h.call({ mode: 'patch', patch: '*** Begin Patch\n*** Move File: notes.txt -> .aws/credentials\n*** End Patch' }),
+      { error: denied(h.path('.aws/credentials')) },
+    );
+    assert.deepEqual(await h.call({ mode: 'replace', path: '/etc/hosts', old_string: 'a', new_string: 'b' }), {
+      error: 'Refusing to write to sensitive system path: /etc/hosts\nUse the terminal tool with sudo if you need to modify system files.',
+    });
+    assert.equal(await h.read('notes.txt'), 'a\n');
+    await assert.rejects(h.read('.ssh/authorized_keys'));
+    await assert.rejects(h.read('.aws/credentials'));
+  });
+
   it('moves a file with "*** Move File: a -> b", naming both ends', async () => {
     await h.write('old/name.py', 'x = 1\n');
     const result = await h.call({ mode: 'patch', patch: '*** Begin Patch\n*** Move File: old/name.py -> new/name.py\n*** End Patch' });

@@ -14,6 +14,7 @@ import { fuzzyFindAndReplace, isAlreadyApplied, noMatchHint, pythonRepr } from '
 import { applyPatch, parsePatch, PatchError, patchPaths, type FileChange, type ParsedPatch } from '../patch-parser.js';
 import { shellQuote } from '../shell-quote.js';
 import { unifiedDiff } from '../unified-diff.js';
+import { checkWriteAllowed } from './file-safety.js';
 import {
   ToolInputError,
   boolArg,
@@ -97,15 +98,14 @@ export type PatchTargetSource = 'path-argument' | 'patch-header';
  * replace-mode `path` and for every path in a patch's headers (both ends of
  * a move), header paths as the patch spells them.
  *
- * Today: upstream's `..` refusal for header paths. The sensitive-path and
- * credential deny checks (file-safety) go here too, for both sources, which
- * is why it is async and gets the context (paths resolve in the task's
- * environment).
+ * Upstream's `..` refusal for header paths first, then, for both sources,
+ * write_file's sensitive-path and credential deny checks (file-safety.ts),
+ * resolved in the task's environment (home and symlinks are the sandbox's).
  */
 export async function checkPatchTarget(
   path: string,
   source: PatchTargetSource,
-  _context: ToolContext,
+  context: ToolContext,
 ): Promise<string | undefined> {
   if (source === 'patch-header' && path.split(/[\\/]/).includes('..')) {
     return (
@@ -113,7 +113,8 @@ export async function checkPatchTarget(
       "or an absolute path in '*** Update File:' / '*** Add File:' / '*** Delete File:' / '*** Move File:' headers."
     );
   }
-  return undefined;
+  const { absPath } = await context.task.stat(path);
+  return checkWriteAllowed(context, path, absPath);
 }
 
 async function patchTool(args: ToolArgs, context: ToolContext): Promise<JsonObject> {
