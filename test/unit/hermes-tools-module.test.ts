@@ -175,6 +175,19 @@ describe('hermes_tools.py against a real socket', () => {
     ]);
   });
 
+  it('returns the JSON object of a result that carries a hint after it', async () => {
+    const plain = answers.search_files;
+    answers.search_files = JSON.stringify(
+      '{"total_count": 60, "truncated": true}\n\n[Hint: Results truncated. Use offset=50 to see more, or narrow with a more specific pattern or file_glob.]',
+    );
+    try {
+      const out = await python('import json\nfrom hermes_tools import search_files\nprint(json.dumps(search_files("x")))');
+      assert.deepEqual(JSON.parse(out), { total_count: 60, truncated: true });
+    } finally {
+      answers.search_files = plain ?? '';
+    }
+  });
+
   it('has only the enabled tools, and the helpers', async () => {
     const out = await python(
       'import hermes_tools as h\n' +

@@ -48,17 +48,26 @@ def _current_task() -> _Task:
         return _task
 
 
+def _json_or_text(text: str) -> Any:
+    try:
+        return _json.loads(text)
+    except ValueError:
+        pass
+    # A JSON result followed by a note (search_files' "[Hint: Results truncated. ...]") is the JSON.
+    cut = text.rfind("\n\n[Hint: ")
+    if cut > 0:
+        try:
+            return _json.loads(text[:cut])
+        except ValueError:
+            pass
+    return text
+
+
 def _decode(text: str) -> Any:
     # Same unwrapping as the sandbox's stub, so scripts see identical values.
-    try:
-        result = _json.loads(text)
-    except ValueError:
-        return text
-    if isinstance(result, str):
-        try:
-            return _json.loads(result)
-        except ValueError:
-            return result
+    result = _json_or_text(text)
+    if isinstance(result, str) and result is not text:
+        return _json_or_text(result)
     return result
 
 

@@ -10,4 +10,12 @@ def parse_result(text: str) -> Any:
     try:
         return json.loads(text)
     except ValueError:
-        return text
+        pass
+    # A JSON result followed by a note (search_files' "[Hint: Results truncated. ...]") is the JSON.
+    cut = text.rfind("\n\n[Hint: ")
+    if cut > 0:
+        try:
+            return json.loads(text[:cut])
+        except ValueError:
+            pass
+    return text

@@ -146,6 +146,21 @@ def _drop_connection():
             pass
 
 
+def _json_or_text(text):
+    try:
+        return _json.loads(text)
+    except ValueError:
+        pass
+    # A JSON result followed by a note (search_files' "[Hint: Results truncated. ...]") is the JSON.
+    cut = text.rfind("\\n\\n[Hint: ")
+    if cut > 0:
+        try:
+            return _json.loads(text[:cut])
+        except ValueError:
+            pass
+    return text
+
+
 def _decode(line):
     text = line.decode("utf-8", errors="replace").rstrip("\\n")
     try:
@@ -154,10 +169,7 @@ def _decode(line):
         return text
     # Results that are not one line arrive JSON-encoded as a string: unwrap them.
     if isinstance(result, str):
-        try:
-            return _json.loads(result)
-        except ValueError:
-            return result
+        return _json_or_text(result)
     return result
 
 
