@@ -40,7 +40,7 @@ export interface TerminalForegroundResult {
 /** `terminal` with `background: true`. */
 export interface TerminalBackgroundResult {
   readonly output: 'Background process started' | (string & {});
-  /** The process id for the `process` tool: `proc_<12 hex>`. */
+  /** The process id for `process_manage`: `proc_<12 hex>`. */
   readonly session_id: string;
   readonly pid: number;
   readonly exit_code: number;
@@ -72,21 +72,36 @@ export interface WriteFileResult {
   readonly [key: string]: unknown;
 }
 
+/** `patch` (upstream Hermes' PatchResult): `success` first; absolute paths. */
 export interface PatchResult {
   readonly success?: boolean;
+  /** The edit was already in the file; nothing was written. */
+  readonly no_change?: boolean;
+  readonly note?: string;
   readonly diff?: string;
   readonly files_modified?: string[];
   readonly files_created?: string[];
   readonly files_deleted?: string[];
   readonly error?: string;
+  /** Absolute path of the one file edited. */
+  readonly resolved_path?: string;
+  /** What to do after a failed match (escalates after repeated failures on one file). */
+  readonly _hint?: string;
   readonly [key: string]: unknown;
 }
 
+/** `search_files`: from 5 content matches on, rows come grouped as `matches_text` instead of `matches`. */
 export interface SearchFilesResult {
+  readonly total_count?: number;
   readonly matches?: Array<{ readonly path: string; readonly line: number; readonly content: string; readonly [key: string]: unknown }>;
+  readonly matches_format?: string;
+  readonly matches_text?: string;
   readonly files?: string[];
   readonly counts?: Record<string, number>;
-  readonly total_count?: number;
+  readonly truncated?: boolean;
+  readonly total_count_is_lower_bound?: boolean;
+  readonly limit_reason?: string;
+  readonly warning?: string;
   readonly error?: string;
   readonly [key: string]: unknown;
 }
