@@ -58,7 +58,10 @@ class ToolMethods(Generic[R]):
         offset: Optional[int] = None,
         limit: Optional[int] = None,
     ) -> R:
-        """Manages background processes: list, poll, log, wait, kill, write, submit, close."""
+        """Manages background processes: list, poll, log, wait, kill, write, submit, close, handoff (subagents only).
+
+        session_id may be any unique prefix of the id terminal(background=True) returned.
+        """
         return self.call(
             "process_manage",
             _args(action=action, session_id=session_id, data=data, timeout=timeout, offset=offset, limit=limit),
