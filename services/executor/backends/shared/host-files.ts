@@ -4,7 +4,7 @@
  * calls (see file-limits.ts), with the errors from file-errors.ts.
  */
 import { constants as fsConstants, type Stats } from 'node:fs';
-import { open, type FileHandle } from 'node:fs/promises';
+import { open, stat, type FileHandle } from 'node:fs/promises';
 import { fileErrorFromNode, fileTooLargeError, notRegularFileError, type FileOp } from './file-errors.js';
 import { MAX_READ_FILE_BYTES, specialFileKind } from './file-limits.js';
 
@@ -17,7 +17,12 @@ async function openRegular(absPath: string, flags: number, op: FileOp): Promise<
   try {
     handle = await open(absPath, flags | fsConstants.O_NONBLOCK | fsConstants.O_NOCTTY, 0o666);
   } catch (err) {
-    // A FIFO opened for writing with no reader: ENXIO, like a socket; say which.
+    // A FIFO opened for writing with no reader fails with ENXIO, like a socket: say which it is.
+    const code = (err as NodeJS.ErrnoException).code;
+    if (code === 'ENXIO' || code === 'EOPNOTSUPP') {
+      const info = await stat(absPath).catch(() => undefined);
+      if (info !== undefined && !info.isFile()) throw notRegularFileError(absPath, specialFileKind(info.mode), op);
+    }
     throw fileErrorFromNode(err, absPath, op);
   }
   try {
