@@ -57,10 +57,25 @@ export const PROVIDER_SECRET_NAME_PARTS: readonly string[] = [
   'APIKEY',
 ];
 
-/** True when `name` looks like it holds a provider secret (see {@link PROVIDER_SECRET_NAME_PARTS}). */
+/**
+ * Settings of the service's own providers that do not look secret by name but
+ * are not the sandbox's business either (the web tools' endpoints: an
+ * internal search server's address is topology a sandbox should not learn).
+ */
+export const SERVICE_ENV_NAMES: ReadonlySet<string> = new Set([
+  'SEARXNG_URL',
+  'SEARXNG_TIMEOUT',
+  'TAVILY_API_URL',
+  'TAVILY_BASE_URL',
+]);
+
+/**
+ * True when `name` looks like it holds a provider secret (see
+ * {@link PROVIDER_SECRET_NAME_PARTS}) or is one of {@link SERVICE_ENV_NAMES}.
+ */
 export function isProviderSecretName(name: string): boolean {
   const upper = name.toUpperCase();
-  return PROVIDER_SECRET_NAME_PARTS.some((part) => upper.includes(part));
+  return SERVICE_ENV_NAMES.has(upper) || PROVIDER_SECRET_NAME_PARTS.some((part) => upper.includes(part));
 }
 
 /** Quotes `text` as one bash word: single quotes, with `'` spelled `'\''`. Safe for any NUL-free text. */

@@ -68,6 +68,7 @@ describe('LocalBackend', () => {
         GITHUB_TOKEN: 'ghp-should-not-leak',
         database_password: 'hunter2',
         SENTRY_DSN: 'https://dsn.example',
+        SEARXNG_URL: 'http://search.internal.should-not-leak:8080',
         BERTH_PASSTHRU_KEY: 'allowed',
         BERTH_PLAIN: 'plain-value',
       },
@@ -223,7 +224,7 @@ describe('LocalBackend', () => {
     const e = await fresh();
     const r = await run(e, { script: 'env', env: { BERTH_CALL: 'per-call' } });
     const names = new Set(r.output.split('\n').map((l) => l.split('=')[0]));
-    for (const secret of ['OPENAI_API_KEY', 'GITHUB_TOKEN', 'database_password', 'SENTRY_DSN']) {
+    for (const secret of ['OPENAI_API_KEY', 'GITHUB_TOKEN', 'database_password', 'SENTRY_DSN', 'SEARXNG_URL']) {
       assert.equal(names.has(secret), false, `${secret} leaked`);
     }
     assert.ok(!r.output.includes('should-not-leak') && !r.output.includes('hunter2'));
