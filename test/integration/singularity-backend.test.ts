@@ -59,7 +59,7 @@ describe('singularity backend through the apptainer test double', { skip, timeou
     await run(env, 'true');
     const calls = await double.calls();
     const startCall = calls.filter((c) => c.startsWith('instance start ')).pop() ?? '';
-    assert.match(startCall, /^instance start --containall --no-home --writable-tmpfs --bind \S+\/work:\/workspace --bind \S+\/state:\/berth\/state --env HOME=\/workspace --env LANG=C\.UTF-8 --memory 768M --cpus 1 --pids-limit 300 \S+\.sif berth-[0-9a-f]{6}-[0-9a-f]{16} $/);
+    assert.match(startCall, /^instance start --containall --no-home --writable-tmpfs --bind \S+\/work:\/workspace --bind \S+\/state:\/berth\/state --bind \S+\/agent\/[0-9a-f]{16}:\/berth\/agent:ro --env HOME=\/workspace --env LANG=C\.UTF-8 --memory 768M --cpus 1 --pids-limit 300 \S+\.sif berth-[0-9a-f]{6}-[0-9a-f]{16} $/);
     const execCall = calls.filter((c) => c.startsWith('exec ')).pop() ?? '';
     assert.match(execCall, /^exec --cleanenv --env HOME=\/workspace --env LANG=C\.UTF-8 --pwd \/workspace instance:\/\/berth-/);
     await env.dispose();
