@@ -48,7 +48,7 @@ import { taskKeyString } from '../../backend.js';
 import { ExecDeadline, interruptedBeforeStart } from '../shared/exec-deadline.js';
 import { isProviderSecretName } from '../../shell-state-runner.js';
 import { PgidLineFilter } from '../shared/pgid-line-filter.js';
-import { findAgentScript, stageAgentScript, AGENT_FILE_NAME, type StagedAgent } from '../shared/agent-script.js';
+import { AGENT_FILE_NAME, findAgentScript, stageAgentScript, type StagedAgent } from '../shared/agent-script.js';
 import type { AgentChannel } from '../shared/agent/agent-channel.js';
 import { AgentUnavailableError, startStdioAgent, type AgentSpawn } from '../shared/agent/stdio-agent.js';
 import { SifCache } from './sif-cache.js';
@@ -212,8 +212,13 @@ export class SingularityBackend implements Backend {
 
   /** The agent's file, staged once under `<stateRoot>/agent/<hash>/` (a failure is retried by the next task). */
   #stagedAgent(): Promise<StagedAgent> {
-    this.#agent ??= stageAgentScript(this.#options.agentScriptPath ?? findAgentScript(), path.join(this.#options.stateRoot, 'agent'));
-    this.#agent.catch(() => (this.#agent = undefined));
+    if (!this.#agent) {
+      const staging = stageAgentScript(this.#options.agentScriptPath ?? findAgentScript(), path.join(this.#options.stateRoot, 'agent'));
+      staging.catch(() => {
+        if (this.#agent === staging) this.#agent = undefined;
+      });
+      this.#agent = staging;
+    }
     return this.#agent;
   }
 
