@@ -13,6 +13,7 @@ import { createLogger } from '../common/logging.js';
 import type { Backend, TaskKey } from '../executor/backend.js';
 import { createBackend } from '../executor/backends/create-backend.js';
 import type { DockerBackend } from '../executor/backends/docker/docker-backend.js';
+import type { SingularityBackend } from '../executor/backends/singularity/singularity-backend.js';
 import { TaskEnvironments } from '../executor/task-environment.js';
 
 export const DOCTOR_HELP = `  berth doctor [--config FILE] [--backend NAME]
@@ -101,8 +102,25 @@ async function asDocker(backend: Backend): Promise<DockerBackend | undefined> {
   return backend instanceof DockerBackend ? backend : undefined;
 }
 
-/** What only one backend can tell: for docker, how commands reach the container and whether the disk limit holds. */
+/** The backend as a SingularityBackend, when it is one (loaded only then). */
+async function asSingularity(backend: Backend): Promise<SingularityBackend | undefined> {
+  if (backend.capabilities.name !== 'singularity') return undefined;
+  const { SingularityBackend } = await import('../executor/backends/singularity/singularity-backend.js');
+  return backend instanceof SingularityBackend ? backend : undefined;
+}
+
+/**
+ * What only one backend can tell: for docker, how commands reach the
+ * container and whether the disk limit holds; for singularity, how commands
+ * reach the instance.
+ */
 async function backendFindings(backend: Backend, key: TaskKey, say: (verdict: Verdict, text: string) => void): Promise<void> {
+  const singularity = await asSingularity(backend);
+  const transport = singularity?.transportOf(key);
+  if (transport === 'agent') say('ok', 'commands reach the instance through the exec agent (one apptainer exec per task)');
+  else if (transport === 'apptainer-exec') {
+    say('warn', 'the image cannot run the exec agent (no python3?): each command starts its own apptainer exec (slower)');
+  }
   const docker = await asDocker(backend);
   if (!docker) return;
   const kind = docker.environmentOf(key)?.container.channel.kind;

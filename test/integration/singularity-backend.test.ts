@@ -5,13 +5,28 @@
  * singularity can be installed where these tests run.
  */
 import assert from 'node:assert/strict';
-import { rm } from 'node:fs/promises';
+import { createHash, randomInt } from 'node:crypto';
+import { readFile, rm } from 'node:fs/promises';
 import path from 'node:path';
+import { Writable } from 'node:stream';
 import { after, before, describe, it } from 'node:test';
+import { runDoctor, type Finding } from '../../services/cli/doctor.js';
+import { parseConfig } from '../../services/common/config.js';
 import { BerthError } from '../../services/common/errors.js';
+import { createLogger } from '../../services/common/logging.js';
 import type { BackendEnvironment, ExecOptions } from '../../services/executor/backend.js';
+import { findAgentScript } from '../../services/executor/backends/shared/agent-script.js';
+import { SingularityAgentEnvironment } from '../../services/executor/backends/singularity/singularity-agent-environment.js';
 import { SingularityBackend, type SingularityBackendOptions } from '../../services/executor/backends/singularity/singularity-backend.js';
-import { DOUBLE_IMAGE, doubleBackendOptions, doubleState, doubleUnavailableReason } from '../support/apptainer-double.js';
+import {
+  APPTAINER_DOUBLE,
+  DOUBLE_IMAGE,
+  doubleBackendOptions,
+  doubleImageWithoutPython,
+  doubleState,
+  doubleUnavailableReason,
+} from '../support/apptainer-double.js';
+import { countProcessesScript } from '../support/backend-conformance.js';
 
 const skip = doubleUnavailableReason();
 
@@ -20,6 +35,198 @@ async function run(env: BackendEnvironment, script: string, extra: Partial<ExecO
   const r = await env.exec({ script, timeoutMs: 60_000, ...extra, onOutput: (c) => chunks.push(c) });
   return { ...r, output: Buffer.concat(chunks).toString('utf8') };
 }
+
+const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms));
+
+/** A `sleep` argument no other test uses, so process counts find only ours. */
+const uniqueSeconds = () => String(800_000 + randomInt(0, 99_999));
+
+async function countOf(env: BackendEnvironment, arg: string): Promise<number> {
+  const out = (await run(env, countProcessesScript(arg))).output;
+  return Number(/count=(\d+)/.exec(out)?.[1] ?? NaN);
+}
+
+async function waitForCount(env: BackendEnvironment, arg: string, want: number): Promise<void> {
+  for (let i = 0; i < 100; i++) {
+    if ((await countOf(env, arg)) === want) return;
+    await sleep(100);
+  }
+  assert.equal(await countOf(env, arg), want, `processes running sleep ${arg}`);
+}
+
+/** A group whose leader waits on two members, one of them deaf to SIGTERM: only SIGKILL of the whole group ends it. */
+const stubbornGroup = (a: string, b: string) => `sleep ${a} & (trap '' TERM; exec sleep ${b}) & wait`;
+
+/** Checks that a timed-out command and a killed background process leave nothing of their group running. */
+function processGroupKillTests(getEnv: () => BackendEnvironment): void {
+  it('kills the whole process group of a timed-out command, a member ignoring SIGTERM too', async () => {
+    const env = getEnv();
+    const [a, b] = [uniqueSeconds(), uniqueSeconds()];
+    const r = await run(env, stubbornGroup(a, b), { timeoutMs: 1500 });
+    assert.equal(r.exitCode, 124);
+    assert.equal(r.timedOut, true);
+    assert.equal(await countOf(env, a), 0);
+    assert.equal(await countOf(env, b), 0);
+  });
+
+  it('kills the whole process group of a background process', async () => {
+    const env = getEnv();
+    const [a, b] = [uniqueSeconds(), uniqueSeconds()];
+    const exits: number[] = [];
+    const bg = await env.startBackground({ script: stubbornGroup(a, b), onOutput: () => undefined, onExit: (c) => exits.push(c) });
+    await waitForCount(env, a, 1);
+    await waitForCount(env, b, 1);
+    await bg.kill();
+    assert.equal(await countOf(env, a), 0);
+    assert.equal(await countOf(env, b), 0);
+    assert.deepEqual(exits, [-15]);
+  });
+}
+
+/** Runs `berth doctor` on the singularity backend through the double, with `image`. */
+async function doctorOn(double: Awaited<ReturnType<typeof doubleState>>, image: string): Promise<Finding[]> {
+  const config = parseConfig({
+    terminal: { backend: 'singularity', singularity_binary: APPTAINER_DOUBLE, singularity_image: image, container_persistent: false },
+    executor: { state_root: path.join(double.stateDir, 'doctor') },
+  });
+  // The doctor runs the CLI with the executor's own environment, as an executor would.
+  const saved = Object.fromEntries(Object.keys(double.env).map((k) => [k, process.env[k]]));
+  Object.assign(process.env, double.env);
+  try {
+    return await runDoctor(config, () => undefined);
+  } finally {
+    for (const [k, v] of Object.entries(saved)) {
+      if (v === undefined) delete process.env[k];
+      else process.env[k] = v;
+    }
+  }
+}
+
+describe('singularity backend: commands through the exec agent', { skip, timeout: 300_000 }, () => {
+  let double: Awaited<ReturnType<typeof doubleState>>;
+  let backend: SingularityBackend;
+  let env: SingularityAgentEnvironment;
+  const key = { tenant: 't', taskId: 'agent' };
+  const execCalls = async () => (await double.calls()).filter((c) => c.startsWith('exec '));
+
+  before(async () => {
+    double = await doubleState();
+    backend = await SingularityBackend.start(doubleBackendOptions(double, { killGraceMs: 500 }));
+    const created = await backend.createEnvironment(key);
+    assert.ok(created instanceof SingularityAgentEnvironment, created.description);
+    env = created;
+  });
+
+  after(async () => {
+    await backend?.close();
+    await rm(double.stateDir, { recursive: true, force: true });
+  });
+
+  it('starts one agent per task with apptainer exec, and sends it every command and file operation', async () => {
+    assert.equal(backend.transportOf(key), 'agent');
+    const before = (await execCalls()).length;
+    assert.match((await execCalls()).pop() ?? '', / instance:\/\/berth-[0-9a-f]{6}-[0-9a-f]{16} python3 \/berth\/agent\/berth_agent\.py --stdio $/);
+    const parents: string[] = [];
+    for (let i = 0; i < 3; i++) parents.push((await run(env, 'echo $PPID')).output.trim());
+    await env.writeFile('/workspace/agent-file', Buffer.from('through the agent'));
+    assert.equal((await env.readFile('/workspace/agent-file')).toString(), 'through the agent');
+    assert.equal((await env.stat('/workspace/agent-file')).sizeBytes, 17);
+    // The commands ran as children of the one agent, and no new apptainer exec was started for them.
+    assert.deepEqual(parents, [String(env.agentPid), String(env.agentPid), String(env.agentPid)]);
+    assert.equal((await run(env, 'tr "\\0" " " < /proc/$PPID/cmdline')).output, 'python3 /berth/agent/berth_agent.py --stdio ');
+    assert.equal((await execCalls()).length, before);
+  });
+
+  it("binds this executor's agent file read-only into the instance", async () => {
+    const ours = createHash('sha256').update(await readFile(findAgentScript())).digest('hex');
+    assert.equal((await run(env, 'sha256sum < /berth/agent/berth_agent.py')).output.split(' ')[0], ours);
+    const r = await run(env, 'echo changed > /berth/agent/berth_agent.py 2>&1; echo "exit=$?"');
+    assert.match(r.output, /Read-only file system/);
+    assert.match(r.output, /exit=1/);
+  });
+
+  it('runs a command under a terminal', async () => {
+    const r = await run(env, 'test -t 0 && test -t 1 && echo tty; read line; echo "got $line"', { pty: true, stdin: 'typed\n' });
+    assert.equal(r.exitCode, 0);
+    assert.match(r.output, /tty/);
+    assert.match(r.output, /got typed/);
+  });
+
+  processGroupKillTests(() => env);
+
+  it('starts a new agent when the old one went away, and says so', async () => {
+    const old = env.agentPid;
+    const r = await run(env, 'kill -9 $PPID; sleep 30');
+    assert.equal(r.exitCode, 137);
+    assert.deepEqual(env.takeNotices(), [
+      `The exec agent in ${env.description} went away while a command ran; a new one was started: ` +
+        'background processes started before are no longer tracked.',
+    ]);
+    assert.notEqual(env.agentPid, old);
+    assert.equal((await run(env, 'echo $PPID')).output.trim(), String(env.agentPid));
+  });
+
+  it('berth doctor says commands reach the instance through the agent', async () => {
+    const findings = await doctorOn(double, DOUBLE_IMAGE);
+    assert.deepEqual(findings.filter((f) => f.verdict === 'fail'), []);
+    assert.ok(
+      findings.some((f) => f.verdict === 'ok' && f.text === 'commands reach the instance through the exec agent (one apptainer exec per task)'),
+      JSON.stringify(findings),
+    );
+  });
+});
+
+describe('singularity backend on an image without python3', { skip, timeout: 300_000 }, () => {
+  let double: Awaited<ReturnType<typeof doubleState>>;
+  let image: string;
+  let backend: SingularityBackend;
+  let env: BackendEnvironment;
+  const logLines: string[] = [];
+  const execCalls = async () => (await double.calls()).filter((c) => c.startsWith('exec ')).length;
+
+  before(async () => {
+    double = await doubleState();
+    image = await doubleImageWithoutPython(double);
+    const logger = createLogger('warn', new Writable({ write: (c: Buffer, _e, cb) => (logLines.push(c.toString()), cb()) }));
+    backend = await SingularityBackend.start(doubleBackendOptions(double, { image, killGraceMs: 500, logger }));
+    env = await backend.createEnvironment({ tenant: 't', taskId: 'no-python-a' });
+  });
+
+  after(async () => {
+    await backend?.close();
+    await rm(double.stateDir, { recursive: true, force: true });
+  });
+
+  it('falls back to one apptainer exec per command, said once per image in the log', async () => {
+    const other = await backend.createEnvironment({ tenant: 't', taskId: 'no-python-b' });
+    assert.equal(backend.transportOf({ tenant: 't', taskId: 'no-python-a' }), 'apptainer-exec');
+    assert.equal(backend.transportOf({ tenant: 't', taskId: 'no-python-b' }), 'apptainer-exec');
+    const before = await execCalls();
+    assert.equal((await run(env, 'echo one; command -v python3 || echo no-python3')).output, 'one\nno-python3\n');
+    assert.equal((await run(other, 'echo two')).output, 'two\n');
+    assert.equal(await execCalls(), before + 2);
+    await env.writeFile('/workspace/f', Buffer.from('per command'));
+    assert.equal((await env.readFile('/workspace/f')).toString(), 'per command');
+    const said = logLines.filter((l) => l.includes('the exec agent cannot run here'));
+    assert.equal(said.length, 1, said.join(''));
+    assert.match(said[0] ?? '', /"reason":"no-python"/);
+    assert.match(said[0] ?? '', /executable file not found in \$PATH/);
+    await other.dispose();
+  });
+
+  processGroupKillTests(() => env);
+
+  it('berth doctor says each command starts its own apptainer exec', async () => {
+    const findings = await doctorOn(double, image);
+    assert.deepEqual(findings.filter((f) => f.verdict === 'fail'), []);
+    assert.ok(
+      findings.some(
+        (f) => f.verdict === 'warn' && f.text === 'the image cannot run the exec agent (no python3?): each command starts its own apptainer exec (slower)',
+      ),
+      JSON.stringify(findings),
+    );
+  });
+});
 
 describe('singularity backend through the apptainer test double', { skip, timeout: 600_000 }, () => {
   let double: Awaited<ReturnType<typeof doubleState>>;
@@ -59,7 +266,7 @@ describe('singularity backend through the apptainer test double', { skip, timeou
     await run(env, 'true');
     const calls = await double.calls();
     const startCall = calls.filter((c) => c.startsWith('instance start ')).pop() ?? '';
-    assert.match(startCall, /^instance start --containall --no-home --writable-tmpfs --bind \S+\/work:\/workspace --bind \S+\/state:\/berth\/state --env HOME=\/workspace --env LANG=C\.UTF-8 --memory 768M --cpus 1 --pids-limit 300 \S+\.sif berth-[0-9a-f]{6}-[0-9a-f]{16} $/);
+    assert.match(startCall, /^instance start --containall --no-home --writable-tmpfs --bind \S+\/work:\/workspace --bind \S+\/state:\/berth\/state --bind \S+\/agent\/[0-9a-f]{16}:\/berth\/agent:ro --env HOME=\/workspace --env LANG=C\.UTF-8 --memory 768M --cpus 1 --pids-limit 300 \S+\.sif berth-[0-9a-f]{6}-[0-9a-f]{16} $/);
     const execCall = calls.filter((c) => c.startsWith('exec ')).pop() ?? '';
     assert.match(execCall, /^exec --cleanenv --env HOME=\/workspace --env LANG=C\.UTF-8 --pwd \/workspace instance:\/\/berth-/);
     await env.dispose();

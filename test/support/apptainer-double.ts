@@ -2,11 +2,12 @@
  * The apptainer test double (test/fixtures/apptainer-double/apptainer): where
  * it is, whether this machine can run it, and a state directory per test run.
  */
-import { spawnSync } from 'node:child_process';
-import { mkdtemp, readFile } from 'node:fs/promises';
+import { execFile, spawnSync } from 'node:child_process';
+import { mkdtemp, readdir, readFile, rm } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { promisify } from 'node:util';
 import type { SingularityBackendOptions } from '../../services/executor/backends/singularity/singularity-backend.js';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
@@ -79,4 +80,27 @@ export function doubleBackendOptions(
     cliEnv: double.env,
     ...extra,
   };
+}
+
+/**
+ * A "sandbox" (directory) image of {@link DOUBLE_IMAGE} without python3:
+ * the double's exported root filesystem copied with hard links (no file
+ * content is copied, so it takes a second), then every `python3*` in
+ * /usr/bin and /usr/local/bin unlinked. Apptainer runs directory images as
+ * it runs SIFs; so does the double.
+ */
+export async function doubleImageWithoutPython(double: { readonly stateDir: string; readonly env: Record<string, string> }): Promise<string> {
+  const run = promisify(execFile);
+  const sif = path.join(double.stateDir, 'no-python-source.sif');
+  await run(APPTAINER_DOUBLE, ['build', '--force', sif, DOUBLE_IMAGE], { env: { ...process.env, ...double.env } });
+  const rootfs = /^rootfs=(.+)$/m.exec(await readFile(sif, 'utf8'))?.[1];
+  if (!rootfs) throw new Error(`${sif} names no root filesystem`);
+  const image = path.join(double.stateDir, 'no-python-image');
+  await run('cp', ['-al', rootfs, image]);
+  for (const dir of ['usr/bin', 'usr/local/bin']) {
+    for (const name of await readdir(path.join(image, dir)).catch(() => [] as string[])) {
+      if (name.startsWith('python3')) await rm(path.join(image, dir, name), { force: true });
+    }
+  }
+  return image;
 }

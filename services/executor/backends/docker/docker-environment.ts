@@ -12,7 +12,7 @@
  */
 import { posix } from 'node:path';
 import { rm } from 'node:fs/promises';
-import { FailedPreconditionError, InvalidArgumentError } from '../../../common/errors.js';
+import { InvalidArgumentError } from '../../../common/errors.js';
 import type { Logger } from '../../../common/logging.js';
 import type {
   BackendEnvironment,
@@ -23,10 +23,10 @@ import type {
   FileStat,
   TaskKey,
 } from '../../backend.js';
-import { ExecDeadline, interruptedBeforeStart } from '../shared/exec-deadline.js';
-import { assertNotReleased, deliverExit, deliverOutput } from '../shared/guards.js';
+import { awaitForeground, backgroundHandle } from '../shared/channel-commands.js';
+import { interruptedBeforeStart } from '../shared/exec-deadline.js';
+import { assertNotReleased, deliverOutput } from '../shared/guards.js';
 import { buildPreparedSnapshot } from '../../shell-state-runner.js';
-import { backgroundExitCode, foregroundExitCode } from '../shared/agent/agent-protocol.js';
 import { OOM_KILLS, PIDS_LIMIT_HITS, parseCounter, type CgroupCounter } from './cgroup-counters.js';
 import { SANDBOX_RPC_DIR, type PersistentVolumeNames } from './container-spec.js';
 import type { ContainerFactory, ContainerFate, SandboxContainer } from './sandbox-container.js';
@@ -272,31 +272,15 @@ export class DockerEnvironment implements BackendEnvironment {
       proc = await spawn(container.channel);
     }
 
-    let killing: Promise<void> | undefined;
-    const kill = () => (killing ??= proc.kill(options.killGraceMs ?? this.#o.killGraceMs).catch(() => undefined));
-    const deadline = new ExecDeadline(options, () => void kill());
-
-    let exit: ProcessExit | undefined;
-    let lostError: unknown;
-    try {
-      exit = await proc.exited;
-    } catch (err) {
-      if (!(err instanceof SandboxLostError)) throw err;
-      lostError = err;
-    } finally {
-      deadline.dispose();
-    }
-    if (killing) await killing;
-
-    if (!exit) {
+    const outcome = await awaitForeground(proc, options, this.#o.killGraceMs);
+    if (!outcome.exit) {
       // The container went away under the command: nothing of it runs any more.
-      if (this.#disposing) throw lostError;
+      if (this.#disposing) throw outcome.lost;
       await this.#recreate(container, ' while the command ran');
-      return deadline.result(137);
+      return outcome.deadline.result(137);
     }
-    const result = deadline.result(foregroundExitCode(exit.code, exit.signal));
-    await this.#limitNotices(container.channel, exit, result.exitCode);
-    return result;
+    await this.#limitNotices(container.channel, outcome.exit, outcome.result.exitCode);
+    return outcome.result;
   }
 
   async startBackground(options: BackgroundOptions): Promise<BackgroundHandle> {
@@ -311,27 +295,7 @@ export class DockerEnvironment implements BackendEnvironment {
         onOutput: (chunk) => deliverOutput(options.onOutput, chunk, this.#o.logger),
       }),
     );
-    let exited = false;
-    const exitReported = proc.exited
-      .then(
-        (e) => backgroundExitCode(e.code, e.signal),
-        // The container went away: the process died with it.
-        () => -9,
-      )
-      .then((code) => {
-        exited = true;
-        deliverExit(options.onExit, code, this.#o.logger);
-      });
-    return {
-      pid: proc.pid,
-      write: (data) =>
-        exited ? Promise.reject(new FailedPreconditionError('the process has exited')) : proc.write(data),
-      closeStdin: () => (exited ? Promise.resolve() : proc.closeStdin().catch(() => undefined)),
-      kill: async () => {
-        if (!exited) await proc.kill(this.#o.killGraceMs).catch(() => undefined);
-        await Promise.race([exitReported, new Promise((r) => setTimeout(r, 2000))]);
-      },
-    };
+    return backgroundHandle(proc, options, this.#o.killGraceMs, this.#o.logger);
   }
 
   async readFile(absPath: string): Promise<Buffer> {

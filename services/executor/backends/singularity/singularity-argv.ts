@@ -12,6 +12,12 @@ import path from 'node:path';
 import type { TaskKey } from '../../backend.js';
 import { taskKeyString } from '../../backend.js';
 
+/** Where the task's directories appear inside the instance. */
+export const WORKSPACE_DIR = '/workspace';
+export const STATE_DIR = '/berth/state';
+/** The staged exec agent's directory, bound read-only into every instance. */
+export const AGENT_DIR = '/berth/agent';
+
 /** A bind mount: host path, path inside, read-only or not. */
 export interface Bind {
   readonly source: string;

@@ -6,12 +6,19 @@
  *   directory (or `--writable-tmpfs`), the task's work and state directories
  *   bound in, memory and cpu limits. `docker://` images are converted once to
  *   a cached SIF.
- * - Commands by `exec --cleanenv instance://NAME`, each under `setsid` so a
- *   timeout or interrupt kills its whole process group inside the instance.
- *   The environment is passed explicitly with `--env`: `--containall` (and
+ * - Commands, files and kills through the exec agent: one long-lived
+ *   `exec --cleanenv instance://NAME python3 /berth/agent/berth_agent.py
+ *   --stdio` per task (see singularity-agent-environment.ts). The agent's
+ *   file is staged once on the executor under a content hash and bound
+ *   read-only into every instance at /berth/agent.
+ * - An image without a usable python3 (said once per image in the log, and
+ *   by `berth doctor`) falls back to one `exec --cleanenv instance://NAME`
+ *   per command, each under `setsid` so a timeout or interrupt kills its
+ *   whole process group inside the instance, and files through small
+ *   helper commands in the instance (binary-safe pipes).
+ * - The environment is passed explicitly with `--env`: `--containall` (and
  *   `--cleanenv`) drop everything else, which is what we want for secrets,
  *   but passthrough variables must then be named.
- * - Files through small helper commands in the instance (binary-safe pipes).
  * - The instance is stopped on release; instances a previous executor with
  *   the same state root left behind are stopped when the backend starts.
  */
@@ -41,8 +48,15 @@ import { taskKeyString } from '../../backend.js';
 import { ExecDeadline, interruptedBeforeStart } from '../shared/exec-deadline.js';
 import { isProviderSecretName } from '../../shell-state-runner.js';
 import { PgidLineFilter } from '../shared/pgid-line-filter.js';
+import { AGENT_FILE_NAME, findAgentScript, stageAgentScript, type StagedAgent } from '../shared/agent-script.js';
+import type { AgentChannel } from '../shared/agent/agent-channel.js';
+import { AgentUnavailableError, startStdioAgent, type AgentSpawn } from '../shared/agent/stdio-agent.js';
 import { SifCache } from './sif-cache.js';
+import { SingularityAgentEnvironment } from './singularity-agent-environment.js';
 import {
+  AGENT_DIR,
+  STATE_DIR,
+  WORKSPACE_DIR,
   buildSifArgv,
   execArgv,
   FILE_EXIT_ERRNO,
@@ -63,9 +77,7 @@ import {
 } from './singularity-argv.js';
 import { runCli, spawnCli, stderrTail, type Cli } from './singularity-cli.js';
 
-/** Where the task's directories appear inside the instance. */
-export const WORKSPACE_DIR = '/workspace';
-export const STATE_DIR = '/berth/state';
+export { STATE_DIR, WORKSPACE_DIR } from './singularity-argv.js';
 
 export interface SingularityBackendOptions {
   /** The runtime binary; resolved from PATH (apptainer, then singularity) when absent. */
@@ -94,8 +106,15 @@ export interface SingularityBackendOptions {
   readonly pipeDrainMs?: number;
   /** Limit for `instance start` (image conversion not included); default 120 s. */
   readonly startTimeoutMs?: number;
+  /** berth_agent.py; default: sandbox-image/agent/berth_agent.py of this package. */
+  readonly agentScriptPath?: string;
   readonly logger?: Logger;
 }
+
+/** How commands reach a task's instance: its exec agent, or one `apptainer exec` each (no python3 in the image). */
+export type SingularityTransport = 'agent' | 'apptainer-exec';
+
+type TaskEnvironment = SingularityAgentEnvironment | SingularityEnvironment;
 
 /** The environment of the CLI process: the executor's, without provider secrets. */
 function cliEnvironment(base: Readonly<Record<string, string | undefined>>, extra: Readonly<Record<string, string>> | undefined) {
@@ -126,7 +145,8 @@ export class SingularityBackend implements Backend {
   readonly #prefix: string;
   readonly #sifCache: SifCache;
   readonly #containerEnv: Readonly<Record<string, string>>;
-  readonly #environments = new Map<string, SingularityEnvironment>();
+  readonly #environments = new Map<string, TaskEnvironment>();
+  #agent: Promise<StagedAgent> | undefined;
   #closed = false;
 
   private constructor(options: SingularityBackendOptions, cli: Cli) {
@@ -185,6 +205,23 @@ export class SingularityBackend implements Backend {
       .filter((name) => name.startsWith(this.#prefix));
   }
 
+  /** How commands reach the task's instance; undefined when the task has no environment here. */
+  transportOf(key: TaskKey): SingularityTransport | undefined {
+    return this.#environments.get(taskKeyString(key))?.transport;
+  }
+
+  /** The agent's file, staged once under `<stateRoot>/agent/<hash>/` (a failure is retried by the next task). */
+  #stagedAgent(): Promise<StagedAgent> {
+    if (!this.#agent) {
+      const staging = stageAgentScript(this.#options.agentScriptPath ?? findAgentScript(), path.join(this.#options.stateRoot, 'agent'));
+      staging.catch(() => {
+        if (this.#agent === staging) this.#agent = undefined;
+      });
+      this.#agent = staging;
+    }
+    return this.#agent;
+  }
+
   async #sweep(): Promise<void> {
     for (const name of await this.ownInstances()) {
       this.#options.logger?.info({ instance: name }, 'stopping an instance left by an earlier executor');
@@ -208,6 +245,7 @@ export class SingularityBackend implements Backend {
     }
     const o = this.#options;
     const image = needsConversion(o.image) ? await this.#sifCache.get(o.image) : o.image;
+    const agent = await this.#stagedAgent();
     const dirName = taskDirName(key);
     const taskDir = path.join(o.stateRoot, 'tasks', dirName);
     const persistentDir = path.join(o.stateRoot, 'persistent', dirName);
@@ -225,6 +263,7 @@ export class SingularityBackend implements Backend {
     const binds: Bind[] = [
       { source: workDir, target: WORKSPACE_DIR },
       { source: stateDir, target: STATE_DIR },
+      { source: agent.dir, target: AGENT_DIR, readOnly: true },
     ];
     const argv = instanceStartArgv({
       image,
@@ -246,20 +285,45 @@ export class SingularityBackend implements Backend {
       await rm(taskDir, { recursive: true, force: true });
       throw new UnavailableError(`cannot start an instance of ${o.image} for task ${id} (exit ${started.exitCode}): ${stderrTail(started.stderr)}`);
     }
-    const environment = new SingularityEnvironment({
-      cli: this.#cli,
-      name,
-      description: `singularity:${name}`,
-      env: this.#containerEnv,
-      killGraceMs: o.killGraceMs ?? 1000,
-      pipeDrainMs: o.pipeDrainMs ?? 1000,
-      logger: o.logger?.child({ backend: 'singularity', task: id, instance: name }),
-      release: async () => {
+    const description = `singularity:${name}`;
+    const logger = o.logger?.child({ backend: 'singularity', task: id, instance: name });
+    const release = async () => {
+      await this.#stopInstance(name);
+      await rm(taskDir, { recursive: true, force: true });
+      this.#environments.delete(id);
+    };
+    const spawn: AgentSpawn = (command) =>
+      spawnCli(this.#cli, execArgv({ name, env: this.#containerEnv, pwd: WORKSPACE_DIR, command }));
+    const connect = (): Promise<AgentChannel> =>
+      startStdioAgent({
+        spawn,
+        agentPath: `${AGENT_DIR}/${AGENT_FILE_NAME}`,
+        description,
+        ...(logger ? { logger } : {}),
+        // The fallback is a property of the image: said once per image, not per task.
+        fallbackLogKey: `singularity image ${o.image}`,
+      });
+    const killGraceMs = o.killGraceMs ?? 1000;
+    let environment: TaskEnvironment;
+    try {
+      environment = new SingularityAgentEnvironment({ description, killGraceMs, logger, connect, release }, await connect());
+    } catch (err) {
+      if (!(err instanceof AgentUnavailableError && err.canFallBack)) {
         await this.#stopInstance(name);
         await rm(taskDir, { recursive: true, force: true });
-        this.#environments.delete(id);
-      },
-    });
+        throw err;
+      }
+      environment = new SingularityEnvironment({
+        cli: this.#cli,
+        name,
+        description,
+        env: this.#containerEnv,
+        killGraceMs,
+        pipeDrainMs: o.pipeDrainMs ?? 1000,
+        logger,
+        release,
+      });
+    }
     this.#environments.set(id, environment);
     return environment;
   }
@@ -282,8 +346,6 @@ interface EnvironmentSetup {
   readonly release: () => Promise<void>;
 }
 
-
-
 /** A running command inside the instance: its local CLI process and the group id it reported. */
 interface GroupRun {
   readonly child: ChildProcess;
@@ -292,7 +354,10 @@ interface GroupRun {
   kill(): Promise<void>;
 }
 
+/** The per-command path, for images without a usable python3: one `apptainer exec` per command and file operation. */
 class SingularityEnvironment implements BackendEnvironment {
+  /** How commands reach the instance (berth doctor says it). */
+  readonly transport = 'apptainer-exec' as const;
   readonly description: string;
   readonly homeDir = WORKSPACE_DIR;
   readonly initialCwd = WORKSPACE_DIR;

@@ -1,0 +1,178 @@
+/**
+ * One task's environment on the singularity backend when its image can run
+ * the exec agent: one long-lived `apptainer exec instance://NAME python3
+ * /berth/agent/berth_agent.py --stdio` per task, and every command, file
+ * operation and kill is a message on its stdin/stdout (the same agent and
+ * client as the other backends: shared/agent/). A command is `bash -c` in
+ * its own session inside the instance; a timeout or interrupt makes the
+ * agent SIGTERM, then SIGKILL, its whole process group there.
+ *
+ * When the agent goes away while the instance runs (a command killed it,
+ * its `apptainer exec` process died), the next operation starts a new one
+ * and says so in a notice; a command that was running when it went away
+ * reports 137.
+ */
+import { InvalidArgumentError } from '../../../common/errors.js';
+import type { Logger } from '../../../common/logging.js';
+import type {
+  BackendEnvironment,
+  BackgroundHandle,
+  BackgroundOptions,
+  ExecOptions,
+  ExecResult,
+  FileStat,
+} from '../../backend.js';
+import type { AgentChannel } from '../shared/agent/agent-channel.js';
+import { awaitForeground, backgroundHandle } from '../shared/channel-commands.js';
+import { interruptedBeforeStart } from '../shared/exec-deadline.js';
+import { assertNotReleased, deliverOutput } from '../shared/guards.js';
+import { SandboxLostError, type SandboxProcess, type SpawnOptions } from '../shared/sandbox-channel.js';
+import { STATE_DIR, WORKSPACE_DIR } from './singularity-argv.js';
+
+export interface AgentEnvironmentSetup {
+  readonly description: string;
+  readonly killGraceMs: number;
+  readonly logger: Logger | undefined;
+  /** Starts a new agent in the instance (after the first was lost). */
+  readonly connect: () => Promise<AgentChannel>;
+  /** Stops the instance and removes the task's directories. */
+  readonly release: () => Promise<void>;
+}
+
+export class SingularityAgentEnvironment implements BackendEnvironment {
+  /** How commands reach the instance (berth doctor says it). */
+  readonly transport = 'agent' as const;
+  readonly description: string;
+  readonly homeDir = WORKSPACE_DIR;
+  readonly initialCwd = WORKSPACE_DIR;
+  readonly stateDir = STATE_DIR;
+
+  readonly #setup: AgentEnvironmentSetup;
+  #channel: AgentChannel;
+  #reconnecting: Promise<AgentChannel> | undefined;
+  readonly #notices: string[] = [];
+  #disposing: Promise<void> | undefined;
+
+  constructor(setup: AgentEnvironmentSetup, channel: AgentChannel) {
+    this.#setup = setup;
+    this.description = setup.description;
+    this.#channel = channel;
+  }
+
+  /** The current agent's process id inside the instance. */
+  get agentPid(): number {
+    return this.#channel.hello.pid;
+  }
+
+  takeNotices(): string[] {
+    return this.#notices.splice(0);
+  }
+
+  async #ready(): Promise<AgentChannel> {
+    assertNotReleased(this, this.#disposing);
+    if (this.#reconnecting) return this.#reconnecting;
+    return this.#channel.isLost ? this.#reconnect(this.#channel, '') : this.#channel;
+  }
+
+  /** Starts a new agent in place of `lost` (once, however many callers noticed). */
+  #reconnect(lost: AgentChannel, during: string): Promise<AgentChannel> {
+    if (this.#channel !== lost && !this.#reconnecting) return Promise.resolve(this.#channel);
+    this.#reconnecting ??= (async () => {
+      this.#setup.logger?.warn({ pid: lost.hello.pid }, 'lost the exec agent of the instance; starting a new one');
+      const next = await this.#setup.connect();
+      if (this.#disposing) {
+        next.close();
+        assertNotReleased(this, this.#disposing);
+      }
+      this.#channel = next;
+      this.#notices.push(
+        `The exec agent in ${this.description} went away${during}; a new one was started: ` +
+          'background processes started before are no longer tracked.',
+      );
+      return next;
+    })().finally(() => {
+      this.#reconnecting = undefined;
+    });
+    return this.#reconnecting;
+  }
+
+  /** Runs `fn` on the agent; once more on a new agent if the old one was lost. */
+  async #withChannel<T>(fn: (channel: AgentChannel) => Promise<T>): Promise<T> {
+    const channel = await this.#ready();
+    try {
+      return await fn(channel);
+    } catch (err) {
+      if (!(err instanceof SandboxLostError) || this.#disposing) throw err;
+      return fn(await this.#reconnect(channel, ''));
+    }
+  }
+
+  #spawnOptions(options: ExecOptions | BackgroundOptions, extra: Partial<SpawnOptions>): SpawnOptions {
+    return {
+      script: options.script,
+      cwd: this.initialCwd,
+      ...(options.env ? { env: options.env } : {}),
+      ...(options.pty ? { pty: true } : {}),
+      ...extra,
+      onOutput: (chunk) => deliverOutput(options.onOutput, chunk, this.#setup.logger),
+    };
+  }
+
+  async exec(options: ExecOptions): Promise<ExecResult> {
+    assertNotReleased(this, this.#disposing);
+    const early = interruptedBeforeStart(options);
+    if (early) return early;
+    const spawn = this.#spawnOptions(options, options.stdin !== undefined ? { stdin: options.stdin } : {});
+    let channel = await this.#ready();
+    let proc: SandboxProcess;
+    try {
+      proc = await channel.spawn(spawn);
+    } catch (err) {
+      if (!(err instanceof SandboxLostError) || this.#disposing) throw err;
+      channel = await this.#reconnect(channel, '');
+      proc = await channel.spawn(spawn);
+    }
+    const outcome = await awaitForeground(proc, options, this.#setup.killGraceMs);
+    if (outcome.exit) return outcome.result;
+    // The agent went away under the command: its process group went with it (or is no longer ours to see).
+    if (this.#disposing) throw outcome.lost;
+    await this.#reconnect(channel, ' while a command ran');
+    return outcome.deadline.result(137);
+  }
+
+  async startBackground(options: BackgroundOptions): Promise<BackgroundHandle> {
+    assertNotReleased(this, this.#disposing);
+    const proc = await this.#withChannel((channel) => channel.spawn(this.#spawnOptions(options, { keepStdin: true })));
+    return backgroundHandle(proc, options, this.#setup.killGraceMs, this.#setup.logger);
+  }
+
+  async readFile(absPath: string): Promise<Buffer> {
+    assertAbsolute(absPath);
+    return this.#withChannel((channel) => channel.readFile(absPath));
+  }
+
+  async writeFile(absPath: string, data: Uint8Array): Promise<void> {
+    assertAbsolute(absPath);
+    return this.#withChannel((channel) => channel.writeFile(absPath, data));
+  }
+
+  async stat(absPath: string): Promise<FileStat> {
+    assertAbsolute(absPath);
+    const s = await this.#withChannel((channel) => channel.stat(absPath));
+    return { exists: s.exists, isDirectory: s.isDirectory, sizeBytes: s.sizeBytes };
+  }
+
+  dispose(): Promise<void> {
+    this.#disposing ??= (async () => {
+      await this.#reconnecting?.catch(() => undefined);
+      // Its stdin ends: the agent kills what it started and exits; stopping the instance ends the rest.
+      this.#channel.close();
+      await this.#setup.release();
+    })();
+    return this.#disposing;
+  }
+}
+
+function assertAbsolute(absPath: string): void {
+  if (!absPath.startsWith('/')) throw new InvalidArgumentError(`path must be absolute: ${absPath}`);
+}
