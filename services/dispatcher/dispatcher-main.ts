@@ -141,6 +141,8 @@ export async function startDispatcher(options: DispatcherStartOptions): Promise<
   const watched: WatchedExecutor[] = [];
   // Bad TLS files of an executor entry stop the start here, before anything listens.
   const credentials = serverCredentialsFor('server.tls', config.server.tls);
+  // Unknown names in tenants[].toolsets stop the start here too.
+  const tenants = new TenantDirectory(config);
   // Likewise those of a discovery entry, rather than at the first executor that appears.
   options.discovery?.sources.forEach((source, i) => {
     try {
@@ -185,7 +187,6 @@ export async function startDispatcher(options: DispatcherStartOptions): Promise<
   await health.checkAll();
   health.start();
   const members = () => endpoints;
-  const tenants = new TenantDirectory(config);
   const router = new ExecutorRouter(members, (tenant) => tenants.policyFor(tenant));
   const discovery = options.discovery && startDiscovery(options.discovery);
   await discovery?.refresh();
@@ -257,6 +258,7 @@ export async function startDispatcher(options: DispatcherStartOptions): Promise<
     executeCodeSchema: executeCodeSchemaPatcher(executeCodeLimitsFromConfig(config)),
     ...(metrics ? { metrics } : {}),
     ...(options.tracing ? { tracing: new ToolCallTracing(options.tracing, (name) => registry.has(name)) } : {}),
+    tenantTools: (tenant) => tenants.toolsFor(tenant),
   });
 
   const shutdown = new AbortController();

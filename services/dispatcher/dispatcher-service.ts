@@ -34,12 +34,13 @@ export function createDispatcherService(
   };
 
   return {
-    async listTools(request) {
+    async listTools(request, context) {
       const { tools, unknownToolsets } = await dispatcher.listTools(
+        context.tenant,
         request.enabledToolsets,
         request.disabledToolsets,
       );
-      const availabilityJson = request.explain ? JSON.stringify(await dispatcher.availabilityReport()) : '';
+      const availabilityJson = request.explain ? JSON.stringify(await dispatcher.availabilityReport(context.tenant)) : '';
       return { toolsJson: JSON.stringify(tools), unknownToolsets, availabilityJson };
     },
 

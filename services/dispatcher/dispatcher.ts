@@ -18,7 +18,7 @@ import { ExecutorTaskClient } from './executor-task-client.js';
 import { AdmittingTaskClient } from './quotas/admitting-task-client.js';
 import type { QuotaLease, QuotaLedger } from './quotas/quota-ledger.js';
 import type { AvailabilityReport, ToolRegistry } from './registry.js';
-import { getToolDefinitions, type ExecuteCodeSchemaBuilder } from './toolsets.js';
+import { getToolDefinitions, resolveToolset, type ExecuteCodeSchemaBuilder } from './toolsets.js';
 import { canonicalToolName } from './tool-aliases.js';
 import type { ToolContext } from './tool-types.js';
 import type { ToolCallTracing } from './tool-call-tracing.js';
@@ -79,6 +79,13 @@ export interface DispatcherOptions {
   readonly quotas?: QuotaLedger;
   /** Tool-call spans; absent: tracing is off. */
   readonly tracing?: ToolCallTracing;
+  /** The tools a tenant may list and call (its `toolsets`); undefined or absent: every tool. */
+  readonly tenantTools?: (tenant: string) => ReadonlySet<string> | undefined;
+}
+
+/** What a call to a tool outside the tenant's toolsets gets: the same answer as a tool that does not exist. */
+export function unknownToolResult(name: string): string {
+  return JSON.stringify({ error: `Unknown tool: ${name}` });
 }
 
 /** Parses a CallTool argument string the way models send them; never throws. */
@@ -100,6 +107,7 @@ export class Dispatcher {
   readonly #metrics: DispatcherMetrics | undefined;
   readonly #quotas: QuotaLedger | undefined;
   readonly #tracing: ToolCallTracing | undefined;
+  readonly #tenantTools: (tenant: string) => ReadonlySet<string> | undefined;
   /** Which executor holds each task's environment, to notice when it moved (its executor died). */
   readonly #placements = new Map<string, string>();
 
@@ -112,6 +120,7 @@ export class Dispatcher {
     this.#metrics = options.metrics;
     this.#quotas = options.quotas;
     this.#tracing = options.tracing;
+    this.#tenantTools = options.tenantTools ?? (() => undefined);
   }
 
   get approvals(): ApprovalService | undefined {
@@ -122,15 +131,29 @@ export class Dispatcher {
     return this.#registry;
   }
 
-  /** Which toolsets are available and why the others are not (`berth tools --explain`). */
-  availabilityReport(): Promise<AvailabilityReport> {
-    return this.#registry.availabilityReport();
+  /**
+   * Which toolsets are available and why the others are not (`berth tools
+   * --explain`); for a tenant with `toolsets`, only about its own tools.
+   */
+  async availabilityReport(tenant?: string): Promise<AvailabilityReport> {
+    const report = await this.#registry.availabilityReport();
+    const scope = tenant === undefined ? undefined : this.#tenantTools(tenant);
+    if (scope === undefined) return report;
+    return {
+      available: report.available.filter((toolset) => resolveToolset(toolset).some((tool) => scope.has(tool))),
+      unavailable: report.unavailable
+        .map((toolset) => ({ ...toolset, tools: toolset.tools.filter((tool) => scope.has(tool)) }))
+        .filter((toolset) => toolset.tools.length > 0),
+      unavailable_tools: report.unavailable_tools.filter((tool) => scope.has(tool.name)),
+    };
   }
 
-  async listTools(enabled: readonly string[], disabled: readonly string[]) {
+  /** The tenant's tool definitions; the client's toolset choice narrows the tenant's `toolsets`, never widens them. */
+  async listTools(tenant: string, enabled: readonly string[], disabled: readonly string[]) {
+    const within = this.#tenantTools(tenant);
     return getToolDefinitions(
       this.#registry,
-      { enabled: enabled.length > 0 ? [...enabled] : undefined, disabled: [...disabled] },
+      { enabled: enabled.length > 0 ? [...enabled] : undefined, disabled: [...disabled], ...(within ? { within } : {}) },
       this.#executeCodeSchema ? { executeCode: this.#executeCodeSchema } : {},
     );
   }
@@ -174,6 +197,12 @@ export class Dispatcher {
   }
 
   async #callTool(tenant: string, input: CallToolInput, options: CallOptions): Promise<string> {
+    // Before anything else: no placement, quota, approval or executor work for a tool the tenant may not use.
+    const allowedTools = this.#tenantTools(tenant);
+    if (allowedTools !== undefined && !allowedTools.has(input.name)) {
+      this.#logger.info({ tenant, task: input.taskId || 'default', tool: input.name }, "tool call refused: not in the tenant's toolsets");
+      return unknownToolResult(input.name);
+    }
     const taskId = Dispatcher.checkTaskId(input.taskId);
     if (Buffer.byteLength(input.argumentsJson, 'utf8') > MAX_ARGUMENTS_BYTES) {
       throw new InvalidArgumentError(
@@ -194,7 +223,7 @@ export class Dispatcher {
         if (placement.lost) this.#placements.delete(key);
         else this.#remember(key, placement.executorId);
         try {
-          return await this.#runCall(tenant, taskId, input, options, { ...placement, log, leases, started });
+          return await this.#runCall(tenant, taskId, input, options, { ...placement, log, leases, started, allowedTools });
         } catch (err) {
           // Where a new task's first call failed is no home of it: the next call looks for a holder again.
           if (placement.fresh) this.#placements.delete(key);
@@ -224,9 +253,10 @@ export class Dispatcher {
       log: Logger;
       leases: QuotaLease[];
       started: number;
+      allowedTools: ReadonlySet<string> | undefined;
     },
   ): Promise<string> {
-    const { client, executorId, lost, log, leases, started } = call;
+    const { client, executorId, lost, log, leases, started, allowedTools } = call;
     if (lost !== undefined) {
       log.warn({ lostExecutor: lost.executorId, reason: lost.reason, executor: executorId }, 'task environment lost with its executor');
       return JSON.stringify({ error: lostEnvironmentMessage(taskId, lost.executorId, lost.reason) });
@@ -259,6 +289,7 @@ export class Dispatcher {
         task,
         signal: options.signal,
         logger: log,
+        ...(allowedTools ? { allowedTools } : {}),
         ...(options.onOutput ? { onOutput: options.onOutput } : {}),
         ...(this.#approvals
           ? {

@@ -237,8 +237,9 @@ export class ToolRegistry {
    * Runs a tool call and returns the string the model sees; never throws.
    *
    * Order: an old tool name is replaced by its current one (`process` →
-   * `process_manage`), and everything after sees only that; agent-loop and
-   * unknown-tool refusals; argument coercion; `pre_tool_call` hooks (may
+   * `process_manage`), and everything after sees only that; a tool outside
+   * `context.allowedTools` (the tenant's toolsets) gets the unknown-tool
+   * answer; agent-loop and unknown-tool refusals; argument coercion; `pre_tool_call` hooks (may
    * block); the handler, whose result is normalised (a non-string becomes a
    * `tool_result_contract` error, an oversized `error` field is bounded);
    * `post_tool_call` hooks; `transform_tool_result` hooks; the result cap.
@@ -249,6 +250,8 @@ export class ToolRegistry {
    */
   async dispatch(calledName: string, args: unknown, context: ToolContext): Promise<string> {
     const name = canonicalToolName(calledName);
+    // Outside the tenant's toolsets a tool does not exist for the caller: the same answer as a missing one.
+    if (context.allowedTools !== undefined && !context.allowedTools.has(name)) return errorResult(`Unknown tool: ${name}`);
     // Checked before the lookup so the reserved names give the useful message even when not registered.
     if (AGENT_LOOP_TOOLS.has(name)) return errorResult(`${name} must be handled by the agent loop`);
     const tool = this.#tools.get(name);

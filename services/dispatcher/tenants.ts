@@ -5,9 +5,10 @@
 import { timingSafeEqual } from 'node:crypto';
 import type { Metadata, ServerMiddleware } from 'nice-grpc';
 import type { BackendName, BerthConfig } from '../common/config.js';
-import { hashApiKey } from '../common/config.js';
+import { ConfigError, hashApiKey } from '../common/config.js';
 import { UnauthenticatedError } from '../common/errors.js';
 import type { TenantPolicy } from './executor-router.js';
+import { knownToolsetNames, resolveToolsets } from './toolsets.js';
 
 export const DEFAULT_TENANT = 'default';
 
@@ -19,6 +20,8 @@ interface TenantEntry {
   readonly id: string;
   readonly keyHash: Buffer;
   readonly allowedBackends?: readonly BackendName[];
+  /** `toolsets` as configured (names checked at start); resolved on use, so toolsets registered later count. */
+  readonly toolsets?: readonly string[];
 }
 
 /** Compares two key hashes of equal length; constant time in production. */
@@ -33,10 +36,23 @@ export class TenantDirectory {
   constructor(config: Pick<BerthConfig, 'tenants' | 'terminal'>, options: { compare?: KeyHashCompare } = {}) {
     this.#backend = config.terminal.backend;
     this.#compare = options.compare ?? timingSafeEqual;
+    const problems: string[] = [];
+    for (const t of config.tenants) {
+      for (const name of t.toolsets ? resolveToolsets(t.toolsets).unknown : []) {
+        problems.push(`tenants[${t.id}].toolsets: unknown toolset '${name}'`);
+      }
+    }
+    if (problems.length > 0) {
+      throw new ConfigError(
+        `invalid config:\n${problems.map((p) => `✖ ${p}`).join('\n')}\n` +
+          `  known toolset names: ${knownToolsetNames().join(', ')}`,
+      );
+    }
     this.#entries = config.tenants.map((t) => ({
       id: t.id,
       keyHash: Buffer.from(t.api_key_sha256, 'hex'),
       ...(t.allowed_backends ? { allowedBackends: t.allowed_backends } : {}),
+      ...(t.toolsets ? { toolsets: [...t.toolsets] } : {}),
     }));
   }
 
@@ -63,6 +79,15 @@ export class TenantDirectory {
   policyFor(tenant: string): TenantPolicy {
     const entry = this.#entries.find((e) => e.id === tenant);
     return { backend: this.#backend, ...(entry?.allowedBackends ? { allowedBackends: entry.allowedBackends } : {}) };
+  }
+
+  /**
+   * The tools a tenant may list and call (its `toolsets`, resolved now), or
+   * undefined when it has no `toolsets` key (every tool).
+   */
+  toolsFor(tenant: string): ReadonlySet<string> | undefined {
+    const toolsets = this.#entries.find((e) => e.id === tenant)?.toolsets;
+    return toolsets === undefined ? undefined : resolveToolsets(toolsets).tools;
   }
 
   /** Server middleware that adds `tenant` to every call's context. */

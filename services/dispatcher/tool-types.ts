@@ -30,6 +30,12 @@ export interface ToolContext {
    * always sets it; without it only the hardline rules apply.
    */
   readonly approval?: ApprovalHook;
+  /**
+   * The tools the caller may call (its tenant's `toolsets`); absent: every
+   * tool. The registry answers any other tool as unknown, and `execute_code`
+   * offers its scripts only these; script calls inherit it.
+   */
+  readonly allowedTools?: ReadonlySet<string>;
 }
 
 export type ToolArgs = Record<string, unknown>;

@@ -246,6 +246,30 @@ function expandInto(name: string, tools: Set<string>, visited: Set<string>): voi
   for (const included of def.includes) expandInto(included, tools, visited);
 }
 
+/**
+ * The tools a list of toolset names allows (a tenant's `toolsets`): each name
+ * resolved as a client's names are (aliases, legacy names, `all`/`*`) and the
+ * results united. An empty list allows nothing. Names that mean nothing are
+ * returned in `unknown` (in the order given, once each) and allow nothing.
+ */
+export function resolveToolsets(names: readonly string[]): { tools: Set<string>; unknown: string[] } {
+  const tools = new Set<string>();
+  const unknown: string[] = [];
+  for (const name of names) {
+    if (!validateToolsetName(name)) {
+      if (!unknown.includes(name)) unknown.push(name);
+      continue;
+    }
+    for (const tool of resolveToolset(name)) tools.add(tool);
+  }
+  return { tools, unknown };
+}
+
+/** Every name a toolset list may use: toolsets and their aliases, then the legacy names; each group sorted. */
+export function knownToolsetNames(): string[] {
+  return [...[...toolsets.keys(), ...aliases.keys()].sort(), ...Object.keys(LEGACY_TOOLSETS).sort()];
+}
+
 function canonicalToolset(name: string): string | undefined {
   if (toolsets.has(name)) return name;
   return aliases.get(name);
@@ -264,6 +288,12 @@ export interface ToolSelection {
   readonly enabled?: readonly string[] | undefined;
   /** Toolsets to subtract after inclusion. */
   readonly disabled?: readonly string[] | undefined;
+  /**
+   * The tools the caller may have at all (its tenant's `toolsets`); the
+   * selection is cut down to them, so `enabled` can narrow but never widen.
+   * Absent: no limit.
+   */
+  readonly within?: ReadonlySet<string> | undefined;
 }
 
 /**
@@ -272,6 +302,7 @@ export interface ToolSelection {
  * disabling a platform bundle (`hermes-*`) removes only its non-core tools, so
  * "disable hermes-discord" cannot empty the core list. Unknown names in either
  * list are reported in `unknown` (in the order given, once each), not fatal.
+ * Last, anything outside `within` (the tenant's tools) is dropped.
  */
 export function selectToolNames(selection: ToolSelection = {}): { names: string[]; unknown: string[] } {
   const unknown: string[] = [];
@@ -297,7 +328,9 @@ export function selectToolNames(selection: ToolSelection = {}): { names: string[
       if (!(platform && core.has(tool))) names.delete(tool);
     }
   }
-  return { names: [...names].sort(), unknown };
+  const within = selection.within;
+  const kept = within === undefined ? [...names] : [...names].filter((tool) => within.has(tool));
+  return { names: kept.sort(), unknown };
 }
 
 /**

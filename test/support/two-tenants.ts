@@ -39,6 +39,8 @@ export interface TwoTenantsOptions {
   readonly backend: 'local' | 'docker';
   /** Extra top-level config lines (YAML), e.g. `approvals: { skip_in_containers: false }`. */
   readonly configLines?: readonly string[];
+  /** Extra keys of a tenant's entry (YAML flow-map text), e.g. `{ alpha: 'toolsets: [file]' }`. */
+  readonly tenantFields?: Partial<Record<typeof TENANT_A | typeof TENANT_B, string>>;
   /** Tenants to leave out of the config (a revoked key). */
   readonly omit?: readonly string[];
   /** Keys to reuse (a restart with the same keys). */
@@ -64,7 +66,10 @@ export async function startTwoTenants(options: TwoTenantsOptions): Promise<TwoTe
       ...(options.backend === 'local' ? ['allow_local_multi_tenant: true'] : []),
       ...(options.configLines ?? []),
       'tenants:',
-      ...tenants.map((t) => `  - { id: ${t}, api_key_sha256: ${hashApiKey(keys[t as keyof typeof keys])} }`),
+      ...tenants.map((t) => {
+        const extra = options.tenantFields?.[t as keyof typeof keys];
+        return `  - { id: ${t}, api_key_sha256: ${hashApiKey(keys[t as keyof typeof keys])}${extra ? `, ${extra}` : ''} }`;
+      }),
       '',
     ].join('\n'),
   );

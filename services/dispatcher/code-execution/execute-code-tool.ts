@@ -187,7 +187,9 @@ export function executeCodeToolRegistration(options: ExecuteCodeToolOptions): To
       if (runCode === undefined) {
         return JSON.stringify({ error: 'execute_code is not available: this task environment cannot run scripts.' });
       }
-      const allowed = sandboxToolsIn(await options.availableTools());
+      // A tenant limited to some toolsets gets stubs (and a whitelist) for those tools only.
+      const scope = context.allowedTools;
+      const allowed = sandboxToolsIn(await options.availableTools()).filter((tool) => scope?.has(tool) ?? true);
       const policy = new ScriptToolPolicy(allowed, options.maxToolCalls);
       // Script calls get the caller's context minus live output (only print() output goes back),
       // and end with the script: a call still running when the script is gone is cancelled.
