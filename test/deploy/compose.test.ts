@@ -172,11 +172,12 @@ describe('the compose stack', async () => {
     const list = (await call(t, 'process', { action: 'list' })) as { processes?: Array<{ session_id: string; status: string }> };
     assert.ok(list.processes?.some((p) => p.session_id === bg.session_id && p.status === 'running'));
     assert.deepEqual(await call(t, 'write_file', { path: 'notes/todo.txt', content: 'ship it\n' }), {
-      path: '/tmp/notes/todo.txt',
       bytes_written: 8,
       dirs_created: true,
+      resolved_path: '/tmp/notes/todo.txt',
+      files_modified: ['/tmp/notes/todo.txt'],
     });
-    assert.equal((await call(t, 'read_file', { path: 'notes/todo.txt' })).content, '     1|ship it');
+    assert.equal((await call(t, 'read_file', { path: 'notes/todo.txt' })).content, '1|ship it');
     assert.deepEqual(await call(t, 'nope', {}), { error: 'Unknown tool: nope' });
   });
 

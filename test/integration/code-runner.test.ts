@@ -126,11 +126,11 @@ describe('CodeRunner on the local backend', () => {
       },
     );
     assert.equal(r.exitCode, 0, r.stderr);
-    assert.equal(r.stdout, "{'path': 'a.txt', 'offset': 1, 'limit': 500}\nterminal\n");
+    assert.equal(r.stdout, "{'path': 'a.txt', 'offset': 1, 'limit': 2000}\nterminal\n");
     assert.deepEqual(
       calls.map((c) => [c.tool, JSON.parse(c.argsJson) as unknown]),
       [
-        ['read_file', { path: 'a.txt', offset: 1, limit: 500 }],
+        ['read_file', { path: 'a.txt', offset: 1, limit: 2000 }],
         ['terminal', { command: 'ls', timeout: 5 }],
       ],
     );

@@ -85,7 +85,7 @@ class HermesToolsTest(unittest.TestCase):
         proc = run_outside(SCRIPT.format(dir=outside_dir), {"BERTH_SERVER": support.server(), "BERTH_TASK": task.task_id})
         self.assertEqual(proc.returncode, 0, proc.stderr)
         outside = json.loads(proc.stdout)
-        self.assertEqual(outside, {"content": "     1|line one\n     2|line 2", "hits": 2, "count": "2"})
+        self.assertEqual(outside, {"content": "1|line one\n2|line 2", "hits": 2, "count": "2"})
         # The script acted on the task named by BERTH_TASK, in the real file system.
         with open(os.path.join(outside_dir, "report.txt"), encoding="utf-8") as f:
             self.assertEqual(f.read(), "line one\nline 2\n")
