@@ -11,10 +11,8 @@
  * that are gone. A warm pool (docker.warm_pool) keeps started containers
  * ready for new tasks.
  */
-import { existsSync } from 'node:fs';
 import { chmod, lstat, mkdir, rm, writeFile } from 'node:fs/promises';
 import path from 'node:path';
-import { fileURLToPath } from 'node:url';
 import Dockerode from 'dockerode';
 import type { EgressMode } from '../../../common/config.js';
 import { FailedPreconditionError, UnavailableError } from '../../../common/errors.js';
@@ -23,6 +21,9 @@ import type { Backend, BackendCapabilities, BackendEnvironment, TaskKey } from '
 import type { ContainerStartSink } from '../../executor-metrics.js';
 import { taskKeyString } from '../../backend.js';
 import { defaultStateRoot } from '../shared/state-root.js';
+import { findAgentScript } from '../shared/agent/agent-script.js';
+
+export { findAgentScript };
 import {
   LABEL,
   buildSandboxEnv,
@@ -119,17 +120,6 @@ export interface DockerBackendOptions {
   /** Told each time a container is made ready for a task (metrics). */
   readonly onContainerStart?: ContainerStartSink;
   readonly logger: Logger;
-}
-
-/** Finds berth_agent.py of this package, from either the compiled or the source tree. */
-export function findAgentScript(): string {
-  let dir = path.dirname(fileURLToPath(import.meta.url));
-  for (let i = 0; i < 8; i++) {
-    const candidate = path.join(dir, 'sandbox-image', 'agent', 'berth_agent.py');
-    if (existsSync(candidate)) return candidate;
-    dir = path.dirname(dir);
-  }
-  throw new FailedPreconditionError('sandbox-image/agent/berth_agent.py was not found next to this Berth installation');
 }
 
 export class DockerBackend implements Backend {

@@ -2,20 +2,23 @@
  * The `ssh` backend: runs tasks on a remote host over ssh (ssh2, in-process).
  *
  * - One multiplexed connection per (tenant, host, user), shared by that
- *   tenant's tasks, re-established transparently when it drops; a channel
- *   per command.
+ *   tenant's tasks, re-established transparently when it drops.
  * - Each task gets its own directory on the host,
  *   `~/.berth/tasks/<hash>/{work,state,bg}`; a preflight at task start checks
  *   the connection, bash and setsid, and says exactly what failed.
- * - Foreground commands run under `setsid`; a timeout or interrupt kills the
- *   remote process group over a fresh channel (TERM, grace, KILL).
+ * - Each task runs the exec agent (berth_agent.py, copied once to
+ *   `~/.berth/agent-<hash>.py`) on one channel of the connection: a command
+ *   is one message, killed by process group inside the host; files go
+ *   through it too. A host without a usable python3 (3.8+) gets a channel
+ *   per command instead (ssh-channel-exec.ts) and SFTP for files; said once
+ *   in the log. A lost agent stream stops what runs through it (the agent
+ *   ends its processes when its stream ends) and the next call starts a new
+ *   agent.
  * - Background processes are detached (nohup/log/exit/pid files), survive a
- *   dropped connection, and are polled over SFTP.
- * - Files go over SFTP.
+ *   dropped connection (and a dropped agent stream), and are polled over
+ *   SFTP; their helper commands go through the agent when there is one.
  */
-import { randomBytes } from 'node:crypto';
 import { posix } from 'node:path';
-import type { ClientChannel } from 'ssh2';
 import { FailedPreconditionError, InvalidArgumentError, UnavailableError } from '../../../common/errors.js';
 import type { Logger } from '../../../common/logging.js';
 import type {
@@ -30,24 +33,20 @@ import type {
   TaskKey,
 } from '../../backend.js';
 import { taskKeyString } from '../../backend.js';
+import type { AgentChannel } from '../shared/agent/agent-channel.js';
+import { foregroundExitCode } from '../shared/agent/agent-protocol.js';
+import { loadAgentScript, type AgentScript } from '../shared/agent/agent-script.js';
+import { AgentUnavailableError } from '../shared/agent/stdio-agent.js';
 import { ExecDeadline, interruptedBeforeStart } from '../shared/exec-deadline.js';
 import { assertNotReleased, deliverOutput } from '../shared/guards.js';
-import { signalExitCode } from '../shared/process-group.js';
+import { SandboxLostError, type ProcessExit } from '../shared/sandbox-channel.js';
 import { KnownHostsFile } from './known-hosts.js';
-import { PgidLineFilter } from '../shared/pgid-line-filter.js';
-import { BackgroundProcesses, runShort } from './ssh-background.js';
+import { AGENT_DIR, buildAgentCopyCommand, remoteAgentPath, startSshAgent } from './ssh-agent.js';
+import { BackgroundProcesses, runShort, type ShortResult } from './ssh-background.js';
+import { execOnChannel, killAfterDrop, lostWhileRunning, type ChannelExecHost } from './ssh-channel-exec.js';
 import { SshConnection, type HostKeyPolicy } from './ssh-connection.js';
 import { sftpReadFile, sftpStat, sftpWriteFile } from './ssh-files.js';
-import {
-  buildExecCommand,
-  buildKillCommand,
-  buildPreflightCommand,
-  buildRemoveCommand,
-  DEFAULT_TASKS_DIR,
-  pgidLinePrefix,
-  PREFLIGHT_EXIT,
-  taskDirName,
-} from './ssh-scripts.js';
+import { buildPreflightCommand, buildRemoveCommand, DEFAULT_TASKS_DIR, PREFLIGHT_EXIT, taskDirName } from './ssh-scripts.js';
 
 export interface SshBackendOptions {
   readonly host: string;
@@ -80,12 +79,29 @@ export interface SshBackendOptions {
   readonly tasksDir?: string;
   /** A tenant's connection is closed this long after its last task is released; default 60,000 ms. */
   readonly connectionIdleMs?: number;
+  /**
+   * `auto` (default): run commands through the exec agent where the host has
+   * python3 3.8+, else a channel per command. `off`: always a channel per
+   * command (the agent is never copied).
+   */
+  readonly agent?: 'auto' | 'off';
+  /** berth_agent.py to copy; default: the one of this installation. */
+  readonly agentScriptPath?: string;
   readonly logger?: Logger;
 }
+
+/**
+ * Channels a tenant's connection keeps for other work than agents (helper
+ * commands, the control slot, SFTP): agents take at most MaxSessions minus
+ * this many, and tasks beyond that use a channel per command.
+ */
+const SESSIONS_KEPT_FROM_AGENTS = 4;
 
 interface PooledConnection {
   readonly connection: SshConnection;
   refs: number;
+  /** Tasks running an agent on this connection (each holds a channel). */
+  agents: number;
   idleTimer: NodeJS.Timeout | undefined;
 }
 
@@ -96,6 +112,10 @@ export class SshBackend implements Backend {
   readonly #knownHosts: KnownHostsFile;
   readonly #pool = new Map<string, PooledConnection>();
   readonly #environments = new Map<string, SshEnvironment>();
+  /** Why the host cannot run the agent, once known (then no task tries again). */
+  #agentUnusable: string | undefined;
+  /** Set once the agent's copy on the host was seen or made. */
+  #agentCopied = false;
   #closed = false;
 
   constructor(options: SshBackendOptions) {
@@ -120,6 +140,16 @@ export class SshBackend implements Backend {
     return this.#acquire(tenant, false).connection;
   }
 
+  /** A task's environment on this executor (the doctor looks at it). */
+  environmentOf(key: TaskKey): SshEnvironment | undefined {
+    return this.#environments.get(taskKeyString(key));
+  }
+
+  /** Why the host cannot run the exec agent, once a task found out; undefined while it can (or nobody tried). */
+  get agentUnusable(): string | undefined {
+    return this.#agentUnusable;
+  }
+
   async createEnvironment(key: TaskKey): Promise<BackendEnvironment> {
     if (this.#closed) throw new UnavailableError('the ssh backend is closed');
     const id = taskKeyString(key);
@@ -128,9 +158,11 @@ export class SshBackend implements Backend {
     }
     const pooled = this.#acquire(key.tenant, true);
     try {
-      const environment = await this.#preflight(pooled.connection, key);
+      const environment = await this.#preflight(pooled, key);
+      const counted = environment.usesAgent;
       environment.onDisposed = () => {
         this.#environments.delete(id);
+        if (counted) pooled.agents -= 1;
         this.#releaseConnection(key.tenant);
       };
       this.#environments.set(id, environment);
@@ -179,6 +211,7 @@ export class SshBackend implements Backend {
           ...(o.logger ? { logger: o.logger.child({ backend: 'ssh', tenant }) } : {}),
         }),
         refs: 0,
+        agents: 0,
         idleTimer: undefined,
       };
       this.#pool.set(poolKey, pooled);
@@ -206,11 +239,14 @@ export class SshBackend implements Backend {
     pooled.idleTimer.unref();
   }
 
-  /** Connects (if needed), checks the host and makes the task's directories. */
-  async #preflight(connection: SshConnection, key: TaskKey): Promise<SshEnvironment> {
+  /** Connects (if needed), checks the host, makes the task's directories and starts its agent. */
+  async #preflight(pooled: PooledConnection, key: TaskKey): Promise<SshEnvironment> {
+    const connection = pooled.connection;
     const tasksDir = this.#options.tasksDir ?? DEFAULT_TASKS_DIR;
     const dirName = taskDirName(key);
-    const { exitCode, output } = await runShort(connection, buildPreflightCommand(tasksDir, dirName), {
+    const script = this.#agentWanted() ? await loadAgentScript(this.#options.agentScriptPath) : undefined;
+    const agentRel = script && !this.#agentCopied ? posix.join(AGENT_DIR, script.fileName) : undefined;
+    const { exitCode, output } = await runShort(connection, buildPreflightCommand(tasksDir, dirName, agentRel), {
       timeoutMs: (this.#options.connectTimeoutMs ?? 10_000) + 20_000,
     });
     const where = `${this.#options.user}@${this.#options.host}:${this.#port}`;
@@ -230,7 +266,8 @@ export class SshBackend implements Backend {
       throw new UnavailableError(`ssh preflight on ${where} did not report a home directory: ${message || 'no output'}`);
     }
     const taskDir = posix.join(home, tasksDir, dirName);
-    return new SshEnvironment({
+    const logger = this.#options.logger?.child({ backend: 'ssh', task: taskKeyString(key) });
+    const setup: EnvironmentSetup = {
       connection,
       description: `ssh:${where}:${taskDir}`,
       homeDir: home,
@@ -238,8 +275,53 @@ export class SshBackend implements Backend {
       killGraceMs: this.#options.killGraceMs ?? 1000,
       pipeDrainMs: this.#options.pipeDrainMs ?? 1000,
       pollIntervalMs: this.#options.pollIntervalMs ?? 250,
-      logger: this.#options.logger?.child({ backend: 'ssh', task: taskKeyString(key) }),
-    });
+      logger,
+    };
+    if (!script || pooled.agents >= this.#maxAgents()) {
+      if (script) logger?.info({ agents: pooled.agents }, 'the connection has no channel to spare for another exec agent; this task uses a channel per command');
+      return new SshEnvironment(setup);
+    }
+    if (agentRel !== undefined && !/^berth-agent:yes$/m.test(output)) await this.#copyAgent(connection, home, script, where);
+    this.#agentCopied = true;
+    const startAgent = () =>
+      startSshAgent({
+        connection,
+        agentPath: remoteAgentPath(home, script),
+        description: `ssh host ${where}`,
+        fallbackLogKey: `ssh host ${where}`,
+        ...(this.#options.logger ? { logger: this.#options.logger.child({ backend: 'ssh' }) } : {}),
+      });
+    pooled.agents += 1;
+    try {
+      const agent = await startAgent();
+      return new SshEnvironment({ ...setup, startAgent }, agent);
+    } catch (err) {
+      pooled.agents -= 1;
+      if (!(err instanceof AgentUnavailableError) || !err.canFallBack) throw err;
+      // Logged once per host by the agent starter; no later task tries again.
+      this.#agentUnusable = err.message;
+      return new SshEnvironment(setup);
+    }
+  }
+
+  #agentWanted(): boolean {
+    return this.#options.agent !== 'off' && this.#agentUnusable === undefined;
+  }
+
+  #maxAgents(): number {
+    return Math.max(0, (this.#options.maxSessions ?? 10) - SESSIONS_KEPT_FROM_AGENTS);
+  }
+
+  /** Copies the agent to its content-addressed path on the host. */
+  async #copyAgent(connection: SshConnection, home: string, script: AgentScript, where: string): Promise<void> {
+    const copied = await runShort(connection, buildAgentCopyCommand(home, script), { stdin: script.content, timeoutMs: 60_000 });
+    if (copied.exitCode !== 0) {
+      throw new UnavailableError(
+        `cannot copy the exec agent to ${remoteAgentPath(home, script)} on ${where} (exit ${copied.exitCode ?? 'none'}): ` +
+          (copied.output.trim().slice(0, 500) || 'no output'),
+      );
+    }
+    this.#options.logger?.info({ host: where, path: remoteAgentPath(home, script) }, 'copied the exec agent to the ssh host');
   }
 }
 
@@ -252,11 +334,12 @@ interface EnvironmentSetup {
   readonly pipeDrainMs: number;
   readonly pollIntervalMs: number;
   readonly logger: Logger | undefined;
+  /** Starts a new exec agent for this task; absent: the host cannot run it, commands use a channel each. */
+  readonly startAgent?: () => Promise<AgentChannel>;
 }
 
-
 /** One task's directory on the ssh host. */
-class SshEnvironment implements BackendEnvironment {
+export class SshEnvironment implements BackendEnvironment {
   readonly description: string;
   readonly homeDir: string;
   readonly initialCwd: string;
@@ -266,26 +349,49 @@ class SshEnvironment implements BackendEnvironment {
   readonly #setup: EnvironmentSetup;
   readonly #connection: SshConnection;
   readonly #background: BackgroundProcesses;
+  readonly #channelHost: ChannelExecHost;
   /** Kill functions of foreground commands still running. */
   readonly #running = new Set<() => Promise<void>>();
+  #agent: AgentChannel | undefined;
+  #agentStarting: Promise<AgentChannel> | undefined;
   #disposing: Promise<void> | undefined;
 
-  constructor(setup: EnvironmentSetup) {
+  constructor(setup: EnvironmentSetup, agent?: AgentChannel) {
     this.#setup = setup;
     this.#connection = setup.connection;
+    this.#agent = agent;
     this.description = setup.description;
     this.homeDir = setup.homeDir;
     this.initialCwd = posix.join(setup.taskDir, 'work');
     this.stateDir = posix.join(setup.taskDir, 'state');
+    this.#channelHost = {
+      connection: setup.connection,
+      cwd: this.initialCwd,
+      killGraceMs: setup.killGraceMs,
+      pipeDrainMs: setup.pipeDrainMs,
+      logger: setup.logger,
+      running: this.#running,
+    };
     this.#background = new BackgroundProcesses(
       {
         connection: setup.connection,
         logger: setup.logger,
         killGraceMs: setup.killGraceMs,
         pollIntervalMs: setup.pollIntervalMs,
+        run: (command, options) => this.#runShort(command, options),
       },
       posix.join(setup.taskDir, 'bg'),
     );
+  }
+
+  /** True when commands go through the exec agent (false: a channel per command, the host has no usable python3). */
+  get usesAgent(): boolean {
+    return this.#setup.startAgent !== undefined;
+  }
+
+  /** The agent's channel now (tests). */
+  get agentChannel(): AgentChannel | undefined {
+    return this.#agent;
   }
 
   #where(): string {
@@ -293,141 +399,105 @@ class SshEnvironment implements BackendEnvironment {
     return `${e.host}:${e.port}`;
   }
 
+  /** The live agent, started anew when the last one was lost; undefined without one. */
+  async #liveAgent(): Promise<AgentChannel | undefined> {
+    const start = this.#setup.startAgent;
+    if (!start) return undefined;
+    const current = this.#agent;
+    if (current && !current.isLost) return current;
+    this.#agentStarting ??= (async () => {
+      const next = await start();
+      if (this.#disposing) {
+        next.close();
+        assertNotReleased(this, this.#disposing);
+      }
+      this.#agent = next;
+      return next;
+    })().finally(() => {
+      this.#agentStarting = undefined;
+    });
+    return this.#agentStarting;
+  }
+
+  /** Runs `fn` on the agent; once more on a new agent when the stream was lost before `fn` got anywhere. */
+  async #withAgent<T>(agent: AgentChannel, fn: (agent: AgentChannel) => Promise<T>): Promise<T> {
+    try {
+      return await fn(agent);
+    } catch (err) {
+      if (!(err instanceof SandboxLostError) || this.#disposing) throw err;
+      this.#setup.logger?.info({ err: err.message }, 'the exec agent stream was lost; starting a new one');
+      const next = await this.#liveAgent();
+      if (!next) throw err;
+      return fn(next);
+    }
+  }
+
   async exec(options: ExecOptions): Promise<ExecResult> {
     assertNotReleased(this, this.#disposing);
     const early = interruptedBeforeStart(options);
     if (early) return early;
-    const nonce = randomBytes(8).toString('hex');
-    const command = buildExecCommand({
-      script: options.script,
-      cwd: this.initialCwd,
-      nonce,
-      ...(options.env ? { env: options.env } : {}),
-    });
-    // Aborts the wait for a channel when the command ends before it starts.
-    const opening = new AbortController();
-    let stop: () => void = () => opening.abort();
-    const deadline = new ExecDeadline(options, () => stop());
-
-    let channel: ClientChannel;
+    const agent = await this.#liveAgent();
+    if (!agent) return execOnChannel(this.#channelHost, options);
+    const proc = await this.#withAgent(agent, (a) =>
+      a.spawn({
+        script: options.script,
+        cwd: this.initialCwd,
+        ...(options.env ? { env: options.env } : {}),
+        ...(options.pty ? { pty: true } : {}),
+        ...(options.stdin !== undefined ? { stdin: options.stdin } : {}),
+        onOutput: (chunk) => deliverOutput(options.onOutput, chunk, this.#setup.logger),
+      }),
+    );
+    let killing: Promise<void> | undefined;
+    const kill = () => (killing ??= proc.kill(options.killGraceMs ?? this.#setup.killGraceMs).catch(() => undefined));
+    const deadline = new ExecDeadline(options, () => void kill());
+    this.#running.add(kill);
+    let exit: ProcessExit;
     try {
-      ({ channel } = await this.#connection.exec(command, { ...(options.pty ? { pty: true } : {}), signal: opening.signal }));
+      exit = await proc.exited;
     } catch (err) {
+      if (!(err instanceof SandboxLostError)) throw err;
+      // The agent ends what it started when its stream ends; in case the host never noticed, kill the group too.
+      void killAfterDrop(this.#channelHost, proc.pid);
+      this.#setup.logger?.warn({ err: err.message }, 'the exec agent stream was lost while a command ran');
+      throw lostWhileRunning(this.#connection);
+    } finally {
       deadline.dispose();
-      if (deadline.ended) return deadline.result(0);
-      throw err;
+      this.#running.delete(kill);
     }
-
-    return new Promise<ExecResult>((resolve, reject) => {
-      const filter = new PgidLineFilter(pgidLinePrefix(nonce));
-      let exitCode: number | null = null;
-      let exitSignal: string | undefined;
-      let killing: Promise<void> | undefined;
-      let killWanted = false;
-      let closed = false;
-      let drainTimer: NodeJS.Timeout | undefined;
-
-      const emit = (chunk: Buffer) => deliverOutput(options.onOutput, chunk, this.#setup.logger);
-      const kill = (): Promise<void> => {
-        const pgid = filter.pgid;
-        if (pgid === undefined) {
-          // Not started yet: kill as soon as its group id arrives.
-          killWanted = true;
-          return Promise.resolve();
-        }
-        const graceMs = options.killGraceMs ?? this.#setup.killGraceMs;
-        killing ??= runShort(this.#connection, buildKillCommand(pgid, graceMs), {
-          control: true,
-          timeoutMs: graceMs + 30_000,
-        })
-          .then(
-            () => undefined,
-            (err: unknown) => this.#setup.logger?.warn({ err, pgid }, 'killing a remote process group failed'),
-          )
-          .then(() => {
-            if (closed) return;
-            // Whoever still holds the channel's output is outside the group; stop waiting for them.
-            drainTimer = setTimeout(() => channel.close(), this.#setup.pipeDrainMs);
-          });
-        return killing;
-      };
-      stop = () => void kill();
-      this.#running.add(kill);
-
-      const sendStdin = () => {
-        const bytes = options.stdin === undefined ? Buffer.alloc(0) : Buffer.from(options.stdin);
-        if (options.pty) {
-          // A terminal has no half-close: type the input, then EOF (^D; twice after an unterminated line).
-          if (bytes.length > 0) channel.write(bytes);
-          channel.write(bytes.length === 0 || bytes[bytes.length - 1] === 0x0a ? '\x04' : '\x04\x04');
-        } else {
-          channel.end(bytes.length > 0 ? bytes : undefined);
-        }
-      };
-
-      channel.on('data', (chunk: Buffer) =>
-        emit(
-          filter.push(chunk, () => {
-            sendStdin();
-            if (killWanted || deadline.ended) void kill();
-          }),
-        ),
-      );
-      channel.stderr.on('data', (chunk: Buffer) => emit(chunk));
-      // The exit status comes with 'close': an 'exit' event may fire before our listener is attached.
-      channel.once('close', (code?: number | null, signal?: string) => {
-        exitCode = typeof code === 'number' ? code : null;
-        exitSignal = signal;
-        closed = true;
-        deadline.dispose();
-        if (drainTimer) clearTimeout(drainTimer);
-        const settle = () => {
-          this.#running.delete(kill);
-          if (deadline.ended) {
-            resolve(deadline.result(0));
-          } else if (exitCode !== null) {
-            resolve(deadline.result(exitCode));
-          } else if (exitSignal !== undefined) {
-            resolve(deadline.result(signalExitCode(exitSignal)));
-          } else {
-            // The connection dropped: the command may still run; kill it once the host is back.
-            if (filter.pgid !== undefined) void this.#killAfterDrop(filter.pgid);
-            reject(
-              new UnavailableError(
-                `the ssh connection to ${this.#where()} was lost while the command ran; it was stopped`,
-              ),
-            );
-          }
-        };
-        if (killing) void killing.then(settle);
-        else settle();
-      });
-    });
+    if (killing) await killing;
+    return deadline.result(foregroundExitCode(exit.code, exit.signal));
   }
 
-  /**
-   * Kills a group whose channel was lost with the connection. The host may
-   * be restarting sshd or briefly unreachable, so this keeps trying (with
-   * back-off, up to about a minute) until the kill command runs.
-   */
-  async #killAfterDrop(pgid: number): Promise<void> {
-    const command = buildKillCommand(pgid, this.#setup.killGraceMs);
-    const done = (async () => {
-      for (let delayMs = 250, waitedMs = 0; waitedMs < 60_000; waitedMs += delayMs, delayMs = Math.min(delayMs * 2, 5000)) {
-        try {
-          const r = await runShort(this.#connection, command, { control: true, timeoutMs: this.#setup.killGraceMs + 30_000 });
-          if (r.exitCode === 0) return;
-        } catch (err) {
-          this.#setup.logger?.debug({ err, pgid }, 'killing an orphaned remote group failed; retrying');
-        }
-        await new Promise((resolve) => setTimeout(resolve, delayMs));
-      }
-      this.#setup.logger?.warn({ pgid }, 'gave up killing a remote process group after the connection dropped');
-    })();
-    const entry = () => done;
-    this.#running.add(entry);
-    await done;
-    this.#running.delete(entry);
+  /** A helper command (background start, stdin, kill, cleanup): through the agent when there is one. */
+  async #runShort(
+    command: string,
+    options: { readonly stdin?: Uint8Array | string; readonly control?: boolean; readonly timeoutMs?: number } = {},
+  ): Promise<ShortResult> {
+    const agent = await this.#liveAgent().catch(() => undefined);
+    if (!agent) return runShort(this.#connection, command, options);
+    const chunks: Buffer[] = [];
+    const proc = await this.#withAgent(agent, (a) =>
+      a.spawn({
+        script: command,
+        cwd: this.initialCwd,
+        ...(options.stdin !== undefined ? { stdin: options.stdin } : {}),
+        onOutput: (chunk) => chunks.push(chunk),
+      }),
+    );
+    const timer = setTimeout(() => void proc.kill(1000).catch(() => undefined), options.timeoutMs ?? 30_000);
+    try {
+      const exit = await proc.exited;
+      return {
+        exitCode: exit.code,
+        ...(exit.signal !== null ? { signal: String(exit.signal) } : {}),
+        output: Buffer.concat(chunks).toString('utf8'),
+      };
+    } catch (err) {
+      throw err instanceof SandboxLostError ? lostWhileRunning(this.#connection) : err;
+    } finally {
+      clearTimeout(timer);
+    }
   }
 
   async startBackground(options: BackgroundOptions): Promise<BackgroundHandle> {
@@ -435,22 +505,27 @@ class SshEnvironment implements BackendEnvironment {
     return this.#background.start(options, this.initialCwd);
   }
 
-  #assertAbsolute(absPath: string): void {
-    if (!posix.isAbsolute(absPath)) throw new InvalidArgumentError(`path must be absolute: ${absPath}`);
-  }
-
   async readFile(absPath: string): Promise<Buffer> {
-    this.#assertAbsolute(absPath);
+    assertAbsolute(absPath);
+    const agent = await this.#liveAgent();
+    if (agent) return this.#withAgent(agent, (a) => a.readFile(absPath));
     return sftpReadFile(await this.#connection.sftp(), absPath, this.#where());
   }
 
   async writeFile(absPath: string, data: Uint8Array): Promise<void> {
-    this.#assertAbsolute(absPath);
+    assertAbsolute(absPath);
+    const agent = await this.#liveAgent();
+    if (agent) return this.#withAgent(agent, (a) => a.writeFile(absPath, data));
     await sftpWriteFile(await this.#connection.sftp(), absPath, data, this.#where());
   }
 
   async stat(absPath: string): Promise<FileStat> {
-    this.#assertAbsolute(absPath);
+    assertAbsolute(absPath);
+    const agent = await this.#liveAgent();
+    if (agent) {
+      const s = await this.#withAgent(agent, (a) => a.stat(absPath));
+      return { exists: s.exists, isDirectory: s.isDirectory, sizeBytes: s.sizeBytes };
+    }
     return sftpStat(await this.#connection.sftp(), absPath, this.#where());
   }
 
@@ -460,15 +535,27 @@ class SshEnvironment implements BackendEnvironment {
       await this.#background.killAll();
       this.#background.stop();
       try {
-        const removed = await runShort(this.#connection, buildRemoveCommand(this.#setup.taskDir), { timeoutMs: 30_000 });
+        const removed = await this.#runShortForRelease(buildRemoveCommand(this.#setup.taskDir));
         if (removed.exitCode !== 0) {
           this.#setup.logger?.warn({ output: removed.output, dir: this.#setup.taskDir }, 'removing the task directory failed');
         }
       } catch (err) {
         this.#setup.logger?.warn({ err, dir: this.#setup.taskDir }, 'cannot remove the task directory (host unreachable?)');
       }
+      await this.#agentStarting?.catch(() => undefined);
+      this.#agent?.close();
       this.onDisposed?.();
     })();
     return this.#disposing;
   }
+
+  /** The agent if it is up (no new one is started while releasing), else a channel. */
+  #runShortForRelease(command: string): Promise<ShortResult> {
+    if (this.#agent && !this.#agent.isLost) return this.#runShort(command, { timeoutMs: 30_000 });
+    return runShort(this.#connection, command, { timeoutMs: 30_000 });
+  }
+}
+
+function assertAbsolute(absPath: string): void {
+  if (!posix.isAbsolute(absPath)) throw new InvalidArgumentError(`path must be absolute: ${absPath}`);
 }

@@ -46,10 +46,12 @@ export function exportLines(env: Readonly<Record<string, string>> | undefined): 
  * Checks the host has what the backend needs, and makes the task's fresh
  * directories: `<tasksDir>/<hash>/{work,state,bg}` under the home directory.
  * A leftover directory (from an executor that died) is removed first so its
- * shell snapshot cannot leak into the new task. Prints `berth-home:<HOME>`.
+ * shell snapshot cannot leak into the new task. Prints `berth-home:<HOME>`
+ * and, given the exec agent's path relative to the home, `berth-agent:yes`
+ * when that copy is there already (`no` otherwise).
  * POSIX sh: it runs before we know bash exists.
  */
-export function buildPreflightCommand(tasksDir: string, dirName: string): string {
+export function buildPreflightCommand(tasksDir: string, dirName: string, agentRelPath?: string): string {
   const rel = posix.join(tasksDir, dirName);
   const top = tasksDir.split('/')[0] ?? tasksDir;
   return [
@@ -60,6 +62,9 @@ export function buildPreflightCommand(tasksDir: string, dirName: string): string
     `rm -rf -- "$d" && mkdir -p -- "$d/work" "$d/state" "$d/bg" || { echo "berth: cannot create $d"; exit ${PREFLIGHT_EXIT.cannotCreateDirs}; }`,
     `chmod 700 -- "$HOME"/${shellQuote(top)} 2>/dev/null`,
     `printf 'berth-home:%s\\n' "$HOME"`,
+    ...(agentRelPath === undefined
+      ? []
+      : [`if [ -s "$HOME"/${shellQuote(agentRelPath)} ]; then echo berth-agent:yes; else echo berth-agent:no; fi`]),
   ].join('\n');
 }
 
