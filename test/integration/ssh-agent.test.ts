@@ -12,6 +12,8 @@ import os from 'node:os';
 import path from 'node:path';
 import { Writable } from 'node:stream';
 import { after, afterEach, before, describe, it } from 'node:test';
+import { runDoctor } from '../../services/cli/doctor.js';
+import { parseConfig } from '../../services/common/config.js';
 import { UnavailableError } from '../../services/common/errors.js';
 import { createLogger, silentLogger } from '../../services/common/logging.js';
 import type { TaskKey } from '../../services/executor/backend.js';
@@ -48,6 +50,18 @@ interface Fixture {
   sshd: StartedSshd;
   stateDir: string;
   options: (extra?: Partial<SshBackendOptions>) => SshBackendOptions;
+}
+
+/** `berth doctor` against the fixture's host; the findings as `verdict text` lines. */
+async function doctor(f: Fixture): Promise<string[]> {
+  const keyPath = path.join(f.stateDir, 'id_ed25519');
+  await writeFile(keyPath, f.sshd.keys.privateKey, { mode: 0o600 });
+  const config = parseConfig({
+    terminal: { backend: 'ssh', ssh_host: f.sshd.host, ssh_port: f.sshd.port, ssh_user: f.sshd.user, ssh_key: keyPath },
+    executor: { state_root: f.stateDir },
+  });
+  const findings = await runDoctor(config, () => undefined);
+  return findings.map((x) => `${x.verdict} ${x.text}`);
 }
 
 async function fixture(prefix: string): Promise<Fixture> {
@@ -181,6 +195,12 @@ describe('ssh backend exec agent', { timeout: 300_000 }, () => {
     assert.match(r.output, /out-is-a-tty/);
     assert.equal(backend.environmentOf(key)?.usesAgent, true);
   });
+
+  it('berth doctor says commands go through the exec agent', async () => {
+    const lines = await doctor(f);
+    assert.ok(lines.includes('ok commands reach the ssh host through the exec agent (one channel per task)'), lines.join('\n'));
+    assert.ok(!lines.some((l) => l.startsWith('fail')), lines.join('\n'));
+  });
 });
 
 describe('ssh backend on a host without python3', { timeout: 300_000 }, () => {
@@ -218,5 +238,13 @@ describe('ssh backend on a host without python3', { timeout: 300_000 }, () => {
       await envs.closeAll();
       await backend.close();
     }
+  });
+
+  it('berth doctor warns that the host cannot run the exec agent, and why', async () => {
+    const lines = await doctor(f);
+    const warning = lines.find((l) => l.startsWith('warn the ssh host cannot run the exec agent'));
+    assert.ok(warning, lines.join('\n'));
+    assert.match(warning, /has no usable python3.*one ssh channel each.*install python3 \(3\.8 or newer\)/);
+    assert.ok(!lines.some((l) => l.startsWith('fail')), lines.join('\n'));
   });
 });
