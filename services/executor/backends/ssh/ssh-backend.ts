@@ -30,6 +30,7 @@ import type {
   ExecOptions,
   ExecResult,
   FileStat,
+  RpcRelay,
   TaskKey,
 } from '../../backend.js';
 import { taskKeyString } from '../../backend.js';
@@ -344,6 +345,8 @@ export class SshEnvironment implements BackendEnvironment {
   readonly homeDir: string;
   readonly initialCwd: string;
   readonly stateDir: string;
+  /** execute_code's socket inside the task directory, relayed by the agent; absent without one. */
+  readonly rpcRelay?: RpcRelay;
   onDisposed: (() => void) | undefined;
 
   readonly #setup: EnvironmentSetup;
@@ -364,6 +367,17 @@ export class SshEnvironment implements BackendEnvironment {
     this.homeDir = setup.homeDir;
     this.initialCwd = posix.join(setup.taskDir, 'work');
     this.stateDir = posix.join(setup.taskDir, 'state');
+    if (setup.startAgent) {
+      this.rpcRelay = {
+        sandboxDir: setup.taskDir,
+        listen: async (socketPath, onConnection) => {
+          assertNotReleased(this, this.#disposing);
+          const agent = await this.#liveAgent();
+          if (!agent) throw new UnavailableError(`the exec agent of ${this.description} is not running`);
+          return this.#withAgent(agent, (a) => a.listen(socketPath, onConnection));
+        },
+      };
+    }
     this.#channelHost = {
       connection: setup.connection,
       cwd: this.initialCwd,
