@@ -77,6 +77,11 @@ agent -> executor, unasked
     conn     {id, conn}  a new connection on listener `id`
     cdata    {id, conn}  body: bytes the connection sent
     cend     {id, conn}  the connection shut its writing side
+    cack     {id, conn, bytes}  `bytes` more of what the executor sent were
+             written to the connection: the executor keeps at most
+             RELAY_WINDOW bytes unacked, so a client that does not read its
+             answers holds the executor's writes back instead of the agent
+             queueing them
     cclosed  {id, conn}  the connection is gone (closed, reset, or over
              RELAY_MAX_QUEUE of unwritten bytes)
     hello  {id: 0, token, version, pid, python, transport, capabilities}
@@ -1192,6 +1197,7 @@ class Agent(object):
             self.watch_conn(conn)
 
     def flush_conn(self, conn):
+        written = 0
         while conn.out:
             try:
                 n = conn.sock.send(bytes(conn.out[:READ_CHUNK]))
@@ -1201,6 +1207,9 @@ class Agent(object):
                 self.close_conn(conn, True)
                 return
             del conn.out[:n]
+            written += n
+        if written:
+            self.send({"op": "cack", "id": conn.listener.id, "conn": conn.number, "bytes": written})
         if not conn.out and conn.shut_wanted:
             conn.shut_wanted = False
             try:

@@ -109,6 +109,38 @@ describe('exec agent socket relay', { timeout: 60_000 }, () => {
     await relay.close(runDir);
   });
 
+  it("holds the executor's writes back while the client does not read its answers", async () => {
+    const runDir = path.join(dir, 'run-4');
+    const socketPath = path.join(runDir, 'rpc.sock');
+    let server: Duplex | undefined;
+    const relay = await channel.listen(socketPath, (socket) => (server = socket));
+    const client = await connect(socketPath);
+    client.pause();
+    for (let i = 0; !server; i++) {
+      if (i > 100) assert.fail('no connection arrived');
+      await sleep(20);
+    }
+    const answer = randomBytes(4 * 1024 * 1024);
+    let written = false;
+    server.write(answer, () => (written = true));
+    await sleep(1000);
+    assert.equal(written, false, 'the write completed while nobody read it');
+    const received: Buffer[] = [];
+    client.on('data', (c: Buffer) => received.push(c));
+    client.resume();
+    for (let i = 0; Buffer.concat(received).length < answer.length; i++) {
+      if (i > 500) assert.fail('the answer did not arrive');
+      await sleep(20);
+    }
+    assert.ok(Buffer.concat(received).equals(answer));
+    for (let i = 0; !written; i++) {
+      if (i > 100) assert.fail('the write never completed');
+      await sleep(20);
+    }
+    client.destroy();
+    await relay.close(runDir);
+  });
+
   it('drops the connections and the socket when the executor closes it', async () => {
     const runDir = path.join(dir, 'run-3');
     const socketPath = path.join(runDir, 'rpc.sock');

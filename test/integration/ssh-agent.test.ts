@@ -196,6 +196,19 @@ describe('ssh backend exec agent', { timeout: 300_000 }, () => {
     assert.equal(backend.environmentOf(key)?.usesAgent, true);
   });
 
+  it("every task of a tenant gets an agent: past sshd's MaxSessions a second connection opens", async () => {
+    const keys = Array.from({ length: 8 }, () => task());
+    await Promise.all(keys.map((key) => envs.exec(key, { command: 'true', timeoutMs: 60_000 })));
+    assert.deepEqual(
+      keys.map((key) => backend.environmentOf(key)?.usesAgent),
+      keys.map(() => true),
+    );
+    // MaxSessions 10 leaves 6 agents a connection (4 channels kept for helpers, kills and SFTP).
+    assert.equal(backend.connectionCount('agent'), 2);
+    const results = await Promise.all(keys.map((key, i) => envs.exec(key, { command: `echo ${i}`, timeoutMs: 60_000 })));
+    assert.deepEqual(results.map((r) => r.output), keys.map((_, i) => `${i}\n`));
+  });
+
   it('berth doctor says commands go through the exec agent', async () => {
     const lines = await doctor(f);
     assert.ok(lines.includes('ok commands reach the ssh host through the exec agent (one channel per task)'), lines.join('\n'));

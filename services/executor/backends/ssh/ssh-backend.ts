@@ -92,9 +92,9 @@ export interface SshBackendOptions {
 }
 
 /**
- * Channels a tenant's connection keeps for other work than agents (helper
- * commands, the control slot, SFTP): agents take at most MaxSessions minus
- * this many, and tasks beyond that use a channel per command.
+ * Channels a connection keeps for other work than agents (helper commands,
+ * the control slot, SFTP): agents take at most MaxSessions minus this many;
+ * the tenant's next task opens another connection.
  */
 const SESSIONS_KEPT_FROM_AGENTS = 4;
 
@@ -111,7 +111,8 @@ export class SshBackend implements Backend {
   readonly #options: SshBackendOptions;
   readonly #port: number;
   readonly #knownHosts: KnownHostsFile;
-  readonly #pool = new Map<string, PooledConnection>();
+  /** A tenant's connections: the first one, and more once sshd's MaxSessions leaves no channel for another agent. */
+  readonly #pool = new Map<string, PooledConnection[]>();
   readonly #environments = new Map<string, SshEnvironment>();
   /** Why the host cannot run the agent, once known (then no task tries again). */
   #agentUnusable: string | undefined;
@@ -136,9 +137,15 @@ export class SshBackend implements Backend {
     return { name: 'ssh', pty: true, hostFilesystem: true, sharesRpcDir: false };
   }
 
-  /** The connection a tenant's tasks share (created on first use). Exposed for tests and the bench. */
+  /** The (first) connection a tenant's tasks share (created on first use). Exposed for tests and the bench. */
   connectionFor(tenant: string): SshConnection {
-    return this.#acquire(tenant, false).connection;
+    const first = this.#pool.get(this.#poolKey(tenant))?.[0];
+    return (first ?? this.#newConnection(tenant)).connection;
+  }
+
+  /** How many connections a tenant has open now (tests). */
+  connectionCount(tenant: string): number {
+    return this.#pool.get(this.#poolKey(tenant))?.length ?? 0;
   }
 
   /** A task's environment on this executor (the doctor looks at it). */
@@ -157,28 +164,33 @@ export class SshBackend implements Backend {
     if (this.#environments.has(id)) {
       throw new FailedPreconditionError(`an environment for task ${id} already exists on this executor`);
     }
-    const pooled = this.#acquire(key.tenant, true);
+    // The agent's channel is reserved before the first await, so tasks created at once never overfill a connection.
+    const forAgent = this.#agentWanted() && this.#maxAgents() > 0;
+    const pooled = this.#acquire(key.tenant, forAgent);
+    let environment: SshEnvironment;
     try {
-      const environment = await this.#preflight(pooled, key);
-      const counted = environment.usesAgent;
-      environment.onDisposed = () => {
-        this.#environments.delete(id);
-        if (counted) pooled.agents -= 1;
-        this.#releaseConnection(key.tenant);
-      };
-      this.#environments.set(id, environment);
-      return environment;
+      environment = await this.#preflight(pooled, key, forAgent);
     } catch (err) {
-      this.#releaseConnection(key.tenant);
+      if (forAgent) pooled.agents -= 1;
+      this.#releaseConnection(key.tenant, pooled);
       throw err;
     }
+    const counted = environment.usesAgent;
+    if (forAgent && !counted) pooled.agents -= 1;
+    environment.onDisposed = () => {
+      this.#environments.delete(id);
+      if (counted) pooled.agents -= 1;
+      this.#releaseConnection(key.tenant, pooled);
+    };
+    this.#environments.set(id, environment);
+    return environment;
   }
 
   async close(): Promise<void> {
     this.#closed = true;
     await Promise.all([...this.#environments.values()].map((e) => e.dispose()));
     await Promise.all(
-      [...this.#pool.values()].map(async (p) => {
+      [...this.#pool.values()].flat().map(async (p) => {
         clearTimeout(p.idleTimer);
         await p.connection.close();
       }),
@@ -190,62 +202,72 @@ export class SshBackend implements Backend {
     return `${tenant}\0${this.#options.user}@${this.#options.host}:${this.#port}`;
   }
 
-  #acquire(tenant: string, ref: boolean): PooledConnection {
+  /** A new connection for `tenant`, added to its list (not connected yet: that happens on first use). */
+  #newConnection(tenant: string): PooledConnection {
+    const o = this.#options;
+    const pooled: PooledConnection = {
+      connection: new SshConnection({
+        host: o.host,
+        port: this.#port,
+        user: o.user,
+        privateKey: o.privateKey,
+        ...(o.passphrase !== undefined ? { passphrase: o.passphrase } : {}),
+        keyName: o.keyName ?? 'the configured key',
+        knownHosts: this.#knownHosts,
+        hostKeyPolicy: o.hostKeyPolicy ?? 'accept-new',
+        connectTimeoutMs: o.connectTimeoutMs ?? 10_000,
+        keepaliveIntervalMs: o.keepaliveIntervalMs ?? 15_000,
+        keepaliveCountMax: o.keepaliveCountMax ?? 3,
+        ...(o.maxSessions !== undefined ? { maxSessions: o.maxSessions } : {}),
+        ...(o.logger ? { logger: o.logger.child({ backend: 'ssh', tenant }) } : {}),
+      }),
+      refs: 0,
+      agents: 0,
+      idleTimer: undefined,
+    };
     const poolKey = this.#poolKey(tenant);
-    let pooled = this.#pool.get(poolKey);
-    if (!pooled) {
-      const o = this.#options;
-      pooled = {
-        connection: new SshConnection({
-          host: o.host,
-          port: this.#port,
-          user: o.user,
-          privateKey: o.privateKey,
-          ...(o.passphrase !== undefined ? { passphrase: o.passphrase } : {}),
-          keyName: o.keyName ?? 'the configured key',
-          knownHosts: this.#knownHosts,
-          hostKeyPolicy: o.hostKeyPolicy ?? 'accept-new',
-          connectTimeoutMs: o.connectTimeoutMs ?? 10_000,
-          keepaliveIntervalMs: o.keepaliveIntervalMs ?? 15_000,
-          keepaliveCountMax: o.keepaliveCountMax ?? 3,
-          ...(o.maxSessions !== undefined ? { maxSessions: o.maxSessions } : {}),
-          ...(o.logger ? { logger: o.logger.child({ backend: 'ssh', tenant }) } : {}),
-        }),
-        refs: 0,
-        agents: 0,
-        idleTimer: undefined,
-      };
-      this.#pool.set(poolKey, pooled);
-    }
-    if (ref) {
-      pooled.refs += 1;
-      clearTimeout(pooled.idleTimer);
-      pooled.idleTimer = undefined;
-    }
+    this.#pool.set(poolKey, [...(this.#pool.get(poolKey) ?? []), pooled]);
     return pooled;
   }
 
-  #releaseConnection(tenant: string): void {
-    const poolKey = this.#poolKey(tenant);
-    const pooled = this.#pool.get(poolKey);
-    if (!pooled) return;
+  /**
+   * A connection for a new task of `tenant`, referenced: the first one, or
+   * with `forAgent` the first with a channel to spare for one more agent
+   * (its slot is taken here), else a new connection.
+   */
+  #acquire(tenant: string, forAgent: boolean): PooledConnection {
+    const list = this.#pool.get(this.#poolKey(tenant)) ?? [];
+    const max = this.#maxAgents();
+    const pooled = (forAgent ? list.find((p) => p.agents < max) : list[0]) ?? this.#newConnection(tenant);
+    pooled.refs += 1;
+    if (forAgent) pooled.agents += 1;
+    clearTimeout(pooled.idleTimer);
+    pooled.idleTimer = undefined;
+    return pooled;
+  }
+
+  #releaseConnection(tenant: string, pooled: PooledConnection): void {
     pooled.refs = Math.max(0, pooled.refs - 1);
     if (pooled.refs > 0 || this.#closed) return;
     clearTimeout(pooled.idleTimer);
     pooled.idleTimer = setTimeout(() => {
-      if (pooled.refs > 0 || this.#pool.get(poolKey) !== pooled) return;
-      this.#pool.delete(poolKey);
+      const poolKey = this.#poolKey(tenant);
+      const list = this.#pool.get(poolKey) ?? [];
+      if (pooled.refs > 0 || !list.includes(pooled)) return;
+      const rest = list.filter((p) => p !== pooled);
+      if (rest.length > 0) this.#pool.set(poolKey, rest);
+      else this.#pool.delete(poolKey);
       void pooled.connection.close();
     }, this.#options.connectionIdleMs ?? 60_000);
     pooled.idleTimer.unref();
   }
 
   /** Connects (if needed), checks the host, makes the task's directories and starts its agent. */
-  async #preflight(pooled: PooledConnection, key: TaskKey): Promise<SshEnvironment> {
+  async #preflight(pooled: PooledConnection, key: TaskKey, forAgent: boolean): Promise<SshEnvironment> {
     const connection = pooled.connection;
     const tasksDir = this.#options.tasksDir ?? DEFAULT_TASKS_DIR;
     const dirName = taskDirName(key);
-    const script = this.#agentWanted() ? await loadAgentScript(this.#options.agentScriptPath) : undefined;
+    const script = forAgent ? await loadAgentScript(this.#options.agentScriptPath) : undefined;
     const agentRel = script && !this.#agentCopied ? posix.join(AGENT_DIR, script.fileName) : undefined;
     const { exitCode, output } = await runShort(connection, buildPreflightCommand(tasksDir, dirName, agentRel), {
       timeoutMs: (this.#options.connectTimeoutMs ?? 10_000) + 20_000,
@@ -278,10 +300,8 @@ export class SshBackend implements Backend {
       pollIntervalMs: this.#options.pollIntervalMs ?? 250,
       logger,
     };
-    if (!script || pooled.agents >= this.#maxAgents()) {
-      if (script) logger?.info({ agents: pooled.agents }, 'the connection has no channel to spare for another exec agent; this task uses a channel per command');
-      return new SshEnvironment(setup);
-    }
+    // The host was found unable to run the agent by another task in the meantime.
+    if (!script || this.#agentUnusable !== undefined) return new SshEnvironment(setup);
     if (agentRel !== undefined && !/^berth-agent:yes$/m.test(output)) await this.#copyAgent(connection, home, script, where);
     this.#agentCopied = true;
     const startAgent = () =>
@@ -292,12 +312,10 @@ export class SshBackend implements Backend {
         fallbackLogKey: `ssh host ${where}`,
         ...(this.#options.logger ? { logger: this.#options.logger.child({ backend: 'ssh' }) } : {}),
       });
-    pooled.agents += 1;
     try {
       const agent = await startAgent();
       return new SshEnvironment({ ...setup, startAgent }, agent);
     } catch (err) {
-      pooled.agents -= 1;
       if (!(err instanceof AgentUnavailableError) || !err.canFallBack) throw err;
       // Logged once per host by the agent starter; no later task tries again.
       this.#agentUnusable = err.message;

@@ -82,7 +82,7 @@ interface ProcEntry {
 export type { AgentHello } from './agent-protocol.js';
 
 /** Frames the agent sends about a relayed socket's connections. */
-const RELAY_EVENTS = new Set(['conn', 'cdata', 'cend', 'cclosed']);
+const RELAY_EVENTS = new Set(['conn', 'cdata', 'cack', 'cend', 'cclosed']);
 
 /** A Unix socket inside the sandbox, relayed over the agent's stream (see {@link AgentChannel.listen}). */
 export interface AgentSocketRelay {

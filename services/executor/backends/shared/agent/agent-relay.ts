@@ -9,9 +9,11 @@
  * connection ahead of our acks, and we ack only what the reader took; a
  * paused reader (the RPC server pauses while a request is being answered)
  * stops the agent reading, and the sandbox's writer blocks on its socket,
- * as it would on a local one. Toward the sandbox, writes are handed to the
- * agent at once; it queues them and drops a connection that does not read
- * its answers.
+ * as it would on a local one. The other way round likewise: the agent acks
+ * what it wrote to the connection, and a write here completes only while
+ * less than the window is unacked, so a script that never reads its answers
+ * holds the RPC server's writes back (it then reads no further requests from
+ * that connection) instead of the agent or the stream queueing them.
  */
 import { Duplex } from 'node:stream';
 import type { Logger } from '../../../../common/logging.js';
@@ -34,6 +36,10 @@ export class RelayedConnection extends Duplex {
   #gone = false;
   /** The sandbox side shut its writing side: nothing more is pushed. */
   #ended = false;
+  /** Bytes sent toward the sandbox that the agent has not written to the connection yet. */
+  #outUnacked = 0;
+  /** The write waiting for the agent's acks to fall below the window. */
+  #waiting: (() => void) | undefined;
 
   constructor(send: RelaySend, listenerId: number, conn: number) {
     super({ allowHalfOpen: true });
@@ -54,6 +60,18 @@ export class RelayedConnection extends Duplex {
     if (this.destroyed || this.#ended) return;
     this.#ended = true;
     this.push(null);
+  }
+
+  /** The agent wrote `bytes` more of what we sent to the connection. */
+  receiveAck(bytes: number): void {
+    this.#outUnacked = Math.max(0, this.#outUnacked - bytes);
+    if (this.#outUnacked < RELAY_WINDOW_BYTES) this.#release();
+  }
+
+  #release(): void {
+    const waiting = this.#waiting;
+    this.#waiting = undefined;
+    waiting?.();
   }
 
   /** The sandbox side is gone. */
@@ -91,8 +109,10 @@ export class RelayedConnection extends Duplex {
     for (let offset = 0; offset < chunk.length; offset += FILE_CHUNK_BYTES) {
       const piece = chunk.subarray(offset, Math.min(offset + FILE_CHUNK_BYTES, chunk.length));
       if (!this.#trySend({ op: 'cdata', id: this.#listenerId, conn: this.#conn }, piece)) break;
+      this.#outUnacked += piece.length;
     }
-    callback();
+    if (this.#gone || this.#outUnacked < RELAY_WINDOW_BYTES) callback();
+    else this.#waiting = () => callback();
   }
 
   override _final(callback: (err?: Error | null) => void): void {
@@ -101,6 +121,7 @@ export class RelayedConnection extends Duplex {
   }
 
   override _destroy(err: Error | null, callback: (err?: Error | null) => void): void {
+    this.#release();
     if (!this.#gone) {
       this.#gone = true;
       this.#trySend({ op: 'cclose', id: this.#listenerId, conn: this.#conn });
@@ -150,6 +171,9 @@ export class RelayListener {
         return;
       case 'cend':
         socket.receiveEnd();
+        return;
+      case 'cack':
+        if (typeof header.bytes === 'number') socket.receiveAck(header.bytes);
         return;
       case 'cclosed':
         this.#conns.delete(number);
