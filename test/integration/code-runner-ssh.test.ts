@@ -211,6 +211,46 @@ sys.exit(2)
     assert.match(strict, /^\/home\/sandbox\/\.berth\/tasks\/[0-9a-f]{32}\/code-[0-9a-f]{16}$/);
   });
 
+  it('a task directory too long for a socket path gets its run dirs in a private dir under /tmp, removed with the task', async () => {
+    const longBackend = new SshBackend({
+      host: sshd.host,
+      port: sshd.port,
+      user: sshd.user,
+      privateKey: sshd.keys.privateKey,
+      knownHostsPath: path.join(stateDir, 'known_hosts'),
+      tasksDir: `.berth/${'long-tasks-dir-'.repeat(4)}`,
+    });
+    const longEnvs = new TaskEnvironments({ backend: longBackend, logger: silentLogger(), lifetimeSeconds: 0 });
+    const longRunner = new CodeRunner(longEnvs, { logger: silentLogger() });
+    const key = { tenant: 'code', taskId: 'long-home' };
+    try {
+      const r = await longRunner.run(key, {
+        code: 'import os\nfrom hermes_tools import terminal\nprint(os.environ["HERMES_RPC_SOCKET"])\nprint(terminal("pwd")["echo"])',
+        stubModule: buildHermesToolsModule(ALL_TOOLS),
+        mode: 'strict',
+        timeoutMs: 60_000,
+        maxStdoutBytes: 50_000,
+        maxStderrBytes: 10_000,
+        envPassthrough: [],
+        credentialEnv: [],
+        allowedTools: ALL_TOOLS,
+        allowHostSubprocess: false,
+        onToolCall: async (call) => JSON.stringify({ echo: call.tool }),
+      });
+      assert.equal(r.exitCode, 0, r.stderr);
+      const [socketPath, echoed] = r.stdout.trim().split('\n');
+      assert.match(socketPath ?? '', /^\/tmp\/berth-rpc-[A-Za-z0-9]{8}\/code-[0-9a-f]{16}\/rpc\.sock$/);
+      assert.equal(echoed, 'terminal');
+      const base = path.posix.dirname(path.posix.dirname(socketPath ?? ''));
+      assert.equal((await onServer(`stat -c %a ${base}`)).trim(), '700');
+      await longEnvs.release(key);
+      assert.equal((await onServer(`test -e ${base} && echo left || echo gone`)).trim(), 'gone');
+    } finally {
+      await longEnvs.closeAll();
+      await longBackend.close();
+    }
+  });
+
   it("timeout kills the script's whole process group on the host", async () => {
     const seconds = String(500_000 + Math.floor(Math.random() * 99_999));
     const code = `import subprocess, time

@@ -14,7 +14,7 @@ import { after, describe, it } from 'node:test';
 import { sshAgentFinding } from '../../services/cli/doctor.js';
 import { agentScriptFrom, findAgentScript, loadAgentScript } from '../../services/executor/backends/shared/agent/agent-script.js';
 import { buildAgentCopyCommand, buildAgentStartCommand, remoteAgentPath } from '../../services/executor/backends/ssh/ssh-agent.js';
-import { buildPreflightCommand } from '../../services/executor/backends/ssh/ssh-scripts.js';
+import { buildPreflightCommand, RELAY_SOCKET_SUFFIX_BYTES } from '../../services/executor/backends/ssh/ssh-scripts.js';
 
 const sh = (command: string, stdin: string | Buffer = '', env: NodeJS.ProcessEnv = process.env) =>
   spawnSync('sh', ['-c', command], { input: stdin, encoding: 'utf8', timeout: 10_000, env });
@@ -60,6 +60,24 @@ describe('the exec agent on an ssh host', () => {
     assert.match(sh(buildPreflightCommand('.berth/tasks', 'abc', rel), '', env).stdout, /^berth-agent:yes$/m);
     assert.match(sh(buildPreflightCommand('.berth/tasks', 'abc', '.berth/agent-0000.py'), '', env).stdout, /^berth-agent:no$/m);
     assert.doesNotMatch(sh(buildPreflightCommand('.berth/tasks', 'abc'), '', env).stdout, /berth-agent:/);
+  });
+
+  it("the preflight gives execute_code's socket a short private base under /tmp when the task directory is too long", () => {
+    const env = { ...process.env, HOME: home };
+    const short = sh(buildPreflightCommand('.berth/tasks', 'a'.repeat(32), undefined, true), '', env);
+    assert.equal(short.status, 0, short.stderr);
+    assert.doesNotMatch(short.stdout, /berth-rpc:/);
+    const long = sh(buildPreflightCommand(`.berth/${'t'.repeat(40)}`, 'a'.repeat(32), undefined, true), '', env);
+    assert.equal(long.status, 0, long.stderr);
+    const base = /^berth-rpc:(.*)$/m.exec(long.stdout)?.[1] ?? '';
+    try {
+      assert.match(base, /^\/tmp\/berth-rpc-[A-Za-z0-9]{8}$/);
+      assert.ok(statSync(base).isDirectory());
+      assert.equal(statSync(base).mode & 0o777, 0o700);
+      assert.ok(base.length + RELAY_SOCKET_SUFFIX_BYTES <= 107);
+    } finally {
+      if (base) rmSync(base, { recursive: true, force: true });
+    }
   });
 
   it('berth doctor: ok through the agent, a warning naming python3 without it', () => {

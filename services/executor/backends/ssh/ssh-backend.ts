@@ -269,7 +269,7 @@ export class SshBackend implements Backend {
     const dirName = taskDirName(key);
     const script = forAgent ? await loadAgentScript(this.#options.agentScriptPath) : undefined;
     const agentRel = script && !this.#agentCopied ? posix.join(AGENT_DIR, script.fileName) : undefined;
-    const { exitCode, output } = await runShort(connection, buildPreflightCommand(tasksDir, dirName, agentRel), {
+    const { exitCode, output } = await runShort(connection, buildPreflightCommand(tasksDir, dirName, agentRel, script !== undefined), {
       timeoutMs: (this.#options.connectTimeoutMs ?? 10_000) + 20_000,
     });
     const where = `${this.#options.user}@${this.#options.host}:${this.#port}`;
@@ -289,6 +289,7 @@ export class SshBackend implements Backend {
       throw new UnavailableError(`ssh preflight on ${where} did not report a home directory: ${message || 'no output'}`);
     }
     const taskDir = posix.join(home, tasksDir, dirName);
+    const rpcBaseDir = /^berth-rpc:(\/.*)$/m.exec(output)?.[1];
     const logger = this.#options.logger?.child({ backend: 'ssh', task: taskKeyString(key) });
     const setup: EnvironmentSetup = {
       connection,
@@ -299,6 +300,7 @@ export class SshBackend implements Backend {
       pipeDrainMs: this.#options.pipeDrainMs ?? 1000,
       pollIntervalMs: this.#options.pollIntervalMs ?? 250,
       logger,
+      ...(rpcBaseDir ? { rpcBaseDir } : {}),
     };
     // The host was found unable to run the agent by another task in the meantime.
     if (!script || this.#agentUnusable !== undefined) return new SshEnvironment(setup);
@@ -353,6 +355,8 @@ interface EnvironmentSetup {
   readonly pipeDrainMs: number;
   readonly pollIntervalMs: number;
   readonly logger: Logger | undefined;
+  /** Where execute_code's run dirs go when the task directory is too long a base for a socket path. */
+  readonly rpcBaseDir?: string;
   /** Starts a new exec agent for this task; absent: the host cannot run it, commands use a channel each. */
   readonly startAgent?: () => Promise<AgentChannel>;
 }
@@ -387,7 +391,7 @@ export class SshEnvironment implements BackendEnvironment {
     this.stateDir = posix.join(setup.taskDir, 'state');
     if (setup.startAgent) {
       this.rpcRelay = {
-        sandboxDir: setup.taskDir,
+        sandboxDir: setup.rpcBaseDir ?? setup.taskDir,
         listen: async (socketPath, onConnection) => {
           assertNotReleased(this, this.#disposing);
           const agent = await this.#liveAgent();
@@ -567,9 +571,9 @@ export class SshEnvironment implements BackendEnvironment {
       await this.#background.killAll();
       this.#background.stop();
       try {
-        const removed = await this.#runShortForRelease(buildRemoveCommand(this.#setup.taskDir));
-        if (removed.exitCode !== 0) {
-          this.#setup.logger?.warn({ output: removed.output, dir: this.#setup.taskDir }, 'removing the task directory failed');
+        for (const dir of [this.#setup.taskDir, ...(this.#setup.rpcBaseDir ? [this.#setup.rpcBaseDir] : [])]) {
+          const removed = await this.#runShortForRelease(buildRemoveCommand(dir));
+          if (removed.exitCode !== 0) this.#setup.logger?.warn({ output: removed.output, dir }, 'removing a task directory failed');
         }
       } catch (err) {
         this.#setup.logger?.warn({ err, dir: this.#setup.taskDir }, 'cannot remove the task directory (host unreachable?)');
