@@ -55,7 +55,35 @@ executor -> agent
     stat   {id, path}  -> stat {id, exists, is_dir, size, uid}
     ping   {id}  -> pong {id}
 
+  The socket relay (capability "relay"): a Unix socket inside the sandbox
+  whose connections are carried over this stream, so a process there (an
+  execute_code script) talks to the executor without any path between the
+  two but this one. Frames about a relay carry the listen request's id and,
+  for a connection, its number `conn` (chosen by the agent).
+    listen   {id, path}  makes path's directory (0700) unless it exists,
+             binds a socket there (0600) -> ok | error
+    unlisten {id, listener, remove}  closes listener `listener` and its
+             connections, removes the socket and, when `remove` is set, that
+             directory tree (a run dir) -> ok
+    cdata    {id, conn}  body: bytes for the connection (no reply)
+    cack     {id, conn, bytes}  the executor took `bytes` more of what the
+             connection sent: the agent forwards at most RELAY_WINDOW bytes
+             ahead of these (no reply)
+    cshut    {id, conn}  shut the connection's writing side once what was
+             sent is written (no reply)
+    cclose   {id, conn}  close the connection (no reply)
+
 agent -> executor, unasked
+    conn     {id, conn}  a new connection on listener `id`
+    cdata    {id, conn}  body: bytes the connection sent
+    cend     {id, conn}  the connection shut its writing side
+    cack     {id, conn, bytes}  `bytes` more of what the executor sent were
+             written to the connection: the executor keeps at most
+             RELAY_WINDOW bytes unacked, so a client that does not read its
+             answers holds the executor's writes back instead of the agent
+             queueing them
+    cclosed  {id, conn}  the connection is gone (closed, reset, or over
+             RELAY_MAX_QUEUE of unwritten bytes)
     hello  {id: 0, token, version, pid, python, transport, capabilities}
            first frame after connecting; token is "" in stdio mode. The
            executor refuses any version but its own before sending anything.
@@ -96,6 +124,7 @@ import json
 import os
 import pty
 import selectors
+import shutil
 import signal
 import socket
 import stat as stat_module
@@ -109,7 +138,7 @@ VERSION = 2
 # The oldest Python this file is written for (and tested against the syntax of).
 MIN_PYTHON = (3, 8)
 # What this agent can do, announced in its hello; the executor may check for an item before using it.
-CAPABILITIES = ["spawn", "pty", "background", "files", "counters", "prestart"]
+CAPABILITIES = ["spawn", "pty", "background", "files", "counters", "prestart", "relay"]
 # Largest frame accepted from the executor, and sent to it (its own cap).
 MAX_FRAME = 16 * 1024 * 1024
 MAX_SEND_FRAME = 1024 * 1024
@@ -130,6 +159,12 @@ DRAIN_AFTER_KILL = 1.0
 OUTPUT_BURST = 16 * 1024 * 1024
 OUTPUT_RATE = 4 * 1024 * 1024
 PTY_ROWS, PTY_COLS = 50, 200
+# The socket relay: bytes forwarded on one connection ahead of the executor's
+# acks; connections per listener; bytes queued toward one connection before
+# it is dropped (a client that sends requests and never reads the answers).
+RELAY_WINDOW = 256 * 1024
+RELAY_MAX_CONNECTIONS = 64
+RELAY_MAX_QUEUE = 64 * 1024 * 1024
 # Counters reported with every exit, so the executor can tell that a limit
 # of the container (memory, pids) hit the command: name -> (files, line key).
 COUNTERS = {
@@ -309,6 +344,30 @@ class Ready(object):
         self.err_r = err_r
 
 
+class Listener(object):
+    """A relayed Unix socket: where it is and its live connections."""
+
+    def __init__(self, req_id, sock, path):
+        self.id = req_id
+        self.sock = sock
+        self.path = path
+        self.conns = {}  # conn number -> Conn
+
+
+class Conn(object):
+    """One connection to a relayed socket."""
+
+    def __init__(self, listener, number, sock):
+        self.listener = listener
+        self.number = number
+        self.sock = sock
+        self.unacked = 0  # forwarded bytes the executor has not acked yet
+        self.out = bytearray()  # bytes from the executor not written yet
+        self.read_eof = False
+        self.shut_wanted = False
+        self.events = 0  # what the selector watches for now
+
+
 class SocketStream(object):
     """The channel over the Unix socket the agent dialled."""
 
@@ -397,6 +456,8 @@ class Agent(object):
         self.running = True
         self.counters = find_counters()
         self.ready = None  # a pre-started shell (Ready), or None
+        self.listeners = {}  # listen request id -> Listener
+        self.next_conn = 1
         self.out_budget = float(OUTPUT_BURST)
         self.out_stamp = time.monotonic()
         # A pre-started shell reads its script through /dev/fd; without it, start bash per command.
@@ -463,6 +524,10 @@ class Agent(object):
                         self.on_output(proc, key.fd)
                 elif kind == "stdin":
                     proc.flush_stdin()
+                elif kind == "listen":
+                    self.on_accept(proc)
+                elif kind == "relay":
+                    self.on_relay(proc, mask)
                 if not self.running:
                     break
             self.reap()
@@ -535,6 +600,12 @@ class Agent(object):
                 self.op_stat(req_id, header["path"])
             elif op == "ping":
                 self.send({"op": "pong", "id": req_id})
+            elif op == "listen":
+                self.op_listen(req_id, header["path"])
+            elif op == "unlisten":
+                self.op_unlisten(req_id, header)
+            elif op in ("cdata", "cack", "cshut", "cclose"):
+                self.op_relay(op, header, body)
             else:
                 self.send_error(req_id, "EINVAL", "unknown op %r" % (op,))
         except OSError as err:
@@ -1005,9 +1076,176 @@ class Agent(object):
         self.send({"op": "stat", "id": req_id, "exists": True, "is_dir": stat_module.S_ISDIR(info.st_mode),
                    "size": info.st_size, "uid": info.st_uid})
 
+    # --- socket relay ----------------------------------------------------
+
+    def op_listen(self, req_id, path):
+        if req_id in self.listeners:
+            raise OSError(errno.EEXIST, "request id in use")
+        parent = os.path.dirname(path) or "."
+        try:
+            os.mkdir(parent, 0o700)
+        except FileExistsError:
+            pass
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            # Nobody may connect before the mode is 0600: bind under a umask that leaves only us.
+            old_umask = os.umask(0o177)
+            try:
+                sock.bind(path)
+            finally:
+                os.umask(old_umask)
+            os.chmod(path, 0o600)
+            sock.listen(RELAY_MAX_CONNECTIONS)
+            sock.setblocking(False)
+        except BaseException:
+            sock.close()
+            raise
+        listener = Listener(req_id, sock, path)
+        self.listeners[req_id] = listener
+        self.sel.register(sock, selectors.EVENT_READ, ("listen", listener))
+        self.send({"op": "ok", "id": req_id})
+
+    def op_unlisten(self, req_id, header):
+        listener = self.listeners.get(header.get("listener"))
+        if listener is not None:
+            self.close_listener(listener)
+        remove = header.get("remove")
+        if isinstance(remove, str) and remove not in ("", "/"):
+            shutil.rmtree(remove, ignore_errors=True)
+        self.send({"op": "ok", "id": req_id})
+
+    def close_listener(self, listener):
+        self.listeners.pop(listener.id, None)
+        for conn in list(listener.conns.values()):
+            self.close_conn(conn, False)
+        try:
+            self.sel.unregister(listener.sock)
+        except (KeyError, ValueError):
+            pass
+        listener.sock.close()
+        try:
+            os.unlink(listener.path)
+        except OSError:
+            pass
+
+    def on_accept(self, listener):
+        while True:
+            try:
+                sock, _ = listener.sock.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError as err:
+                log("accept on %s failed: %s" % (listener.path, err))
+                return
+            if len(listener.conns) >= RELAY_MAX_CONNECTIONS:
+                sock.close()
+                continue
+            sock.setblocking(False)
+            conn = Conn(listener, self.next_conn, sock)
+            self.next_conn += 1
+            listener.conns[conn.number] = conn
+            self.send({"op": "conn", "id": listener.id, "conn": conn.number})
+            self.watch_conn(conn)
+
+    def watch_conn(self, conn):
+        events = 0
+        if not conn.read_eof and conn.unacked < RELAY_WINDOW:
+            events |= selectors.EVENT_READ
+        if conn.out:
+            events |= selectors.EVENT_WRITE
+        if events == conn.events:
+            return
+        if conn.events == 0:
+            self.sel.register(conn.sock, events, ("relay", conn))
+        elif events == 0:
+            self.sel.unregister(conn.sock)
+        else:
+            self.sel.modify(conn.sock, events, ("relay", conn))
+        conn.events = events
+
+    def close_conn(self, conn, tell):
+        if conn.listener.conns.pop(conn.number, None) is None:
+            return
+        if conn.events:
+            try:
+                self.sel.unregister(conn.sock)
+            except (KeyError, ValueError):
+                pass
+            conn.events = 0
+        conn.sock.close()
+        if tell:
+            self.send({"op": "cclosed", "id": conn.listener.id, "conn": conn.number})
+
+    def on_relay(self, conn, mask):
+        if mask & selectors.EVENT_WRITE:
+            self.flush_conn(conn)
+        if mask & selectors.EVENT_READ and conn.number in conn.listener.conns and conn.unacked < RELAY_WINDOW:
+            try:
+                data = conn.sock.recv(min(READ_CHUNK, RELAY_WINDOW - conn.unacked))
+            except (BlockingIOError, InterruptedError):
+                data = None
+            except OSError:
+                self.close_conn(conn, True)
+                return
+            if data:
+                conn.unacked += len(data)
+                self.send({"op": "cdata", "id": conn.listener.id, "conn": conn.number}, data)
+            elif data is not None:
+                conn.read_eof = True
+                self.send({"op": "cend", "id": conn.listener.id, "conn": conn.number})
+        if conn.number in conn.listener.conns:
+            self.watch_conn(conn)
+
+    def flush_conn(self, conn):
+        written = 0
+        while conn.out:
+            try:
+                n = conn.sock.send(bytes(conn.out[:READ_CHUNK]))
+            except (BlockingIOError, InterruptedError):
+                break
+            except OSError:
+                self.close_conn(conn, True)
+                return
+            del conn.out[:n]
+            written += n
+        if written:
+            self.send({"op": "cack", "id": conn.listener.id, "conn": conn.number, "bytes": written})
+        if not conn.out and conn.shut_wanted:
+            conn.shut_wanted = False
+            try:
+                conn.sock.shutdown(socket.SHUT_WR)
+            except OSError:
+                pass
+
+    def op_relay(self, op, header, body):
+        """The executor's side of a relayed connection; never answered (the connection may be gone already)."""
+        listener = self.listeners.get(header.get("id"))
+        conn = listener.conns.get(header.get("conn")) if listener is not None else None
+        if conn is None:
+            return
+        if op == "cdata":
+            conn.out += body
+            if len(conn.out) > RELAY_MAX_QUEUE:
+                log("relay connection %d does not read its answers; closing it" % conn.number)
+                self.close_conn(conn, True)
+                return
+            self.flush_conn(conn)
+        elif op == "cack":
+            conn.unacked = max(0, conn.unacked - max(0, int(header.get("bytes", 0))))
+        elif op == "cshut":
+            conn.shut_wanted = True
+            self.flush_conn(conn)
+        elif op == "cclose":
+            self.close_conn(conn, False)
+            return
+        if conn.number in conn.listener.conns:
+            self.watch_conn(conn)
+
     # --- shutdown --------------------------------------------------------
 
     def shutdown(self):
+        for listener in list(self.listeners.values()):
+            self.close_listener(listener)
         self.drop_ready()
         procs = list(self.procs.values())
         for proc in procs:

@@ -14,6 +14,7 @@ import type { Backend, TaskKey } from '../executor/backend.js';
 import { createBackend } from '../executor/backends/create-backend.js';
 import type { DockerBackend } from '../executor/backends/docker/docker-backend.js';
 import type { SingularityBackend } from '../executor/backends/singularity/singularity-backend.js';
+import type { SshBackend } from '../executor/backends/ssh/ssh-backend.js';
 import { TaskEnvironments } from '../executor/task-environment.js';
 
 export const DOCTOR_HELP = `  berth doctor [--config FILE] [--backend NAME]
@@ -109,17 +110,47 @@ async function asSingularity(backend: Backend): Promise<SingularityBackend | und
   return backend instanceof SingularityBackend ? backend : undefined;
 }
 
+/** The backend as an SshBackend, when it is one (loaded only then). */
+async function asSsh(backend: Backend): Promise<SshBackend | undefined> {
+  if (backend.capabilities.name !== 'ssh') return undefined;
+  const { SshBackend } = await import('../executor/backends/ssh/ssh-backend.js');
+  return backend instanceof SshBackend ? backend : undefined;
+}
+
+/** ssh: whether commands reach the host through the exec agent, or one channel each (no usable python3 there). */
+export function sshAgentFinding(usesAgent: boolean | undefined, whyNot: string | undefined): Finding | undefined {
+  if (usesAgent === undefined) return undefined;
+  if (usesAgent) return { verdict: 'ok', text: 'commands reach the ssh host through the exec agent (one channel per task)' };
+  return {
+    verdict: 'warn',
+    text:
+      'the ssh host cannot run the exec agent' +
+      (whyNot ? ` (${whyNot})` : '') +
+      ': commands open one ssh channel each (slower), and execute_code runs in a per-task code container; ' +
+      'install python3 (3.8 or newer) on the host',
+  };
+}
+
 /**
  * What only one backend can tell: for docker, how commands reach the
- * container and whether the disk limit holds; for singularity, how commands
- * reach the instance.
+ * container and whether the disk limit holds; for ssh and singularity, how
+ * commands reach the host or the instance.
  */
 async function backendFindings(backend: Backend, key: TaskKey, say: (verdict: Verdict, text: string) => void): Promise<void> {
+  const ssh = await asSsh(backend);
+  if (ssh) {
+    const finding = sshAgentFinding(ssh.environmentOf(key)?.usesAgent, ssh.agentUnusable);
+    if (finding) say(finding.verdict, finding.text);
+    return;
+  }
   const singularity = await asSingularity(backend);
-  const transport = singularity?.transportOf(key);
-  if (transport === 'agent') say('ok', 'commands reach the instance through the exec agent (one apptainer exec per task)');
-  else if (transport === 'apptainer-exec') {
-    say('warn', 'the image cannot run the exec agent (no python3?): each command starts its own apptainer exec (slower)');
+  if (singularity) {
+    const transport = singularity.transportOf(key);
+    if (transport === 'agent') say('ok', 'commands reach the instance through the exec agent (one apptainer exec per task)');
+    else if (transport === 'apptainer-exec') {
+      say('warn', 'the image cannot run the exec agent (no python3?): each command starts its own apptainer exec (slower)');
+    }
+    return;
   }
   const docker = await asDocker(backend);
   if (!docker) return;

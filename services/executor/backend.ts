@@ -8,6 +8,7 @@
  *
  * Domain types only: backends never import generated proto code.
  */
+import type { Duplex } from 'node:stream';
 
 /** Identifies one task's environment. The tenant namespaces the task id. */
 export interface TaskKey {
@@ -68,6 +69,23 @@ export interface BackgroundHandle {
   kill(): Promise<void>;
 }
 
+/** A socket inside an environment whose connections reach the executor over the exec agent's stream. */
+export interface RpcRelay {
+  /** A directory inside the environment, private to the task, where run dirs are made (it exists). */
+  readonly sandboxDir: string;
+  /**
+   * Listens at `socketPath` inside the environment (its directory is made
+   * 0700 unless it exists; the socket is 0600); each connection is handed to
+   * `onConnection`.
+   */
+  listen(socketPath: string, onConnection: (socket: Duplex) => void): Promise<RelayedSocket>;
+}
+
+export interface RelayedSocket {
+  /** Closes the socket and its connections; removes `removeDir` (a run dir) too when given. */
+  close(removeDir?: string): Promise<void>;
+}
+
 export interface FileStat {
   readonly exists: boolean;
   readonly isDirectory: boolean;
@@ -90,6 +108,13 @@ export interface BackendEnvironment {
    * `rpc.sock`. Absent when the backend cannot share one (ssh, cloud sandboxes).
    */
   readonly rpcDir?: { readonly hostPath: string; readonly sandboxPath: string };
+  /**
+   * Where the environment has no {@link rpcDir} but runs the exec agent: a
+   * Unix socket inside it, relayed over the agent's stream, so execute_code
+   * runs the script in the task's own environment all the same. Absent
+   * where there is neither (the script then needs a per-task code container).
+   */
+  readonly rpcRelay?: RpcRelay;
   /**
    * A shell snapshot the environment already holds, written by the runner's
    * bootstrap script ({@link import('./shell-state-runner.js').buildPreparedSnapshot})
@@ -126,7 +151,9 @@ export interface BackendCapabilities {
   /**
    * True when every environment has an {@link BackendEnvironment.rpcDir}, so
    * execute_code runs scripts in the task's own environment. False (ssh,
-   * singularity): scripts need a per-task code container.
+   * singularity): an environment may have neither an rpcDir nor an
+   * {@link BackendEnvironment.rpcRelay} (a host without python3), and then
+   * its scripts need a per-task code container.
    */
   readonly sharesRpcDir: boolean;
 }

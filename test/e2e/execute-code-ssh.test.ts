@@ -1,11 +1,19 @@
 /**
- * execute_code through `bin/berth serve --backend ssh` against a real sshd:
- * the script runs in a per-task code container on the executor's Docker,
- * and its tool calls go through the dispatcher to the task's ssh
- * environment. What a user notices: terminal()/read_file see the ssh host,
- * open() sees the container; the result says so; the container goes with
- * EndTask, and with a killed executor at the next one's start; without
- * Docker execute_code says why and runs nothing.
+ * execute_code through `bin/berth serve --backend ssh` against a real sshd.
+ *
+ * On a host with python3 the script runs on the host itself, in the task's
+ * own environment: its rpc.sock is made there by the task's exec agent and
+ * relayed over the agent's stream, so open() and terminal() see the same
+ * files, and the seed document's three scripts run as on local. No code
+ * container is made.
+ *
+ * On a host without python3 (no agent) the script runs in a per-task code
+ * container on the executor's Docker, and its tool calls go through the
+ * dispatcher to the task's ssh environment. What a user notices:
+ * terminal()/read_file see the ssh host, open() sees the container; the
+ * result says so; the container goes with EndTask, and with a killed
+ * executor at the next one's start; without Docker execute_code says why
+ * and runs nothing.
  */
 import assert from 'node:assert/strict';
 import { existsSync } from 'node:fs';
@@ -25,7 +33,207 @@ const unavailable = await dockerUnavailableReason(docker);
 const { run: RUN, ids: tasks, task } = runTaskIds();
 const codeContainer = (taskId: string) => taskContainerName({ tenant: 'default', taskId }, 'code');
 
-describe('execute_code on berth serve --backend ssh', { skip: unavailable, timeout: 600_000 }, () => {
+/** An sshd in a container, a key file for it, and the environment `berth serve --backend ssh` needs. */
+async function sshFixture(prefix: string): Promise<{ sshd: StartedSshd; dir: string; env: Record<string, string> }> {
+  const sshd = await startSshd();
+  const dir = await mkdtemp(path.join(os.tmpdir(), prefix));
+  const keyFile = path.join(dir, 'id_ed25519');
+  await writeFile(keyFile, sshd.keys.privateKey, { mode: 0o600 });
+  const env = {
+    TERMINAL_SSH_HOST: sshd.host,
+    TERMINAL_SSH_PORT: String(sshd.port),
+    TERMINAL_SSH_USER: sshd.user,
+    TERMINAL_SSH_KEY: keyFile,
+    TERMINAL_SSH_KNOWN_HOSTS: path.join(dir, 'known_hosts'),
+    TERMINAL_CONTAINER_MEMORY: '512',
+  };
+  return { sshd, dir, env };
+}
+
+async function call(s: ServeProcess, name: string, args: object, taskId: string): Promise<Record<string, unknown>> {
+  const r = await s.client.callTool({ name, argumentsJson: JSON.stringify(args), taskId, sessionId: '' });
+  return JSON.parse(r.resultJson) as Record<string, unknown>;
+}
+
+describe('execute_code on berth serve --backend ssh, host with python3', { skip: unavailable, timeout: 600_000 }, () => {
+  let sshd: StartedSshd;
+  let dir: string;
+  let serve: ServeProcess;
+
+  before(async () => {
+    const f = await sshFixture('berth-e2e-code-ssh-agent-');
+    sshd = f.sshd;
+    dir = f.dir;
+    serve = await startServe(['--backend', 'ssh'], { env: f.env });
+  });
+
+  after(async () => {
+    await serve?.stop('SIGKILL').catch(() => undefined);
+    await sshd?.stop();
+    await rm(dir, { recursive: true, force: true });
+  });
+
+  const runCode = async (code: string, taskId: string) => (await call(serve, 'execute_code', { code }, taskId)) as unknown as CodeResult;
+  /** Writes files on the ssh host through the task (write_file), so they are where terminal() and the script look. */
+  const put = async (taskId: string, files: Record<string, string>) => {
+    for (const [file, content] of Object.entries(files)) {
+      const r = await call(serve, 'write_file', { path: file, content }, taskId);
+      assert.ok(!('error' in r), JSON.stringify(r));
+    }
+  };
+
+  test('the script runs on the ssh host: open() and terminal() see the same files, and no code container is made', async () => {
+    const t = task('ssh-same-host');
+    await call(serve, 'write_file', { path: '/home/sandbox/written-by-tool.txt', content: `ssh side ${RUN}` }, t);
+    const code = `import json, os
+from hermes_tools import terminal, read_file
+open("/tmp/opened-${RUN}.txt", "w").write("written by open()")
+print(json.dumps({
+    "terminal_hostname": terminal("hostname")["output"].strip(),
+    "open_hostname": open("/etc/hostname").read().strip(),
+    "read_file": read_file("/home/sandbox/written-by-tool.txt")["content"],
+    "open_reads_tool_file": open("/home/sandbox/written-by-tool.txt").read(),
+    "terminal_sees_opened": terminal("cat /tmp/opened-${RUN}.txt")["output"].strip(),
+    "socket_mode": oct(os.stat(os.environ["HERMES_RPC_SOCKET"]).st_mode & 0o777),
+    "uid": os.getuid(),
+}))
+`;
+    const r = await runCode(code, t);
+    assert.equal(r.status, 'success', JSON.stringify(r));
+    assert.deepEqual(JSON.parse(r.output), {
+      terminal_hostname: sshd.containerId.slice(0, 12),
+      open_hostname: sshd.containerId.slice(0, 12),
+      read_file: `1|ssh side ${RUN}`,
+      open_reads_tool_file: `ssh side ${RUN}`,
+      terminal_sees_opened: 'written by open()',
+      socket_mode: '0o600',
+      uid: 1000,
+    });
+    assert.equal(r.tool_calls_made, 3);
+    assert.equal(r.notice, undefined, 'no code-container notice');
+    assert.match(serve.logs(), /"msg":"execute_code success in the task's ssh environment \(ssh:sandbox@127\.0\.0\.1:\d+:\/home\/sandbox\/\.berth\/tasks\/[0-9a-f]{32}\)/);
+    assert.equal(await containerState(docker, codeContainer(t)), undefined);
+    // The run dir went with the run.
+    const left = await sshd.exec(['bash', '-c', 'ls -d ~/.berth/tasks/*/code-* 2>/dev/null | wc -l']);
+    assert.equal(left.output.trim(), '0');
+  });
+
+  test('seed: find the *.yaml files that mention the database and preview them', async () => {
+    const t = task('ssh-seed-yaml');
+    const project = `/home/sandbox/configs-${RUN}`;
+    await put(t, {
+      [`${project}/app.yaml`]: 'database:\n  host: db.internal\n  port: 5432\n',
+      [`${project}/worker.yaml`]: 'queue: redis\ndatabase: { host: replica }\n',
+      [`${project}/other.yml`]: 'database: not matched by the glob\n',
+      [`${project}/notes.txt`]: 'the database is fine\n',
+    });
+    const code = `from hermes_tools import search_files, read_file
+import json
+# Find every config file and pull out the database settings
+matches = search_files("database", path=${JSON.stringify(project)}, file_glob="*.yaml", limit=20)
+configs = []
+for match in matches.get("matches", []):
+    content = read_file(match["path"])
+    configs.append({"file": match["path"], "preview": content["content"][:200]})
+
+print(json.dumps(configs, indent=2))
+`;
+    const r = await runCode(code, t);
+    assert.equal(r.status, 'success', JSON.stringify(r));
+    const configs = JSON.parse(r.output) as Array<{ file: string; preview: string }>;
+    assert.deepEqual(configs.map((c) => c.file.split('/').pop()).sort(), ['app.yaml', 'worker.yaml']);
+    assert.match(configs.find((c) => c.file.endsWith('app.yaml'))?.preview ?? '', /host: db\.internal/);
+    assert.equal(r.tool_calls_made, 3);
+  });
+
+  test('seed: batch refactor with search_files and patch(replace_all=True)', async () => {
+    const t = task('ssh-seed-refactor');
+    const root = `/home/sandbox/refactor-${RUN}`;
+    await put(t, {
+      [`${root}/src/a.py`]: 'x = old_api_call(1)\n',
+      [`${root}/src/b.py`]: 'def f():\n    return old_api_call(2) + old_api_call(3)\n',
+      [`${root}/src/c.py`]: 'y = old_api_call(4)\nz = 1\nw = old_api_call(5)\n',
+      [`${root}/src/d.py`]: 'print("untouched")\n',
+    });
+    const code = `from hermes_tools import search_files, read_file, patch
+# Find every Python file that uses the deprecated API and fix it
+matches = search_files("old_api_call", path="src/", file_glob="*.py")
+fixed = 0
+for match in matches.get("matches", []):
+    result = patch(
+        path=match["path"],
+        old_string="old_api_call(",
+        new_string="new_api_call(",
+        replace_all=True
+    )
+    if "error" not in str(result):
+        fixed += 1
+
+print(f"Fixed {fixed} files out of {len(matches.get('matches', []))} matches")
+`;
+    // The script's relative paths resolve against the task's cwd, as terminal() would.
+    const cd = await call(serve, 'terminal', { command: `cd ${root}` }, t);
+    assert.equal(cd.exit_code, 0);
+    const r = await runCode(code, t);
+    assert.equal(r.status, 'success', JSON.stringify(r));
+    assert.equal(r.output, 'Fixed 4 files out of 4 matches\n');
+    assert.equal(r.tool_calls_made, 5);
+    const b = await sshd.exec(['cat', `${root}/src/b.py`]);
+    assert.equal(b.output, 'def f():\n    return new_api_call(2) + new_api_call(3)\n');
+    const grep = await sshd.exec(['bash', '-c', `grep -rl old_api_call ${root}/src || true`]);
+    assert.equal(grep.output.trim(), '');
+  });
+
+  test('seed: build-and-test pipeline through terminal() reporting passed/failed counts', async () => {
+    const t = task('ssh-seed-tests');
+    const project = `/home/sandbox/project-${RUN}`;
+    await put(t, {
+      [`${project}/mathlib.py`]: 'def add(a, b):\n    return a + b\n',
+      [`${project}/test_mathlib.py`]:
+        'from mathlib import add\n\ndef test_add():\n    assert add(1, 2) == 3\n\n' +
+        'def test_add_negative():\n    assert add(-1, -1) == -2\n\ndef test_wrong():\n    assert add(2, 2) == 5\n',
+      // Where pytest is not installed the project's own tiny runner prints the same summary line.
+      [`${project}/run_tests.py`]:
+        'import importlib, sys, traceback\nsys.path.insert(0, ".")\nm = importlib.import_module("test_mathlib")\n' +
+        'passed = failed = 0\nfor name in sorted(n for n in dir(m) if n.startswith("test_")):\n' +
+        '    try:\n        getattr(m, name)()\n        passed += 1\n' +
+        '    except AssertionError:\n        failed += 1\n        print(f"FAILED test_mathlib.py::{name}")\n' +
+        'print(f"{failed} failed, {passed} passed")\nsys.exit(1 if failed else 0)\n',
+    });
+    const command =
+      `cd ${project} && if python3 -m pytest --version >/dev/null 2>&1; then python3 -m pytest --tb=short -q -p no:cacheprovider 2>&1; ` +
+      'else python3 run_tests.py 2>&1; fi';
+    const code = `from hermes_tools import terminal, read_file
+import json, re
+# Run the tests, parse the results and report
+result = terminal(${JSON.stringify(command)}, timeout=120)
+output = result.get("output", "")
+def count(word):
+    m = re.search(r"(\\d+) " + word, output)
+    return int(m.group(1)) if m else 0
+
+report = {
+    "passed": count("passed"),
+    "failed": count("failed"),
+    "errors": count("error"),
+    "exit_code": result.get("exit_code", -1),
+    "summary": output[-500:] if len(output) > 500 else output
+}
+
+print(json.dumps(report, indent=2))
+`;
+    const r = await runCode(code, t);
+    assert.equal(r.status, 'success', JSON.stringify(r));
+    const report = JSON.parse(r.output) as { passed: number; failed: number; errors: number; exit_code: number; summary: string };
+    assert.equal(report.passed, 2, report.summary);
+    assert.equal(report.failed, 1, report.summary);
+    assert.equal(report.errors, 0, report.summary);
+    assert.equal(report.exit_code, 1);
+    assert.match(report.summary, /test_wrong/);
+  });
+});
+
+describe('execute_code on berth serve --backend ssh, host without python3', { skip: unavailable, timeout: 600_000 }, () => {
   let sshd: StartedSshd;
   let dir: string;
   let sshEnv: Record<string, string>;
@@ -39,18 +247,12 @@ describe('execute_code on berth serve --backend ssh', { skip: unavailable, timeo
   };
 
   before(async () => {
-    sshd = await startSshd();
-    dir = await mkdtemp(path.join(os.tmpdir(), 'berth-e2e-code-ssh-'));
-    const keyFile = path.join(dir, 'id_ed25519');
-    await writeFile(keyFile, sshd.keys.privateKey, { mode: 0o600 });
-    sshEnv = {
-      TERMINAL_SSH_HOST: sshd.host,
-      TERMINAL_SSH_PORT: String(sshd.port),
-      TERMINAL_SSH_USER: sshd.user,
-      TERMINAL_SSH_KEY: keyFile,
-      TERMINAL_SSH_KNOWN_HOSTS: path.join(dir, 'known_hosts'),
-      TERMINAL_CONTAINER_MEMORY: '512',
-    };
+    const f = await sshFixture('berth-e2e-code-ssh-');
+    ({ sshd, dir } = f);
+    sshEnv = f.env;
+    // No python3 on the host: no exec agent, so scripts need the code container.
+    const hidden = await sshd.exec(['sh', '-c', 'mv "$(command -v python3)" /usr/local/python3.hidden && ! command -v python3'], 'root');
+    assert.equal(hidden.exitCode, 0, hidden.output);
     serve = await startSsh();
   });
 
@@ -62,11 +264,6 @@ describe('execute_code on berth serve --backend ssh', { skip: unavailable, timeo
     await sshd?.stop();
     await rm(dir, { recursive: true, force: true });
   });
-
-  async function call(s: ServeProcess, name: string, args: object, taskId: string): Promise<Record<string, unknown>> {
-    const r = await s.client.callTool({ name, argumentsJson: JSON.stringify(args), taskId, sessionId: '' });
-    return JSON.parse(r.resultJson) as Record<string, unknown>;
-  }
 
   test("the script's tools reach the ssh host while open() sees its code container, and the result says so", async () => {
     const t = task('ssh-code');

@@ -1,6 +1,8 @@
 /**
  * execute_code's per-task code containers beside backends that share no
- * directory with the executor: the ssh backend against a real sshd, the
+ * directory with the executor and run no exec agent that could relay the
+ * socket: the ssh backend against a real sshd with its agent off (a host
+ * without python3), the
  * singularity backend through the apptainer test double, code containers on
  * the real Docker engine. The script's tool calls are routed to the task's
  * own environment here the way the dispatcher routes them, so what the
@@ -132,6 +134,8 @@ describe('execute_code code containers beside the ssh backend (real sshd, real D
       keyName: 'test-key',
       knownHostsPath: path.join(stateRoot, 'known_hosts'),
       connectTimeoutMs: 10_000,
+      // As on a host without python3: no exec agent, so no socket relay, and scripts need the code container.
+      agent: 'off',
     });
     const envs = new TaskEnvironments({ backend, logger: silentLogger(), lifetimeSeconds: options.lifetimeSeconds ?? 0 });
     const extra = options.socketPath ? { socketPath: options.socketPath } : {};

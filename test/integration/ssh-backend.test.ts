@@ -162,7 +162,7 @@ describe('ssh backend against a real sshd', { timeout: 300_000 }, () => {
     await untilServer(async () => (await serverProcesses(seconds)) === 0, 'the orphaned command being killed');
   });
 
-  it('runs 100 commands concurrently across 10 tasks on one connection', async () => {
+  it("runs 100 commands concurrently across 10 tasks of one tenant (one agent channel each, on the tenant's connections)", async () => {
     const keys = Array.from({ length: 10 }, () => task('load'));
     const started = Date.now();
     const results = await Promise.all(
@@ -175,7 +175,7 @@ describe('ssh backend against a real sshd', { timeout: 300_000 }, () => {
     );
     const elapsedMs = Date.now() - started;
     for (const { r, want } of results) assert.deepEqual([r.output, r.exitCode], [want, 0]);
-    console.log(`# 100 commands over 10 tasks on one ssh connection: ${elapsedMs} ms`);
+    console.log(`# 100 commands over 10 tasks of one tenant: ${elapsedMs} ms`);
   });
 
   it('runs a background command under a terminal', async () => {

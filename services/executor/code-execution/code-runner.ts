@@ -1,7 +1,10 @@
 /**
  * Runs execute_code scripts in a task's own environment (spec §6, DESIGN
  * "execute_code"), over any backend that shares a directory with its
- * sandbox (`rpcDir`):
+ * sandbox (`rpcDir`), or whose exec agent relays a socket from inside it
+ * (`rpcRelay`: the run dir and rpc.sock are then made in the sandbox by the
+ * agent, and each connection is carried over the agent's stream; see
+ * run-staging.ts):
  *
  * 1. A probe, run where the script will run, reports the interpreter, the
  *    sandbox user, the directory and the environment a process gets there.
@@ -16,8 +19,9 @@
  *    request shape) and handed to `onToolCall`; the caller enforces the
  *    whitelist and call limit and dispatches them.
  *
- * Backends without an rpcDir (ssh, singularity) run the script in the task's
- * per-task code container instead (code-containers.ts): created on the
+ * Environments with neither (an ssh host without python3 for the agent, a
+ * backend with no agent) run the script in the task's per-task code
+ * container instead (code-containers.ts): created on the
  * task's first execute_code, reused after, removed with the task. There the
  * probe is always strict (the task's shell state is on another machine) and
  * the script's tool calls still reach the task's own environment. Without
@@ -31,7 +35,7 @@ import { performance } from 'node:perf_hooks';
 import { FailedPreconditionError, InvalidArgumentError } from '../../common/errors.js';
 import type { Logger } from '../../common/logging.js';
 import type { TaskCodeRunRequest, TaskCodeRunResult } from '../../common/task-client.js';
-import type { BackendEnvironment, TaskKey } from '../backend.js';
+import type { BackendEnvironment, RpcRelay, TaskKey } from '../backend.js';
 import type { ShellStateRunner } from '../shell-state-runner.js';
 import type { ForegroundTask, TaskEnvironments } from '../task-environment.js';
 import type { CodeRunOutcome } from '../executor-metrics.js';
@@ -39,8 +43,7 @@ import { buildCodeEnv, encodeEnvRecords } from './code-env.js';
 import type { CodeContainer, CodeContainers } from './code-containers.js';
 import { buildLauncherScript, buildProbeScript, parseProbeOutput, type CodeMode, type ProbeResult } from './code-launch.js';
 import { decodeStderrHead, StdoutCapture } from './code-output.js';
-import { RpcSocketServer } from './rpc-socket-server.js';
-import { RunDir } from './run-dir.js';
+import { stageInSandbox, stageInSharedDir } from './run-staging.js';
 
 /** Between SIGTERM and SIGKILL of a script's process group (spec §6). */
 export const CODE_KILL_GRACE_MS = 5000;
@@ -143,13 +146,18 @@ export class CodeRunner {
       async (task) => {
         const logger = this.#logger.child({ tenant: key.tenant, task: key.taskId, tool: 'execute_code' });
         const notices = [...task.notices];
-        if (task.env.rpcDir === undefined) return this.#runInCodeContainer(key, task, request, { logger, notices, backend });
+        if (task.env.rpcDir === undefined && task.env.rpcRelay === undefined) {
+          return this.#runInCodeContainer(key, task, request, { logger, notices, backend });
+        }
         if (hostSubprocess && !request.allowHostSubprocess) throw new FailedPreconditionError(HOST_SUBPROCESS_REFUSED);
         if (hostSubprocess) notices.push(HOST_SUBPROCESS_NOTICE);
         const ranIn = hostSubprocess
           ? `a subprocess on the executor host (local backend, single-user mode; ${task.env.description})`
           : `the task's ${backend} environment (${task.env.description})`;
-        const target = { env: task.env, rpcDir: task.env.rpcDir, runner: task.runner, signal: task.signal };
+        const staging: Staging = task.env.rpcDir
+          ? { rpcDir: task.env.rpcDir }
+          : { relay: task.env.rpcRelay! };
+        const target = { env: task.env, staging, runner: task.runner, signal: task.signal };
         return this.#run(target, request, { logger, notices, ranIn, mode: request.mode });
       },
       request.signal,
@@ -170,7 +178,7 @@ export class CodeRunner {
       `a per-task code container (${container.description}) beside the task's ${meta.backend} environment ` +
       `(${task.env.description})`;
     meta.notices.push(codeContainerNotice(meta.backend, request.mode));
-    const target = { env: container, rpcDir: container.rpcDir, signal: task.signal };
+    const target = { env: container, staging: { rpcDir: container.rpcDir }, signal: task.signal };
     // The task's shell state (cwd, VIRTUAL_ENV) is on the other machine: project mode cannot apply here.
     return this.#run(target, request, { logger: meta.logger, notices: meta.notices, ranIn, mode: 'strict' });
   }
@@ -180,7 +188,7 @@ export class CodeRunner {
     request: TaskCodeRunRequest,
     meta: { logger: Logger; notices: string[]; ranIn: string; mode: CodeMode },
   ): Promise<TaskCodeRunResult> {
-    const { env: sandbox, rpcDir, signal } = target;
+    const { env: sandbox, staging: where, signal } = target;
     const startedMs = performance.now();
     const interruptedResult = (interpreter: string): TaskCodeRunResult => ({
       stdout: '',
@@ -197,31 +205,26 @@ export class CodeRunner {
     if (probe === 'interrupted') return interruptedResult('');
 
     const runName = `code-${randomBytes(8).toString('hex')}`;
-    const sandboxDir = path.posix.join(rpcDir.sandboxPath, runName);
-    const owner = sandboxOwner(probe);
     const token = randomBytes(32).toString('hex');
-    const dir = await RunDir.create(rpcDir.hostPath, runName);
-    let server: RpcSocketServer | undefined;
+    const files = { stubModule: request.stubModule, code: request.code };
+    const serve = {
+      token,
+      logger: meta.logger,
+      onRequest: async ({ tool, args }: { tool: string; args: Record<string, unknown> }) => {
+        try {
+          return await request.onToolCall({ tool, argsJson: JSON.stringify(args) });
+        } catch (err) {
+          return JSON.stringify({ error: `[TOOL_ERROR] Error executing ${tool}: ${(err as Error).message}` });
+        }
+      },
+    };
+    // Through the agent the files and the socket are made by the sandbox user itself: nothing to hand over.
+    const staging =
+      'rpcDir' in where
+        ? await stageInSharedDir(where.rpcDir, runName, files, serve, sandboxOwner(probe))
+        : await stageInSandbox(sandbox, where.relay, runName, files, serve);
+    const sandboxDir = staging.sandboxDir;
     try {
-      await dir.writeNew('hermes_tools.py', request.stubModule);
-      await dir.writeNew('script.py', request.code);
-      server = await RpcSocketServer.listen({
-        path: dir.entry('rpc.sock'),
-        token,
-        ...(owner ? { owner } : {}),
-        logger: meta.logger,
-        onRequest: async ({ tool, args }) => {
-          try {
-            return await request.onToolCall({ tool, argsJson: JSON.stringify(args) });
-          } catch (err) {
-            return JSON.stringify({ error: `[TOOL_ERROR] Error executing ${tool}: ${(err as Error).message}` });
-          }
-        },
-      });
-
-      // Only now may the sandbox user touch the dir: everything in it is ours until here.
-      if (owner) await dir.handTo(owner, ['hermes_tools.py', 'script.py']);
-
       const { env, droppedHermes, refusedPassthrough } = buildCodeEnv({
         base: probe.env,
         passthrough: request.envPassthrough,
@@ -258,10 +261,10 @@ export class CodeRunner {
         killGraceMs: this.#killGraceMs,
         onOutput: (chunk) => stdout.push(chunk),
       });
-      await server.close();
+      await staging.closeServer();
       // A limit that killed the script (out of memory, too many processes) is reported with its result.
       meta.notices.push(...(sandbox.takeNotices?.() ?? []));
-      const stderrBytes = await dir.readHead('stderr', request.maxStderrBytes);
+      const stderrBytes = await staging.readHead('stderr', request.maxStderrBytes);
       const outcome: TaskCodeRunResult = {
         stdout: stdout.text(),
         stderr: decodeStderrHead(stderrBytes, request.maxStderrBytes),
@@ -289,9 +292,8 @@ export class CodeRunner {
       );
       return outcome;
     } finally {
-      await server?.close();
-      await dir.remove().catch((err: unknown) =>
-        meta.logger.warn({ err, dir: dir.hostPath }, 'could not remove the execute_code run dir'),
+      await staging.remove().catch((err: unknown) =>
+        meta.logger.warn({ err, dir: sandboxDir }, 'could not remove the execute_code run dir'),
       );
     }
   }
@@ -353,10 +355,13 @@ export class CodeRunner {
   }
 }
 
-/** Where one script runs: an environment with a directory shared with the executor. */
+/** Where a run's files and socket go: a directory shared with the executor, or inside the sandbox by its agent. */
+type Staging = { readonly rpcDir: { readonly hostPath: string; readonly sandboxPath: string } } | { readonly relay: RpcRelay };
+
+/** Where one script runs: an environment, and how its run dir and socket are made. */
 interface RunTarget {
   readonly env: BackendEnvironment;
-  readonly rpcDir: { readonly hostPath: string; readonly sandboxPath: string };
+  readonly staging: Staging;
   /** The task's shell state, for project mode; absent where it does not apply (a code container). */
   readonly runner?: ShellStateRunner;
   /** Aborted by `interrupt` for the task, or by the caller. */

@@ -20,6 +20,7 @@
 import { createHash, timingSafeEqual } from 'node:crypto';
 import { chmod, lchown } from 'node:fs/promises';
 import net from 'node:net';
+import type { Duplex } from 'node:stream';
 import { FailedPreconditionError } from '../../common/errors.js';
 import type { Logger } from '../../common/logging.js';
 
@@ -93,30 +94,39 @@ export function responseLine(result: string): string {
   return /[\n\r]/.test(result) ? `${JSON.stringify(result)}\n` : `${result}\n`;
 }
 
-export interface RpcSocketServerOptions {
-  /** Where to listen, as the executor sees it (in a directory only we can write to yet). */
-  readonly path: string;
+/** What the server needs besides where to listen. */
+export interface RpcServeOptions {
   readonly token: string;
-  /** chown the socket to this owner (the sandbox user) when it differs from ours. */
-  readonly owner?: { readonly uid: number; readonly gid: number };
   readonly maxLineBytes?: number;
   /** Answers one validated request with the tool's result string. */
   readonly onRequest: (request: RpcRequest) => Promise<string>;
   readonly logger?: Logger;
 }
 
-/** A listening RPC socket for one execute_code run. */
+export interface RpcSocketServerOptions extends RpcServeOptions {
+  /** Where to listen, as the executor sees it (in a directory only we can write to yet). */
+  readonly path: string;
+  /** chown the socket to this owner (the sandbox user) when it differs from ours. */
+  readonly owner?: { readonly uid: number; readonly gid: number };
+}
+
+/**
+ * A listening RPC socket for one execute_code run: a Unix socket of the
+ * executor's ({@link listen}), or connections that arrive another way, such
+ * as relayed from inside the sandbox by its exec agent ({@link serve}, then
+ * {@link accept} per connection).
+ */
 export class RpcSocketServer implements AsyncDisposable {
-  readonly #server: net.Server;
-  readonly #sockets = new Set<net.Socket>();
-  readonly #options: RpcSocketServerOptions;
+  readonly #server: net.Server | undefined;
+  readonly #sockets = new Set<Duplex>();
+  readonly #options: RpcServeOptions;
   readonly #maxLineBytes: number;
   /** Bytes of unfinished request lines held for all connections together, and their cap. */
   readonly #buffered: LineBudget;
   #badRequests = 0;
   #closed = false;
 
-  private constructor(server: net.Server, options: RpcSocketServerOptions) {
+  private constructor(server: net.Server | undefined, options: RpcServeOptions) {
     this.#server = server;
     this.#options = options;
     this.#maxLineBytes = options.maxLineBytes ?? DEFAULT_MAX_LINE_BYTES;
@@ -131,6 +141,11 @@ export class RpcSocketServer implements AsyncDisposable {
   /** Invalid or unauthorised requests answered so far in this run. */
   get badRequests(): number {
     return this.#badRequests;
+  }
+
+  /** A server with no socket of its own: hand it each connection with {@link accept}. */
+  static serve(options: RpcServeOptions): RpcSocketServer {
+    return new RpcSocketServer(undefined, options);
   }
 
   /** Listens at `options.path` with mode 0600 (owned by the sandbox user when given). */
@@ -170,14 +185,17 @@ export class RpcSocketServer implements AsyncDisposable {
     this.#closed = true;
     for (const socket of this.#sockets) socket.destroy();
     this.#sockets.clear();
-    return new Promise<void>((resolve) => this.#server.close(() => resolve()));
+    const server = this.#server;
+    if (!server) return Promise.resolve();
+    return new Promise<void>((resolve) => server.close(() => resolve()));
   }
 
   async [Symbol.asyncDispose](): Promise<void> {
     await this.close();
   }
 
-  private accept(socket: net.Socket): void {
+  /** Serves one connection (at most {@link MAX_CONNECTIONS} at once; more are closed). */
+  accept(socket: Duplex): void {
     if (this.#closed || this.#sockets.size >= MAX_CONNECTIONS) {
       socket.destroy();
       return;
@@ -195,13 +213,13 @@ export class RpcSocketServer implements AsyncDisposable {
   }
 
   /** Answers with `response`, then discards whatever else the client sends so its blocked write can finish. */
-  #endWith(socket: net.Socket, response: string): void {
+  #endWith(socket: Duplex, response: string): void {
     socket.on('data', () => undefined);
     socket.resume();
     socket.end(`${response}\n`);
   }
 
-  async #serve(socket: net.Socket): Promise<void> {
+  async #serve(socket: Duplex): Promise<void> {
     let badInARow = 0;
     for await (const line of readLines(socket, this.#maxLineBytes, this.#buffered)) {
       if (this.#closed || socket.destroyed) return;
@@ -246,7 +264,7 @@ export class RpcSocketServer implements AsyncDisposable {
 }
 
 /** Writes and waits until the kernel took it (or the socket went away). */
-function write(socket: net.Socket, data: string): Promise<void> {
+function write(socket: Duplex, data: string): Promise<void> {
   if (socket.destroyed) return Promise.resolve();
   if (socket.write(data)) return Promise.resolve();
   return new Promise<void>((resolve) => {
@@ -273,7 +291,7 @@ interface LineBudget {
  * paused whenever a complete line is waiting. A line over `maxBytes` yields
  * `tooLong` and ends the stream.
  */
-async function* readLines(socket: net.Socket, maxBytes: number, budget: LineBudget): AsyncGenerator<Line> {
+async function* readLines(socket: Duplex, maxBytes: number, budget: LineBudget): AsyncGenerator<Line> {
   let pending: Buffer[] = [];
   let pendingBytes = 0;
   const setPending = (bytes: number) => {

@@ -1,7 +1,10 @@
 /**
- * A trivial command on a warm ssh task, through the whole stack, against
- * `true` run over an already open ssh2 connection to the same sshd (the
- * real OpenSSH server of the test fixture, in a container).
+ * A trivial command on a warm ssh task, through the whole stack, beside two
+ * baselines against the same sshd (the real OpenSSH server of the test
+ * fixture, in a container) in the same run: `true` over an already open
+ * ssh2 connection, and `ssh HOST true` (the OpenSSH CLI) over a
+ * ControlMaster. Both cases share one sshd and one warm task. Targets
+ * (issue 12): p50 ≤ 1.5× the bare ssh2 exec and ≤ 0.5× the ControlMaster CLI.
  */
 import { chmodSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -9,7 +12,7 @@ import { join } from 'node:path';
 import { execFile } from 'node:child_process';
 import { promisify } from 'node:util';
 import type { Client } from 'ssh2';
-import type { BenchCase, BenchContext } from '../bench-case.js';
+import type { BenchCase, BenchContext, Target } from '../bench-case.js';
 import type { BenchServer } from '../bench-server-process.js';
 import { runTerminal, unmeasured } from '../case-helpers.js';
 
@@ -76,6 +79,41 @@ async function stopWarmSshTask(task: WarmSshTask | undefined): Promise<void> {
   rmSync(task.scratch, { recursive: true, force: true });
 }
 
+/**
+ * One warm task for the `cases` cases of a run (the runner sets up and tears
+ * down one case after the other): started by the first setup, stopped by
+ * the last teardown, so both baselines are measured against the same sshd,
+ * server and task.
+ */
+function sharedWarmTask(cases: number): { acquire(ctx: BenchContext): Promise<WarmSshTask>; release(): Promise<void> } {
+  let task: Promise<WarmSshTask> | undefined;
+  let released = 0;
+  return {
+    acquire(ctx) {
+      task ??= startWarmSshTask(ctx, 'berth-bench-ssh-');
+      return task;
+    },
+    async release() {
+      released += 1;
+      if (released < cases || !task) return;
+      const t = task;
+      task = undefined;
+      await stopWarmSshTask(await t.catch(() => undefined));
+    },
+  };
+}
+
+/** A target on the ratio of p50s: Berth's `terminal true` over the baseline's. */
+function ratioTarget(baseline: string, maxRatio: number): Target {
+  return {
+    target: `ssh \`terminal true\` on a warm task: p50 ≤ ${maxRatio}× ${baseline}`,
+    judge: (r) => ({
+      measured: `p50 ${r.latency!.a.p50.toFixed(1)} ms vs ${r.latency!.b.p50.toFixed(1)} ms: ${r.latency!.ratioP50.toFixed(2)}×`,
+      met: r.latency!.ratioP50 <= maxRatio,
+    }),
+  };
+}
+
 
 /** The `ssh` CLI's options for a ControlMaster connection to the fixture (host key not pinned: a throwaway container). */
 function sshCliArgs(controlPath: string, keyPath: string, port: number): string[] {
@@ -91,17 +129,18 @@ function sshCliArgs(controlPath: string, keyPath: string, port: number): string[
 }
 
 /** The same warm ssh task measured against OpenSSH's own multiplexing: `ssh` with a ControlMaster already up. */
-function controlMasterCase(): BenchCase {
+function controlMasterCase(shared: ReturnType<typeof sharedWarmTask>): BenchCase {
   let task: WarmSshTask | undefined;
   let cli: { args: string[]; target: string } | undefined;
   return {
     kind: 'latency',
     name: 'terminal `true`, ssh backend, warm task',
     baselineName: '`ssh HOST true` (OpenSSH CLI) over a ControlMaster, same sshd',
+    targets: [ratioTarget('the OpenSSH CLI over a ControlMaster', 0.5)],
     async setup(ctx) {
       const missing = (await ctx.backendMissing('ssh')) ?? (await ctx.dockerUnavailable());
       if (missing !== undefined) return { skip: missing };
-      task = await startWarmSshTask(ctx, 'berth-bench-ssh-cm-');
+      task = await shared.acquire(ctx);
       cli = { args: sshCliArgs(join(task.scratch, 'cm'), task.keyPath, task.port), target: `${task.user}@${task.host}` };
       await run('ssh', [...cli.args, '-o', 'ControlMaster=yes', '-o', 'ControlPersist=120', '-fN', cli.target]);
       await run('ssh', [...cli.args, cli.target, 'true']);
@@ -113,7 +152,7 @@ function controlMasterCase(): BenchCase {
     },
     async teardown() {
       if (cli) await run('ssh', [...cli.args, '-O', 'exit', cli.target]).catch(() => undefined);
-      await stopWarmSshTask(task);
+      await shared.release();
     },
   };
 }
@@ -121,15 +160,17 @@ function controlMasterCase(): BenchCase {
 export default function cases(): BenchCase[] {
   let task: WarmSshTask | undefined;
   let conn: Client | undefined;
+  const shared = sharedWarmTask(2);
   return [
     {
       kind: 'latency',
       name: 'terminal `true`, ssh backend, warm task',
       baselineName: 'ssh2 exec `true` on an open connection, same sshd',
+      targets: [ratioTarget('a bare ssh2 exec on an open connection', 1.5)],
       async setup(ctx) {
         const missing = (await ctx.backendMissing('ssh')) ?? (await ctx.dockerUnavailable());
         if (missing !== undefined) return { skip: missing };
-        const t = await startWarmSshTask(ctx, 'berth-bench-ssh-');
+        const t = await shared.acquire(ctx);
         task = t;
         const { default: ssh2 } = await import('ssh2');
         const client = new ssh2.Client();
@@ -146,9 +187,9 @@ export default function cases(): BenchCase[] {
       runB: () => sshExec(conn!, 'true'),
       async teardown() {
         conn?.end();
-        await stopWarmSshTask(task);
+        await shared.release();
       },
     },
-    controlMasterCase(),
+    controlMasterCase(shared),
   ];
 }

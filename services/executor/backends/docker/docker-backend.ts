@@ -22,6 +22,9 @@ import type { ContainerStartSink } from '../../executor-metrics.js';
 import { taskKeyString } from '../../backend.js';
 import { findAgentScript } from '../shared/agent-script.js';
 import { defaultStateRoot } from '../shared/state-root.js';
+import { findAgentScript } from '../shared/agent/agent-script.js';
+
+export { findAgentScript };
 import {
   LABEL,
   buildSandboxEnv,

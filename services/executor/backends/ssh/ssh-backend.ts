@@ -2,52 +2,36 @@
  * The `ssh` backend: runs tasks on a remote host over ssh (ssh2, in-process).
  *
  * - One multiplexed connection per (tenant, host, user), shared by that
- *   tenant's tasks, re-established transparently when it drops; a channel
- *   per command.
+ *   tenant's tasks, re-established transparently when it drops.
  * - Each task gets its own directory on the host,
  *   `~/.berth/tasks/<hash>/{work,state,bg}`; a preflight at task start checks
  *   the connection, bash and setsid, and says exactly what failed.
- * - Foreground commands run under `setsid`; a timeout or interrupt kills the
- *   remote process group over a fresh channel (TERM, grace, KILL).
+ * - Each task runs the exec agent (berth_agent.py, copied once to
+ *   `~/.berth/agent-<hash>.py`) on one channel of the connection: a command
+ *   is one message, killed by process group inside the host; files go
+ *   through it too. A host without a usable python3 (3.8+) gets a channel
+ *   per command instead (ssh-channel-exec.ts) and SFTP for files; said once
+ *   in the log. A lost agent stream stops what runs through it (the agent
+ *   ends its processes when its stream ends) and the next call starts a new
+ *   agent.
  * - Background processes are detached (nohup/log/exit/pid files), survive a
- *   dropped connection, and are polled over SFTP.
- * - Files go over SFTP.
+ *   dropped connection (and a dropped agent stream), and are polled over
+ *   SFTP; their helper commands go through the agent when there is one.
  */
-import { randomBytes } from 'node:crypto';
 import { posix } from 'node:path';
-import type { ClientChannel } from 'ssh2';
 import { FailedPreconditionError, InvalidArgumentError, UnavailableError } from '../../../common/errors.js';
 import type { Logger } from '../../../common/logging.js';
-import type {
-  Backend,
-  BackendCapabilities,
-  BackendEnvironment,
-  BackgroundHandle,
-  BackgroundOptions,
-  ExecOptions,
-  ExecResult,
-  FileStat,
-  TaskKey,
-} from '../../backend.js';
+import type { Backend, BackendCapabilities, BackendEnvironment, TaskKey } from '../../backend.js';
 import { taskKeyString } from '../../backend.js';
-import { ExecDeadline, interruptedBeforeStart } from '../shared/exec-deadline.js';
-import { assertNotReleased, deliverOutput } from '../shared/guards.js';
-import { signalExitCode } from '../shared/process-group.js';
+import { loadAgentScript, type AgentScript } from '../shared/agent/agent-script.js';
+import { AgentUnavailableError } from '../shared/agent/stdio-agent.js';
 import { KnownHostsFile } from './known-hosts.js';
-import { PgidLineFilter } from '../shared/pgid-line-filter.js';
-import { BackgroundProcesses, runShort } from './ssh-background.js';
+import { AGENT_DIR, buildAgentCopyCommand, remoteAgentPath, startSshAgent } from './ssh-agent.js';
+import { runShort } from './ssh-background.js';
 import { SshConnection, type HostKeyPolicy } from './ssh-connection.js';
-import { sftpReadFile, sftpStat, sftpWriteFile } from './ssh-files.js';
-import {
-  buildExecCommand,
-  buildKillCommand,
-  buildPreflightCommand,
-  buildRemoveCommand,
-  DEFAULT_TASKS_DIR,
-  pgidLinePrefix,
-  PREFLIGHT_EXIT,
-  taskDirName,
-} from './ssh-scripts.js';
+import { SshEnvironment, type EnvironmentSetup } from './ssh-environment.js';
+import { buildPreflightCommand, DEFAULT_TASKS_DIR, PREFLIGHT_EXIT, taskDirName } from './ssh-scripts.js';
+
 
 export interface SshBackendOptions {
   readonly host: string;
@@ -80,12 +64,29 @@ export interface SshBackendOptions {
   readonly tasksDir?: string;
   /** A tenant's connection is closed this long after its last task is released; default 60,000 ms. */
   readonly connectionIdleMs?: number;
+  /**
+   * `auto` (default): run commands through the exec agent where the host has
+   * python3 3.8+, else a channel per command. `off`: always a channel per
+   * command (the agent is never copied).
+   */
+  readonly agent?: 'auto' | 'off';
+  /** berth_agent.py to copy; default: the one of this installation. */
+  readonly agentScriptPath?: string;
   readonly logger?: Logger;
 }
+
+/**
+ * Channels a connection keeps for other work than agents (helper commands,
+ * the control slot, SFTP): agents take at most MaxSessions minus this many;
+ * the tenant's next task opens another connection.
+ */
+const SESSIONS_KEPT_FROM_AGENTS = 4;
 
 interface PooledConnection {
   readonly connection: SshConnection;
   refs: number;
+  /** Tasks running an agent on this connection (each holds a channel). */
+  agents: number;
   idleTimer: NodeJS.Timeout | undefined;
 }
 
@@ -94,8 +95,13 @@ export class SshBackend implements Backend {
   readonly #options: SshBackendOptions;
   readonly #port: number;
   readonly #knownHosts: KnownHostsFile;
-  readonly #pool = new Map<string, PooledConnection>();
+  /** A tenant's connections: the first one, and more once sshd's MaxSessions leaves no channel for another agent. */
+  readonly #pool = new Map<string, PooledConnection[]>();
   readonly #environments = new Map<string, SshEnvironment>();
+  /** Why the host cannot run the agent, once known (then no task tries again). */
+  #agentUnusable: string | undefined;
+  /** Set once the agent's copy on the host was seen or made. */
+  #agentCopied = false;
   #closed = false;
 
   constructor(options: SshBackendOptions) {
@@ -115,9 +121,25 @@ export class SshBackend implements Backend {
     return { name: 'ssh', pty: true, hostFilesystem: true, sharesRpcDir: false };
   }
 
-  /** The connection a tenant's tasks share (created on first use). Exposed for tests and the bench. */
+  /** The (first) connection a tenant's tasks share (created on first use). Exposed for tests and the bench. */
   connectionFor(tenant: string): SshConnection {
-    return this.#acquire(tenant, false).connection;
+    const first = this.#pool.get(this.#poolKey(tenant))?.[0];
+    return (first ?? this.#newConnection(tenant)).connection;
+  }
+
+  /** How many connections a tenant has open now (tests). */
+  connectionCount(tenant: string): number {
+    return this.#pool.get(this.#poolKey(tenant))?.length ?? 0;
+  }
+
+  /** A task's environment on this executor (the doctor looks at it). */
+  environmentOf(key: TaskKey): SshEnvironment | undefined {
+    return this.#environments.get(taskKeyString(key));
+  }
+
+  /** Why the host cannot run the exec agent, once a task found out; undefined while it can (or nobody tried). */
+  get agentUnusable(): string | undefined {
+    return this.#agentUnusable;
   }
 
   async createEnvironment(key: TaskKey): Promise<BackendEnvironment> {
@@ -126,26 +148,33 @@ export class SshBackend implements Backend {
     if (this.#environments.has(id)) {
       throw new FailedPreconditionError(`an environment for task ${id} already exists on this executor`);
     }
-    const pooled = this.#acquire(key.tenant, true);
+    // The agent's channel is reserved before the first await, so tasks created at once never overfill a connection.
+    const forAgent = this.#agentWanted() && this.#maxAgents() > 0;
+    const pooled = this.#acquire(key.tenant, forAgent);
+    let environment: SshEnvironment;
     try {
-      const environment = await this.#preflight(pooled.connection, key);
-      environment.onDisposed = () => {
-        this.#environments.delete(id);
-        this.#releaseConnection(key.tenant);
-      };
-      this.#environments.set(id, environment);
-      return environment;
+      environment = await this.#preflight(pooled, key, forAgent);
     } catch (err) {
-      this.#releaseConnection(key.tenant);
+      if (forAgent) pooled.agents -= 1;
+      this.#releaseConnection(key.tenant, pooled);
       throw err;
     }
+    const counted = environment.usesAgent;
+    if (forAgent && !counted) pooled.agents -= 1;
+    environment.onDisposed = () => {
+      this.#environments.delete(id);
+      if (counted) pooled.agents -= 1;
+      this.#releaseConnection(key.tenant, pooled);
+    };
+    this.#environments.set(id, environment);
+    return environment;
   }
 
   async close(): Promise<void> {
     this.#closed = true;
     await Promise.all([...this.#environments.values()].map((e) => e.dispose()));
     await Promise.all(
-      [...this.#pool.values()].map(async (p) => {
+      [...this.#pool.values()].flat().map(async (p) => {
         clearTimeout(p.idleTimer);
         await p.connection.close();
       }),
@@ -157,60 +186,74 @@ export class SshBackend implements Backend {
     return `${tenant}\0${this.#options.user}@${this.#options.host}:${this.#port}`;
   }
 
-  #acquire(tenant: string, ref: boolean): PooledConnection {
+  /** A new connection for `tenant`, added to its list (not connected yet: that happens on first use). */
+  #newConnection(tenant: string): PooledConnection {
+    const o = this.#options;
+    const pooled: PooledConnection = {
+      connection: new SshConnection({
+        host: o.host,
+        port: this.#port,
+        user: o.user,
+        privateKey: o.privateKey,
+        ...(o.passphrase !== undefined ? { passphrase: o.passphrase } : {}),
+        keyName: o.keyName ?? 'the configured key',
+        knownHosts: this.#knownHosts,
+        hostKeyPolicy: o.hostKeyPolicy ?? 'accept-new',
+        connectTimeoutMs: o.connectTimeoutMs ?? 10_000,
+        keepaliveIntervalMs: o.keepaliveIntervalMs ?? 15_000,
+        keepaliveCountMax: o.keepaliveCountMax ?? 3,
+        ...(o.maxSessions !== undefined ? { maxSessions: o.maxSessions } : {}),
+        ...(o.logger ? { logger: o.logger.child({ backend: 'ssh', tenant }) } : {}),
+      }),
+      refs: 0,
+      agents: 0,
+      idleTimer: undefined,
+    };
     const poolKey = this.#poolKey(tenant);
-    let pooled = this.#pool.get(poolKey);
-    if (!pooled) {
-      const o = this.#options;
-      pooled = {
-        connection: new SshConnection({
-          host: o.host,
-          port: this.#port,
-          user: o.user,
-          privateKey: o.privateKey,
-          ...(o.passphrase !== undefined ? { passphrase: o.passphrase } : {}),
-          keyName: o.keyName ?? 'the configured key',
-          knownHosts: this.#knownHosts,
-          hostKeyPolicy: o.hostKeyPolicy ?? 'accept-new',
-          connectTimeoutMs: o.connectTimeoutMs ?? 10_000,
-          keepaliveIntervalMs: o.keepaliveIntervalMs ?? 15_000,
-          keepaliveCountMax: o.keepaliveCountMax ?? 3,
-          ...(o.maxSessions !== undefined ? { maxSessions: o.maxSessions } : {}),
-          ...(o.logger ? { logger: o.logger.child({ backend: 'ssh', tenant }) } : {}),
-        }),
-        refs: 0,
-        idleTimer: undefined,
-      };
-      this.#pool.set(poolKey, pooled);
-    }
-    if (ref) {
-      pooled.refs += 1;
-      clearTimeout(pooled.idleTimer);
-      pooled.idleTimer = undefined;
-    }
+    this.#pool.set(poolKey, [...(this.#pool.get(poolKey) ?? []), pooled]);
     return pooled;
   }
 
-  #releaseConnection(tenant: string): void {
-    const poolKey = this.#poolKey(tenant);
-    const pooled = this.#pool.get(poolKey);
-    if (!pooled) return;
+  /**
+   * A connection for a new task of `tenant`, referenced: the first one, or
+   * with `forAgent` the first with a channel to spare for one more agent
+   * (its slot is taken here), else a new connection.
+   */
+  #acquire(tenant: string, forAgent: boolean): PooledConnection {
+    const list = this.#pool.get(this.#poolKey(tenant)) ?? [];
+    const max = this.#maxAgents();
+    const pooled = (forAgent ? list.find((p) => p.agents < max) : list[0]) ?? this.#newConnection(tenant);
+    pooled.refs += 1;
+    if (forAgent) pooled.agents += 1;
+    clearTimeout(pooled.idleTimer);
+    pooled.idleTimer = undefined;
+    return pooled;
+  }
+
+  #releaseConnection(tenant: string, pooled: PooledConnection): void {
     pooled.refs = Math.max(0, pooled.refs - 1);
     if (pooled.refs > 0 || this.#closed) return;
     clearTimeout(pooled.idleTimer);
     pooled.idleTimer = setTimeout(() => {
-      if (pooled.refs > 0 || this.#pool.get(poolKey) !== pooled) return;
-      this.#pool.delete(poolKey);
+      const poolKey = this.#poolKey(tenant);
+      const list = this.#pool.get(poolKey) ?? [];
+      if (pooled.refs > 0 || !list.includes(pooled)) return;
+      const rest = list.filter((p) => p !== pooled);
+      if (rest.length > 0) this.#pool.set(poolKey, rest);
+      else this.#pool.delete(poolKey);
       void pooled.connection.close();
     }, this.#options.connectionIdleMs ?? 60_000);
     pooled.idleTimer.unref();
   }
 
-  /** Connects (if needed), checks the host and makes the task's directories. */
-  async #preflight(connection: SshConnection, key: TaskKey): Promise<SshEnvironment> {
+  /** Connects (if needed), checks the host, makes the task's directories and starts its agent. */
+  async #preflight(pooled: PooledConnection, key: TaskKey, forAgent: boolean): Promise<SshEnvironment> {
+    const connection = pooled.connection;
     const tasksDir = this.#options.tasksDir ?? DEFAULT_TASKS_DIR;
     const dirName = taskDirName(key);
-    const { exitCode, output } = await runShort(connection, buildPreflightCommand(tasksDir, dirName), {
+    const script = forAgent ? await loadAgentScript(this.#options.agentScriptPath) : undefined;
+    const agentRel = script && !this.#agentCopied ? posix.join(AGENT_DIR, script.fileName) : undefined;
+    const { exitCode, output } = await runShort(connection, buildPreflightCommand(tasksDir, dirName, agentRel, script !== undefined), {
       timeoutMs: (this.#options.connectTimeoutMs ?? 10_000) + 20_000,
     });
     const where = `${this.#options.user}@${this.#options.host}:${this.#port}`;
@@ -230,7 +273,9 @@ export class SshBackend implements Backend {
       throw new UnavailableError(`ssh preflight on ${where} did not report a home directory: ${message || 'no output'}`);
     }
     const taskDir = posix.join(home, tasksDir, dirName);
-    return new SshEnvironment({
+    const rpcBaseDir = /^berth-rpc:(\/.*)$/m.exec(output)?.[1];
+    const logger = this.#options.logger?.child({ backend: 'ssh', task: taskKeyString(key) });
+    const setup: EnvironmentSetup = {
       connection,
       description: `ssh:${where}:${taskDir}`,
       homeDir: home,
@@ -238,237 +283,49 @@ export class SshBackend implements Backend {
       killGraceMs: this.#options.killGraceMs ?? 1000,
       pipeDrainMs: this.#options.pipeDrainMs ?? 1000,
       pollIntervalMs: this.#options.pollIntervalMs ?? 250,
-      logger: this.#options.logger?.child({ backend: 'ssh', task: taskKeyString(key) }),
-    });
-  }
-}
-
-interface EnvironmentSetup {
-  readonly connection: SshConnection;
-  readonly description: string;
-  readonly homeDir: string;
-  readonly taskDir: string;
-  readonly killGraceMs: number;
-  readonly pipeDrainMs: number;
-  readonly pollIntervalMs: number;
-  readonly logger: Logger | undefined;
-}
-
-
-/** One task's directory on the ssh host. */
-class SshEnvironment implements BackendEnvironment {
-  readonly description: string;
-  readonly homeDir: string;
-  readonly initialCwd: string;
-  readonly stateDir: string;
-  onDisposed: (() => void) | undefined;
-
-  readonly #setup: EnvironmentSetup;
-  readonly #connection: SshConnection;
-  readonly #background: BackgroundProcesses;
-  /** Kill functions of foreground commands still running. */
-  readonly #running = new Set<() => Promise<void>>();
-  #disposing: Promise<void> | undefined;
-
-  constructor(setup: EnvironmentSetup) {
-    this.#setup = setup;
-    this.#connection = setup.connection;
-    this.description = setup.description;
-    this.homeDir = setup.homeDir;
-    this.initialCwd = posix.join(setup.taskDir, 'work');
-    this.stateDir = posix.join(setup.taskDir, 'state');
-    this.#background = new BackgroundProcesses(
-      {
-        connection: setup.connection,
-        logger: setup.logger,
-        killGraceMs: setup.killGraceMs,
-        pollIntervalMs: setup.pollIntervalMs,
-      },
-      posix.join(setup.taskDir, 'bg'),
-    );
-  }
-
-  #where(): string {
-    const e = this.#connection.endpoint;
-    return `${e.host}:${e.port}`;
-  }
-
-  async exec(options: ExecOptions): Promise<ExecResult> {
-    assertNotReleased(this, this.#disposing);
-    const early = interruptedBeforeStart(options);
-    if (early) return early;
-    const nonce = randomBytes(8).toString('hex');
-    const command = buildExecCommand({
-      script: options.script,
-      cwd: this.initialCwd,
-      nonce,
-      ...(options.env ? { env: options.env } : {}),
-    });
-    // Aborts the wait for a channel when the command ends before it starts.
-    const opening = new AbortController();
-    let stop: () => void = () => opening.abort();
-    const deadline = new ExecDeadline(options, () => stop());
-
-    let channel: ClientChannel;
-    try {
-      ({ channel } = await this.#connection.exec(command, { ...(options.pty ? { pty: true } : {}), signal: opening.signal }));
-    } catch (err) {
-      deadline.dispose();
-      if (deadline.ended) return deadline.result(0);
-      throw err;
-    }
-
-    return new Promise<ExecResult>((resolve, reject) => {
-      const filter = new PgidLineFilter(pgidLinePrefix(nonce));
-      let exitCode: number | null = null;
-      let exitSignal: string | undefined;
-      let killing: Promise<void> | undefined;
-      let killWanted = false;
-      let closed = false;
-      let drainTimer: NodeJS.Timeout | undefined;
-
-      const emit = (chunk: Buffer) => deliverOutput(options.onOutput, chunk, this.#setup.logger);
-      const kill = (): Promise<void> => {
-        const pgid = filter.pgid;
-        if (pgid === undefined) {
-          // Not started yet: kill as soon as its group id arrives.
-          killWanted = true;
-          return Promise.resolve();
-        }
-        const graceMs = options.killGraceMs ?? this.#setup.killGraceMs;
-        killing ??= runShort(this.#connection, buildKillCommand(pgid, graceMs), {
-          control: true,
-          timeoutMs: graceMs + 30_000,
-        })
-          .then(
-            () => undefined,
-            (err: unknown) => this.#setup.logger?.warn({ err, pgid }, 'killing a remote process group failed'),
-          )
-          .then(() => {
-            if (closed) return;
-            // Whoever still holds the channel's output is outside the group; stop waiting for them.
-            drainTimer = setTimeout(() => channel.close(), this.#setup.pipeDrainMs);
-          });
-        return killing;
-      };
-      stop = () => void kill();
-      this.#running.add(kill);
-
-      const sendStdin = () => {
-        const bytes = options.stdin === undefined ? Buffer.alloc(0) : Buffer.from(options.stdin);
-        if (options.pty) {
-          // A terminal has no half-close: type the input, then EOF (^D; twice after an unterminated line).
-          if (bytes.length > 0) channel.write(bytes);
-          channel.write(bytes.length === 0 || bytes[bytes.length - 1] === 0x0a ? '\x04' : '\x04\x04');
-        } else {
-          channel.end(bytes.length > 0 ? bytes : undefined);
-        }
-      };
-
-      channel.on('data', (chunk: Buffer) =>
-        emit(
-          filter.push(chunk, () => {
-            sendStdin();
-            if (killWanted || deadline.ended) void kill();
-          }),
-        ),
-      );
-      channel.stderr.on('data', (chunk: Buffer) => emit(chunk));
-      // The exit status comes with 'close': an 'exit' event may fire before our listener is attached.
-      channel.once('close', (code?: number | null, signal?: string) => {
-        exitCode = typeof code === 'number' ? code : null;
-        exitSignal = signal;
-        closed = true;
-        deadline.dispose();
-        if (drainTimer) clearTimeout(drainTimer);
-        const settle = () => {
-          this.#running.delete(kill);
-          if (deadline.ended) {
-            resolve(deadline.result(0));
-          } else if (exitCode !== null) {
-            resolve(deadline.result(exitCode));
-          } else if (exitSignal !== undefined) {
-            resolve(deadline.result(signalExitCode(exitSignal)));
-          } else {
-            // The connection dropped: the command may still run; kill it once the host is back.
-            if (filter.pgid !== undefined) void this.#killAfterDrop(filter.pgid);
-            reject(
-              new UnavailableError(
-                `the ssh connection to ${this.#where()} was lost while the command ran; it was stopped`,
-              ),
-            );
-          }
-        };
-        if (killing) void killing.then(settle);
-        else settle();
+      logger,
+      ...(rpcBaseDir ? { rpcBaseDir } : {}),
+    };
+    // The host was found unable to run the agent by another task in the meantime.
+    if (!script || this.#agentUnusable !== undefined) return new SshEnvironment(setup);
+    if (agentRel !== undefined && !/^berth-agent:yes$/m.test(output)) await this.#copyAgent(connection, home, script, where);
+    this.#agentCopied = true;
+    const startAgent = () =>
+      startSshAgent({
+        connection,
+        agentPath: remoteAgentPath(home, script),
+        description: `ssh host ${where}`,
+        fallbackLogKey: `ssh host ${where}`,
+        ...(this.#options.logger ? { logger: this.#options.logger.child({ backend: 'ssh' }) } : {}),
       });
-    });
+    try {
+      const agent = await startAgent();
+      return new SshEnvironment({ ...setup, startAgent }, agent);
+    } catch (err) {
+      if (!(err instanceof AgentUnavailableError) || !err.canFallBack) throw err;
+      // Logged once per host by the agent starter; no later task tries again.
+      this.#agentUnusable = err.message;
+      return new SshEnvironment(setup);
+    }
   }
 
-  /**
-   * Kills a group whose channel was lost with the connection. The host may
-   * be restarting sshd or briefly unreachable, so this keeps trying (with
-   * back-off, up to about a minute) until the kill command runs.
-   */
-  async #killAfterDrop(pgid: number): Promise<void> {
-    const command = buildKillCommand(pgid, this.#setup.killGraceMs);
-    const done = (async () => {
-      for (let delayMs = 250, waitedMs = 0; waitedMs < 60_000; waitedMs += delayMs, delayMs = Math.min(delayMs * 2, 5000)) {
-        try {
-          const r = await runShort(this.#connection, command, { control: true, timeoutMs: this.#setup.killGraceMs + 30_000 });
-          if (r.exitCode === 0) return;
-        } catch (err) {
-          this.#setup.logger?.debug({ err, pgid }, 'killing an orphaned remote group failed; retrying');
-        }
-        await new Promise((resolve) => setTimeout(resolve, delayMs));
-      }
-      this.#setup.logger?.warn({ pgid }, 'gave up killing a remote process group after the connection dropped');
-    })();
-    const entry = () => done;
-    this.#running.add(entry);
-    await done;
-    this.#running.delete(entry);
+  #agentWanted(): boolean {
+    return this.#options.agent !== 'off' && this.#agentUnusable === undefined;
   }
 
-  async startBackground(options: BackgroundOptions): Promise<BackgroundHandle> {
-    assertNotReleased(this, this.#disposing);
-    return this.#background.start(options, this.initialCwd);
+  #maxAgents(): number {
+    return Math.max(0, (this.#options.maxSessions ?? 10) - SESSIONS_KEPT_FROM_AGENTS);
   }
 
-  #assertAbsolute(absPath: string): void {
-    if (!posix.isAbsolute(absPath)) throw new InvalidArgumentError(`path must be absolute: ${absPath}`);
-  }
-
-  async readFile(absPath: string): Promise<Buffer> {
-    this.#assertAbsolute(absPath);
-    return sftpReadFile(await this.#connection.sftp(), absPath, this.#where());
-  }
-
-  async writeFile(absPath: string, data: Uint8Array): Promise<void> {
-    this.#assertAbsolute(absPath);
-    await sftpWriteFile(await this.#connection.sftp(), absPath, data, this.#where());
-  }
-
-  async stat(absPath: string): Promise<FileStat> {
-    this.#assertAbsolute(absPath);
-    return sftpStat(await this.#connection.sftp(), absPath, this.#where());
-  }
-
-  dispose(): Promise<void> {
-    this.#disposing ??= (async () => {
-      await Promise.all([...this.#running].map((kill) => kill().catch(() => undefined)));
-      await this.#background.killAll();
-      this.#background.stop();
-      try {
-        const removed = await runShort(this.#connection, buildRemoveCommand(this.#setup.taskDir), { timeoutMs: 30_000 });
-        if (removed.exitCode !== 0) {
-          this.#setup.logger?.warn({ output: removed.output, dir: this.#setup.taskDir }, 'removing the task directory failed');
-        }
-      } catch (err) {
-        this.#setup.logger?.warn({ err, dir: this.#setup.taskDir }, 'cannot remove the task directory (host unreachable?)');
-      }
-      this.onDisposed?.();
-    })();
-    return this.#disposing;
+  /** Copies the agent to its content-addressed path on the host. */
+  async #copyAgent(connection: SshConnection, home: string, script: AgentScript, where: string): Promise<void> {
+    const copied = await runShort(connection, buildAgentCopyCommand(home, script), { stdin: script.content, timeoutMs: 60_000 });
+    if (copied.exitCode !== 0) {
+      throw new UnavailableError(
+        `cannot copy the exec agent to ${remoteAgentPath(home, script)} on ${where} (exit ${copied.exitCode ?? 'none'}): ` +
+          (copied.output.trim().slice(0, 500) || 'no output'),
+      );
+    }
+    this.#options.logger?.info({ host: where, path: remoteAgentPath(home, script) }, 'copied the exec agent to the ssh host');
   }
 }

@@ -53,8 +53,23 @@ export async function runShort(
   });
 }
 
+/** What {@link runShort} answers. */
+export interface ShortResult {
+  readonly exitCode: number | null;
+  readonly signal?: string;
+  readonly output: string;
+}
+
+/** Runs a short helper command on the host: on its own channel (runShort), or through the task's exec agent. */
+export type ShortRunner = (
+  command: string,
+  options?: { readonly stdin?: Uint8Array | string; readonly control?: boolean; readonly timeoutMs?: number },
+) => Promise<ShortResult>;
+
 export interface BackgroundHost {
   readonly connection: SshConnection;
+  /** How helper commands run; {@link runShort} on the connection unless set. */
+  readonly run?: ShortRunner;
   readonly logger: Logger | undefined;
   readonly killGraceMs: number;
   readonly pollIntervalMs: number;
@@ -102,8 +117,11 @@ export class BackgroundProcesses {
   #polling: Promise<void> | undefined;
   #stopped = false;
 
+  readonly #run: ShortRunner;
+
   constructor(host: BackgroundHost, root: string) {
     this.#host = host;
+    this.#run = host.run ?? ((command, options) => runShort(host.connection, command, options));
     this.#root = root;
     this.#delayMs = host.pollIntervalMs;
   }
@@ -121,7 +139,7 @@ export class BackgroundProcesses {
       ...(options.env ? { env: options.env } : {}),
       ...(options.pty ? { pty: true } : {}),
     });
-    const { exitCode, output } = await runShort(this.#host.connection, command);
+    const { exitCode, output } = await this.#run(command);
     const pid = /^pid:(\d+)$/m.exec(output)?.[1];
     if (exitCode !== 0 || pid === undefined) {
       throw new UnavailableError(`cannot start a background process on ${this.#host.connection.endpoint.host}: ${output.trim() || `exit ${exitCode}`}`);
@@ -151,7 +169,7 @@ export class BackgroundProcesses {
   async #write(proc: RemoteProcess, data: string | Uint8Array): Promise<void> {
     if (proc.exited) throw new FailedPreconditionError('the process has exited');
     if (proc.stdinClosed) throw new FailedPreconditionError('stdin is closed');
-    const { exitCode, output } = await runShort(this.#host.connection, buildStdinWriteCommand(proc.paths), {
+    const { exitCode, output } = await this.#run(buildStdinWriteCommand(proc.paths), {
       stdin: data,
       timeoutMs: 20_000,
     });
@@ -163,13 +181,13 @@ export class BackgroundProcesses {
   async #closeStdin(proc: RemoteProcess): Promise<void> {
     if (proc.exited || proc.stdinClosed) return;
     proc.stdinClosed = true;
-    await runShort(this.#host.connection, buildStdinCloseCommand(proc.paths));
+    await this.#run(buildStdinCloseCommand(proc.paths));
   }
 
   async #kill(proc: RemoteProcess): Promise<void> {
     if (proc.exited) return;
     proc.killRequested = true;
-    await runShort(this.#host.connection, buildKillCommand(proc.pid, this.#host.killGraceMs, proc.paths.exit), {
+    await this.#run(buildKillCommand(proc.pid, this.#host.killGraceMs, proc.paths.exit), {
       control: true,
       timeoutMs: this.#host.killGraceMs + 30_000,
     });

@@ -19,6 +19,13 @@ import { assertKillableGroup, killGroupScript } from '../shared/process-group.js
 /** Exit codes of the preflight script, one per missing prerequisite. */
 export const PREFLIGHT_EXIT = { noBash: 90, noSetsid: 91, cannotCreateDirs: 92 } as const;
 
+/**
+ * Bytes a relayed execute_code socket path adds to its base directory:
+ * `/code-<16 hex>/rpc.sock`. Linux's sun_path holds 107 bytes, so a base
+ * longer than 107 minus this cannot hold the socket.
+ */
+export const RELAY_SOCKET_SUFFIX_BYTES = '/code-0123456789abcdef/rpc.sock'.length;
+
 /** Task directories live under this path, relative to the remote home. */
 export const DEFAULT_TASKS_DIR = '.berth/tasks';
 
@@ -46,10 +53,19 @@ export function exportLines(env: Readonly<Record<string, string>> | undefined): 
  * Checks the host has what the backend needs, and makes the task's fresh
  * directories: `<tasksDir>/<hash>/{work,state,bg}` under the home directory.
  * A leftover directory (from an executor that died) is removed first so its
- * shell snapshot cannot leak into the new task. Prints `berth-home:<HOME>`.
+ * shell snapshot cannot leak into the new task. Prints `berth-home:<HOME>`
+ * and, given the exec agent's path relative to the home, `berth-agent:yes`
+ * when that copy is there already (`no` otherwise), and `berth-rpc:<dir>`
+ * when the task directory is too long a base for execute_code's socket (a
+ * long home): a private directory of its own under /tmp (mktemp -d, 0700).
  * POSIX sh: it runs before we know bash exists.
  */
-export function buildPreflightCommand(tasksDir: string, dirName: string): string {
+export function buildPreflightCommand(
+  tasksDir: string,
+  dirName: string,
+  agentRelPath?: string,
+  relayBase = agentRelPath !== undefined,
+): string {
   const rel = posix.join(tasksDir, dirName);
   const top = tasksDir.split('/')[0] ?? tasksDir;
   return [
@@ -60,6 +76,14 @@ export function buildPreflightCommand(tasksDir: string, dirName: string): string
     `rm -rf -- "$d" && mkdir -p -- "$d/work" "$d/state" "$d/bg" || { echo "berth: cannot create $d"; exit ${PREFLIGHT_EXIT.cannotCreateDirs}; }`,
     `chmod 700 -- "$HOME"/${shellQuote(top)} 2>/dev/null`,
     `printf 'berth-home:%s\\n' "$HOME"`,
+    ...(agentRelPath === undefined
+      ? []
+      : [`if [ -s "$HOME"/${shellQuote(agentRelPath)} ]; then echo berth-agent:yes; else echo berth-agent:no; fi`]),
+    ...(relayBase
+      ? [
+          `if [ \${#d} -gt ${107 - RELAY_SOCKET_SUFFIX_BYTES} ]; then r=$(mktemp -d /tmp/berth-rpc-XXXXXXXX) && printf 'berth-rpc:%s\\n' "$r"; fi`,
+        ]
+      : []),
   ].join('\n');
 }
 

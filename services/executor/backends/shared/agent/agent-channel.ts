@@ -10,6 +10,7 @@ import type { Logger } from '../../../../common/logging.js';
 import { fileTooLargeError } from '../file-errors.js';
 import { MAX_READ_FILE_BYTES } from '../file-limits.js';
 import { deliverOutput } from '../guards.js';
+import { RelayListener } from './agent-relay.js';
 import type { AgentHello, FrameDecoder } from './agent-protocol.js';
 import {
   FILE_CHUNK_BYTES,
@@ -80,6 +81,15 @@ interface ProcEntry {
 
 export type { AgentHello } from './agent-protocol.js';
 
+/** Frames the agent sends about a relayed socket's connections. */
+const RELAY_EVENTS = new Set(['conn', 'cdata', 'cack', 'cend', 'cclosed']);
+
+/** A Unix socket inside the sandbox, relayed over the agent's stream (see {@link AgentChannel.listen}). */
+export interface AgentSocketRelay {
+  /** Closes the socket and its connections; `removeDir`: a directory (the run dir) the agent removes after. */
+  close(removeDir?: string): Promise<void>;
+}
+
 export class AgentChannel implements SandboxChannel {
   readonly kind = 'agent' as const;
   readonly hello: AgentHello;
@@ -89,6 +99,7 @@ export class AgentChannel implements SandboxChannel {
   readonly #description: string;
   readonly #pending = new Map<number, Pending & { readonly timer: NodeJS.Timeout }>();
   readonly #procs = new Map<number, ProcEntry>();
+  readonly #relays = new Map<number, RelayListener>();
   readonly #requestTimeoutMs: number;
   #nextId = 1;
   #lost: Error | undefined;
@@ -149,6 +160,8 @@ export class AgentChannel implements SandboxChannel {
       proc.exit.reject(err);
     }
     this.#procs.clear();
+    for (const relay of this.#relays.values()) relay.closeAll();
+    this.#relays.clear();
     for (const listener of this.#lostListeners.splice(0)) listener(err);
   }
 
@@ -172,6 +185,12 @@ export class AgentChannel implements SandboxChannel {
 
   #dispatch(frame: Frame): void {
     const { header } = frame;
+    if (RELAY_EVENTS.has(header.op)) {
+      const relay = this.#relays.get(header.id);
+      if (relay) relay.dispatch(header, frame.body);
+      else this.#logger?.debug({ op: header.op, id: header.id }, 'relay frame for an unknown socket');
+      return;
+    }
     const proc = this.#procs.get(header.id);
     if (proc) {
       switch (header.op) {
@@ -230,7 +249,13 @@ export class AgentChannel implements SandboxChannel {
     }
   }
 
-  #request(op: string, fields: Record<string, unknown>, body?: Uint8Array, extraTimeoutMs = 0): Promise<Frame> {
+  #request(
+    op: string,
+    fields: Record<string, unknown>,
+    body?: Uint8Array,
+    extraTimeoutMs = 0,
+    presetId?: number,
+  ): Promise<Frame> {
     if (this.#lost) return Promise.reject(this.#lost);
     const timeoutMs = this.#requestTimeoutMs + extraTimeoutMs;
     try {
@@ -238,7 +263,7 @@ export class AgentChannel implements SandboxChannel {
     } catch (err) {
       return Promise.reject(err as Error);
     }
-    const id = this.#nextId++;
+    const id = presetId ?? this.#nextId++;
     return new Promise<Frame>((resolve, reject) => {
       const timer = setTimeout(() => {
         this.#logger?.error({ op, timeoutMs }, 'exec agent did not answer; closing its channel');
@@ -406,6 +431,44 @@ export class AgentChannel implements SandboxChannel {
       isDirectory: h.is_dir === true,
       sizeBytes: typeof h.size === 'number' ? h.size : 0,
       uid: typeof h.uid === 'number' ? h.uid : -1,
+    };
+  }
+
+  /**
+   * Listens on a Unix socket at `socketPath` inside the sandbox (its
+   * directory made 0700 unless it exists; the socket 0600, the sandbox
+   * user's): each connection to it is handed to `onConnection` as a Duplex
+   * carried over this channel. Needs the agent's `relay` capability.
+   */
+  async listen(socketPath: string, onConnection: (socket: Duplex) => void): Promise<AgentSocketRelay> {
+    if (!this.hello.capabilities.includes('relay')) {
+      throw new FailedPreconditionError(
+        `the exec agent of ${this.#description} cannot relay a socket (an older berth_agent.py); run the one shipped with this executor`,
+      );
+    }
+    if (this.#lost) throw this.#lost;
+    const id = this.#nextId++;
+    const relay = new RelayListener(id, (header, body) => this.#send(header, body), onConnection, this.#logger);
+    this.#relays.set(id, relay);
+    try {
+      await this.#request('listen', { path: socketPath }, undefined, 0, id);
+    } catch (err) {
+      this.#relays.delete(id);
+      throw err instanceof AgentOpError
+        ? new FailedPreconditionError(`cannot listen on ${socketPath} in ${this.#description}: ${err.message} (${err.errno})`)
+        : err;
+    }
+    let closing: Promise<void> | undefined;
+    return {
+      close: (removeDir) =>
+        (closing ??= (async () => {
+          relay.closeAll();
+          try {
+            if (!this.#lost) await this.#request('unlisten', { listener: id, ...(removeDir ? { remove: removeDir } : {}) });
+          } finally {
+            this.#relays.delete(id);
+          }
+        })()),
     };
   }
 

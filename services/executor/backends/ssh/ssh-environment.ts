@@ -1,0 +1,278 @@
+/**
+ * One task's directory on an ssh host, and how its commands, files and
+ * execute_code socket reach it: through the task's exec agent (one channel
+ * of the tenant's connection), or a channel per command and SFTP on a host
+ * that cannot run the agent. See ssh-backend.ts for the whole picture.
+ */
+import { posix } from 'node:path';
+import { InvalidArgumentError, UnavailableError } from '../../../common/errors.js';
+import type { Logger } from '../../../common/logging.js';
+import type {
+  BackendEnvironment,
+  BackgroundHandle,
+  BackgroundOptions,
+  ExecOptions,
+  ExecResult,
+  FileStat,
+  RpcRelay,
+} from '../../backend.js';
+import type { AgentChannel } from '../shared/agent/agent-channel.js';
+import { foregroundExitCode } from '../shared/agent/agent-protocol.js';
+import { ExecDeadline, interruptedBeforeStart } from '../shared/exec-deadline.js';
+import { assertNotReleased, deliverOutput } from '../shared/guards.js';
+import { SandboxLostError, type ProcessExit } from '../shared/sandbox-channel.js';
+import { BackgroundProcesses, runShort, type ShortResult } from './ssh-background.js';
+import { execOnChannel, killAfterDrop, lostWhileRunning, type ChannelExecHost } from './ssh-channel-exec.js';
+import type { SshConnection } from './ssh-connection.js';
+import { sftpReadFile, sftpStat, sftpWriteFile } from './ssh-files.js';
+import { buildRemoveCommand } from './ssh-scripts.js';
+
+export interface EnvironmentSetup {
+  readonly connection: SshConnection;
+  readonly description: string;
+  readonly homeDir: string;
+  readonly taskDir: string;
+  readonly killGraceMs: number;
+  readonly pipeDrainMs: number;
+  readonly pollIntervalMs: number;
+  readonly logger: Logger | undefined;
+  /** Where execute_code's run dirs go when the task directory is too long a base for a socket path. */
+  readonly rpcBaseDir?: string;
+  /** Starts a new exec agent for this task; absent: the host cannot run it, commands use a channel each. */
+  readonly startAgent?: () => Promise<AgentChannel>;
+}
+
+/** One task's directory on the ssh host. */
+export class SshEnvironment implements BackendEnvironment {
+  readonly description: string;
+  readonly homeDir: string;
+  readonly initialCwd: string;
+  readonly stateDir: string;
+  /** execute_code's socket inside the task directory, relayed by the agent; absent without one. */
+  readonly rpcRelay?: RpcRelay;
+  onDisposed: (() => void) | undefined;
+
+  readonly #setup: EnvironmentSetup;
+  readonly #connection: SshConnection;
+  readonly #background: BackgroundProcesses;
+  readonly #channelHost: ChannelExecHost;
+  /** Kill functions of foreground commands still running. */
+  readonly #running = new Set<() => Promise<void>>();
+  #agent: AgentChannel | undefined;
+  #agentStarting: Promise<AgentChannel> | undefined;
+  #disposing: Promise<void> | undefined;
+
+  constructor(setup: EnvironmentSetup, agent?: AgentChannel) {
+    this.#setup = setup;
+    this.#connection = setup.connection;
+    this.#agent = agent;
+    this.description = setup.description;
+    this.homeDir = setup.homeDir;
+    this.initialCwd = posix.join(setup.taskDir, 'work');
+    this.stateDir = posix.join(setup.taskDir, 'state');
+    if (setup.startAgent) {
+      this.rpcRelay = {
+        sandboxDir: setup.rpcBaseDir ?? setup.taskDir,
+        listen: async (socketPath, onConnection) => {
+          assertNotReleased(this, this.#disposing);
+          const agent = await this.#liveAgent();
+          if (!agent) throw new UnavailableError(`the exec agent of ${this.description} is not running`);
+          return this.#withAgent(agent, (a) => a.listen(socketPath, onConnection));
+        },
+      };
+    }
+    this.#channelHost = {
+      connection: setup.connection,
+      cwd: this.initialCwd,
+      killGraceMs: setup.killGraceMs,
+      pipeDrainMs: setup.pipeDrainMs,
+      logger: setup.logger,
+      running: this.#running,
+    };
+    this.#background = new BackgroundProcesses(
+      {
+        connection: setup.connection,
+        logger: setup.logger,
+        killGraceMs: setup.killGraceMs,
+        pollIntervalMs: setup.pollIntervalMs,
+        run: (command, options) => this.#runShort(command, options),
+      },
+      posix.join(setup.taskDir, 'bg'),
+    );
+  }
+
+  /** True when commands go through the exec agent (false: a channel per command, the host has no usable python3). */
+  get usesAgent(): boolean {
+    return this.#setup.startAgent !== undefined;
+  }
+
+  /** The agent's channel now (tests). */
+  get agentChannel(): AgentChannel | undefined {
+    return this.#agent;
+  }
+
+  #where(): string {
+    const e = this.#connection.endpoint;
+    return `${e.host}:${e.port}`;
+  }
+
+  /** The live agent, started anew when the last one was lost; undefined without one. */
+  async #liveAgent(): Promise<AgentChannel | undefined> {
+    const start = this.#setup.startAgent;
+    if (!start) return undefined;
+    const current = this.#agent;
+    if (current && !current.isLost) return current;
+    this.#agentStarting ??= (async () => {
+      const next = await start();
+      if (this.#disposing) {
+        next.close();
+        assertNotReleased(this, this.#disposing);
+      }
+      this.#agent = next;
+      return next;
+    })().finally(() => {
+      this.#agentStarting = undefined;
+    });
+    return this.#agentStarting;
+  }
+
+  /** Runs `fn` on the agent; once more on a new agent when the stream was lost before `fn` got anywhere. */
+  async #withAgent<T>(agent: AgentChannel, fn: (agent: AgentChannel) => Promise<T>): Promise<T> {
+    try {
+      return await fn(agent);
+    } catch (err) {
+      if (!(err instanceof SandboxLostError) || this.#disposing) throw err;
+      this.#setup.logger?.info({ err: err.message }, 'the exec agent stream was lost; starting a new one');
+      const next = await this.#liveAgent();
+      if (!next) throw err;
+      return fn(next);
+    }
+  }
+
+  async exec(options: ExecOptions): Promise<ExecResult> {
+    assertNotReleased(this, this.#disposing);
+    const early = interruptedBeforeStart(options);
+    if (early) return early;
+    const agent = await this.#liveAgent();
+    if (!agent) return execOnChannel(this.#channelHost, options);
+    const proc = await this.#withAgent(agent, (a) =>
+      a.spawn({
+        script: options.script,
+        cwd: this.initialCwd,
+        ...(options.env ? { env: options.env } : {}),
+        ...(options.pty ? { pty: true } : {}),
+        ...(options.stdin !== undefined ? { stdin: options.stdin } : {}),
+        onOutput: (chunk) => deliverOutput(options.onOutput, chunk, this.#setup.logger),
+      }),
+    );
+    let killing: Promise<void> | undefined;
+    const kill = () => (killing ??= proc.kill(options.killGraceMs ?? this.#setup.killGraceMs).catch(() => undefined));
+    const deadline = new ExecDeadline(options, () => void kill());
+    this.#running.add(kill);
+    let exit: ProcessExit;
+    try {
+      exit = await proc.exited;
+    } catch (err) {
+      if (!(err instanceof SandboxLostError)) throw err;
+      // The agent ends what it started when its stream ends; in case the host never noticed, kill the group too.
+      void killAfterDrop(this.#channelHost, proc.pid);
+      this.#setup.logger?.warn({ err: err.message }, 'the exec agent stream was lost while a command ran');
+      throw lostWhileRunning(this.#connection);
+    } finally {
+      deadline.dispose();
+      this.#running.delete(kill);
+    }
+    if (killing) await killing;
+    return deadline.result(foregroundExitCode(exit.code, exit.signal));
+  }
+
+  /** A helper command (background start, stdin, kill, cleanup): through the agent when there is one. */
+  async #runShort(
+    command: string,
+    options: { readonly stdin?: Uint8Array | string; readonly control?: boolean; readonly timeoutMs?: number } = {},
+  ): Promise<ShortResult> {
+    const agent = await this.#liveAgent().catch(() => undefined);
+    if (!agent) return runShort(this.#connection, command, options);
+    const chunks: Buffer[] = [];
+    const proc = await this.#withAgent(agent, (a) =>
+      a.spawn({
+        script: command,
+        cwd: this.initialCwd,
+        ...(options.stdin !== undefined ? { stdin: options.stdin } : {}),
+        onOutput: (chunk) => chunks.push(chunk),
+      }),
+    );
+    const timer = setTimeout(() => void proc.kill(1000).catch(() => undefined), options.timeoutMs ?? 30_000);
+    try {
+      const exit = await proc.exited;
+      return {
+        exitCode: exit.code,
+        ...(exit.signal !== null ? { signal: String(exit.signal) } : {}),
+        output: Buffer.concat(chunks).toString('utf8'),
+      };
+    } catch (err) {
+      throw err instanceof SandboxLostError ? lostWhileRunning(this.#connection) : err;
+    } finally {
+      clearTimeout(timer);
+    }
+  }
+
+  async startBackground(options: BackgroundOptions): Promise<BackgroundHandle> {
+    assertNotReleased(this, this.#disposing);
+    return this.#background.start(options, this.initialCwd);
+  }
+
+  async readFile(absPath: string): Promise<Buffer> {
+    assertAbsolute(absPath);
+    const agent = await this.#liveAgent();
+    if (agent) return this.#withAgent(agent, (a) => a.readFile(absPath));
+    return sftpReadFile(await this.#connection.sftp(), absPath, this.#where());
+  }
+
+  async writeFile(absPath: string, data: Uint8Array): Promise<void> {
+    assertAbsolute(absPath);
+    const agent = await this.#liveAgent();
+    if (agent) return this.#withAgent(agent, (a) => a.writeFile(absPath, data));
+    await sftpWriteFile(await this.#connection.sftp(), absPath, data, this.#where());
+  }
+
+  async stat(absPath: string): Promise<FileStat> {
+    assertAbsolute(absPath);
+    const agent = await this.#liveAgent();
+    if (agent) {
+      const s = await this.#withAgent(agent, (a) => a.stat(absPath));
+      return { exists: s.exists, isDirectory: s.isDirectory, sizeBytes: s.sizeBytes };
+    }
+    return sftpStat(await this.#connection.sftp(), absPath, this.#where());
+  }
+
+  dispose(): Promise<void> {
+    this.#disposing ??= (async () => {
+      await Promise.all([...this.#running].map((kill) => kill().catch(() => undefined)));
+      await this.#background.killAll();
+      this.#background.stop();
+      try {
+        for (const dir of [this.#setup.taskDir, ...(this.#setup.rpcBaseDir ? [this.#setup.rpcBaseDir] : [])]) {
+          const removed = await this.#runShortForRelease(buildRemoveCommand(dir));
+          if (removed.exitCode !== 0) this.#setup.logger?.warn({ output: removed.output, dir }, 'removing a task directory failed');
+        }
+      } catch (err) {
+        this.#setup.logger?.warn({ err, dir: this.#setup.taskDir }, 'cannot remove the task directory (host unreachable?)');
+      }
+      await this.#agentStarting?.catch(() => undefined);
+      this.#agent?.close();
+      this.onDisposed?.();
+    })();
+    return this.#disposing;
+  }
+
+  /** The agent if it is up (no new one is started while releasing), else a channel. */
+  #runShortForRelease(command: string): Promise<ShortResult> {
+    if (this.#agent && !this.#agent.isLost) return this.#runShort(command, { timeoutMs: 30_000 });
+    return runShort(this.#connection, command, { timeoutMs: 30_000 });
+  }
+}
+
+function assertAbsolute(absPath: string): void {
+  if (!posix.isAbsolute(absPath)) throw new InvalidArgumentError(`path must be absolute: ${absPath}`);
+}
