@@ -20,7 +20,6 @@ import type { Logger } from '../../../common/logging.js';
 import type { Backend, BackendCapabilities, BackendEnvironment, TaskKey } from '../../backend.js';
 import type { ContainerStartSink } from '../../executor-metrics.js';
 import { taskKeyString } from '../../backend.js';
-import { findAgentScript } from '../shared/agent-script.js';
 import { defaultStateRoot } from '../shared/state-root.js';
 import { findAgentScript } from '../shared/agent/agent-script.js';
 

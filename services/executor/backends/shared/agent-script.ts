@@ -7,24 +7,13 @@
  * upgrade rolls out), and a staged file is never changed once written.
  */
 import { createHash, randomBytes } from 'node:crypto';
-import { existsSync } from 'node:fs';
 import { chmod, mkdir, readFile, rename, rm, writeFile } from 'node:fs/promises';
 import path from 'node:path';
-import { fileURLToPath } from 'node:url';
-import { FailedPreconditionError } from '../../../common/errors.js';
+import { findAgentScript } from './agent/agent-script.js';
+
+export { findAgentScript };
 
 export const AGENT_FILE_NAME = 'berth_agent.py';
-
-/** Finds berth_agent.py of this package, from either the compiled or the source tree. */
-export function findAgentScript(): string {
-  let dir = path.dirname(fileURLToPath(import.meta.url));
-  for (let i = 0; i < 8; i++) {
-    const candidate = path.join(dir, 'sandbox-image', 'agent', AGENT_FILE_NAME);
-    if (existsSync(candidate)) return candidate;
-    dir = path.dirname(dir);
-  }
-  throw new FailedPreconditionError('sandbox-image/agent/berth_agent.py was not found next to this Berth installation');
-}
 
 /** First 16 hex digits of the SHA-256 of `content`: the staged directory's name. */
 export function agentDigest(content: Uint8Array): string {
