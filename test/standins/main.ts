@@ -1,14 +1,25 @@
 /**
  * `npm run standin -- NAME --port N`: starts one stand-in control plane (a
  * test double of a cloud sandbox provider, backed by the local Docker
- * engine), prints `listening on PORT`, and runs until SIGTERM or SIGINT,
- * removing the containers it made. Each provider's stand-in is loaded only
- * when asked for.
+ * engine), prints `listening on PORT` (and then the label its containers
+ * carry), and runs until SIGTERM or SIGINT, removing the containers it
+ * made. Each provider's stand-in is loaded only when asked for.
  */
 import { parseArgs } from 'node:util';
 
-const STANDINS: Readonly<Record<string, (port: number) => Promise<{ close(): Promise<void>; readonly port: number }>>> = {
-  daytona: async (port) => (await import('./daytona/main.js')).startDaytonaStandIn(port),
+/** A started stand-in; `label`: the `key=value` label on every container it makes. */
+interface StandIn {
+  readonly port: number;
+  readonly label: string;
+  close(): Promise<void>;
+}
+
+const STANDINS: Readonly<Record<string, (port: number) => Promise<StandIn>>> = {
+  daytona: async (port) => {
+    const { startDaytonaStandIn, STANDIN_LABEL } = await import('./daytona/main.js');
+    const standIn = await startDaytonaStandIn(port);
+    return { port: standIn.port, label: `${STANDIN_LABEL}=${standIn.instance}`, close: () => standIn.close() };
+  },
 };
 
 async function main(): Promise<void> {
@@ -28,7 +39,7 @@ async function main(): Promise<void> {
     process.exit(2);
   }
   const standIn = await start(port);
-  process.stdout.write(`listening on ${standIn.port}\n`);
+  process.stdout.write(`listening on ${standIn.port}\ncontainers labelled ${standIn.label}\n`);
   let stopping = false;
   const stop = () => {
     if (stopping) return;

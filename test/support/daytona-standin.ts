@@ -18,6 +18,8 @@ export interface RunningStandIn {
   readonly apiUrl: string;
   readonly apiKey: string;
   readonly child: ChildProcess;
+  /** `key=value`: the label on every container this stand-in makes. */
+  readonly containerLabel: string;
   /** SIGTERM, then waits for the exit; resolves to the exit code. */
   stop(): Promise<number | null>;
 }
@@ -28,15 +30,15 @@ export async function startDaytonaStandIn(): Promise<RunningStandIn> {
     stdio: ['ignore', 'pipe', 'inherit'],
   });
   const exited = new Promise<number | null>((resolve) => child.once('exit', (code) => resolve(code)));
-  const port = await new Promise<number>((resolve, reject) => {
+  const started = await new Promise<{ port: number; label: string }>((resolve, reject) => {
     let out = '';
     const timer = setTimeout(() => reject(new Error(`the Daytona stand-in did not start: ${out}`)), 30_000);
     child.stdout!.on('data', (chunk: Buffer) => {
       out += chunk.toString('utf8');
-      const m = /listening on (\d+)\n/.exec(out);
+      const m = /listening on (\d+)\ncontainers labelled (\S+)\n/.exec(out);
       if (m) {
         clearTimeout(timer);
-        resolve(Number(m[1]));
+        resolve({ port: Number(m[1]), label: m[2]! });
       }
     });
     void exited.then((code) => {
@@ -45,7 +47,8 @@ export async function startDaytonaStandIn(): Promise<RunningStandIn> {
     });
   });
   return {
-    apiUrl: `http://127.0.0.1:${port}/api`,
+    apiUrl: `http://127.0.0.1:${started.port}/api`,
+    containerLabel: started.label,
     apiKey: STANDIN_API_KEY,
     child,
     stop: async () => {

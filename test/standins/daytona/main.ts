@@ -5,6 +5,8 @@
  */
 import { DaytonaStandIn } from './server.js';
 
+export { STANDIN_LABEL } from './server.js';
+
 export const DEFAULT_STANDIN_API_KEY = 'standin-key';
 
 export async function startDaytonaStandIn(port: number): Promise<DaytonaStandIn> {

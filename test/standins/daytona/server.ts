@@ -163,6 +163,11 @@ export class DaytonaStandIn {
     this.#docker = options.docker ?? new Dockerode();
   }
 
+  /** The value of {@link STANDIN_LABEL} on this stand-in's containers. */
+  get instance(): string {
+    return this.#instance;
+  }
+
   /** http://HOST:PORT/api: what DAYTONA_API_URL is set to. */
   get apiUrl(): string {
     return `${this.#baseUrl}/api`;
@@ -427,6 +432,8 @@ export class DaytonaStandIn {
   }
 
   async #upgrade(req: IncomingMessage, socket: Socket): Promise<void> {
+    // Node's server lets go of an upgraded socket: a reset must not crash the stand-in.
+    socket.on('error', () => socket.destroy());
     const reject = (status: number, text: string) => {
       socket.end(`HTTP/1.1 ${status} ${text}\r\nConnection: close\r\nContent-Length: 0\r\n\r\n`);
     };

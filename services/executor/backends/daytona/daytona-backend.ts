@@ -274,14 +274,15 @@ export class DaytonaBackend implements Backend {
     if (this.#closed) throw new UnavailableError('the daytona backend is closed');
     const id = taskKeyString(key);
     if (this.#environments.has(id)) throw new FailedPreconditionError(`an environment for task ${id} already exists on this executor`);
-    const sandbox = await this.#sandboxFor(key);
-    const description = `daytona sandbox ${sandbox.id}`;
+    let sandbox = await this.#sandboxFor(key);
+    const description = `daytona sandbox ${sandbox.name}`;
     const release = async () => {
       this.#environments.delete(id);
       try {
         if (this.#o.persistent) await sandbox.stop();
         else await sandbox.delete();
       } catch (err) {
+        if (err instanceof DaytonaNotFoundError) return;
         this.#o.logger?.warn({ err: daytonaError(err, 'releasing'), sandbox: sandbox.id }, 'releasing a Daytona sandbox failed');
       }
     };
@@ -295,8 +296,26 @@ export class DaytonaBackend implements Backend {
     const environment = new DaytonaEnvironment(connection, {
       description,
       reconnect: async () => {
-        await sandbox.refreshData().catch(() => undefined);
-        if (sandbox.state !== 'started') await sandbox.start(this.#startTimeout);
+        let gone = false;
+        try {
+          await sandbox.refreshData();
+        } catch (err) {
+          if (!(err instanceof DaytonaNotFoundError)) throw daytonaError(err, `looking up ${description}`);
+          gone = true;
+        }
+        if (gone || sandbox.state === 'destroyed') {
+          // Deleted outside Berth: the task goes on in a new sandbox, and is told its files are gone.
+          sandbox = await this.#sandboxFor(key);
+          const next = await this.#connect(sandbox, description);
+          return { ...next, notice: `The task's Daytona sandbox was deleted; a new sandbox was started: files written in the old one are gone.` };
+        }
+        if (sandbox.state !== 'started') {
+          try {
+            await sandbox.start(this.#startTimeout);
+          } catch (err) {
+            throw daytonaError(err, `starting ${description} again`);
+          }
+        }
         return this.#connect(sandbox, description);
       },
       release,

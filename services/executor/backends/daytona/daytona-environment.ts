@@ -33,6 +33,8 @@ export const SANDBOX_STATE_DIR = '/tmp/berth-state';
 export interface Connection {
   readonly channel: SandboxChannel;
   readonly dirs: SandboxDirs;
+  /** What to tell the task about how this connection came about (a replaced sandbox). */
+  readonly notice?: string;
 }
 
 export interface DaytonaEnvironmentOptions {
@@ -96,10 +98,15 @@ export class DaytonaEnvironment implements BackendEnvironment {
         assertNotReleased(this, this.#disposing);
       }
       this.#channel = next.channel;
-      this.#notices.push(
-        `The task's Daytona sandbox lost its exec agent${during}; a new one was started: ` +
-          'background processes were stopped; files were kept.',
-      );
+      if (next.notice) {
+        this.#notices.push(next.notice);
+        await this.init();
+      } else {
+        this.#notices.push(
+          `The task's Daytona sandbox lost its exec agent${during}; a new one was started: ` +
+            'background processes were stopped; files were kept.',
+        );
+      }
       return next.channel;
     })().finally(() => {
       this.#reconnecting = undefined;
