@@ -133,12 +133,14 @@ describe('daytona backend through the SDK against the stand-in', { skip, timeout
     await env.dispose();
   });
 
-  it('a bad API key: a clear error naming Daytona and the fix, and nothing started', async () => {
-    const backend = await start({ apiKey: 'not-the-key' });
+  it('a bad API key: the backend does not start, with a clear error naming Daytona and the fix', async () => {
     const containersBefore = (await standInContainers()).length;
-    await assert.rejects(backend.createEnvironment(newKey()), (err: Error & { code?: string }) => {
+    await assert.rejects(start({ apiKey: 'not-the-key' }), (err: Error & { code?: string }) => {
       assert.equal(err.code, 'UNAUTHENTICATED');
-      assert.match(err.message, /^Daytona refused the API key while looking up the sandbox of task .*: set DAYTONA_API_KEY/);
+      assert.match(
+        err.message,
+        /^Daytona refused the API key while listing sandboxes \(checking the credentials\) \(Invalid credentials\): set DAYTONA_API_KEY/,
+      );
       return true;
     });
     assert.equal((await standInContainers()).length, containersBefore);

@@ -6,8 +6,9 @@
  * without the cloud.
  *
  * - REST under `/api` (as the cloud serves it): create (an image named by
- *   `buildInfo.dockerfileContent` = `FROM IMAGE`), get by id or name, start,
- *   stop, delete, toolbox proxy URL. Bearer token checked.
+ *   `buildInfo.dockerfileContent` = `FROM IMAGE`), list (by labels, one
+ *   page), get by id or name, start, stop, delete, toolbox proxy URL. Bearer
+ *   token checked.
  * - Toolbox under `/toolbox/<sandbox id>` (the sandbox's `toolboxProxyUrl`
  *   plus its id, as the SDK builds it): PTY create-connect over a WebSocket
  *   (binary both ways, JSON control messages, exit in the close reason) and
@@ -251,6 +252,10 @@ export class DaytonaStandIn {
   }
 
   async #api(method: string, rest: string[], req: IncomingMessage, res: ServerResponse): Promise<void> {
+    if (rest.length === 0 && method === 'GET') {
+      sendJson(res, 200, this.#list(new URL(req.url ?? '/', 'http://stand-in').searchParams));
+      return;
+    }
     if (rest.length === 0 && method === 'POST') {
       sendJson(res, 200, this.#dto(await this.#create(await readJson(req))));
       return;
@@ -297,6 +302,26 @@ export class DaytonaStandIn {
       return;
     }
     throw notImplemented(`${method} /api/sandbox/${rest.join('/')}`);
+  }
+
+  /** One page (no cursor support: a page holds everything up to `limit`), filtered by `labels` (JSON). */
+  #list(query: URLSearchParams): Record<string, unknown> {
+    for (const name of query.keys()) {
+      if (name !== 'limit' && name !== 'labels') throw notImplemented(`listing sandboxes by ${name}`);
+    }
+    let labels: Record<string, string> = {};
+    try {
+      labels = stringRecord(JSON.parse(query.get('labels') ?? '{}'), 'labels');
+    } catch (err) {
+      if (err instanceof HttpError) throw err;
+      throw new HttpError(400, 'Bad Request', 'labels must be a JSON object');
+    }
+    const limit = Math.min(Math.max(Number(query.get('limit') ?? 100) || 100, 1), 200);
+    const items = [...this.#sandboxes.values()]
+      .filter((s) => Object.entries(labels).every(([k, v]) => s.labels[k] === v))
+      .slice(0, limit)
+      .map((s) => this.#dto(s));
+    return { items, nextCursor: null };
   }
 
   async #create(body: Record<string, unknown>): Promise<SandboxRecord> {

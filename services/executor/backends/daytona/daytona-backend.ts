@@ -170,6 +170,15 @@ export class DaytonaBackend implements Backend {
       }
       throw daytonaError(err, 'configuring the Daytona client');
     }
+    // Fails fast on a bad key or an unreachable API: the first page of Berth's own sandboxes.
+    try {
+      const pages = daytona.list({ labels: { 'berth.managed': 'true' }, limit: 1 });
+      await pages.next();
+      await pages.return?.(undefined);
+    } catch (err) {
+      await daytona[Symbol.asyncDispose]().catch(() => undefined);
+      throw daytonaError(err, 'listing sandboxes (checking the credentials)');
+    }
     return new DaytonaBackend(options, daytona, agentSource);
   }
 
@@ -330,6 +339,15 @@ export class DaytonaBackend implements Backend {
       throw err;
     }
     return environment;
+  }
+
+  /** Deletes the task's sandbox if there is one (a persistent one stays after release otherwise). */
+  async removeTaskSandbox(key: TaskKey): Promise<void> {
+    try {
+      await (await this.#daytona.get(sandboxName(key))).delete();
+    } catch (err) {
+      if (!(err instanceof DaytonaNotFoundError)) throw daytonaError(err, `deleting the sandbox of task ${taskKeyString(key)}`);
+    }
   }
 
   async close(): Promise<void> {
