@@ -8,7 +8,7 @@
 import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
 import { after, before, describe, it } from 'node:test';
-import { Daytona, DaytonaNotFoundError } from '@daytonaio/sdk';
+import { Daytona, DaytonaNotFoundError, type DaytonaError } from '@daytonaio/sdk';
 import Dockerode from 'dockerode';
 import { silentLogger } from '../../services/common/logging.js';
 import type { BackendEnvironment, ExecOptions, TaskKey } from '../../services/executor/backend.js';
@@ -130,6 +130,26 @@ describe('daytona backend through the SDK against the stand-in', { skip, timeout
     assert.equal(r.output, 'gone\n');
     assert.match(env.takeNotices?.().join('\n') ?? '', /Daytona sandbox was deleted; a new sandbox was started: files written in the old one are gone/);
     assert.notEqual((await client.get(sandboxName(key))).id, before.id);
+    await env.dispose();
+  });
+
+  it("the SDK's per-command exec (the bench's baseline) sees the task's files; calls the stand-in lacks answer 501", async () => {
+    const backend = await start();
+    const key = newKey();
+    const env = await backend.createEnvironment(key);
+    await run(env, 'echo from-agent > /workspace/shared.txt');
+    const sandbox = await client.get(sandboxName(key));
+    assert.deepEqual(await sandbox.process.executeCommand('cat /workspace/shared.txt'), {
+      exitCode: 0,
+      result: 'from-agent\n',
+      artifacts: { stdout: 'from-agent\n' },
+    });
+    // A call the backend does not make is not faked: a new SDK call shows up as this error.
+    await assert.rejects(sandbox.fs.listFiles('/workspace'), (err: DaytonaError) => {
+      assert.equal(err.statusCode, 501);
+      assert.match(err.message, /^the Daytona stand-in does not implement GET toolbox \/files/);
+      return true;
+    });
     await env.dispose();
   });
 

@@ -76,7 +76,7 @@ export function createBenchContext(options: {
       return probe;
     },
     server(serverOptions: BenchServerOptions = {}) {
-      const key = JSON.stringify([serverOptions.backend ?? 'local', serverOptions.config ?? {}]);
+      const key = JSON.stringify([serverOptions.backend ?? 'local', serverOptions.config ?? {}, serverOptions.env ?? {}]);
       let server = servers.get(key);
       if (server === undefined) {
         server = startBenchServer(serverOptions);

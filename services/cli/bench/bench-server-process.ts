@@ -20,6 +20,8 @@ export interface BenchServerOptions {
   readonly backend?: BackendName;
   /** Extra config (the config.yaml shape, e.g. `{ docker: { warm_pool: 2 } }`), written to a file for the child. */
   readonly config?: Readonly<Record<string, unknown>>;
+  /** Added to the server's environment (a provider's credentials and endpoint). */
+  readonly env?: Readonly<Record<string, string>>;
 }
 
 export interface BenchServer {
@@ -64,7 +66,7 @@ export async function startBenchServer(options: BenchServerOptions = {}): Promis
     writeFileSync(configPath, JSON.stringify(options.config));
     args.push('--config', configPath);
   }
-  const env = benchServerEnv(scratch);
+  const env = { ...benchServerEnv(scratch), ...options.env };
   let child: ListeningChild;
   try {
     child = await startListeningChild({ name: `bench server (${options.backend ?? 'local'})`, args, env, cwd: scratch });

@@ -11,8 +11,9 @@
  *   token checked.
  * - Toolbox under `/toolbox/<sandbox id>` (the sandbox's `toolboxProxyUrl`
  *   plus its id, as the SDK builds it): PTY create-connect over a WebSocket
- *   (binary both ways, JSON control messages, exit in the close reason) and
- *   PTY kill.
+ *   (binary both ways, JSON control messages, exit in the close reason), PTY
+ *   kill, and `process/execute` (the SDK's per-command exec, without a
+ *   timeout: the bench's baseline).
  * - Anything else answers 501 in the API's NestJS error shape, so a new SDK
  *   call shows up as a failure instead of being faked.
  *
@@ -25,7 +26,7 @@
 import { randomBytes, randomUUID } from 'node:crypto';
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo, Socket } from 'node:net';
-import type { Duplex } from 'node:stream';
+import { PassThrough, type Duplex } from 'node:stream';
 import Dockerode from 'dockerode';
 import { acceptWebSocket, offeredProtocols, type ServerWebSocket } from './websocket.js';
 
@@ -234,7 +235,7 @@ export class DaytonaStandIn {
         return;
       }
       if (parts[0] === 'toolbox' && parts.length >= 2) {
-        await this.#toolbox(method, parts[1]!, parts.slice(2), res);
+        await this.#toolbox(method, parts[1]!, parts.slice(2), req, res);
         return;
       }
       throw notImplemented(`${method} ${url.pathname}`);
@@ -427,8 +428,12 @@ export class DaytonaStandIn {
     };
   }
 
-  async #toolbox(method: string, sandboxId: string, rest: string[], res: ServerResponse): Promise<void> {
+  async #toolbox(method: string, sandboxId: string, rest: string[], req: IncomingMessage, res: ServerResponse): Promise<void> {
     const s = this.#find(sandboxId);
+    if (method === 'POST' && rest.length === 2 && rest[0] === 'process' && rest[1] === 'execute') {
+      sendJson(res, 200, await this.#execute(s, await readJson(req)));
+      return;
+    }
     if (method === 'DELETE' && rest.length === 3 && rest[0] === 'process' && rest[1] === 'pty') {
       const pty = this.#ptys.get(`${s.id}/${rest[2]}`);
       if (!pty) throw new HttpError(404, 'Not Found', 'PTY session not found');
@@ -437,6 +442,29 @@ export class DaytonaStandIn {
       return;
     }
     throw notImplemented(`${method} toolbox /${rest.join('/')}`);
+  }
+
+  /** `process/execute`: the command through `sh -c`, stdout and stderr together as `result`. */
+  async #execute(s: SandboxRecord, body: Record<string, unknown>): Promise<Record<string, unknown>> {
+    if (typeof body.command !== 'string') throw new HttpError(400, 'Bad Request', 'command must be a string');
+    if (body.timeout !== undefined && body.timeout !== null && body.timeout !== 0) throw notImplemented('process/execute with a timeout');
+    if (s.state !== 'started' || !s.containerId) throw new HttpError(409, 'Conflict', `Sandbox ${s.id} is not started`);
+    const envs = stringRecord(body.envs, 'envs');
+    const exec = await this.#docker.getContainer(s.containerId).exec({
+      Cmd: ['sh', '-c', body.command],
+      AttachStdout: true,
+      AttachStderr: true,
+      Env: Object.entries(envs).map(([k, v]) => `${k}=${v}`),
+      ...(typeof body.cwd === 'string' && body.cwd !== '' ? { WorkingDir: body.cwd } : {}),
+    });
+    const stream = await exec.start({});
+    const chunks: Buffer[] = [];
+    const sink = new PassThrough();
+    sink.on('data', (c: Buffer) => chunks.push(c));
+    this.#docker.modem.demuxStream(stream, sink, sink);
+    await new Promise<void>((resolve) => stream.once('end', resolve).once('close', resolve).once('error', () => resolve()));
+    const info = await exec.inspect();
+    return { exitCode: info.ExitCode ?? -1, result: Buffer.concat(chunks).toString('utf8') };
   }
 
   async #killPty(s: SandboxRecord, key: string, pty: PtySession): Promise<void> {
