@@ -17,6 +17,8 @@ import {
   sandboxName,
   type DaytonaBackendOptions,
 } from '../../services/executor/backends/daytona/daytona-backend.js';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { DaytonaStandIn } from '../standins/daytona/server.js';
 import { SANDBOX_IMAGE, dockerUnavailableReason } from '../support/docker-fixtures.js';
 import { startDaytonaStandIn, type RunningStandIn } from '../support/daytona-standin.js';
 
@@ -151,6 +153,31 @@ describe('daytona backend through the SDK against the stand-in', { skip, timeout
       return true;
     });
     await env.dispose();
+  });
+
+  it('a dropped PTY connection: a new agent, a notice, and the old session killed with its processes', async () => {
+    // In process, so the test can drop the stand-in's WebSockets as an idle-closing proxy would.
+    const local = new DaytonaStandIn({ apiKey: 'local-key' });
+    await local.listen();
+    try {
+      const backend = await start({ apiKey: 'local-key', apiUrl: local.apiUrl });
+      const env = await backend.createEnvironment(newKey());
+      await env.startBackground({ script: 'sleep 876543', onOutput: () => undefined, onExit: () => undefined });
+      local.dropPtyClients();
+      let left = '';
+      for (let i = 0; i < 100; i++) {
+        left = (await run(env, 'pgrep -f "sleep 87654[3]" >/dev/null && echo running || echo none')).output;
+        if (left === 'none\n') break;
+        await sleep(200);
+      }
+      assert.equal(left, 'none\n', 'the old session kept its processes');
+      assert.match(env.takeNotices?.().join('\n') ?? '', /lost its exec agent; a new one was started: background processes were stopped/);
+      await env.dispose();
+      await backend.close();
+      backends.splice(backends.indexOf(backend), 1);
+    } finally {
+      await local.close();
+    }
   });
 
   it('a bad API key: the backend does not start, with a clear error naming Daytona and the fix', async () => {

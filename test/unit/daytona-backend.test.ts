@@ -10,6 +10,7 @@ import { DaytonaAuthenticationError, DaytonaError, DaytonaRateLimitError } from 
 import { parseConfig } from '../../services/common/config.js';
 import { daytonaNetworkPlan, sandboxEnv, tenantNetworkPlan } from '../../services/executor/backends/daytona/create-daytona-backend.js';
 import { daytonaError, sandboxLabels, sandboxName } from '../../services/executor/backends/daytona/daytona-backend.js';
+import { DaytonaEnvironment } from '../../services/executor/backends/daytona/daytona-environment.js';
 import { setupLine } from '../../services/executor/backends/daytona/pty-agent.js';
 
 describe('daytona network policy', () => {
@@ -118,5 +119,44 @@ describe('daytona config', () => {
   it('needs terminal.daytona_image', () => {
     assert.throws(() => parseConfig({ terminal: { backend: 'daytona' } }), /terminal\.daytona_image: the daytona backend needs it/);
     assert.equal(parseConfig({ terminal: { backend: 'daytona', daytona_image: 'python:3.12-slim' } }).terminal.daytona_image, 'python:3.12-slim');
+  });
+});
+
+describe('daytona environment keepalive', () => {
+  it('pings an idle channel until the environment is disposed', async () => {
+    let pings = 0;
+    const channel = {
+      kind: 'agent' as const,
+      isLost: false,
+      ping: async () => {
+        pings++;
+      },
+      spawn: () => Promise.reject(new Error('unused')),
+      readFile: () => Promise.reject(new Error('unused')),
+      writeFile: () => Promise.reject(new Error('unused')),
+      stat: () => Promise.reject(new Error('unused')),
+      close: () => undefined,
+    };
+    let released = 0;
+    const env = new DaytonaEnvironment(
+      { channel, dirs: { home: '/home/u', cwd: '/work' } },
+      {
+        description: 'test sandbox',
+        reconnect: () => Promise.reject(new Error('unused')),
+        release: async () => {
+          released++;
+        },
+        killGraceMs: 100,
+        keepaliveMs: 10,
+        logger: undefined,
+      },
+    );
+    assert.deepEqual([env.homeDir, env.initialCwd], ['/home/u', '/work']);
+    while (pings < 3) await new Promise((r) => setTimeout(r, 10));
+    await env.dispose();
+    const after = pings;
+    await new Promise((r) => setTimeout(r, 50));
+    assert.equal(pings, after, 'pinged after dispose');
+    assert.equal(released, 1);
   });
 });

@@ -200,6 +200,16 @@ export class DaytonaStandIn {
     this.#baseUrl = `http://${host}:${(server.address() as AddressInfo).port}`;
   }
 
+  /**
+   * Closes every PTY WebSocket (code 1001, going away) and leaves the
+   * sessions running, as a proxy that drops idle connections does.
+   */
+  dropPtyClients(): void {
+    for (const pty of this.#ptys.values()) {
+      for (const client of pty.clients) client.close(1001, 'going away');
+    }
+  }
+
   /** Stops serving and removes every container this stand-in started. */
   async close(): Promise<void> {
     for (const pty of this.#ptys.values()) pty.stream.destroy();

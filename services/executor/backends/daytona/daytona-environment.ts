@@ -29,13 +29,23 @@ import type { SandboxDirs } from './pty-agent.js';
 /** The runner's state files inside the sandbox; emptied when an environment begins. */
 export const SANDBOX_STATE_DIR = '/tmp/berth-state';
 
+/** A channel that can be pinged (the agent's). */
+export type PingableChannel = SandboxChannel & { ping(): Promise<void> };
+
 /** A connected agent and what the sandbox's shell said about its directories. */
 export interface Connection {
-  readonly channel: SandboxChannel;
+  readonly channel: PingableChannel;
   readonly dirs: SandboxDirs;
   /** What to tell the task about how this connection came about (a replaced sandbox). */
   readonly notice?: string;
 }
+
+/**
+ * How often an idle channel is pinged: proxies in front of the toolbox close
+ * WebSockets that carry nothing for a while, and a closed one costs the
+ * task its background processes.
+ */
+export const KEEPALIVE_MS = 30_000;
 
 export interface DaytonaEnvironmentOptions {
   readonly description: string;
@@ -44,6 +54,8 @@ export interface DaytonaEnvironmentOptions {
   /** Stops or deletes the sandbox. */
   readonly release: () => Promise<void>;
   readonly killGraceMs: number;
+  /** {@link KEEPALIVE_MS} unless set. */
+  readonly keepaliveMs?: number;
   readonly logger: Logger | undefined;
 }
 
@@ -53,10 +65,11 @@ export class DaytonaEnvironment implements BackendEnvironment {
   readonly initialCwd: string;
   readonly stateDir = SANDBOX_STATE_DIR;
   readonly #o: DaytonaEnvironmentOptions;
-  #channel: SandboxChannel;
-  #reconnecting: Promise<SandboxChannel> | undefined;
+  #channel: PingableChannel;
+  #reconnecting: Promise<PingableChannel> | undefined;
   #notices: string[] = [];
   #disposing: Promise<void> | undefined;
+  readonly #keepalive: NodeJS.Timeout;
 
   constructor(connection: Connection, options: DaytonaEnvironmentOptions) {
     this.#o = options;
@@ -64,6 +77,10 @@ export class DaytonaEnvironment implements BackendEnvironment {
     this.description = options.description;
     this.homeDir = connection.dirs.home || '/';
     this.initialCwd = connection.dirs.cwd || this.homeDir;
+    this.#keepalive = setInterval(() => {
+      if (!this.#channel.isLost) this.#channel.ping().catch(() => undefined);
+    }, options.keepaliveMs ?? KEEPALIVE_MS);
+    this.#keepalive.unref();
   }
 
   /** Empties the state directory (a stopped-and-started sandbox still holds the last task's). */
@@ -87,7 +104,7 @@ export class DaytonaEnvironment implements BackendEnvironment {
     return this.#channel.isLost ? this.#reconnect(this.#channel, '') : this.#channel;
   }
 
-  #reconnect(lost: SandboxChannel, during: string): Promise<SandboxChannel> {
+  #reconnect(lost: SandboxChannel, during: string): Promise<PingableChannel> {
     if (this.#channel !== lost && !this.#reconnecting) return Promise.resolve(this.#channel);
     this.#reconnecting ??= (async () => {
       this.#o.logger?.warn({ sandbox: this.description }, 'lost the exec agent of a Daytona sandbox; opening a new one');
@@ -220,6 +237,7 @@ export class DaytonaEnvironment implements BackendEnvironment {
 
   dispose(): Promise<void> {
     this.#disposing ??= (async () => {
+      clearInterval(this.#keepalive);
       await this.#reconnecting?.catch(() => undefined);
       this.#channel.close();
       await this.#o.release();

@@ -188,23 +188,40 @@ class PtyAgentProcess extends EventEmitter implements AgentProcess {
     this.#phase = 'closed';
     clearTimeout(this.#markerTimer);
     this.stdout.end();
-    void this.#handle?.disconnect().catch(() => undefined);
+    // No exit status: the connection dropped (a proxy, the network) while the session lives on in
+    // the daemon, with the agent and its processes. It is killed, as an exited process would be gone.
+    if (code === null) void this.#killSession();
+    else void this.#handle?.disconnect().catch(() => undefined);
     // After the stdout end is seen, as a child process's 'close' comes after its streams end.
     setImmediate(() => this.emit('close', code, null));
   }
 
-  async #killSession(): Promise<void> {
+  #killing: Promise<void> | undefined;
+
+  /**
+   * Kills the PTY session (once). Needed even after the WebSocket closed:
+   * the daemon keeps a session whose client went away, with the agent and
+   * its processes in it.
+   */
+  #killSession(): Promise<void> {
     const handle = this.#handle;
-    if (!handle) return;
-    await handle.kill().catch(() => undefined);
-    await handle.disconnect().catch(() => undefined);
+    if (!handle) return Promise.resolve();
+    this.#killing ??= (async () => {
+      await handle.kill().catch(() => undefined);
+      await handle.disconnect().catch(() => undefined);
+    })();
+    return this.#killing;
   }
 
   kill(): boolean {
-    if (this.#closed) return false;
-    if (this.#handle) void this.#killSession();
-    else this.#closed = true;
-    return true;
+    if (this.#handle) {
+      void this.#killSession();
+      return true;
+    }
+    // Not connected yet: #start kills the session as soon as it exists.
+    const was = this.#closed;
+    this.#closed = true;
+    return !was;
   }
 }
 
