@@ -10,8 +10,11 @@ import type { IncomingMessage } from 'node:http';
 import type { Duplex } from 'node:stream';
 
 const GUID = '258EAFA5-E914-47DA-95CA-C5AB0DC85B11';
-/** Largest message accepted from a client (the daemon caps reads too). */
-const MAX_MESSAGE_BYTES = 16 * 1024 * 1024;
+/**
+ * Largest message accepted from a client: Daytona's daemon reads PTY input
+ * with a 64 KiB limit and drops a client that sends more in one message.
+ */
+export const MAX_MESSAGE_BYTES = 64 * 1024;
 
 export interface ServerSocketEvents {
   message: [data: Buffer, isBinary: boolean];
@@ -61,11 +64,12 @@ export class ServerWebSocket extends EventEmitter<ServerSocketEvents> {
       } else if (length === 127) {
         if (b.length < 10) return;
         const big = b.readBigUInt64BE(2);
-        if (big > BigInt(MAX_MESSAGE_BYTES)) return this.#protocolError();
+        if (big > BigInt(MAX_MESSAGE_BYTES)) return this.close(1009, 'message too big');
         length = Number(big);
         offset = 10;
       }
-      if (length > MAX_MESSAGE_BYTES || !masked) return this.#protocolError();
+      if (length > MAX_MESSAGE_BYTES) return this.close(1009, 'message too big');
+      if (!masked) return this.#protocolError();
       if (b.length < offset + 4 + length) return;
       const mask = b.subarray(offset, offset + 4);
       const payload = Buffer.from(b.subarray(offset + 4, offset + 4 + length));
@@ -93,6 +97,10 @@ export class ServerWebSocket extends EventEmitter<ServerSocketEvents> {
       this.#fragments.push(payload);
     } else {
       this.#protocolError();
+      return;
+    }
+    if (this.#fragments.reduce((n, f) => n + f.length, 0) > MAX_MESSAGE_BYTES) {
+      this.close(1009, 'message too big');
       return;
     }
     if (!fin) return;

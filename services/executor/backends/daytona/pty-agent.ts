@@ -43,6 +43,19 @@ export interface SandboxDirs {
   readonly cwd: string;
 }
 
+/**
+ * Largest WebSocket message sent: the daemon reads PTY input with a 64 KiB
+ * limit per message and drops a client that exceeds it.
+ */
+export const MAX_INPUT_MESSAGE_BYTES = 32 * 1024;
+
+/** Sends `data` in messages of at most {@link MAX_INPUT_MESSAGE_BYTES}, in order. */
+async function sendInChunks(handle: PtyHandleLike, data: Buffer): Promise<void> {
+  for (let at = 0; at < data.length; at += MAX_INPUT_MESSAGE_BYTES) {
+    await handle.sendInput(data.subarray(at, at + MAX_INPUT_MESSAGE_BYTES));
+  }
+}
+
 /** Output the shell may print before the marker (motd, prompt, echo) that is read and dropped. */
 const MAX_PREAMBLE_BYTES = 256 * 1024;
 /** Time for the PTY's shell to print the marker: a login shell with a slow profile is allowed a while. */
@@ -92,7 +105,7 @@ class PtyAgentProcess extends EventEmitter implements AgentProcess {
     super();
     this.stdin = new Writable({
       write: (chunk: Buffer, _encoding, callback) => {
-        this.#ready.then((h) => h.sendInput(chunk)).then(() => callback(), callback);
+        this.#ready.then((h) => sendInChunks(h, chunk)).then(() => callback(), callback);
       },
       final: (callback) => {
         // The agent ends when its stdin ends; a PTY has no half-close, so the session is killed.
@@ -169,7 +182,7 @@ class PtyAgentProcess extends EventEmitter implements AgentProcess {
     this.#preamble = Buffer.alloc(0);
     this.#phase = 'agent';
     // The shell now reads exactly the agent's length from the stream; the agent's bytes follow.
-    void this.#handle!.sendInput(this.agentSource).catch((err: unknown) => this.#emitError(err as Error));
+    void sendInChunks(this.#handle!, this.agentSource).catch((err: unknown) => this.#emitError(err as Error));
     if (rest.length > 0) this.stdout.write(rest);
   }
 
