@@ -35,6 +35,8 @@ export const STANDIN_LABEL = 'berth.standin.daytona';
 const PTY_EXIT_CONTROL = 'X-Daytona-Pty-Exit-Control';
 const PTY_ENVS_PREFIX = 'X-Daytona-Pty-Envs~';
 const MAX_BODY_BYTES = 1024 * 1024;
+/** How long a deleted sandbox stays `destroying` (its name taken) before it is gone. */
+const DESTROY_DELAY_MS = 500;
 /**
  * Docker scans a TTY exec's stdin for its detach sequence (ctrl-p ctrl-q by
  * default) and swallows it, which would corrupt binary input that the
@@ -53,7 +55,7 @@ const KILL_TREE_SCRIPT = [
   'kill -KILL $all 2>/dev/null; rm -f "$1"',
 ].join('\n');
 
-type SandboxState = 'started' | 'stopped' | 'destroyed' | 'build_failed' | 'error';
+type SandboxState = 'started' | 'stopped' | 'destroying' | 'destroyed' | 'build_failed' | 'error';
 
 interface SandboxRecord {
   readonly id: string;
@@ -157,6 +159,7 @@ export class DaytonaStandIn {
   readonly #sandboxes = new Map<string, SandboxRecord>();
   readonly #ptys = new Map<string, PtySession>();
   readonly #sockets = new Set<Socket>();
+  readonly #destroying = new Set<NodeJS.Timeout>();
   #server: Server | undefined;
   #baseUrl = '';
 
@@ -212,6 +215,8 @@ export class DaytonaStandIn {
 
   /** Stops serving and removes every container this stand-in started. */
   async close(): Promise<void> {
+    for (const timer of this.#destroying) clearTimeout(timer);
+    this.#destroying.clear();
     for (const pty of this.#ptys.values()) pty.stream.destroy();
     this.#ptys.clear();
     const server = this.#server;
@@ -277,15 +282,25 @@ export class DaytonaStandIn {
     }
     if (rest.length === 1 && method === 'DELETE') {
       const s = this.#find(rest[0]!);
-      await this.#removeContainer(s);
-      s.state = 'destroyed';
-      s.updatedAt = new Date().toISOString();
-      this.#sandboxes.delete(s.id);
+      if (s.state !== 'destroying') {
+        // As in the cloud, deletion completes after the answer: the name stays taken until then.
+        s.state = 'destroying';
+        s.updatedAt = new Date().toISOString();
+        const timer = setTimeout(() => {
+          this.#destroying.delete(timer);
+          void this.#removeContainer(s).then(() => {
+            s.state = 'destroyed';
+            this.#sandboxes.delete(s.id);
+          });
+        }, DESTROY_DELAY_MS);
+        this.#destroying.add(timer);
+      }
       sendJson(res, 200, this.#dto(s));
       return;
     }
     if (rest.length === 2 && method === 'POST' && rest[1] === 'start') {
       const s = this.#find(rest[0]!);
+      if (s.state === 'destroying') throw new HttpError(400, 'Bad Request', `Sandbox ${s.id} is being destroyed`);
       if (!s.containerId) throw new HttpError(400, 'Bad Request', `Sandbox ${s.id} cannot be started (state ${s.state})`);
       if (s.state !== 'started') {
         await this.#docker.getContainer(s.containerId).start();

@@ -202,11 +202,15 @@ export class DaytonaBackend implements Backend {
       if (!(err instanceof DaytonaNotFoundError)) throw daytonaError(err, `looking up the sandbox of task ${id}`);
     }
     if (existing && existing.state === 'destroyed') existing = undefined;
-    if (existing && !this.#o.persistent) {
+    if (existing && !this.#o.persistent && existing.state !== 'destroying') {
       // Left by an executor that died before deleting it: not this task's to reuse.
       await existing.delete().catch((err: unknown) => {
         throw daytonaError(err, `deleting the old sandbox ${existing!.id} of task ${id}`);
       });
+    }
+    if (existing && (existing.state === 'destroying' || !this.#o.persistent)) {
+      // Deletion finishes after Daytona answers; the name is free only then.
+      await this.#waitUntilGone(name, id);
       existing = undefined;
     }
     if (existing) {
@@ -245,6 +249,24 @@ export class DaytonaBackend implements Backend {
       throw daytonaError(err, `creating a sandbox of ${this.#o.image} for task ${id}`);
     }
     return created;
+  }
+
+  /** Waits until no sandbox is called `name` (or it is destroyed); bounded by the start timeout. */
+  async #waitUntilGone(name: string, id: string): Promise<void> {
+    const deadline = Date.now() + this.#startTimeout * 1000;
+    for (let delay = 100; ; delay = Math.min(delay * 2, 1000)) {
+      try {
+        const sandbox = await this.#daytona.get(name);
+        if (sandbox.state === 'destroyed') return;
+      } catch (err) {
+        if (err instanceof DaytonaNotFoundError) return;
+        throw daytonaError(err, `waiting for the old sandbox of task ${id} to be deleted`);
+      }
+      if (Date.now() > deadline) {
+        throw new UnavailableError(`Daytona did not finish deleting the old sandbox ${name} of task ${id} within ${this.#startTimeout} s`);
+      }
+      await new Promise((resolve) => setTimeout(resolve, delay));
+    }
   }
 
   async #deleteByName(name: string): Promise<void> {
