@@ -113,6 +113,20 @@ describe('daytona backend through the SDK against the stand-in', { skip, timeout
     assert.equal((await standInContainers()).length, 1);
   });
 
+  it('persistent: a sandbox of the task whose build failed is replaced, not started', async () => {
+    const key = newKey();
+    await assert.rejects(client.create({ name: sandboxName(key), image: 'berth-no-such-image:never' }, { timeout: 30 }), /build_failed/);
+    const failed = await client.get(sandboxName(key));
+    assert.equal(failed.state, 'build_failed');
+    const backend = await start({ persistent: true });
+    const env = await backend.createEnvironment(key);
+    assert.equal((await run(env, 'echo ok')).output, 'ok\n');
+    const now = await client.get(sandboxName(key));
+    assert.notEqual(now.id, failed.id);
+    await env.dispose();
+    await now.delete(60, true);
+  });
+
   it('blocks the network when the policy says none', async () => {
     const backend = await start({ network: () => ({ networkBlockAll: true }) });
     const key = newKey();

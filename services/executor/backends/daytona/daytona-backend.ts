@@ -23,6 +23,7 @@ import { fileURLToPath } from 'node:url';
 import {
   Daytona,
   DaytonaAuthenticationError,
+  DaytonaConflictError,
   DaytonaError,
   DaytonaForbiddenError,
   DaytonaNotFoundError,
@@ -202,13 +203,15 @@ export class DaytonaBackend implements Backend {
       if (!(err instanceof DaytonaNotFoundError)) throw daytonaError(err, `looking up the sandbox of task ${id}`);
     }
     if (existing && existing.state === 'destroyed') existing = undefined;
-    if (existing && !this.#o.persistent && existing.state !== 'destroying') {
+    // A sandbox that cannot start again (its build failed, it is in error) is replaced, persistent or not.
+    const broken = existing !== undefined && ['error', 'build_failed'].includes(existing.state ?? '');
+    if (existing && (!this.#o.persistent || broken) && existing.state !== 'destroying') {
       // Left by an executor that died before deleting it: not this task's to reuse.
       await existing.delete().catch((err: unknown) => {
         throw daytonaError(err, `deleting the old sandbox ${existing!.id} of task ${id}`);
       });
     }
-    if (existing && (existing.state === 'destroying' || !this.#o.persistent)) {
+    if (existing && (existing.state === 'destroying' || !this.#o.persistent || broken)) {
       // Deletion finishes after Daytona answers; the name is free only then.
       await this.#waitUntilGone(name, id);
       existing = undefined;
@@ -244,8 +247,8 @@ export class DaytonaBackend implements Backend {
         { timeout: this.#startTimeout },
       );
     } catch (err) {
-      // A sandbox that was made but did not start must not be left behind.
-      await this.#deleteByName(name);
+      // A sandbox that was made but did not start must not be left behind; one that held the name already is not ours.
+      if (!(err instanceof DaytonaConflictError)) await this.#deleteByName(name);
       throw daytonaError(err, `creating a sandbox of ${this.#o.image} for task ${id}`);
     }
     return created;
