@@ -204,6 +204,27 @@ describe('daytona backend through the SDK against the stand-in', { skip, timeout
     }
   });
 
+  it("the organization's CPU limit: a clear error naming Daytona and what to do, and nothing left", async () => {
+    const local = new DaytonaStandIn({ apiKey: 'local-key', maxTotalCpu: 1 });
+    await local.listen();
+    try {
+      const backend = await start({ apiKey: 'local-key', apiUrl: local.apiUrl });
+      const first = await backend.createEnvironment(newKey());
+      const refused = newKey();
+      await assert.rejects(backend.createEnvironment(refused), (err: Error & { code?: string }) => {
+        assert.equal(err.code, 'RESOURCE_EXHAUSTED');
+        assert.match(err.message, /^Daytona's organization limits stopped creating a sandbox .* \(Total CPU limit exceeded\. Maximum allowed: 1\.\): end idle tasks/);
+        return true;
+      });
+      assert.equal(local.sandboxes().filter((s) => s.labels['berth.task'] === refused.taskId).length, 0);
+      await first.dispose();
+      await backend.close();
+      backends.splice(backends.indexOf(backend), 1);
+    } finally {
+      await local.close();
+    }
+  });
+
   it('a bad API key: the backend does not start, with a clear error naming Daytona and the fix', async () => {
     const containersBefore = (await standInContainers()).length;
     await assert.rejects(start({ apiKey: 'not-the-key' }), (err: Error & { code?: string }) => {

@@ -6,7 +6,7 @@
  */
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
-import { DaytonaAuthenticationError, DaytonaError, DaytonaRateLimitError } from '@daytonaio/sdk';
+import { DaytonaAuthenticationError, DaytonaBadRequestError, DaytonaError, DaytonaRateLimitError } from '@daytonaio/sdk';
 import { parseConfig } from '../../services/common/config.js';
 import { daytonaNetworkPlan, sandboxEnv, tenantNetworkPlan } from '../../services/executor/backends/daytona/create-daytona-backend.js';
 import { daytonaError, sandboxLabels, sandboxName } from '../../services/executor/backends/daytona/daytona-backend.js';
@@ -97,6 +97,19 @@ describe('what a user sees when Daytona says no', () => {
     const err = daytonaError(new DaytonaRateLimitError('Total CPU quota exceeded', 429), 'creating a sandbox for task t');
     assert.equal(err.code, 'RESOURCE_EXHAUSTED');
     assert.match(err.message, /^Daytona's rate limit or quota stopped creating a sandbox for task t \(Total CPU quota exceeded\)/);
+  });
+
+  it("the organization's CPU or memory limit is RESOURCE_EXHAUSTED with what to do", () => {
+    const err = daytonaError(
+      new DaytonaBadRequestError('Total CPU limit exceeded. Maximum allowed: 10.', 400),
+      'creating a sandbox of img for task t',
+    );
+    assert.equal(err.code, 'RESOURCE_EXHAUSTED');
+    assert.equal(
+      err.message,
+      "Daytona's organization limits stopped creating a sandbox of img for task t (Total CPU limit exceeded. Maximum allowed: 10.): " +
+        'end idle tasks, lower terminal.container_cpu / container_memory, or raise the limits in Daytona',
+    );
   });
 
   it('a failed build names terminal.daytona_image', () => {

@@ -89,6 +89,8 @@ export interface DaytonaStandInOptions {
   readonly port?: number;
   readonly host?: string;
   readonly docker?: Dockerode;
+  /** The organization's total CPU limit over started sandboxes, as the cloud enforces it; none when unset. */
+  readonly maxTotalCpu?: number;
 }
 
 class HttpError extends Error {
@@ -364,6 +366,13 @@ export class DaytonaStandIn {
     for (const s of this.#sandboxes.values()) {
       if (s.name === name) throw new HttpError(409, 'Conflict', `Sandbox with name ${name} already exists`);
     }
+    const cpu = optionalNumber(body.cpu, 'cpu', 1);
+    const max = this.#options.maxTotalCpu;
+    if (max !== undefined) {
+      const used = [...this.#sandboxes.values()].filter((x) => x.state === 'started').reduce((n, x) => n + x.cpu, 0);
+      // The cloud's wording and status (a BadRequestError of the API).
+      if (used + cpu > max) throw new HttpError(400, 'Bad Request', `Total CPU limit exceeded. Maximum allowed: ${max}.`);
+    }
     const now = new Date().toISOString();
     const allow = typeof body.networkAllowList === 'string' && body.networkAllowList !== '' ? body.networkAllowList : undefined;
     const record: SandboxRecord = {
@@ -372,7 +381,7 @@ export class DaytonaStandIn {
       image,
       labels: stringRecord(body.labels, 'labels'),
       env: stringRecord(body.env, 'env'),
-      cpu: optionalNumber(body.cpu, 'cpu', 1),
+      cpu,
       memory: optionalNumber(body.memory, 'memory', 1),
       disk: optionalNumber(body.disk, 'disk', 3),
       networkBlockAll: body.networkBlockAll === true,

@@ -122,6 +122,14 @@ export function daytonaError(err: unknown, doing: string): BerthError {
       cause: err,
     });
   }
+  // The organization's limits come back as a 400: "Total CPU limit exceeded. Maximum allowed: 10."
+  if (err instanceof DaytonaError && /limit exceeded|quota exceeded/i.test(said)) {
+    return new ResourceExhaustedError(
+      `Daytona's organization limits stopped ${doing} (${said}): end idle tasks, lower terminal.container_cpu / ` +
+        'container_memory, or raise the limits in Daytona',
+      { cause: err },
+    );
+  }
   if (/build_failed|failed to start with status: build_failed/i.test(said)) {
     return new FailedPreconditionError(
       `Daytona could not build the sandbox image while ${doing} (${said}): check terminal.daytona_image`,
