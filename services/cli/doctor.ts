@@ -12,6 +12,7 @@ import type { BerthConfig } from '../common/config.js';
 import { createLogger } from '../common/logging.js';
 import type { Backend, TaskKey } from '../executor/backend.js';
 import { createBackend } from '../executor/backends/create-backend.js';
+import type { DaytonaBackend } from '../executor/backends/daytona/daytona-backend.js';
 import type { DockerBackend } from '../executor/backends/docker/docker-backend.js';
 import type { SingularityBackend } from '../executor/backends/singularity/singularity-backend.js';
 import type { SshBackend } from '../executor/backends/ssh/ssh-backend.js';
@@ -83,12 +84,16 @@ export async function runDoctor(config: BerthConfig, report: (finding: Finding) 
     const warmMs = performance.now() - started;
     say(warm.exitCode === 0 ? 'ok' : 'fail', `the same task runs the next command (${warmMs.toFixed(1)} ms, exit ${warm.exitCode})`);
     await backendFindings(backend, key, say);
+    await daytonaFindings(config, backend, say);
   } catch (err) {
     say('fail', `a command in a new task failed: ${message(err)}`);
   } finally {
     await envs.closeAll().catch((err: unknown) => say('warn', `releasing the doctor's task failed: ${message(err)}`));
     await (await asDocker(backend))?.removeTaskVolumes(key).catch((err: unknown) =>
       say('warn', `removing the doctor's task volumes failed: ${message(err)}; remove volumes labelled berth.tenant=${key.tenant}`),
+    );
+    await (await asDaytona(backend))?.removeTaskSandbox(key).catch((err: unknown) =>
+      say('warn', `deleting the doctor's Daytona sandbox failed: ${message(err)}; delete sandboxes labelled berth.tenant=${key.tenant}`),
     );
     await backend.close().catch(() => undefined);
     for (const text of new Set(warnings)) say('warn', text);
@@ -131,6 +136,13 @@ export function sshAgentFinding(usesAgent: boolean | undefined, whyNot: string |
   };
 }
 
+/** The backend as a DaytonaBackend, when it is one (loaded only then). */
+async function asDaytona(backend: Backend): Promise<DaytonaBackend | undefined> {
+  if (backend.capabilities.name !== 'daytona') return undefined;
+  const { DaytonaBackend } = await import('../executor/backends/daytona/daytona-backend.js');
+  return backend instanceof DaytonaBackend ? backend : undefined;
+}
+
 /**
  * What only one backend can tell: for docker, how commands reach the
  * container and whether the disk limit holds; for ssh and singularity, how
@@ -163,6 +175,23 @@ async function backendFindings(backend: Backend, key: TaskKey, say: (verdict: Ve
   if (disk.volumes === 'enforced') say('ok', 'terminal.container_disk is enforced on the persistent volumes');
   if (disk.layer === 'off') say('ok', 'terminal.container_disk is not asked for (docker.disk_limit: off)');
   // 'unsupported' was logged by the backend with the daemon's reason: it arrives as a warning.
+}
+
+/** daytona: how commands reach the sandbox, and which part of the network policy Daytona applies. */
+async function daytonaFindings(config: BerthConfig, backend: Backend, say: (verdict: Verdict, text: string) => void): Promise<void> {
+  if (backend.capabilities.name !== 'daytona') return;
+  say('ok', 'commands reach the Daytona sandbox through the exec agent, over one PTY session');
+  const { tenantNetworkPlan } = await import('../executor/backends/daytona/create-daytona-backend.js');
+  const tenants = config.tenants.length > 0 ? config.tenants.map((t) => t.id) : ['default'];
+  for (const tenant of tenants) {
+    const { network, unenforced } = tenantNetworkPlan(config, tenant);
+    const who = config.tenants.length > 0 ? `tenant ${tenant}: ` : '';
+    // An unenforced part was logged by the backend at start: it arrives as a warning.
+    if (unenforced) continue;
+    if (network.networkBlockAll) say('ok', `${who}network policy applied as Daytona's networkBlockAll (no egress)`);
+    else if (network.networkAllowList) say('ok', `${who}network policy applied as Daytona's networkAllowList (${network.networkAllowList})`);
+    else say('ok', `${who}network policy: egress open, Daytona's default network`);
+  }
 }
 
 /** docker.network: the task container's network, and under isolated whether every rule is in place. */

@@ -74,7 +74,7 @@ function modulesLoadedFor(name: string): string[] {
     .map((entry) => (entry.startsWith('file:') ? fileURLToPath(entry) : entry));
 }
 
-const BACKENDS = ['local', 'docker', 'ssh', 'singularity'] as const;
+const BACKENDS = ['local', 'docker', 'ssh', 'singularity', 'daytona'] as const;
 const folderOf = (name: string) => `${path.sep}backends${path.sep}${name}${path.sep}`;
 const pkg = (name: string) => `${path.sep}node_modules${path.sep}${name}${path.sep}`;
 
@@ -95,9 +95,9 @@ describe('create-backend loads one backend', () => {
     });
   }
 
-  it('ssh2 is loaded by the ssh backend and by neither local nor singularity', () => {
+  it('ssh2 is loaded by the ssh backend and by neither local, singularity nor daytona', () => {
     assert.ok(loaded.get('ssh')?.some((m) => m.includes(pkg('ssh2'))), 'the ssh backend did not load ssh2');
-    for (const name of ['local', 'singularity'] as const) {
+    for (const name of ['local', 'singularity', 'daytona'] as const) {
       assert.deepEqual(
         loaded.get(name)?.filter((m) => m.includes(pkg('ssh2'))),
         [],
@@ -108,7 +108,7 @@ describe('create-backend loads one backend', () => {
 
   it('the Docker client is loaded by the docker backend only', () => {
     assert.ok(loaded.get('docker')?.some((m) => m.includes(pkg('dockerode'))), 'the docker backend did not load dockerode');
-    for (const name of ['local', 'ssh', 'singularity'] as const) {
+    for (const name of ['local', 'ssh', 'singularity', 'daytona'] as const) {
       assert.deepEqual(
         loaded.get(name)?.filter((m) => m.includes(pkg('dockerode'))),
         [],
@@ -117,10 +117,22 @@ describe('create-backend loads one backend', () => {
     }
   });
 
+  it('the Daytona SDK is loaded by the daytona backend only', () => {
+    const sdk = pkg(path.join('@daytonaio', 'sdk'));
+    assert.ok(loaded.get('daytona')?.some((m) => m.includes(sdk)), 'the daytona backend did not load @daytonaio/sdk');
+    for (const name of ['local', 'docker', 'ssh', 'singularity'] as const) {
+      assert.deepEqual(
+        loaded.get(name)?.filter((m) => m.includes(sdk) || m.includes(pkg(path.join('@daytona', 'api-client')))),
+        [],
+        `${name} loaded the Daytona SDK`,
+      );
+    }
+  });
+
   it('an unknown backend is refused with the list of those there are', async () => {
-    await assert.rejects(loadBackendFactory('modal'), {
+    await assert.rejects(loadBackendFactory('nosuch'), {
       name: 'FailedPreconditionError',
-      message: 'the modal backend is not available in this version of Berth; available: local, docker, ssh, singularity',
+      message: 'the nosuch backend is not available in this version of Berth; available: local, docker, ssh, singularity, daytona',
     });
     await assert.rejects(loadBackendFactory('toString'), /the toString backend is not available/);
   });

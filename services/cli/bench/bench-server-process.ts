@@ -20,7 +20,7 @@ export interface BenchServerOptions {
   readonly backend?: BackendName;
   /** Extra config (the config.yaml shape, e.g. `{ docker: { warm_pool: 2 } }`), written to a file for the child. */
   readonly config?: Readonly<Record<string, unknown>>;
-  /** Added to the server's environment (e.g. the apptainer test double's state directory). */
+  /** Added to the server's environment (a test double's state directory, a provider's credentials and endpoint). */
   readonly env?: Readonly<Record<string, string>>;
 }
 

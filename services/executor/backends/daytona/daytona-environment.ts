@@ -1,0 +1,251 @@
+/**
+ * One task's environment on the daytona backend: a sandbox and the exec
+ * agent's channel into it (over a PTY session, see pty-agent.ts). Exec
+ * semantics are the agent's, as on docker: each command is `bash -c` in its
+ * own process group; on timeout or interrupt the whole group gets SIGTERM,
+ * then SIGKILL after the grace period; 124 / 130 exit codes.
+ *
+ * When the channel is lost (the PTY session ended, the sandbox was stopped
+ * by Daytona's auto-stop or by hand), the next operation opens a new one
+ * (starting the sandbox again if it stopped) and says so in a notice.
+ */
+import { posix } from 'node:path';
+import { FailedPreconditionError, InvalidArgumentError } from '../../../common/errors.js';
+import type { Logger } from '../../../common/logging.js';
+import type {
+  BackendEnvironment,
+  BackgroundHandle,
+  BackgroundOptions,
+  ExecOptions,
+  ExecResult,
+  FileStat,
+} from '../../backend.js';
+import { ExecDeadline, interruptedBeforeStart } from '../shared/exec-deadline.js';
+import { assertNotReleased, deliverExit, deliverOutput } from '../shared/guards.js';
+import { backgroundExitCode, foregroundExitCode } from '../shared/agent/agent-protocol.js';
+import { SandboxLostError, type ProcessExit, type SandboxChannel, type SandboxProcess } from '../shared/sandbox-channel.js';
+import type { SandboxDirs } from './pty-agent.js';
+
+/** The runner's state files inside the sandbox; emptied when an environment begins. */
+export const SANDBOX_STATE_DIR = '/tmp/berth-state';
+
+/** A channel that can be pinged (the agent's). */
+export type PingableChannel = SandboxChannel & { ping(): Promise<void> };
+
+/** A connected agent and what the sandbox's shell said about its directories. */
+export interface Connection {
+  readonly channel: PingableChannel;
+  readonly dirs: SandboxDirs;
+  /** What to tell the task about how this connection came about (a replaced sandbox). */
+  readonly notice?: string;
+}
+
+/**
+ * How often an idle channel is pinged: proxies in front of the toolbox close
+ * WebSockets that carry nothing for a while, and a closed one costs the
+ * task its background processes.
+ */
+export const KEEPALIVE_MS = 30_000;
+
+export interface DaytonaEnvironmentOptions {
+  readonly description: string;
+  /** Opens a new channel (starting the sandbox first if it is not running). */
+  readonly reconnect: () => Promise<Connection>;
+  /** Stops or deletes the sandbox. */
+  readonly release: () => Promise<void>;
+  readonly killGraceMs: number;
+  /** {@link KEEPALIVE_MS} unless set. */
+  readonly keepaliveMs?: number;
+  readonly logger: Logger | undefined;
+}
+
+export class DaytonaEnvironment implements BackendEnvironment {
+  readonly description: string;
+  readonly homeDir: string;
+  readonly initialCwd: string;
+  readonly stateDir = SANDBOX_STATE_DIR;
+  readonly #o: DaytonaEnvironmentOptions;
+  #channel: PingableChannel;
+  #reconnecting: Promise<PingableChannel> | undefined;
+  #notices: string[] = [];
+  #disposing: Promise<void> | undefined;
+  readonly #keepalive: NodeJS.Timeout;
+
+  constructor(connection: Connection, options: DaytonaEnvironmentOptions) {
+    this.#o = options;
+    this.#channel = connection.channel;
+    this.description = options.description;
+    this.homeDir = connection.dirs.home || '/';
+    this.initialCwd = connection.dirs.cwd || this.homeDir;
+    this.#keepalive = setInterval(() => {
+      if (!this.#channel.isLost) this.#channel.ping().catch(() => undefined);
+    }, options.keepaliveMs ?? KEEPALIVE_MS);
+    this.#keepalive.unref();
+  }
+
+  /** Empties the state directory (a stopped-and-started sandbox still holds the last task's). */
+  async init(): Promise<void> {
+    const proc = await this.#channel.spawn({
+      script: `rm -rf ${SANDBOX_STATE_DIR} && mkdir -m 700 ${SANDBOX_STATE_DIR}`,
+      cwd: '/',
+      onOutput: () => undefined,
+    });
+    const exit = await proc.exited;
+    if (exit.code !== 0) throw new FailedPreconditionError(`cannot create ${SANDBOX_STATE_DIR} in ${this.description}`);
+  }
+
+  takeNotices(): string[] {
+    return this.#notices.splice(0);
+  }
+
+  async #ready(): Promise<SandboxChannel> {
+    assertNotReleased(this, this.#disposing);
+    if (this.#reconnecting) return this.#reconnecting;
+    return this.#channel.isLost ? this.#reconnect(this.#channel, '') : this.#channel;
+  }
+
+  #reconnect(lost: SandboxChannel, during: string): Promise<PingableChannel> {
+    if (this.#channel !== lost && !this.#reconnecting) return Promise.resolve(this.#channel);
+    this.#reconnecting ??= (async () => {
+      this.#o.logger?.warn({ sandbox: this.description }, 'lost the exec agent of a Daytona sandbox; opening a new one');
+      lost.close();
+      const next = await this.#o.reconnect();
+      if (this.#disposing) {
+        next.channel.close();
+        assertNotReleased(this, this.#disposing);
+      }
+      this.#channel = next.channel;
+      if (next.notice) {
+        this.#notices.push(next.notice);
+        await this.init();
+      } else {
+        this.#notices.push(
+          `The task's Daytona sandbox lost its exec agent${during}; a new one was started: ` +
+            'background processes were stopped; files were kept.',
+        );
+      }
+      return next.channel;
+    })().finally(() => {
+      this.#reconnecting = undefined;
+    });
+    return this.#reconnecting;
+  }
+
+  async #withChannel<T>(fn: (channel: SandboxChannel) => Promise<T>): Promise<T> {
+    const channel = await this.#ready();
+    try {
+      return await fn(channel);
+    } catch (err) {
+      if (!(err instanceof SandboxLostError) || this.#disposing) throw err;
+      return fn(await this.#reconnect(channel, ''));
+    }
+  }
+
+  async exec(options: ExecOptions): Promise<ExecResult> {
+    assertNotReleased(this, this.#disposing);
+    const early = interruptedBeforeStart(options);
+    if (early) return early;
+    let channel = await this.#ready();
+    const spawn = (c: SandboxChannel) =>
+      c.spawn({
+        script: options.script,
+        cwd: this.initialCwd,
+        ...(options.env ? { env: options.env } : {}),
+        ...(options.pty ? { pty: true } : {}),
+        ...(options.stdin !== undefined ? { stdin: options.stdin } : {}),
+        onOutput: (chunk) => deliverOutput(options.onOutput, chunk, this.#o.logger),
+      });
+    let proc: SandboxProcess;
+    try {
+      proc = await spawn(channel);
+    } catch (err) {
+      if (!(err instanceof SandboxLostError) || this.#disposing) throw err;
+      channel = await this.#reconnect(channel, '');
+      proc = await spawn(channel);
+    }
+    let killing: Promise<void> | undefined;
+    const kill = () => (killing ??= proc.kill(options.killGraceMs ?? this.#o.killGraceMs).catch(() => undefined));
+    const deadline = new ExecDeadline(options, () => void kill());
+    let exit: ProcessExit | undefined;
+    let lostError: unknown;
+    try {
+      exit = await proc.exited;
+    } catch (err) {
+      if (!(err instanceof SandboxLostError)) throw err;
+      lostError = err;
+    } finally {
+      deadline.dispose();
+    }
+    if (killing) await killing;
+    if (!exit) {
+      // The agent went away under the command: the command went with it.
+      if (this.#disposing) throw lostError;
+      await this.#reconnect(channel, ' while the command ran');
+      return deadline.result(137);
+    }
+    return deadline.result(foregroundExitCode(exit.code, exit.signal));
+  }
+
+  async startBackground(options: BackgroundOptions): Promise<BackgroundHandle> {
+    assertNotReleased(this, this.#disposing);
+    const proc = await this.#withChannel((channel) =>
+      channel.spawn({
+        script: options.script,
+        cwd: this.initialCwd,
+        ...(options.env ? { env: options.env } : {}),
+        ...(options.pty ? { pty: true } : {}),
+        keepStdin: true,
+        onOutput: (chunk) => deliverOutput(options.onOutput, chunk, this.#o.logger),
+      }),
+    );
+    let exited = false;
+    const exitReported = proc.exited
+      .then(
+        (e) => backgroundExitCode(e.code, e.signal),
+        () => -9,
+      )
+      .then((code) => {
+        exited = true;
+        deliverExit(options.onExit, code, this.#o.logger);
+      });
+    return {
+      pid: proc.pid,
+      write: (data) => (exited ? Promise.reject(new FailedPreconditionError('the process has exited')) : proc.write(data)),
+      closeStdin: () => (exited ? Promise.resolve() : proc.closeStdin().catch(() => undefined)),
+      kill: async () => {
+        if (!exited) await proc.kill(this.#o.killGraceMs).catch(() => undefined);
+        await Promise.race([exitReported, new Promise((r) => setTimeout(r, 2000))]);
+      },
+    };
+  }
+
+  async readFile(absPath: string): Promise<Buffer> {
+    assertAbsolute(absPath);
+    return this.#withChannel((channel) => channel.readFile(absPath));
+  }
+
+  async writeFile(absPath: string, data: Uint8Array): Promise<void> {
+    assertAbsolute(absPath);
+    return this.#withChannel((channel) => channel.writeFile(absPath, data));
+  }
+
+  async stat(absPath: string): Promise<FileStat> {
+    assertAbsolute(absPath);
+    const s = await this.#withChannel((channel) => channel.stat(absPath));
+    return { exists: s.exists, isDirectory: s.isDirectory, sizeBytes: s.sizeBytes };
+  }
+
+  dispose(): Promise<void> {
+    this.#disposing ??= (async () => {
+      clearInterval(this.#keepalive);
+      await this.#reconnecting?.catch(() => undefined);
+      this.#channel.close();
+      await this.#o.release();
+    })();
+    return this.#disposing;
+  }
+}
+
+function assertAbsolute(absPath: string): void {
+  if (!posix.isAbsolute(absPath)) throw new InvalidArgumentError(`path must be absolute: ${absPath}`);
+}

@@ -1,0 +1,47 @@
+/**
+ * The shared backend conformance suite on the daytona backend, through the
+ * real SDK against the Daytona stand-in (a test double backed by the local
+ * Docker engine, not the cloud).
+ */
+import assert from 'node:assert/strict';
+import { randomBytes } from 'node:crypto';
+import { after, before, describe } from 'node:test';
+import Dockerode from 'dockerode';
+import { silentLogger } from '../../services/common/logging.js';
+import { DaytonaBackend } from '../../services/executor/backends/daytona/daytona-backend.js';
+import { runBackendConformance } from '../support/backend-conformance.js';
+import { SANDBOX_IMAGE, dockerUnavailableReason } from '../support/docker-fixtures.js';
+import { startDaytonaStandIn, type RunningStandIn } from '../support/daytona-standin.js';
+
+const docker = new Dockerode();
+const unavailable = await dockerUnavailableReason(docker);
+let standIn: RunningStandIn | undefined;
+
+if (unavailable) {
+  describe('backend conformance: daytona (stand-in)', { skip: unavailable }, () => {});
+} else {
+  before(async () => {
+    standIn = await startDaytonaStandIn();
+  });
+  runBackendConformance(
+    'daytona',
+    async () =>
+      DaytonaBackend.start({
+        image: SANDBOX_IMAGE,
+        persistent: false,
+        cpus: 1,
+        memoryMiB: 1024,
+        env: { LANG: 'C.UTF-8' },
+        network: () => ({}),
+        apiKey: standIn!.apiKey,
+        apiUrl: standIn!.apiUrl,
+        target: 'stand-in',
+        logger: silentLogger(),
+      }),
+    { sharedHost: false, tenant: `daytona-conformance-${randomBytes(4).toString('hex')}`, timeScale: 2 },
+  );
+  after(async () => {
+    // SIGTERM: the stand-in removes every container it made, and exits 0.
+    assert.equal(await standIn?.stop(), 0);
+  });
+}
