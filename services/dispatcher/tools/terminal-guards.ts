@@ -3,378 +3,20 @@
  * reaches the executor: the foreground guardrail, workdir validation, the
  * `A && B &` rewrite, exit-code explanations and the foreground timeout cap.
  *
- * They share a small, quote-aware bash lexer. It does not execute or expand
- * anything; it only knows enough shell grammar to tell a background `&` from
- * `&&`, `2>&1` or `&>`, to skip quoted text, comments and heredoc bodies, and
- * to find the command word of each simple command.
+ * They share the flat token view of a command line from the common shell
+ * module, and a resolver that finds the program each simple command runs.
  */
+import { ASSIGNMENT_WORD, commandName, skipOptions } from '../../common/shell/scan.js';
+import { lexShell, splitCommands, type CommandWords, type ShellToken } from '../../common/shell/tokens.js';
 
 // ---------------------------------------------------------------------------
-// Lexer
+// Command words
 // ---------------------------------------------------------------------------
-
-type OperatorText =
-  | '&&'
-  | '||'
-  | ';'
-  | ';;'
-  | '|'
-  | '|&'
-  | '&'
-  | '\n'
-  | '('
-  | ')'
-  /** Opens a command or process substitution: `$(`, `<(`, `>(`. */
-  | '$(';
-
-interface WordToken {
-  readonly kind: 'word';
-  /** The word after quote removal (substitutions inside quotes stay as written). */
-  readonly value: string;
-  readonly start: number;
-  readonly end: number;
-  /** The file name (or heredoc delimiter) of a redirection, never a command word. */
-  readonly redirectTarget: boolean;
-}
-
-interface OperatorToken {
-  readonly kind: 'op';
-  readonly op: OperatorText;
-  readonly start: number;
-  readonly end: number;
-}
-
-interface RedirectToken {
-  readonly kind: 'redirect';
-  readonly start: number;
-  readonly end: number;
-}
-
-type ShellToken = WordToken | OperatorToken | RedirectToken;
-
-const WORD_BREAK = new Set([' ', '\t', '\r', '\n', '|', '&', ';', '(', ')', '<', '>']);
-
-/**
- * Splits a bash command line into words, control operators and redirections.
- * Unterminated quotes run to the end of the input rather than throwing: the
- * guards must give an answer for any string and bash will report the syntax
- * error itself.
- */
-class ShellLexer {
-  private pos = 0;
-  private readonly tokens: ShellToken[] = [];
-  private readonly pendingHeredocs: { delimiter: string; stripTabs: boolean }[] = [];
-  private nextWord: 'command' | 'redirect' | 'heredoc' | 'heredoc-tabs' = 'command';
-
-  constructor(private readonly src: string) {}
-
-  lex(): ShellToken[] {
-    const src = this.src;
-    while (this.pos < src.length) {
-      const c = src[this.pos] as string;
-      const next = src[this.pos + 1];
-      if (c === '\n') {
-        this.pushOp('\n', 1);
-        this.skipHeredocBodies();
-      } else if (c === ' ' || c === '\t' || c === '\r') {
-        this.pos += 1;
-      } else if (c === '\\' && next === '\n') {
-        this.pos += 2;
-      } else if (c === '#') {
-        // A comment only starts at the beginning of a word, which is where we are.
-        const newline = src.indexOf('\n', this.pos);
-        this.pos = newline === -1 ? src.length : newline;
-      } else if (c === '&') {
-        if (next === '&') this.pushOp('&&', 2);
-        else if (next === '>') this.pushRedirect(src[this.pos + 2] === '>' ? 3 : 2, 'redirect');
-        else this.pushOp('&', 1);
-      } else if (c === '|') {
-        if (next === '|') this.pushOp('||', 2);
-        else if (next === '&') this.pushOp('|&', 2);
-        else this.pushOp('|', 1);
-      } else if (c === ';') {
-        // `;;`, `;&` and `;;&` end case branches; none of them backgrounds anything.
-        if (src.startsWith(';;&', this.pos)) this.pushOp(';;', 3);
-        else if (next === ';' || next === '&') this.pushOp(';;', 2);
-        else this.pushOp(';', 1);
-      } else if (c === '(' && next === '(') {
-        // Arithmetic `(( a & b ))`: a bitwise `&`, not a background operator.
-        const start = this.pos;
-        this.pos = this.skipBalanced(this.pos + 1, '(', ')');
-        this.pushWord(this.src.slice(start, this.pos), start);
-      } else if (c === '(') {
-        this.pushOp('(', 1);
-      } else if (c === ')') {
-        this.pushOp(')', 1);
-      } else if (c === '<' || c === '>') {
-        this.lexRedirect(this.pos);
-      } else {
-        const fd = /^\d+(?=[<>])/.exec(src.slice(this.pos, this.pos + 12));
-        if (fd) this.lexRedirect(this.pos + fd[0].length);
-        else this.lexWord();
-      }
-    }
-    return this.tokens;
-  }
-
-  private pushOp(op: OperatorText, length: number): void {
-    this.tokens.push({ kind: 'op', op, start: this.pos, end: this.pos + length });
-    this.pos += length;
-    this.nextWord = 'command';
-  }
-
-  private pushRedirect(length: number, target: 'redirect' | 'heredoc' | 'heredoc-tabs'): void {
-    this.tokens.push({ kind: 'redirect', start: this.pos, end: this.pos + length });
-    this.pos += length;
-    this.nextWord = target;
-  }
-
-  /** `at` is the `<` or `>`; anything between `pos` and `at` is a file-descriptor number. */
-  private lexRedirect(at: number): void {
-    const src = this.src;
-    const rest = src.slice(at, at + 3);
-    const prefix = at - this.pos;
-    if (prefix === 0 && (rest.startsWith('<(') || rest.startsWith('>('))) {
-      this.pushOp('$(', 2);
-    } else if (rest === '<<<') {
-      this.pushRedirect(prefix + 3, 'redirect');
-    } else if (rest === '<<-') {
-      this.pushRedirect(prefix + 3, 'heredoc-tabs');
-    } else if (rest.startsWith('<<')) {
-      this.pushRedirect(prefix + 2, 'heredoc');
-    } else if (/^(?:>>|>&|>\||<&|<>)/.test(rest)) {
-      this.pushRedirect(prefix + 2, 'redirect');
-    } else {
-      this.pushRedirect(prefix + 1, 'redirect');
-    }
-  }
-
-  private lexWord(): void {
-    const src = this.src;
-    const start = this.pos;
-    let value = '';
-    while (this.pos < src.length) {
-      const c = src[this.pos] as string;
-      const next = src[this.pos + 1];
-      if (WORD_BREAK.has(c)) {
-        // `name=(a b c)` is an array assignment, not a subshell.
-        if (c === '(' && value.endsWith('=') && /^[A-Za-z_][A-Za-z0-9_]*\+?=$/.test(value)) {
-          const end = this.skipBalanced(this.pos + 1, '(', ')');
-          value += src.slice(this.pos, end);
-          this.pos = end;
-          continue;
-        }
-        break;
-      }
-      if (c === "'") {
-        const close = src.indexOf("'", this.pos + 1);
-        const end = close === -1 ? src.length : close;
-        value += src.slice(this.pos + 1, end);
-        this.pos = Math.min(src.length, end + 1);
-      } else if (c === '$' && next === "'") {
-        const end = this.skipAnsiCString(this.pos + 2);
-        value += src.slice(this.pos + 2, Math.max(this.pos + 2, end - 1));
-        this.pos = end;
-      } else if (c === '"') {
-        const end = this.skipDoubleQuoted(this.pos + 1);
-        value += src.slice(this.pos + 1, Math.max(this.pos + 1, end - 1)).replace(/\\([$`"\\\n])/g, '$1');
-        this.pos = end;
-      } else if (c === '`') {
-        // Backquoted text is treated like quoted text: kept, never analysed.
-        const end = this.skipBackquoted(this.pos + 1);
-        value += src.slice(this.pos, end);
-        this.pos = end;
-      } else if (c === '\\') {
-        if (next !== undefined && next !== '\n') value += next;
-        this.pos = Math.min(src.length, this.pos + 2);
-      } else if (c === '$' && next === '(' && src[this.pos + 2] === '(') {
-        // Arithmetic `$(( a & b ))`: a bitwise `&`, not a background operator.
-        const end = this.skipBalanced(this.pos + 2, '(', ')');
-        value += src.slice(this.pos, end);
-        this.pos = end;
-      } else if (c === '$' && next === '(') {
-        // Command substitution: end the word here and let the main loop lex
-        // the inner commands, so a server hidden in `$(...)` is still found.
-        break;
-      } else if (c === '$' && next === '{') {
-        const end = this.skipBalanced(this.pos + 2, '{', '}');
-        value += src.slice(this.pos, end);
-        this.pos = end;
-      } else {
-        value += c;
-        this.pos += 1;
-      }
-    }
-    if (this.pos > start) this.pushWord(value, start);
-    if (src[this.pos] === '$' && src[this.pos + 1] === '(') this.pushOp('$(', 2);
-  }
-
-  private pushWord(value: string, start: number): void {
-    const target = this.nextWord;
-    this.tokens.push({ kind: 'word', value, start, end: this.pos, redirectTarget: target !== 'command' });
-    if (target === 'heredoc' || target === 'heredoc-tabs') {
-      this.pendingHeredocs.push({ delimiter: value, stripTabs: target === 'heredoc-tabs' });
-    }
-    this.nextWord = 'command';
-  }
-
-  /** Heredoc bodies start after the newline that ends the line holding `<<WORD`. */
-  private skipHeredocBodies(): void {
-    const src = this.src;
-    for (const heredoc of this.pendingHeredocs) {
-      while (this.pos < src.length) {
-        const newline = src.indexOf('\n', this.pos);
-        const lineEnd = newline === -1 ? src.length : newline;
-        let line = src.slice(this.pos, lineEnd);
-        if (heredoc.stripTabs) line = line.replace(/^\t+/, '');
-        this.pos = newline === -1 ? src.length : newline + 1;
-        if (line === heredoc.delimiter) break;
-      }
-    }
-    this.pendingHeredocs.length = 0;
-  }
-
-  /** Returns the index just past the closing `"`. */
-  private skipDoubleQuoted(from: number): number {
-    const src = this.src;
-    let i = from;
-    while (i < src.length) {
-      const c = src[i];
-      if (c === '\\') i += 2;
-      else if (c === '"') return i + 1;
-      else if (c === '`') i = this.skipBackquoted(i + 1);
-      else if (c === '$' && src[i + 1] === '(') i = this.skipBalanced(i + 2, '(', ')');
-      else i += 1;
-    }
-    return src.length;
-  }
-
-  private skipBackquoted(from: number): number {
-    const src = this.src;
-    let i = from;
-    while (i < src.length) {
-      const c = src[i];
-      if (c === '\\') i += 2;
-      else if (c === '`') return i + 1;
-      else i += 1;
-    }
-    return src.length;
-  }
-
-  private skipAnsiCString(from: number): number {
-    const src = this.src;
-    let i = from;
-    while (i < src.length) {
-      const c = src[i];
-      if (c === '\\') i += 2;
-      else if (c === "'") return i + 1;
-      else i += 1;
-    }
-    return src.length;
-  }
-
-  /**
-   * `from` is just after an opening bracket; returns the index past its
-   * matching close, skipping quoted text on the way.
-   */
-  private skipBalanced(from: number, open: string, close: string): number {
-    const src = this.src;
-    let depth = 1;
-    let i = from;
-    while (i < src.length) {
-      const c = src[i];
-      if (c === '\\') {
-        i += 2;
-      } else if (c === "'") {
-        const end = src.indexOf("'", i + 1);
-        i = end === -1 ? src.length : end + 1;
-      } else if (c === '"') {
-        i = this.skipDoubleQuoted(i + 1);
-      } else if (c === '`') {
-        i = this.skipBackquoted(i + 1);
-      } else if (c === open) {
-        depth += 1;
-        i += 1;
-      } else if (c === close) {
-        depth -= 1;
-        i += 1;
-        if (depth === 0) return i;
-      } else {
-        i += 1;
-      }
-    }
-    return src.length;
-  }
-}
-
-function lexShell(command: string): ShellToken[] {
-  return new ShellLexer(command).lex();
-}
-
-// ---------------------------------------------------------------------------
-// Simple commands and their command words
-// ---------------------------------------------------------------------------
-
-interface SimpleCommand {
-  /** Words in order, without redirection targets. */
-  readonly words: readonly string[];
-  /** Inside `$(...)`, `<(...)` or `>(...)`: its exit code is not the line's. */
-  readonly substitution: boolean;
-  /** The operator that ended it, if an operator did (`&` means it was backgrounded). */
-  readonly terminator?: OperatorText;
-}
-
-/**
- * Flattens the token stream into simple commands. A substitution's commands
- * are listed before the command that contains it, and a subshell's commands
- * in place, so the last non-substitution entry is the one whose exit code
- * bash reports for the line.
- */
-function splitCommands(tokens: readonly ShellToken[]): SimpleCommand[] {
-  const commands: SimpleCommand[] = [];
-  const stack: { words: string[]; substitution: boolean }[] = [{ words: [], substitution: false }];
-  const top = () => stack[stack.length - 1] as { words: string[]; substitution: boolean };
-  const flush = (terminator?: OperatorText) => {
-    const current = top();
-    if (current.words.length > 0) {
-      commands.push({
-        words: current.words,
-        substitution: current.substitution,
-        ...(terminator === undefined ? {} : { terminator }),
-      });
-    }
-    current.words = [];
-  };
-  for (const token of tokens) {
-    if (token.kind === 'word') {
-      if (!token.redirectTarget) top().words.push(token.value);
-    } else if (token.kind === 'op') {
-      if (token.op === '$(') {
-        stack.push({ words: [], substitution: true });
-      } else if (token.op === '(') {
-        flush();
-        stack.push({ words: [], substitution: top().substitution });
-      } else if (token.op === ')') {
-        flush(')');
-        if (stack.length > 1) stack.pop();
-      } else {
-        flush(token.op);
-      }
-    }
-  }
-  while (stack.length > 0) {
-    flush();
-    stack.pop();
-  }
-  return commands;
-}
 
 /** Words that may precede the command word without being the command. */
 const RESERVED_WORDS = new Set([
   '!', '{', '}', 'then', 'do', 'else', 'elif', 'if', 'while', 'until', 'fi', 'done', 'esac',
 ]);
-
-const ASSIGNMENT = /^[A-Za-z_][A-Za-z0-9_]*(?:\[[^\]]*\])?\+?=/;
 
 /**
  * Commands that run their arguments as another command, with the options
@@ -419,23 +61,6 @@ interface ResolvedCommand {
   readonly bounded: boolean;
 }
 
-function baseName(word: string): string {
-  const slash = word.lastIndexOf('/');
-  return slash === -1 ? word : word.slice(slash + 1);
-}
-
-/** Index of the first word after `start` that is not an option (or an option's value). */
-function skipOptions(words: readonly string[], start: number, withValue: ReadonlySet<string>): number {
-  let i = start;
-  while (i < words.length) {
-    const word = words[i] as string;
-    if (word === '--') return i + 1;
-    if (!word.startsWith('-') || word === '-') return i;
-    i += withValue.has(word) ? 2 : 1;
-  }
-  return i;
-}
-
 /** Finds the program a simple command actually runs, looking through sudo, env, assignments and the like. */
 function resolveCommand(words: readonly string[]): ResolvedCommand | null {
   let negated = false;
@@ -448,11 +73,11 @@ function resolveCommand(words: readonly string[]): ResolvedCommand | null {
       i += 1;
       continue;
     }
-    if (ASSIGNMENT.test(word)) {
+    if (ASSIGNMENT_WORD.test(word)) {
       i += 1;
       continue;
     }
-    const name = baseName(word);
+    const name = commandName(word);
     const prefixOptions = PREFIX_COMMANDS.get(name);
     if (prefixOptions) {
       // `command -v vite` only looks a program up; it does not run it.
@@ -591,7 +216,7 @@ function longRunningLabel({ name, args }: ResolvedCommand): string | null {
     const module = moduleIndex === -1 ? undefined : args[moduleIndex + 1];
     if (module !== undefined && PYTHON_SERVER_MODULES.has(module)) return `${name} -m ${module}`;
     if (module === 'flask' && positionals(args.slice(moduleIndex + 2))[0] === 'run') return `${name} -m flask run`;
-    if (first !== undefined && baseName(first) === 'manage.py' && positional[1] === 'runserver') {
+    if (first !== undefined && commandName(first) === 'manage.py' && positional[1] === 'runserver') {
       return 'manage.py runserver';
     }
     return null;
@@ -898,7 +523,7 @@ export function exitCodeMeaning(command: string, exitCode: number): string | und
   const commands = splitCommands(lexShell(command)).filter((simple) => !simple.substitution);
   let resolved: ResolvedCommand | null = null;
   for (let i = commands.length - 1; i >= 0 && resolved === null; i -= 1) {
-    resolved = resolveCommand((commands[i] as SimpleCommand).words);
+    resolved = resolveCommand((commands[i] as CommandWords).words);
   }
   // `! cmd` inverts the status, so cmd's own table no longer applies.
   if (resolved === null || resolved.negated) return undefined;
