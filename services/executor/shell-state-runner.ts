@@ -32,6 +32,7 @@ import { randomBytes } from 'node:crypto';
 import { posix } from 'node:path';
 import { UnavailableError } from '../common/errors.js';
 import type { Logger } from '../common/logging.js';
+import { shellQuote } from '../common/shell/quote.js';
 import type { BackendEnvironment, BackgroundHandle, ExecResult } from './backend.js';
 import { partialPrefixLength } from './output.js';
 
@@ -76,11 +77,6 @@ export const SERVICE_ENV_NAMES: ReadonlySet<string> = new Set([
 export function isProviderSecretName(name: string): boolean {
   const upper = name.toUpperCase();
   return SERVICE_ENV_NAMES.has(upper) || PROVIDER_SECRET_NAME_PARTS.some((part) => upper.includes(part));
-}
-
-/** Quotes `text` as one bash word: single quotes, with `'` spelled `'\''`. Safe for any NUL-free text. */
-export function shellQuote(text: string): string {
-  return `'${text.replaceAll("'", `'\\''`)}'`;
 }
 
 /** The two halves of the cwd marker line for one environment. */

@@ -5,6 +5,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { after, before, beforeEach, describe, it } from 'node:test';
 import { silentLogger } from '../../services/common/logging.js';
+import { shellQuote } from '../../services/common/shell/quote.js';
 import type { BackendEnvironment } from '../../services/executor/backend.js';
 import { LocalBackend } from '../../services/executor/backends/local/local-backend.js';
 import { truncateOutput } from '../../services/executor/output.js';
@@ -12,7 +13,6 @@ import {
   buildRunScript,
   CwdMarkerFilter,
   cwdMarker,
-  shellQuote,
   ShellStateRunner,
   type ShellRunRequest,
 } from '../../services/executor/shell-state-runner.js';

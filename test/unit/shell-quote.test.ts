@@ -1,7 +1,7 @@
 import { execFileSync } from 'node:child_process';
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
-import { shellQuote } from '../../services/dispatcher/tools/shell-quote.js';
+import { shellQuote } from '../../services/common/shell/quote.js';
 
 /** What a real shell makes of the quoted word: the proof that matters. */
 function throughShell(shell: string, value: string): string {

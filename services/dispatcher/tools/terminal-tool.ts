@@ -8,13 +8,11 @@
 import { requestCommandApproval } from '../approval/guard-hook.js';
 import type { TaskExecResult } from '../../common/task-client.js';
 import type { ToolArgs, ToolContext, ToolRegistration, ToolSchema } from '../tool-types.js';
-import {
-  exitCodeMeaning,
-  findForegroundHazard,
-  rewriteBackgroundChain,
-  validateForegroundTimeout,
-  validateWorkdir,
-} from './terminal-guards.js';
+import { rewriteBackgroundChain } from './terminal-guards/background-chain.js';
+import { exitCodeMeaning } from './terminal-guards/exit-code-meaning.js';
+import { findForegroundHazard } from './terminal-guards/foreground-hazard.js';
+import { validateForegroundTimeout } from './terminal-guards/foreground-timeout.js';
+import { validateWorkdir } from './terminal-guards/workdir.js';
 
 /** Limits the operator can tune; all in the units their names say. */
 export interface TerminalToolOptions {

@@ -9,7 +9,7 @@
  *   script with exactly that environment (`env -i`), stdout to the caller,
  *   stderr's head into a file.
  */
-import { shellQuote } from '../shell-state-runner.js';
+import { shellQuote } from '../../common/shell/quote.js';
 
 export type CodeMode = 'project' | 'strict';
 

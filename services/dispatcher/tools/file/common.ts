@@ -4,10 +4,10 @@
  */
 import { posix } from 'node:path';
 import { BerthError, NotFoundError } from '../../../common/errors.js';
+import { shellQuote } from '../../../common/shell/quote.js';
 import type { TaskClient } from '../../../common/task-client.js';
 import type { ToolArgs, ToolContext, ToolHandler } from '../../tool-types.js';
 import { PatchError } from '../patch-parser.js';
-import { shellQuote } from '../shell-quote.js';
 
 export const TOOLSET = 'file';
 export const HELPER_TIMEOUT_MS = 30_000;

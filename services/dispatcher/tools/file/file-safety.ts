@@ -17,8 +17,8 @@
  * sandbox user can.
  */
 import { posix } from 'node:path';
+import { shellQuote } from '../../../common/shell/quote.js';
 import type { ToolContext } from '../../tool-types.js';
-import { shellQuote } from '../shell-quote.js';
 import { HELPER_TIMEOUT_MS } from './common.js';
 
 export type WriteVerb = 'Write' | 'Delete' | 'Move';

@@ -9,10 +9,10 @@
  * `{"error": ...}` as from every tool.
  */
 import type { TaskClient } from '../../../common/task-client.js';
+import { shellQuote } from '../../../common/shell/quote.js';
 import type { ToolArgs, ToolContext, ToolRegistration } from '../../tool-types.js';
 import { fuzzyFindAndReplace, isAlreadyApplied, noMatchHint, pythonRepr } from '../fuzzy-match.js';
 import { applyPatch, parsePatch, PatchError, patchPaths, type FileChange, type ParsedPatch } from '../patch-parser.js';
-import { shellQuote } from '../shell-quote.js';
 import { unifiedDiff } from '../unified-diff.js';
 import { checkWriteAllowed } from './file-safety.js';
 import {

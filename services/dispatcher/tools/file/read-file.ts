@@ -12,8 +12,8 @@
  */
 import { posix } from 'node:path';
 import { BerthError } from '../../../common/errors.js';
+import { shellQuote } from '../../../common/shell/quote.js';
 import type { ToolArgs, ToolContext, ToolRegistration } from '../../tool-types.js';
-import { shellQuote } from '../shell-quote.js';
 import { HELPER_TIMEOUT_MS, guarded, intArg, nonEmptyStringArg, readIfExists, similarFiles, TOOLSET, type JsonObject } from './common.js';
 import { READ_DEDUP_STATUS_MESSAGE, contentFingerprint, readRegionKey, type FileLoopGuard } from './loop-guard.js';
 

@@ -7,9 +7,9 @@
  * a truncated result has a hint appended after the JSON text.
  */
 import { randomBytes } from 'node:crypto';
+import { shellQuote } from '../../../common/shell/quote.js';
 import type { TaskExecResult } from '../../../common/task-client.js';
 import type { ToolArgs, ToolContext, ToolRegistration } from '../../tool-types.js';
-import { shellQuote } from '../shell-quote.js';
 import { READ_MAX_LINE_CHARS } from './read-file.js';
 import { ToolInputError, enumArg, guarded, intArg, stringArg, TOOLSET, type JsonObject } from './common.js';
 

@@ -11,9 +11,9 @@
  */
 import { createHash } from 'node:crypto';
 import { posix } from 'node:path';
+import { shellQuote } from '../../../common/shell/quote.js';
 import type { TaskKey } from '../../backend.js';
 import { taskKeyString } from '../../backend.js';
-import { shellQuote } from '../../shell-state-runner.js';
 import { assertKillableGroup, killGroupScript } from '../shared/process-group.js';
 
 /** Exit codes of the preflight script, one per missing prerequisite. */

@@ -1,6 +1,7 @@
 /**
- * POSIX shell quoting for arguments the dispatcher splices into commands it
- * runs in a task's environment (search, delete). Single quotes are the only
+ * POSIX shell quoting for text spliced into commands run in a task's
+ * environment: the dispatcher's file tools (search, delete) and the
+ * executor's wrapper scripts alike. Single quotes are the only
  * POSIX quoting with no special characters inside, so every byte except the
  * quote itself passes through literally: no `$`, backtick, `\` or glob
  * expansion, in bash, dash, ash and zsh alike.
