@@ -42,6 +42,19 @@ export interface BackendConformanceOptions {
   readonly skipPty?: boolean;
   /** Tenant for the tasks the suite creates; default `conformance`. */
   readonly tenant?: string;
+  /**
+   * Drops the stream between the executor and the environment's exec agent
+   * (as a broken connection would), for backends that have one. Absent
+   * (local: no agent stream), the dropped-stream case is not registered.
+   */
+  readonly dropAgentStream?: (env: BackendEnvironment) => Promise<void>;
+  /**
+   * What a background process does when the agent stream drops: `survives`
+   * (found again by poll, still killable, after the executor reconnects) or
+   * `ends` (the agent stops what it started when its stream ends; poll says
+   * it exited and nothing is left running). Default `survives`.
+   */
+  readonly backgroundAfterDrop?: 'survives' | 'ends';
 }
 
 interface ProcessJson {
@@ -297,6 +310,49 @@ export function runBackendConformance(
         assert.match(end.output ?? '', /eof/);
       });
     });
+
+    const dropAgentStream = options.dropAgentStream;
+    if (dropAgentStream) {
+      describe('dropped agent stream', () => {
+        const survives = (options.backgroundAfterDrop ?? 'survives') === 'survives';
+        const title = survives
+          ? 'a background process survives a dropped agent stream and is found again after reconnect'
+          : 'a dropped agent stream ends background processes: poll says they exited, none is left running';
+        it(title, { timeout: testTimeoutMs }, async () => {
+          const key = newTask();
+          await exec(key, 'cd / && export BERTH_DROP_VAR=kept');
+          const seconds = uniqueSleepSeconds();
+          const started = await envs.startBackground(key, { command: `echo bg-up; sleep ${seconds}; echo never` });
+          await untilOutput(key, started.sessionId, 'bg-up');
+          assert.equal((await exec(key, countProcessesScript(`${seconds}`))).output.trim(), 'count=1');
+          const env = environments.get(taskKeyString(key));
+          assert.ok(env);
+
+          await dropAgentStream(env);
+
+          // The next command reconnects; the shell state lives in the environment, not in the stream.
+          const after = await exec(key, 'echo "$PWD $BERTH_DROP_VAR"');
+          assert.equal(after.exitCode, 0, after.output);
+          assert.equal(after.output, '/ kept\n');
+          const list = await processAction(key, 'list');
+          assert.ok(list.processes?.some((p) => p.session_id === started.sessionId), JSON.stringify(list));
+          if (survives) {
+            const polled = await processAction(key, 'poll', started.sessionId);
+            assert.equal(polled.status, 'running', JSON.stringify(polled));
+            assert.equal((await exec(key, countProcessesScript(`${seconds}`))).output.trim(), 'count=1');
+            const killed = await processAction(key, 'kill', started.sessionId);
+            assert.equal(killed.status, 'killed', JSON.stringify(killed));
+            const end = await processAction(key, 'poll', started.sessionId);
+            assert.deepEqual([end.status, end.exit_code], ['exited', -15]);
+          } else {
+            const end = await processAction(key, 'wait', started.sessionId, { timeoutMs: 20_000 * scale });
+            assert.equal(end.status, 'exited', JSON.stringify(end));
+            assert.match(end.output ?? '', /bg-up/);
+          }
+          await assertNoProcess(key, `${seconds}`, 'after the dropped stream');
+        });
+      });
+    }
 
     describe('files', () => {
       const tempDir = async (key: TaskKey) => {

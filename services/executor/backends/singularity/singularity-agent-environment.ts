@@ -79,6 +79,11 @@ export class SingularityAgentEnvironment implements BackendEnvironment {
     return this.#channel.hello.pid;
   }
 
+  /** The current agent's channel (tests drop it to act out a lost stream). */
+  get agentChannel(): AgentChannel {
+    return this.#channel;
+  }
+
   takeNotices(): string[] {
     return this.#notices.splice(0);
   }
