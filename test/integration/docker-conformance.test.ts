@@ -42,6 +42,7 @@ if (unavailable) {
         env.container.channel.close();
       },
       backgroundAfterDrop: 'ends',
+      executeCode: true,
       environmentExists: async (env: BackendEnvironment) => {
         if (!(env instanceof DockerEnvironment)) throw new Error(`not a docker environment: ${env.description}`);
         return (await containerState(docker, env.containerName)) !== undefined;

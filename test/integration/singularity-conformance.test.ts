@@ -44,6 +44,7 @@ if (skip) {
         env.agentChannel.close();
       },
       backgroundAfterDrop: 'ends',
+      executeCode: true,
       environmentExists: async (env) => {
         const name = env.description.replace(/^singularity:/, '');
         return (await backend?.ownInstances())?.includes(name) ?? false;

@@ -35,6 +35,7 @@ runBackendConformance(
       channel.close();
     },
     backgroundAfterDrop: 'survives',
+    executeCode: true,
   },
 );
 

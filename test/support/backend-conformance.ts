@@ -19,6 +19,8 @@ import { silentLogger } from '../../services/common/logging.js';
 import type { Backend, BackendEnvironment, TaskKey } from '../../services/executor/backend.js';
 import { taskKeyString } from '../../services/executor/backend.js';
 import { TaskEnvironments } from '../../services/executor/task-environment.js';
+import { CodeRunner } from '../../services/executor/code-execution/code-runner.js';
+import { buildHermesToolsModule } from '../../services/dispatcher/code-execution/hermes-tools-module.js';
 import type { TaskClient } from '../../services/common/task-client.js';
 import type { ToolContext } from '../../services/dispatcher/tool-types.js';
 import { fileToolRegistrations } from '../../services/dispatcher/tools/file-tools.js';
@@ -55,6 +57,12 @@ export interface BackendConformanceOptions {
    * it exited and nothing is left running). Default `survives`.
    */
   readonly backgroundAfterDrop?: 'survives' | 'ends';
+  /**
+   * Every environment runs execute_code scripts itself (it has an rpcDir or
+   * an rpcRelay): registers the case that a script sees terminal's files.
+   * Default false (a backend whose scripts need a code container).
+   */
+  readonly executeCode?: boolean;
 }
 
 interface ProcessJson {
@@ -350,6 +358,40 @@ export function runBackendConformance(
             assert.match(end.output ?? '', /bg-up/);
           }
           await assertNoProcess(key, `${seconds}`, 'after the dropped stream');
+        });
+      });
+    }
+
+    if (options.executeCode) {
+      describe('execute_code', () => {
+        it("a script sees terminal's files and cwd, and terminal sees the script's", { timeout: testTimeoutMs }, async () => {
+          const key = newTask();
+          const dir = (await exec(key, 'mktemp -d')).output.trim();
+          assert.match(dir, /^\//);
+          const made = await exec(key, `cd ${dir} && printf 'from terminal ${runId}' > from-terminal.txt`);
+          assert.equal(made.exitCode, 0, made.output);
+          const runner = new CodeRunner(envs, { logger: silentLogger(), killGraceMs: 1000 });
+          const code = `import json, os
+print(json.dumps({"cwd": os.getcwd(), "read": open("from-terminal.txt").read()}))
+open("from-script.txt", "w").write("from script ${runId}")
+`;
+          const r = await runner.run(key, {
+            code,
+            stubModule: buildHermesToolsModule(['terminal']),
+            mode: 'project',
+            timeoutMs: 60_000 * scale,
+            maxStdoutBytes: 50_000,
+            maxStderrBytes: 10_000,
+            envPassthrough: [],
+            credentialEnv: [],
+            allowedTools: ['terminal'],
+            allowHostSubprocess: true,
+            onToolCall: () => Promise.resolve(JSON.stringify({ error: 'no tool calls in this case' })),
+          });
+          assert.equal(r.exitCode, 0, r.stderr);
+          assert.deepEqual(JSON.parse(r.stdout), { cwd: dir, read: `from terminal ${runId}` });
+          assert.ok(!r.notices.some((n) => /code container/.test(n)), JSON.stringify(r.notices));
+          assert.equal((await exec(key, 'cat from-script.txt')).output, `from script ${runId}`);
         });
       });
     }
