@@ -158,9 +158,14 @@ async function backendFindings(backend: Backend, key: TaskKey, say: (verdict: Ve
   const singularity = await asSingularity(backend);
   if (singularity) {
     const transport = singularity.transportOf(key);
-    if (transport === 'agent') say('ok', 'commands reach the instance through the exec agent (one apptainer exec per task)');
-    else if (transport === 'apptainer-exec') {
-      say('warn', 'the image cannot run the exec agent (no python3?): each command starts its own apptainer exec (slower)');
+    if (transport === 'agent') {
+      say('ok', 'commands reach the instance through the exec agent (one apptainer exec per task); execute_code runs in the instance');
+    } else if (transport === 'apptainer-exec') {
+      say(
+        'warn',
+        'the image cannot run the exec agent (no python3?): each command starts its own apptainer exec (slower), ' +
+          'and execute_code runs in a per-task code container',
+      );
     }
     return;
   }

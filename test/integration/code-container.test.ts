@@ -27,7 +27,7 @@ import { SshBackend } from '../../services/executor/backends/ssh/ssh-backend.js'
 import { CodeContainers, type CodeContainersOptions } from '../../services/executor/code-execution/code-containers.js';
 import { CodeRunner, codeContainerNotice } from '../../services/executor/code-execution/code-runner.js';
 import { TaskEnvironments } from '../../services/executor/task-environment.js';
-import { doubleBackendOptions, doubleState, doubleUnavailableReason } from '../support/apptainer-double.js';
+import { doubleBackendOptions, doubleImageWithoutPython, doubleState, doubleUnavailableReason } from '../support/apptainer-double.js';
 import { cleanupDocker, containerState, dockerUnavailableReason, SANDBOX_IMAGE } from '../support/docker-fixtures.js';
 import { startSshd, type StartedSshd } from '../../services/cli/bench/sshd-container.js';
 
@@ -342,7 +342,10 @@ describe('execute_code code containers beside the singularity backend (apptainer
   it('tool calls reach the instance, open() sees the code container, which goes with the task', async () => {
     const double = await doubleState();
     stateRoots.push(double.stateDir);
-    const backend = await SingularityBackend.start(doubleBackendOptions(double));
+    // An image without python3 runs no exec agent, so the script needs the code container (with it, see
+    // test/e2e/execute-code-singularity.test.ts).
+    const image = await doubleImageWithoutPython(double);
+    const backend = await SingularityBackend.start(doubleBackendOptions(double, { image }));
     const envs = new TaskEnvironments({ backend, logger: silentLogger(), lifetimeSeconds: 0 });
     const containers = await CodeContainers.start(containersOptions(await newStateRoot(), 'singularity'));
     assert.ok(containers);

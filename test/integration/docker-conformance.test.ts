@@ -36,6 +36,13 @@ if (unavailable) {
       sharedHost: false,
       tenant,
       timeScale: 2,
+      // A lost agent connection is a lost container to the docker backend: it is replaced, its processes with it.
+      dropAgentStream: async (env: BackendEnvironment) => {
+        if (!(env instanceof DockerEnvironment)) throw new Error(`not a docker environment: ${env.description}`);
+        env.container.channel.close();
+      },
+      backgroundAfterDrop: 'ends',
+      executeCode: true,
       environmentExists: async (env: BackendEnvironment) => {
         if (!(env instanceof DockerEnvironment)) throw new Error(`not a docker environment: ${env.description}`);
         return (await containerState(docker, env.containerName)) !== undefined;

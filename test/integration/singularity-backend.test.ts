@@ -170,7 +170,7 @@ describe('singularity backend: commands through the exec agent', { skip, timeout
     const findings = await doctorOn(double, DOUBLE_IMAGE);
     assert.deepEqual(findings.filter((f) => f.verdict === 'fail'), []);
     assert.ok(
-      findings.some((f) => f.verdict === 'ok' && f.text === 'commands reach the instance through the exec agent (one apptainer exec per task)'),
+      findings.some((f) => f.verdict === 'ok' && f.text === 'commands reach the instance through the exec agent (one apptainer exec per task); execute_code runs in the instance'),
       JSON.stringify(findings),
     );
   });
@@ -221,7 +221,11 @@ describe('singularity backend on an image without python3', { skip, timeout: 300
     assert.deepEqual(findings.filter((f) => f.verdict === 'fail'), []);
     assert.ok(
       findings.some(
-        (f) => f.verdict === 'warn' && f.text === 'the image cannot run the exec agent (no python3?): each command starts its own apptainer exec (slower)',
+        (f) =>
+          f.verdict === 'warn' &&
+          f.text ===
+            'the image cannot run the exec agent (no python3?): each command starts its own apptainer exec (slower), ' +
+              'and execute_code runs in a per-task code container',
       ),
       JSON.stringify(findings),
     );

@@ -6,6 +6,7 @@
 import { rm } from 'node:fs/promises';
 import path from 'node:path';
 import { after } from 'node:test';
+import { SingularityAgentEnvironment } from '../../services/executor/backends/singularity/singularity-agent-environment.js';
 import { SingularityBackend } from '../../services/executor/backends/singularity/singularity-backend.js';
 import { APPTAINER_DOUBLE, DOUBLE_IMAGE, doubleState, doubleUnavailableReason } from '../support/apptainer-double.js';
 import { runBackendConformance } from '../support/backend-conformance.js';
@@ -37,6 +38,13 @@ if (skip) {
     {
       sharedHost: false,
       timeScale: 2,
+      // Ending the agent's stdin is what a broken stream looks like from inside: the agent stops what it started.
+      dropAgentStream: async (env) => {
+        if (!(env instanceof SingularityAgentEnvironment)) throw new Error(`no exec agent in ${env.description}`);
+        env.agentChannel.close();
+      },
+      backgroundAfterDrop: 'ends',
+      executeCode: true,
       environmentExists: async (env) => {
         const name = env.description.replace(/^singularity:/, '');
         return (await backend?.ownInstances())?.includes(name) ?? false;

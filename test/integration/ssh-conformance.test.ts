@@ -4,6 +4,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { after } from 'node:test';
 import { SshBackend } from '../../services/executor/backends/ssh/ssh-backend.js';
+import { SshEnvironment } from '../../services/executor/backends/ssh/ssh-environment.js';
 import { runBackendConformance } from '../support/backend-conformance.js';
 import { startSshd, type StartedSshd } from '../../services/cli/bench/sshd-container.js';
 
@@ -24,7 +25,18 @@ runBackendConformance(
       pollIntervalMs: 100,
     });
   },
-  { sharedHost: true, timeScale: 2 },
+  {
+    sharedHost: true,
+    timeScale: 2,
+    // Background processes on ssh are detached (nohup/setsid, files in the task dir): they outlive the agent's channel.
+    dropAgentStream: async (env) => {
+      const channel = env instanceof SshEnvironment ? env.agentChannel : undefined;
+      if (!channel) throw new Error(`no exec agent in ${env.description}`);
+      channel.close();
+    },
+    backgroundAfterDrop: 'survives',
+    executeCode: true,
+  },
 );
 
 after(async () => {

@@ -19,6 +19,8 @@ import { silentLogger } from '../../services/common/logging.js';
 import type { Backend, BackendEnvironment, TaskKey } from '../../services/executor/backend.js';
 import { taskKeyString } from '../../services/executor/backend.js';
 import { TaskEnvironments } from '../../services/executor/task-environment.js';
+import { CodeRunner } from '../../services/executor/code-execution/code-runner.js';
+import { buildHermesToolsModule } from '../../services/dispatcher/code-execution/hermes-tools-module.js';
 import type { TaskClient } from '../../services/common/task-client.js';
 import type { ToolContext } from '../../services/dispatcher/tool-types.js';
 import { fileToolRegistrations } from '../../services/dispatcher/tools/file-tools.js';
@@ -42,6 +44,25 @@ export interface BackendConformanceOptions {
   readonly skipPty?: boolean;
   /** Tenant for the tasks the suite creates; default `conformance`. */
   readonly tenant?: string;
+  /**
+   * Drops the stream between the executor and the environment's exec agent
+   * (as a broken connection would), for backends that have one. Absent
+   * (local: no agent stream), the dropped-stream case is not registered.
+   */
+  readonly dropAgentStream?: (env: BackendEnvironment) => Promise<void>;
+  /**
+   * What a background process does when the agent stream drops: `survives`
+   * (found again by poll, still killable, after the executor reconnects) or
+   * `ends` (the agent stops what it started when its stream ends; poll says
+   * it exited and nothing is left running). Default `survives`.
+   */
+  readonly backgroundAfterDrop?: 'survives' | 'ends';
+  /**
+   * Every environment runs execute_code scripts itself (it has an rpcDir or
+   * an rpcRelay): registers the case that a script sees terminal's files.
+   * Default false (a backend whose scripts need a code container).
+   */
+  readonly executeCode?: boolean;
 }
 
 interface ProcessJson {
@@ -297,6 +318,83 @@ export function runBackendConformance(
         assert.match(end.output ?? '', /eof/);
       });
     });
+
+    const dropAgentStream = options.dropAgentStream;
+    if (dropAgentStream) {
+      describe('dropped agent stream', () => {
+        const survives = (options.backgroundAfterDrop ?? 'survives') === 'survives';
+        const title = survives
+          ? 'a background process survives a dropped agent stream and is found again after reconnect'
+          : 'a dropped agent stream ends background processes: poll says they exited, none is left running';
+        it(title, { timeout: testTimeoutMs }, async () => {
+          const key = newTask();
+          await exec(key, 'cd / && export BERTH_DROP_VAR=kept');
+          const seconds = uniqueSleepSeconds();
+          const started = await envs.startBackground(key, { command: `echo bg-up; sleep ${seconds}; echo never` });
+          await untilOutput(key, started.sessionId, 'bg-up');
+          assert.equal((await exec(key, countProcessesScript(`${seconds}`))).output.trim(), 'count=1');
+          const env = environments.get(taskKeyString(key));
+          assert.ok(env);
+
+          await dropAgentStream(env);
+
+          // The next command reconnects; the shell state lives in the environment, not in the stream.
+          const after = await exec(key, 'echo "$PWD $BERTH_DROP_VAR"');
+          assert.equal(after.exitCode, 0, after.output);
+          assert.equal(after.output, '/ kept\n');
+          const list = await processAction(key, 'list');
+          assert.ok(list.processes?.some((p) => p.session_id === started.sessionId), JSON.stringify(list));
+          if (survives) {
+            const polled = await processAction(key, 'poll', started.sessionId);
+            assert.equal(polled.status, 'running', JSON.stringify(polled));
+            assert.equal((await exec(key, countProcessesScript(`${seconds}`))).output.trim(), 'count=1');
+            const killed = await processAction(key, 'kill', started.sessionId);
+            assert.equal(killed.status, 'killed', JSON.stringify(killed));
+            const end = await processAction(key, 'poll', started.sessionId);
+            assert.deepEqual([end.status, end.exit_code], ['exited', -15]);
+          } else {
+            const end = await processAction(key, 'wait', started.sessionId, { timeoutMs: 20_000 * scale });
+            assert.equal(end.status, 'exited', JSON.stringify(end));
+            assert.match(end.output ?? '', /bg-up/);
+          }
+          await assertNoProcess(key, `${seconds}`, 'after the dropped stream');
+        });
+      });
+    }
+
+    if (options.executeCode) {
+      describe('execute_code', () => {
+        it("a script sees terminal's files and cwd, and terminal sees the script's", { timeout: testTimeoutMs }, async () => {
+          const key = newTask();
+          const dir = (await exec(key, 'mktemp -d')).output.trim();
+          assert.match(dir, /^\//);
+          const made = await exec(key, `cd ${dir} && printf 'from terminal ${runId}' > from-terminal.txt`);
+          assert.equal(made.exitCode, 0, made.output);
+          const runner = new CodeRunner(envs, { logger: silentLogger(), killGraceMs: 1000 });
+          const code = `import json, os
+print(json.dumps({"cwd": os.getcwd(), "read": open("from-terminal.txt").read()}))
+open("from-script.txt", "w").write("from script ${runId}")
+`;
+          const r = await runner.run(key, {
+            code,
+            stubModule: buildHermesToolsModule(['terminal']),
+            mode: 'project',
+            timeoutMs: 60_000 * scale,
+            maxStdoutBytes: 50_000,
+            maxStderrBytes: 10_000,
+            envPassthrough: [],
+            credentialEnv: [],
+            allowedTools: ['terminal'],
+            allowHostSubprocess: true,
+            onToolCall: () => Promise.resolve(JSON.stringify({ error: 'no tool calls in this case' })),
+          });
+          assert.equal(r.exitCode, 0, r.stderr);
+          assert.deepEqual(JSON.parse(r.stdout), { cwd: dir, read: `from terminal ${runId}` });
+          assert.ok(!r.notices.some((n) => /code container/.test(n)), JSON.stringify(r.notices));
+          assert.equal((await exec(key, 'cat from-script.txt')).output, `from script ${runId}`);
+        });
+      });
+    }
 
     describe('files', () => {
       const tempDir = async (key: TaskKey) => {

@@ -1,7 +1,8 @@
 /**
- * execute_code's per-task code containers, for terminal backends whose
- * environments share no directory with the executor (ssh, singularity):
- * the script cannot get a Unix socket there, so it runs in a hardened
+ * execute_code's per-task code containers, for task environments that
+ * share no directory with the executor and run no exec agent to relay a
+ * socket (an ssh host or a singularity image without python3): the script
+ * cannot get a Unix socket there, so it runs in a hardened
  * docker container of its task instead and reaches the terminal backend
  * only through its tool calls (script → socket → executor → RunCode →
  * dispatcher → the task's ssh/singularity environment).

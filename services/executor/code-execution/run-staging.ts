@@ -6,7 +6,7 @@
  * - in a directory the executor shares with the sandbox (rpcDir: local,
  *   docker): made through a descriptor the sandbox cannot redirect
  *   (run-dir.ts), the socket is the executor's own;
- * - inside the sandbox itself, through its exec agent (rpcRelay: ssh, and
+ * - inside the sandbox itself, through its exec agent (rpcRelay: ssh, singularity, and
  *   any backend whose agent speaks over a stream): the agent makes the dir
  *   and the socket as the sandbox user, and relays each connection over its
  *   stream; the files go through the agent's file operations.

@@ -11,6 +11,11 @@
  * its `apptainer exec` process died), the next operation starts a new one
  * and says so in a notice; a command that was running when it went away
  * reports 137.
+ *
+ * execute_code runs its script here too ({@link rpcRelay}): the agent makes
+ * the run dir and `rpc.sock` under the task's state directory inside the
+ * instance and relays each connection over its stream to the executor, as
+ * on ssh; the script's open() sees what terminal() wrote.
  */
 import { InvalidArgumentError } from '../../../common/errors.js';
 import type { Logger } from '../../../common/logging.js';
@@ -21,6 +26,7 @@ import type {
   ExecOptions,
   ExecResult,
   FileStat,
+  RpcRelay,
 } from '../../backend.js';
 import type { AgentChannel } from '../shared/agent/agent-channel.js';
 import { awaitForeground, backgroundHandle } from '../shared/channel-commands.js';
@@ -46,6 +52,8 @@ export class SingularityAgentEnvironment implements BackendEnvironment {
   readonly homeDir = WORKSPACE_DIR;
   readonly initialCwd = WORKSPACE_DIR;
   readonly stateDir = STATE_DIR;
+  /** execute_code's socket inside the instance (under the task's private state dir), relayed by the agent. */
+  readonly rpcRelay: RpcRelay;
 
   readonly #setup: AgentEnvironmentSetup;
   #channel: AgentChannel;
@@ -57,11 +65,23 @@ export class SingularityAgentEnvironment implements BackendEnvironment {
     this.#setup = setup;
     this.description = setup.description;
     this.#channel = channel;
+    this.rpcRelay = {
+      sandboxDir: STATE_DIR,
+      listen: async (socketPath, onConnection) => {
+        assertNotReleased(this, this.#disposing);
+        return this.#withChannel((c) => c.listen(socketPath, onConnection));
+      },
+    };
   }
 
   /** The current agent's process id inside the instance. */
   get agentPid(): number {
     return this.#channel.hello.pid;
+  }
+
+  /** The current agent's channel (tests drop it to act out a lost stream). */
+  get agentChannel(): AgentChannel {
+    return this.#channel;
   }
 
   takeNotices(): string[] {
