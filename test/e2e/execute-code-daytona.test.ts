@@ -97,6 +97,8 @@ print(json.dumps({
     assert.match(serve.logs(), /"msg":"execute_code success in the task's daytona environment \(daytona sandbox berth-[0-9a-f]{32}\)/);
     const codeContainers = await docker.listContainers({ all: true, filters: { label: [`berth.task=${t}`, 'berth.role=code'] } });
     assert.deepEqual(codeContainers, []);
+    // Nor does the executor set up code containers (or count their cost against the tenant's quota).
+    assert.doesNotMatch(serve.logs(), /per-task docker code containers|needs Docker for its code containers/);
     // The run dir went with the run.
     assert.equal(await sh('ls -A /tmp/berth-code | wc -l', t), '0');
     await serve.client.endTask({ taskId: t });
