@@ -149,11 +149,12 @@ export interface BackendCapabilities {
   /** True when the environment shares the host filesystem (approval cannot be skipped). */
   readonly hostFilesystem: boolean;
   /**
-   * True when every environment has an {@link BackendEnvironment.rpcDir}, so
-   * execute_code runs scripts in the task's own environment. False (ssh,
-   * singularity): an environment may have neither an rpcDir nor an
-   * {@link BackendEnvironment.rpcRelay} (a host without python3), and then
-   * its scripts need a per-task code container.
+   * True when every environment has an {@link BackendEnvironment.rpcDir} or
+   * an {@link BackendEnvironment.rpcRelay} (daytona: no agent-less fallback),
+   * so execute_code runs scripts in the task's own environment and the
+   * executor needs no code containers. False (ssh, singularity): an
+   * environment may have neither (a host without python3), and then its
+   * scripts need a per-task code container.
    */
   readonly sharesRpcDir: boolean;
 }

@@ -110,26 +110,6 @@ describe('berth serve and doctor --backend daytona against the stand-in', { skip
     await serve.client.endTask({ taskId: t2 });
   });
 
-  test("execute_code: the script's tools reach the sandbox; the script itself runs in a code container on the executor's Docker", async () => {
-    const t = task('code');
-    await call('write_file', { path: '/workspace/by-tool.txt', content: 'sandbox side\n' }, t);
-    const code = `import json, os
-from hermes_tools import terminal
-print(json.dumps({
-    "terminal": terminal("cat /workspace/by-tool.txt")["output"].strip(),
-    "open_sees_sandbox_file": os.path.exists("/workspace/by-tool.txt"),
-}))
-`;
-    const r = await call('execute_code', { code }, t);
-    assert.equal(r.status, 'success', JSON.stringify(r));
-    assert.deepEqual(JSON.parse(String(r.output)), { terminal: 'sandbox side', open_sees_sandbox_file: false });
-    assert.match(String(r.notice), /^The script ran in a per-task code container \(docker\), not in the task's daytona environment/);
-    const code2 = await docker.listContainers({ all: true, filters: { label: [`berth.task=${t}`, 'berth.role=code'] } });
-    assert.equal(code2.length, 1);
-    await serve.client.endTask({ taskId: t });
-    assert.deepEqual(await docker.listContainers({ all: true, filters: { label: [`berth.task=${t}`] } }), []);
-  });
-
   const doctor = async (env: NodeJS.ProcessEnv) => {
     try {
       const { stdout } = await promisify(execFile)(process.execPath, [BERTH_BIN, 'doctor', '--backend', 'daytona'], {

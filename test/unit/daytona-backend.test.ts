@@ -148,6 +148,7 @@ describe('daytona environment keepalive', () => {
       readFile: () => Promise.reject(new Error('unused')),
       writeFile: () => Promise.reject(new Error('unused')),
       stat: () => Promise.reject(new Error('unused')),
+      listen: () => Promise.reject(new Error('unused')),
       close: () => undefined,
     };
     let released = 0;

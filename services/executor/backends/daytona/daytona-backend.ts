@@ -8,7 +8,8 @@
  *   network policy as `networkBlockAll` / `networkAllowList`.
  * - Commands, background processes, PTYs and files go through the exec
  *   agent, over one PTY session per sandbox (pty-agent.ts): one message per
- *   command, process-group kills inside the sandbox, 124 / 130.
+ *   command, process-group kills inside the sandbox, 124 / 130. execute_code
+ *   scripts run in the sandbox too: the agent relays their rpc.sock.
  * - Release: persistent mode stops the sandbox (the next use of the task
  *   starts it again, files kept); otherwise it is deleted.
  *
@@ -192,8 +193,9 @@ export class DaytonaBackend implements Backend {
   }
 
   get capabilities(): BackendCapabilities {
-    // The sandbox is the boundary; no directory is shared with the executor.
-    return { name: 'daytona', pty: true, hostFilesystem: false, sharesRpcDir: false };
+    // The sandbox is the boundary; no directory is shared with the executor. Every environment runs
+    // execute_code itself (its agent relays rpc.sock; there is no agent-less fallback), so no code containers.
+    return { name: 'daytona', pty: true, hostFilesystem: false, sharesRpcDir: true };
   }
 
   get #startTimeout(): number {

@@ -10,6 +10,7 @@
  * (starting the sandbox again if it stopped) and says so in a notice.
  */
 import { posix } from 'node:path';
+import type { Duplex } from 'node:stream';
 import { FailedPreconditionError, InvalidArgumentError } from '../../../common/errors.js';
 import type { Logger } from '../../../common/logging.js';
 import type {
@@ -19,6 +20,8 @@ import type {
   ExecOptions,
   ExecResult,
   FileStat,
+  RelayedSocket,
+  RpcRelay,
 } from '../../backend.js';
 import { ExecDeadline, interruptedBeforeStart } from '../shared/exec-deadline.js';
 import { assertNotReleased, deliverExit, deliverOutput } from '../shared/guards.js';
@@ -29,8 +32,18 @@ import type { SandboxDirs } from './pty-agent.js';
 /** The runner's state files inside the sandbox; emptied when an environment begins. */
 export const SANDBOX_STATE_DIR = '/tmp/berth-state';
 
-/** A channel that can be pinged (the agent's). */
-export type PingableChannel = SandboxChannel & { ping(): Promise<void> };
+/**
+ * Where execute_code's run dirs go inside the sandbox (one sandbox per task,
+ * so private to the task); emptied when an environment begins, which also
+ * drops run dirs a killed executor left.
+ */
+export const SANDBOX_CODE_DIR = '/tmp/berth-code';
+
+/** The agent's channel: pinged while idle, and relaying execute_code's socket. */
+export type PingableChannel = SandboxChannel & {
+  ping(): Promise<void>;
+  listen(socketPath: string, onConnection: (socket: Duplex) => void): Promise<RelayedSocket>;
+};
 
 /** A connected agent and what the sandbox's shell said about its directories. */
 export interface Connection {
@@ -64,6 +77,12 @@ export class DaytonaEnvironment implements BackendEnvironment {
   readonly homeDir: string;
   readonly initialCwd: string;
   readonly stateDir = SANDBOX_STATE_DIR;
+  /**
+   * execute_code runs in the sandbox itself: the agent makes the run dir and
+   * rpc.sock there and relays each connection over its PTY stream, so the
+   * script's open() sees the files its terminal() calls wrote.
+   */
+  readonly rpcRelay: RpcRelay;
   readonly #o: DaytonaEnvironmentOptions;
   #channel: PingableChannel;
   #reconnecting: Promise<PingableChannel> | undefined;
@@ -81,24 +100,32 @@ export class DaytonaEnvironment implements BackendEnvironment {
       if (!this.#channel.isLost) this.#channel.ping().catch(() => undefined);
     }, options.keepaliveMs ?? KEEPALIVE_MS);
     this.#keepalive.unref();
+    this.rpcRelay = {
+      sandboxDir: SANDBOX_CODE_DIR,
+      listen: (socketPath, onConnection) => {
+        assertNotReleased(this, this.#disposing);
+        return this.#withChannel((channel) => channel.listen(socketPath, onConnection));
+      },
+    };
   }
 
-  /** Empties the state directory (a stopped-and-started sandbox still holds the last task's). */
+  /** Empties the state and code directories (a stopped-and-started sandbox still holds the last task's). */
   async init(): Promise<void> {
+    const dirs = `${SANDBOX_STATE_DIR} ${SANDBOX_CODE_DIR}`;
     const proc = await this.#channel.spawn({
-      script: `rm -rf ${SANDBOX_STATE_DIR} && mkdir -m 700 ${SANDBOX_STATE_DIR}`,
+      script: `rm -rf ${dirs} && mkdir -m 700 ${dirs}`,
       cwd: '/',
       onOutput: () => undefined,
     });
     const exit = await proc.exited;
-    if (exit.code !== 0) throw new FailedPreconditionError(`cannot create ${SANDBOX_STATE_DIR} in ${this.description}`);
+    if (exit.code !== 0) throw new FailedPreconditionError(`cannot create ${dirs} in ${this.description}`);
   }
 
   takeNotices(): string[] {
     return this.#notices.splice(0);
   }
 
-  async #ready(): Promise<SandboxChannel> {
+  async #ready(): Promise<PingableChannel> {
     assertNotReleased(this, this.#disposing);
     if (this.#reconnecting) return this.#reconnecting;
     return this.#channel.isLost ? this.#reconnect(this.#channel, '') : this.#channel;
@@ -131,7 +158,8 @@ export class DaytonaEnvironment implements BackendEnvironment {
     return this.#reconnecting;
   }
 
-  async #withChannel<T>(fn: (channel: SandboxChannel) => Promise<T>): Promise<T> {
+  /** Runs `fn` on the live channel; once more on a new one when the stream was lost before `fn` got anywhere. */
+  async #withChannel<T>(fn: (channel: PingableChannel) => Promise<T>): Promise<T> {
     const channel = await this.#ready();
     try {
       return await fn(channel);

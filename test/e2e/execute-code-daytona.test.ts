@@ -1,0 +1,219 @@
+/**
+ * execute_code through `bin/berth serve --backend daytona`, against the
+ * Daytona stand-in (a test double of Daytona's API backed by the local
+ * Docker engine, not the cloud), started once for the file.
+ *
+ * The script runs inside the task's sandbox: its rpc.sock is made there by
+ * the task's exec agent and each connection is relayed over the agent's PTY
+ * stream to the executor. What a user notices: open() and terminal() see
+ * the same files and the same machine, no code container is made on the
+ * executor's Docker, the result carries no code-container notice, and the
+ * seed document's three scripts run as on local.
+ */
+import assert from 'node:assert/strict';
+import os from 'node:os';
+import { after, before, describe, test } from 'node:test';
+import Dockerode from 'dockerode';
+import type { ExecuteCodeResult as CodeResult } from '../../services/dispatcher/code-execution/execute-code-result.js';
+import { SANDBOX_IMAGE, dockerUnavailableReason, runTaskIds } from '../support/docker-fixtures.js';
+import { startDaytonaStandIn, type RunningStandIn } from '../support/daytona-standin.js';
+import { startServe, type ServeProcess } from '../support/serve-process.js';
+
+const docker = new Dockerode();
+const unavailable = await dockerUnavailableReason(docker);
+const { run: RUN, task } = runTaskIds();
+
+describe('execute_code on berth serve --backend daytona (stand-in)', { skip: unavailable, timeout: 600_000 }, () => {
+  let standIn: RunningStandIn;
+  let serve: ServeProcess;
+
+  before(async () => {
+    standIn = await startDaytonaStandIn();
+    serve = await startServe(['--backend', 'daytona'], {
+      env: {
+        DAYTONA_API_KEY: standIn.apiKey,
+        DAYTONA_API_URL: standIn.apiUrl,
+        DAYTONA_TARGET: 'stand-in',
+        TERMINAL_DAYTONA_IMAGE: SANDBOX_IMAGE,
+      },
+    });
+  });
+
+  after(async () => {
+    await serve?.stop();
+    assert.equal(await standIn?.stop(), 0);
+    assert.deepEqual(await docker.listContainers({ all: true, filters: { label: [standIn.containerLabel] } }), []);
+  });
+
+  const call = async (name: string, args: object, taskId: string) => {
+    const r = await serve.client.callTool({ name, argumentsJson: JSON.stringify(args), taskId, sessionId: '' });
+    return JSON.parse(r.resultJson) as Record<string, unknown>;
+  };
+  const runCode = async (code: string, taskId: string) => (await call('execute_code', { code }, taskId)) as unknown as CodeResult;
+  const put = async (taskId: string, files: Record<string, string>) => {
+    for (const [file, content] of Object.entries(files)) {
+      const r = await call('write_file', { path: file, content }, taskId);
+      assert.ok(!('error' in r), JSON.stringify(r));
+    }
+  };
+  const sh = async (command: string, taskId: string) => {
+    const r = await call('terminal', { command }, taskId);
+    assert.equal(r.exit_code, 0, JSON.stringify(r));
+    return String(r.output);
+  };
+
+  test('the script runs in the sandbox: open() and terminal() see the same files, and no code container is made', async () => {
+    const t = task('daytona-same-sandbox');
+    await call('write_file', { path: '/workspace/by-tool.txt', content: `sandbox side ${RUN}` }, t);
+    const code = `import json, os
+from hermes_tools import terminal, read_file
+open("/workspace/opened-${RUN}.txt", "w").write("written by open()")
+print(json.dumps({
+    "terminal_hostname": terminal("hostname")["output"].strip(),
+    "open_hostname": open("/etc/hostname").read().strip(),
+    "read_file": read_file("/workspace/by-tool.txt")["content"],
+    "open_reads_tool_file": open("/workspace/by-tool.txt").read(),
+    "terminal_sees_opened": terminal("cat /workspace/opened-${RUN}.txt")["output"].strip(),
+    "socket_mode": oct(os.stat(os.environ["HERMES_RPC_SOCKET"]).st_mode & 0o777),
+    "socket_dir": os.path.dirname(os.path.dirname(os.environ["HERMES_RPC_SOCKET"])),
+}))
+`;
+    const r = await runCode(code, t);
+    assert.equal(r.status, 'success', JSON.stringify(r));
+    const seen = JSON.parse(r.output) as Record<string, string>;
+    assert.equal(seen.open_hostname, seen.terminal_hostname);
+    assert.notEqual(seen.open_hostname, os.hostname(), 'not the executor host');
+    assert.deepEqual(seen, {
+      terminal_hostname: seen.terminal_hostname,
+      open_hostname: seen.terminal_hostname,
+      read_file: `1|sandbox side ${RUN}`,
+      open_reads_tool_file: `sandbox side ${RUN}`,
+      terminal_sees_opened: 'written by open()',
+      socket_mode: '0o600',
+      socket_dir: '/tmp/berth-code',
+    });
+    assert.equal(r.tool_calls_made, 3);
+    assert.equal(r.notice, undefined, 'no code-container notice');
+    assert.match(serve.logs(), /"msg":"execute_code success in the task's daytona environment \(daytona sandbox berth-[0-9a-f]{32}\)/);
+    const codeContainers = await docker.listContainers({ all: true, filters: { label: [`berth.task=${t}`, 'berth.role=code'] } });
+    assert.deepEqual(codeContainers, []);
+    // Nor does the executor set up code containers (or count their cost against the tenant's quota).
+    assert.doesNotMatch(serve.logs(), /per-task docker code containers|needs Docker for its code containers/);
+    // The run dir went with the run.
+    assert.equal(await sh('ls -A /tmp/berth-code | wc -l', t), '0');
+    await serve.client.endTask({ taskId: t });
+  });
+
+  test('seed: find the *.yaml files that mention the database and preview them', async () => {
+    const t = task('daytona-seed-yaml');
+    const project = `/workspace/configs-${RUN}`;
+    await put(t, {
+      [`${project}/app.yaml`]: 'database:\n  host: db.internal\n  port: 5432\n',
+      [`${project}/worker.yaml`]: 'queue: redis\ndatabase: { host: replica }\n',
+      [`${project}/other.yml`]: 'database: not matched by the glob\n',
+      [`${project}/notes.txt`]: 'the database is fine\n',
+    });
+    const code = `from hermes_tools import search_files, read_file
+import json
+# Find every config file and pull out the database settings
+matches = search_files("database", path=${JSON.stringify(project)}, file_glob="*.yaml", limit=20)
+configs = []
+for match in matches.get("matches", []):
+    content = read_file(match["path"])
+    configs.append({"file": match["path"], "preview": content["content"][:200]})
+
+print(json.dumps(configs, indent=2))
+`;
+    const r = await runCode(code, t);
+    assert.equal(r.status, 'success', JSON.stringify(r));
+    const configs = JSON.parse(r.output) as Array<{ file: string; preview: string }>;
+    assert.deepEqual(configs.map((c) => c.file.split('/').pop()).sort(), ['app.yaml', 'worker.yaml']);
+    assert.match(configs.find((c) => c.file.endsWith('app.yaml'))?.preview ?? '', /host: db\.internal/);
+    assert.equal(r.tool_calls_made, 3);
+    await serve.client.endTask({ taskId: t });
+  });
+
+  test('seed: batch refactor with search_files and patch(replace_all=True), relative paths in the task cwd', async () => {
+    const t = task('daytona-seed-refactor');
+    const root = `/workspace/refactor-${RUN}`;
+    await put(t, {
+      [`${root}/src/a.py`]: 'x = old_api_call(1)\n',
+      [`${root}/src/b.py`]: 'def f():\n    return old_api_call(2) + old_api_call(3)\n',
+      [`${root}/src/c.py`]: 'y = old_api_call(4)\nz = 1\nw = old_api_call(5)\n',
+      [`${root}/src/d.py`]: 'print("untouched")\n',
+    });
+    const code = `from hermes_tools import search_files, read_file, patch
+# Find every Python file that uses the deprecated API and fix it
+matches = search_files("old_api_call", path="src/", file_glob="*.py")
+fixed = 0
+for match in matches.get("matches", []):
+    result = patch(
+        path=match["path"],
+        old_string="old_api_call(",
+        new_string="new_api_call(",
+        replace_all=True
+    )
+    if "error" not in str(result):
+        fixed += 1
+
+print(f"Fixed {fixed} files out of {len(matches.get('matches', []))} matches")
+`;
+    await sh(`cd ${root}`, t);
+    const r = await runCode(code, t);
+    assert.equal(r.status, 'success', JSON.stringify(r));
+    assert.equal(r.output, 'Fixed 4 files out of 4 matches\n');
+    assert.equal(r.tool_calls_made, 5);
+    assert.equal(await sh(`cat ${root}/src/b.py`, t), 'def f():\n    return new_api_call(2) + new_api_call(3)');
+    assert.equal(await sh(`grep -rl old_api_call ${root}/src | wc -l`, t), '0');
+    await serve.client.endTask({ taskId: t });
+  });
+
+  test('seed: build-and-test pipeline through terminal() reporting passed/failed counts', async () => {
+    const t = task('daytona-seed-tests');
+    const project = `/workspace/project-${RUN}`;
+    await put(t, {
+      [`${project}/mathlib.py`]: 'def add(a, b):\n    return a + b\n',
+      [`${project}/test_mathlib.py`]:
+        'from mathlib import add\n\ndef test_add():\n    assert add(1, 2) == 3\n\n' +
+        'def test_add_negative():\n    assert add(-1, -1) == -2\n\ndef test_wrong():\n    assert add(2, 2) == 5\n',
+      // Where pytest is not installed the project's own tiny runner prints the same summary line.
+      [`${project}/run_tests.py`]:
+        'import importlib, sys, traceback\nsys.path.insert(0, ".")\nm = importlib.import_module("test_mathlib")\n' +
+        'passed = failed = 0\nfor name in sorted(n for n in dir(m) if n.startswith("test_")):\n' +
+        '    try:\n        getattr(m, name)()\n        passed += 1\n' +
+        '    except AssertionError:\n        failed += 1\n        print(f"FAILED test_mathlib.py::{name}")\n' +
+        'print(f"{failed} failed, {passed} passed")\nsys.exit(1 if failed else 0)\n',
+    });
+    const command =
+      `cd ${project} && if python3 -m pytest --version >/dev/null 2>&1; then python3 -m pytest --tb=short -q -p no:cacheprovider 2>&1; ` +
+      'else python3 run_tests.py 2>&1; fi';
+    const code = `from hermes_tools import terminal, read_file
+import json, re
+# Run the tests, parse the results and report
+result = terminal(${JSON.stringify(command)}, timeout=120)
+output = result.get("output", "")
+def count(word):
+    m = re.search(r"(\\d+) " + word, output)
+    return int(m.group(1)) if m else 0
+
+report = {
+    "passed": count("passed"),
+    "failed": count("failed"),
+    "errors": count("error"),
+    "exit_code": result.get("exit_code", -1),
+    "summary": output[-500:] if len(output) > 500 else output
+}
+
+print(json.dumps(report, indent=2))
+`;
+    const r = await runCode(code, t);
+    assert.equal(r.status, 'success', JSON.stringify(r));
+    const report = JSON.parse(r.output) as { passed: number; failed: number; errors: number; exit_code: number; summary: string };
+    assert.equal(report.passed, 2, report.summary);
+    assert.equal(report.failed, 1, report.summary);
+    assert.equal(report.errors, 0, report.summary);
+    assert.equal(report.exit_code, 1);
+    assert.match(report.summary, /test_wrong/);
+    await serve.client.endTask({ taskId: t });
+  });
+});
