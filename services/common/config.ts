@@ -498,6 +498,9 @@ export function parseConfig(raw: unknown, source = 'config'): BerthConfig {
   if (config.terminal.backend === 'singularity' && config.terminal.singularity_image === '') {
     problems.push('terminal.singularity_image: the singularity backend needs it (a SIF path or docker://IMAGE)');
   }
+  if (config.terminal.backend === 'modal' && config.terminal.modal_image === '') {
+    problems.push('terminal.modal_image: the modal backend needs it (a registry image with python3 and bash, e.g. python:3.12-slim)');
+  }
   if (config.terminal.backend === 'ssh') {
     for (const key of ['ssh_host', 'ssh_user', 'ssh_key'] as const) {
       if (config.terminal[key] === '') problems.push(`terminal.${key}: the ssh backend needs it`);
