@@ -190,7 +190,7 @@ export class ModalBackend implements Backend {
     const opened = await this.openSandbox(key, true, logger);
     let live: LiveSandbox;
     try {
-      live = await this.attach(opened.sandbox, key, logger);
+      live = await this.attach(opened.sandbox, key, logger, opened.createdAt);
     } catch (err) {
       await opened.sandbox.terminate().catch(() => undefined);
       throw err;
@@ -229,7 +229,7 @@ export class ModalBackend implements Backend {
     reattach: boolean,
     logger: Logger | undefined,
     image?: ModalSdk.Image,
-  ): Promise<{ sandbox: ModalSdk.Sandbox; notice?: string }> {
+  ): Promise<OpenedSandbox> {
     const name = sandboxName(key);
     const id = taskKeyString(key);
     const findRunning = async () => {
@@ -244,7 +244,12 @@ export class ModalBackend implements Backend {
       const running = await findRunning();
       if (running) {
         logger?.info({ sandbox: running.sandboxId }, 'reusing the running Modal sandbox of this task');
-        return { sandbox: running, notice: 'The task\'s Modal sandbox was still running (an earlier executor started it) and is used again.' };
+        return {
+          sandbox: running,
+          // Its age is unknown: count it as half way through its lifetime, so it is renewed early rather than late.
+          createdAt: Date.now() - this.sandboxTimeoutMs / 2,
+          notice: 'The task\'s Modal sandbox was still running (an earlier executor started it) and is used again.',
+        };
       }
     }
     let notice: string | undefined;
@@ -262,22 +267,23 @@ export class ModalBackend implements Backend {
       }
     }
     if (!from) from = this.#baseImage ??= this.#client.images.fromRegistry(this.#o.image);
+    const createdAt = Date.now();
     try {
       const sandbox = await this.#client.sandboxes.create(this.#app, from, this.#sandboxParams(key));
       logger?.info({ sandbox: sandbox.sandboxId, name }, 'Modal sandbox created');
-      return notice ? { sandbox, notice } : { sandbox };
+      return notice ? { sandbox, createdAt, notice } : { sandbox, createdAt };
     } catch (err) {
       if (err instanceof this.#sdk.AlreadyExistsError) {
         // Another executor made it between our lookup and our create: use theirs.
         const running = await findRunning();
-        if (running) return { sandbox: running };
+        if (running) return { sandbox: running, createdAt };
       }
       throw modalError(err, `creating the sandbox of task ${id}`, this.#o.image);
     }
   }
 
   /** Starts the agent in `sandbox` and prepares the task's state directory. */
-  async attach(sandbox: ModalSdk.Sandbox, key: TaskKey, logger: Logger | undefined): Promise<LiveSandbox> {
+  async attach(sandbox: ModalSdk.Sandbox, key: TaskKey, logger: Logger | undefined, createdAt: number): Promise<LiveSandbox> {
     const description = `modal:${sandboxName(key)} (${sandbox.sandboxId})`;
     let channel: AgentChannel;
     try {
@@ -304,7 +310,7 @@ export class ModalBackend implements Backend {
       const [home, cwd] = out.split('\n');
       const homeDir = saneDir(home) ?? '/';
       const initialCwd = this.#o.initialCwd || (saneDir(cwd) && cwd !== '/' ? cwd! : homeDir);
-      return { sandbox, channel, description, stateDir, homeDir, initialCwd, startedAt: Date.now() };
+      return { sandbox, channel, description, stateDir, homeDir, initialCwd, startedAt: createdAt };
     } catch (err) {
       channel.close();
       throw err;
@@ -347,6 +353,14 @@ async function runSmall(channel: SandboxChannel, script: string): Promise<string
   return out.slice(0, 8192);
 }
 
+/** A task's sandbox, found or made, before its agent runs. */
+interface OpenedSandbox {
+  readonly sandbox: ModalSdk.Sandbox;
+  /** When it was created (an estimate for one found running); its timeout runs from then. */
+  readonly createdAt: number;
+  readonly notice?: string;
+}
+
 /** One running sandbox of a task and the agent in it. */
 interface LiveSandbox {
   readonly sandbox: ModalSdk.Sandbox;
@@ -355,6 +369,7 @@ interface LiveSandbox {
   readonly stateDir: string;
   readonly homeDir: string;
   readonly initialCwd: string;
+  /** When the sandbox was created: its timeout runs from then. */
   readonly startedAt: number;
 }
 
@@ -438,7 +453,7 @@ class ModalEnvironment implements BackendEnvironment {
           return undefined;
         });
         what =
-          `The task's Modal sandbox reached the end of its ${Math.round(this.#backend.sandboxTimeoutMs / 60_000)}-minute ` +
+          `The task's Modal sandbox reached the end of its ${this.#backend.sandboxTimeoutMs / 1000}-second ` +
           `lifetime; a new sandbox was started from a snapshot of its files${image ? '' : ' (the snapshot failed: files are gone)'}: ` +
           'background processes were stopped.';
       } else {
@@ -455,7 +470,7 @@ class ModalEnvironment implements BackendEnvironment {
       const opened = await this.#backend.openSandbox(this.#key, false, logger, image);
       let next: LiveSandbox;
       try {
-        next = await this.#backend.attach(opened.sandbox, this.#key, logger);
+        next = await this.#backend.attach(opened.sandbox, this.#key, logger, opened.createdAt);
       } catch (err) {
         await opened.sandbox.terminate().catch(() => undefined);
         throw err;
