@@ -13,6 +13,7 @@ import { createLogger } from '../common/logging.js';
 import type { Backend, TaskKey } from '../executor/backend.js';
 import { createBackend } from '../executor/backends/create-backend.js';
 import type { DockerBackend } from '../executor/backends/docker/docker-backend.js';
+import type { ModalBackend } from '../executor/backends/modal/modal-backend.js';
 import { TaskEnvironments } from '../executor/task-environment.js';
 
 export const DOCTOR_HELP = `  berth doctor [--config FILE] [--backend NAME]
@@ -88,6 +89,16 @@ export async function runDoctor(config: BerthConfig, report: (finding: Finding) 
     await (await asDocker(backend))?.removeTaskVolumes(key).catch((err: unknown) =>
       say('warn', `removing the doctor's task volumes failed: ${message(err)}; remove volumes labelled berth.tenant=${key.tenant}`),
     );
+    const modal = await asModal(backend);
+    if (modal) {
+      await modal.sandboxRunning(key).then(
+        (running) =>
+          running
+            ? say('fail', "the doctor's Modal sandbox still runs after its release; terminate it in Modal's dashboard (app berth)")
+            : say('ok', 'release terminated the Modal sandbox'),
+        (err: unknown) => say('warn', `could not check that the doctor's Modal sandbox was terminated: ${message(err)}`),
+      );
+    }
     await backend.close().catch(() => undefined);
     for (const text of new Set(warnings)) say('warn', text);
   }
@@ -101,8 +112,23 @@ async function asDocker(backend: Backend): Promise<DockerBackend | undefined> {
   return backend instanceof DockerBackend ? backend : undefined;
 }
 
+/** The backend as a ModalBackend, when it is one (its module loads no SDK by itself). */
+async function asModal(backend: Backend): Promise<ModalBackend | undefined> {
+  if (backend.capabilities.name !== 'modal') return undefined;
+  const { ModalBackend } = await import('../executor/backends/modal/modal-backend.js');
+  return backend instanceof ModalBackend ? backend : undefined;
+}
+
 /** What only one backend can tell: for docker, how commands reach the container and whether the disk limit holds. */
 async function backendFindings(backend: Backend, key: TaskKey, say: (verdict: Verdict, text: string) => void): Promise<void> {
+  const modal = await asModal(backend);
+  if (modal) {
+    say('ok', "commands reach the Modal sandbox through the exec agent, on one exec of Modal's SDK");
+    const network = modal.networkFinding(key.tenant);
+    // A policy that cannot apply was logged at start-up too: it arrives as that warning.
+    if (network.verdict === 'ok') say('ok', network.text);
+    return;
+  }
   const docker = await asDocker(backend);
   if (!docker) return;
   const kind = docker.environmentOf(key)?.container.channel.kind;

@@ -128,8 +128,14 @@ function sdkLogger(logger: Logger | undefined): ModalSdk.Logger {
   return {
     debug: (msg: string, ...args: unknown[]) => logger?.debug(fields(args), msg),
     info: (msg: string, ...args: unknown[]) => logger?.debug(fields(args), msg),
-    // The SDK warns of a plaintext command router whenever the server is a loopback address (a stand-in).
-    warn: (msg: string, ...args: unknown[]) => logger?.warn(fields(args), msg),
+    warn: (msg: string, ...args: unknown[]) =>
+      logger?.warn(
+        fields(args),
+        // Said at each sandbox's first exec; in Berth's words, so it is understood where it lands (logs, berth doctor).
+        /insecure TLS.*command router/i.test(msg)
+          ? 'the Modal SDK reaches the command router without TLS because MODAL_SERVER_URL is a loopback address (a local stand-in or proxy)'
+          : msg,
+      ),
     error: (msg: string, ...args: unknown[]) => logger?.error(fields(args), msg),
   };
 }
@@ -176,6 +182,35 @@ export class ModalBackend implements Backend {
 
   get capabilities(): BackendCapabilities {
     return { name: 'modal', pty: true, hostFilesystem: false, sharesRpcDir: false };
+  }
+
+  /**
+   * How the network policy applies to `tenant`'s sandboxes, for `berth
+   * doctor`: `ok` with the SDK option used, or `warn` with what cannot apply.
+   */
+  networkFinding(tenant: string): { readonly verdict: 'ok' | 'warn'; readonly text: string } {
+    const policy = tenantModalPolicy(this.#o.network ?? { egress: 'open', egressAllow: [] }, this.#o.tenantNetworks?.[tenant]);
+    const mapped = modalNetwork(policy);
+    if (mapped.unmapped) return { verdict: 'warn', text: `network policy: ${mapped.unmapped}` };
+    if (mapped.options.blockNetwork) return { verdict: 'ok', text: 'network policy: egress none is applied as Modal\'s blockNetwork' };
+    if (mapped.options.outboundCidrAllowlist) {
+      return {
+        verdict: 'ok',
+        text: `network policy: egress none with egress_allow is applied as Modal's outboundCidrAllowlist (${mapped.options.outboundCidrAllowlist.join(', ')})`,
+      };
+    }
+    return { verdict: 'ok', text: 'network policy: egress open: Modal sandboxes get open egress' };
+  }
+
+  /** Whether the task's sandbox still runs in Modal (`berth doctor` checks that release terminated it). */
+  async sandboxRunning(key: TaskKey): Promise<boolean> {
+    try {
+      await this.#client.sandboxes.fromName(this.#app.name ?? DEFAULT_APP_NAME, sandboxName(key));
+      return true;
+    } catch (err) {
+      if (err instanceof this.#sdk.NotFoundError) return false;
+      throw modalError(err, 'looking up a sandbox');
+    }
   }
 
   get sandboxTimeoutMs(): number {
