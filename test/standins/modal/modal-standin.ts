@@ -424,7 +424,7 @@ export class ModalStandin {
       Cmd: d.entrypointArgs?.length ? d.entrypointArgs : ['sleep', 'infinity'],
       ...(d.workdir ? { WorkingDir: d.workdir } : {}),
       Env: env,
-      Labels: { [STANDIN_LABEL]: 'modal', [OWNER_LABEL]: this.#owner, 'berth.standin.sandbox': sandboxId },
+      Labels: { [STANDIN_LABEL]: 'modal', [OWNER_LABEL]: this.#owner, 'berth.standin.sandbox': sandboxId, 'berth.standin.name': name },
       HostConfig: {
         Init: true,
         ...(milliCpu > 0 ? { NanoCpus: milliCpu * 1_000_000 } : {}),

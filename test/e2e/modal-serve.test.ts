@@ -1,0 +1,117 @@
+/**
+ * End to end on the modal backend: `bin/berth serve --backend modal` as a
+ * child process, pointed at the Modal stand-in (a test double of Modal's
+ * control plane, backed by the local Docker engine) through MODAL_SERVER_URL
+ * only, driven through the CLI and a gRPC client the way the README shows:
+ * commands whose cwd and exports persist, files, a background process, a
+ * timeout, an interrupt, EndTask, persistence across it, and a bad token.
+ */
+import assert from 'node:assert/strict';
+import { after, before, describe, test } from 'node:test';
+import { setTimeout as sleep } from 'node:timers/promises';
+import Dockerode from 'dockerode';
+import { sandboxName } from '../../services/executor/backends/modal/modal-backend.js';
+import { SANDBOX_IMAGE, dockerUnavailableReason, runTaskIds } from '../support/docker-fixtures.js';
+import { startModalStandin, type StandinProcess } from '../support/modal-standin-process.js';
+import { startServe, type ServeProcess } from '../support/serve-process.js';
+
+const docker = new Dockerode();
+const unavailable = await dockerUnavailableReason(docker);
+const { task } = runTaskIds();
+
+/** Whether the stand-in runs the sandbox of task `taskId` of the default tenant. */
+async function sandboxRuns(taskId: string): Promise<boolean> {
+  const name = sandboxName({ tenant: 'default', taskId });
+  return (await docker.listContainers({ filters: { label: [`berth.standin.name=${name}`] } })).length > 0;
+}
+
+describe('berth serve --backend modal (through the Modal stand-in)', { skip: unavailable, timeout: 600_000 }, () => {
+  let standin: StandinProcess;
+  let serve: ServeProcess;
+  let env: Record<string, string>;
+
+  before(async () => {
+    standin = await startModalStandin();
+    env = { ...standin.env, TERMINAL_MODAL_IMAGE: SANDBOX_IMAGE, TERMINAL_CONTAINER_MEMORY: '512' };
+    serve = await startServe(['--backend', 'modal'], { env });
+  });
+
+  after(async () => {
+    await serve?.stop();
+    await standin?.stop();
+  });
+
+  const call = async (tool: string, args: object, taskId: string) => {
+    const r = await serve.cli(['call', tool, JSON.stringify(args), '--task', taskId], { timeoutMs: 120_000 });
+    assert.equal(r.code, 0, r.stderr);
+    return JSON.parse(r.stdout) as Record<string, unknown>;
+  };
+
+  test('the README flow runs in a Modal sandbox', async () => {
+    const t1 = task('readme');
+    const who = await call('terminal', { command: 'id -un; pwd' }, t1);
+    assert.deepEqual(who, { output: 'sandbox\n/workspace', exit_code: 0, error: null });
+    assert.equal(await sandboxRuns(t1), true);
+
+    await call('terminal', { command: 'mkdir -p /workspace/proj && cd /workspace/proj && export GREETING=hello' }, t1);
+    assert.deepEqual(await call('terminal', { command: 'pwd; echo $GREETING' }, t1), { output: '/workspace/proj\nhello', exit_code: 0, error: null });
+
+    const w = await call('write_file', { path: 'notes with space.txt', content: 'alpha\nbeta\n' }, t1);
+    assert.equal(w.bytes_written, 11);
+    const rd = await call('read_file', { path: '/workspace/proj/notes with space.txt' }, t1);
+    assert.match(String(rd.content), /^1\|alpha\n2\|beta/);
+    assert.equal((await call('terminal', { command: 'cat "notes with space.txt"' }, t1)).output, 'alpha\nbeta');
+
+    const other = task('other');
+    assert.equal((await call('terminal', { command: 'echo "[$GREETING]"; ls /workspace' }, other)).output, '[]');
+  });
+
+  test('background processes, a timeout, an interrupt, and EndTask terminating the sandbox', async () => {
+    const t2 = task('bg');
+    const start = await call('terminal', { command: 'echo hello-bg; sleep 1000', background: true }, t2);
+    assert.equal(start.output, 'Background process started');
+    let logText = '';
+    for (let i = 0; i < 100 && !logText.includes('hello-bg'); i++) {
+      logText = String((await call('process', { action: 'log', session_id: start.session_id }, t2)).output);
+      if (!logText.includes('hello-bg')) await sleep(100);
+    }
+    assert.match(logText, /hello-bg/);
+    const kill = await call('process', { action: 'kill', session_id: start.session_id }, t2);
+    assert.deepEqual([kill.status, kill.completion_reason], ['killed', 'killed']);
+
+    const timedOut = await call('terminal', { command: 'echo partial; sleep 30', timeout: 2 }, t2);
+    assert.equal(timedOut.exit_code, 124);
+    assert.match(String(timedOut.output), /partial[\s\S]*Command timed out after 2s/);
+
+    const running = serve.client.callTool({ name: 'terminal', argumentsJson: JSON.stringify({ command: 'echo started; sleep 999' }), taskId: t2, sessionId: '' });
+    for (let i = 0; i < 100; i++) {
+      const r = await serve.client.interrupt({ taskId: t2 });
+      if (r.interrupted > 0) break;
+      await sleep(100);
+    }
+    const interrupted = JSON.parse((await running).resultJson) as Record<string, unknown>;
+    assert.equal(interrupted.exit_code, 130);
+    assert.match(String(interrupted.output), /\[Command interrupted\]$/);
+    assert.equal((await call('terminal', { command: 'ps -eo args | grep -c "[s]leep 999" || true' }, t2)).output, '0');
+
+    assert.equal(await sandboxRuns(t2), true);
+    assert.equal((await serve.client.endTask({ taskId: t2 })).released, true);
+    assert.equal(await sandboxRuns(t2), false);
+  });
+
+  test("a persistent task's files survive EndTask: its next sandbox starts from a snapshot", async () => {
+    const t3 = task('persist');
+    await call('terminal', { command: 'echo remembered > /workspace/state.txt' }, t3);
+    await serve.client.endTask({ taskId: t3 });
+    assert.equal(await sandboxRuns(t3), false);
+    assert.equal((await call('terminal', { command: 'cat /workspace/state.txt' }, t3)).output, 'remembered');
+  });
+
+  test('a bad token stops the server at start with Modal named and the fix', async () => {
+    await assert.rejects(startServe(['--backend', 'modal'], { env: { ...env, MODAL_TOKEN_SECRET: 'as-wrong' } }), (err: Error) => {
+      assert.match(err.message, /Modal refused the credentials while looking up the app berth/);
+      assert.match(err.message, /check MODAL_TOKEN_ID and MODAL_TOKEN_SECRET/);
+      return true;
+    });
+  });
+});
