@@ -4,7 +4,9 @@
  * control plane, backed by the local Docker engine) through MODAL_SERVER_URL
  * only, driven through the CLI and a gRPC client the way the README shows:
  * commands whose cwd and exports persist, files, a background process, a
- * timeout, an interrupt, EndTask, persistence across it, and a bad token.
+ * timeout, an interrupt, EndTask, persistence across it, execute_code (in a
+ * code container on the executor's Docker, its tools acting on the sandbox),
+ * and a bad token.
  */
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
@@ -105,6 +107,24 @@ describe('berth serve --backend modal (through the Modal stand-in)', { skip: una
     await serve.client.endTask({ taskId: t3 });
     assert.equal(await sandboxRuns(t3), false);
     assert.equal((await call('terminal', { command: 'cat /workspace/state.txt' }, t3)).output, 'remembered');
+  });
+
+  test("execute_code's tools act on the task's Modal sandbox, and the result says where the script itself ran", async () => {
+    const t4 = task('code');
+    await call('write_file', { path: '/workspace/from-tool.txt', content: 'sandbox side' }, t4);
+    const code = [
+      'import json',
+      'from hermes_tools import terminal, read_file',
+      'print(json.dumps({"cat": terminal("cat /workspace/from-tool.txt")["output"], "read": read_file("/workspace/from-tool.txt")["content"]}))',
+    ].join('\n');
+    const r = JSON.parse((await serve.client.callTool({ name: 'execute_code', argumentsJson: JSON.stringify({ code }), taskId: t4, sessionId: '' })).resultJson) as Record<
+      string,
+      unknown
+    >;
+    assert.equal(r.status, 'success', JSON.stringify(r));
+    assert.deepEqual(JSON.parse(String(r.output).trim()), { cat: 'sandbox side', read: '1|sandbox side' });
+    assert.match(String(r.notice), /^The script ran in a per-task code container \(docker\), not in the task's modal environment/);
+    await serve.client.endTask({ taskId: t4 });
   });
 
   test('a bad token stops the server at start with Modal named and the fix', async () => {
