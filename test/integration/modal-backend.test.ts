@@ -4,7 +4,8 @@
  * Docker engine), started once for this file: persistence across release,
  * an executor restart finding the task's sandbox by name, a sandbox lost
  * mid-task, renewal before the sandbox's timeout, the network policy, and
- * what a user reads when Modal says no.
+ * what a user reads when Modal says no (bad or missing token, unknown image,
+ * quota).
  */
 import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
@@ -148,6 +149,29 @@ describe('modal backend', { skip: unavailable }, () => {
       assert.match(err.message, /check the image name and that Modal can pull it/);
       return true;
     });
+  });
+
+  it("says when Modal's quota is reached, naming Modal, and leaves the task without a sandbox", { timeout: 120_000 }, async () => {
+    const limited = await startModalStandin(['--max-sandboxes', '1']);
+    try {
+      // The SDK reads its settings when the client is made: this backend talks to the limited stand-in.
+      Object.assign(process.env, limited.env);
+      const backend = await start({ persistent: false });
+      Object.assign(process.env, standin.env);
+      const first = await backend.createEnvironment(key());
+      await assert.rejects(backend.createEnvironment(key()), (err: Error) => {
+        assert.equal(err.name, 'ResourceExhaustedError');
+        assert.match(err.message, /^Modal has no capacity or quota left while creating the sandbox of task modal-test\/task-[0-9a-f]+: the workspace's limit of 1 running sandboxes is reached/);
+        return true;
+      });
+      await first.dispose();
+      // With the first one gone there is room again.
+      const again = await backend.createEnvironment(key());
+      await again.dispose();
+    } finally {
+      Object.assign(process.env, standin.env);
+      await limited.stop();
+    }
   });
 
   it('refuses to start with a bad token or none, naming Modal and the fix', { timeout: 60_000 }, async () => {

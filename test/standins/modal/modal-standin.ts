@@ -63,6 +63,8 @@ export interface ModalStandinOptions {
   readonly docker?: Docker;
   /** One line per call and per event (stderr in the CLI). */
   readonly log?: (line: string) => void;
+  /** Running sandboxes allowed at once (a workspace quota); a create beyond it gets RESOURCE_EXHAUSTED. */
+  readonly maxSandboxes?: number;
 }
 
 interface GenericResult {
@@ -406,6 +408,10 @@ export class ModalStandin {
     const name = d.name ?? '';
     if (name && [...this.#sandboxes.values()].some((s) => !s.result && s.appId === req.appId && s.name === name)) {
       fail(Status.ALREADY_EXISTS, `A running Sandbox named '${name}' already exists in this App`);
+    }
+    const limit = this.#options.maxSandboxes;
+    if (limit !== undefined && [...this.#sandboxes.values()].filter((sb) => !sb.result).length >= limit) {
+      fail(Status.RESOURCE_EXHAUSTED, `the workspace's limit of ${limit} running sandboxes is reached (Modal stand-in)`);
     }
     const env: string[] = [];
     for (const source of req.secretSources ?? []) {
@@ -771,20 +777,26 @@ export async function main(argv: readonly string[]): Promise<void> {
   let port = 0;
   let host = '127.0.0.1';
   let verbose = false;
+  let maxSandboxes: number | undefined;
   for (let i = 0; i < argv.length; i++) {
     const arg = argv[i];
     if (arg === '--port') port = Number(argv[++i]);
     else if (arg === '--host') host = argv[++i] ?? host;
     else if (arg === '--verbose') verbose = true;
-    else throw new Error(`modal stand-in: unknown argument ${arg}; usage: modal [--port N] [--host H] [--verbose]`);
+    else if (arg === '--max-sandboxes') maxSandboxes = Number(argv[++i]);
+    else throw new Error(`modal stand-in: unknown argument ${arg}; usage: modal [--port N] [--host H] [--max-sandboxes N] [--verbose]`);
   }
   if (!Number.isInteger(port) || port < 0 || port > 65535) throw new Error('modal stand-in: --port must be 0..65535');
+  if (maxSandboxes !== undefined && !(Number.isInteger(maxSandboxes) && maxSandboxes >= 0)) {
+    throw new Error('modal stand-in: --max-sandboxes must be a whole number');
+  }
   const standin = await ModalStandin.start({
     port,
     host,
     ...(process.env.MODAL_TOKEN_ID ? { tokenId: process.env.MODAL_TOKEN_ID } : {}),
     ...(process.env.MODAL_TOKEN_SECRET ? { tokenSecret: process.env.MODAL_TOKEN_SECRET } : {}),
     ...(verbose ? { log: (line: string) => process.stderr.write(`modal stand-in: ${line}\n`) } : {}),
+    ...(maxSandboxes !== undefined ? { maxSandboxes } : {}),
   });
   process.stdout.write(`listening on ${standin.port}\n`);
   await new Promise<void>((resolve) => {
