@@ -4,9 +4,9 @@
  *
  * - The sandbox lives in the app `berth` (created if missing), is named by
  *   a hash of tenant and task (so a restarted executor finds it again by
- *   name) and tagged with both; image `terminal.modal_image`, cpu and memory
- *   from `container_cpu` / `container_memory`, entrypoint `sleep infinity`,
- *   timeout 3600 s. A task still in use when its sandbox nears that limit
+ *   name) and tagged with both (`berth_tenant`, `berth_task`); image
+ *   `terminal.modal_image`, cpu and memory from `container_cpu` /
+ *   `container_memory`, entrypoint `sleep infinity`, timeout 3600 s. A task still in use when its sandbox nears that limit
  *   gets a new sandbox started from a snapshot of the old one's files
  *   (Modal cannot extend a running sandbox's timeout), with a notice.
  * - The exec agent runs in it through one SDK exec (stdin/stdout), so each
@@ -249,7 +249,8 @@ export class ModalBackend implements Backend {
       timeoutMs: this.sandboxTimeoutMs,
       ...(this.#o.cpu !== undefined ? { cpu: this.#o.cpu } : {}),
       ...(this.#o.memoryMiB !== undefined ? { memoryMiB: this.#o.memoryMiB } : {}),
-      tags: { 'berth.tenant': key.tenant.slice(0, 128), 'berth.task': key.taskId.slice(0, 128) },
+      // For people looking at Modal's dashboard; restricted to name characters, since the name is what identifies.
+      tags: { berth_tenant: tagValue(key.tenant), berth_task: tagValue(key.taskId) },
       ...modalNetwork(policy).options,
     };
   }
@@ -361,6 +362,11 @@ export class ModalBackend implements Backend {
     this.#closed = true;
     await Promise.all([...this.#environments.values()].map((e) => e.dispose()));
   }
+}
+
+/** `text` as a tag value: Modal name characters only, at most 63 of them. */
+function tagValue(text: string): string {
+  return text.replace(/[^A-Za-z0-9._-]/g, '_').slice(0, 63);
 }
 
 /** A directory path a sandbox reported, if it is a sane absolute path. */
