@@ -107,6 +107,24 @@ describe('modal backend', { skip: unavailable }, () => {
     await after.dispose();
   });
 
+  it("replaces an earlier executor's sandbox that can no longer run the exec agent", { timeout: 120_000 }, async () => {
+    const task = key();
+    const before = await (await start({ persistent: false })).createEnvironment(task);
+    const oldId = sandboxIdOf(before);
+    // Something in the sandbox took python3 away (as root, from outside).
+    for (const id of await containersOf(oldId)) {
+      const exec = await docker.getContainer(id).exec({ Cmd: ['sh', '-c', 'rm -f /usr/bin/python3*'], User: 'root' });
+      await exec.start({});
+      await sleep(500);
+    }
+    const after = await (await start({ persistent: false })).createEnvironment(task);
+    assert.notEqual(sandboxIdOf(after), oldId);
+    assert.match(after.takeNotices?.().join(' ') ?? '', /was still running but could not run the exec agent; a new sandbox was started/);
+    assert.equal((await run(after, 'echo fresh')).output, 'fresh\n');
+    assert.deepEqual(await containersOf(oldId), []);
+    await after.dispose();
+  });
+
   it('starts a new sandbox with a notice when the sandbox is gone mid-task', { timeout: 120_000 }, async () => {
     const backend = await start({ persistent: false });
     const env = await backend.createEnvironment(key());

@@ -222,13 +222,26 @@ export class ModalBackend implements Backend {
     const id = taskKeyString(key);
     if (this.#environments.has(id)) throw new FailedPreconditionError(`an environment for task ${id} already exists on this executor`);
     const logger = this.#o.logger?.child({ backend: 'modal', task: id });
-    const opened = await this.openSandbox(key, true, logger);
+    let opened = await this.openSandbox(key, true, logger);
     let live: LiveSandbox;
     try {
       live = await this.attach(opened.sandbox, key, logger, opened.createdAt);
     } catch (err) {
       await opened.sandbox.terminate().catch(() => undefined);
-      throw err;
+      if (!opened.reattached) throw err;
+      // An earlier executor's sandbox that does not take the agent (finishing, or changed by its commands): a new one.
+      logger?.warn({ err: (err as Error).message }, 'the running sandbox of this task cannot run the exec agent; starting a new one');
+      opened = await this.openSandbox(key, false, logger);
+      opened = {
+        ...opened,
+        notice: 'The task\'s Modal sandbox was still running but could not run the exec agent; a new sandbox was started.',
+      };
+      try {
+        live = await this.attach(opened.sandbox, key, logger, opened.createdAt);
+      } catch (again) {
+        await opened.sandbox.terminate().catch(() => undefined);
+        throw again;
+      }
     }
     const env = new ModalEnvironment(this, key, live, {
       persistent: this.#o.persistent ?? true,
@@ -282,6 +295,7 @@ export class ModalBackend implements Backend {
         logger?.info({ sandbox: running.sandboxId }, 'reusing the running Modal sandbox of this task');
         return {
           sandbox: running,
+          reattached: true,
           // Its age is unknown: count it as half way through its lifetime, so it is renewed early rather than late.
           createdAt: Date.now() - this.sandboxTimeoutMs / 2,
           notice: 'The task\'s Modal sandbox was still running (an earlier executor started it) and is used again.',
@@ -399,6 +413,8 @@ interface OpenedSandbox {
   readonly sandbox: ModalSdk.Sandbox;
   /** When it was created (an estimate for one found running); its timeout runs from then. */
   readonly createdAt: number;
+  /** Found running (an earlier executor's), not created now. */
+  readonly reattached?: boolean;
   readonly notice?: string;
 }
 
