@@ -15,7 +15,8 @@ import path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { after, before, describe, it } from 'node:test';
 import Dockerode from 'dockerode';
-import { silentLogger } from '../../services/common/logging.js';
+import { PassThrough } from 'node:stream';
+import { createLogger, silentLogger } from '../../services/common/logging.js';
 import type { BackendEnvironment, TaskKey } from '../../services/executor/backend.js';
 import { ModalBackend, type ModalBackendOptions } from '../../services/executor/backends/modal/modal-backend.js';
 import { SANDBOX_IMAGE, dockerUnavailableReason } from '../support/docker-fixtures.js';
@@ -157,6 +158,27 @@ describe('modal backend', { skip: unavailable }, () => {
     assert.equal((await run(env, 'ls /sys/class/net')).output, 'lo\n');
     assert.equal((await run(env, 'env | grep -c MODAL_ || true')).output, '0\n');
     await env.dispose();
+  });
+
+  it("logs at start which tenant's network policy Modal cannot apply", { timeout: 60_000 }, async () => {
+    const log = new PassThrough();
+    let text = '';
+    log.on('data', (d: Buffer) => (text += d.toString('utf8')));
+    await start({
+      network: { egress: 'open', egressAllow: [] },
+      tenantNetworks: { acme: { egress: 'public-only' }, quiet: { egress: 'none' } },
+      logger: createLogger('warn', log),
+    });
+    const warnings = text
+      .split('\n')
+      .filter(Boolean)
+      .map((line) => (JSON.parse(line) as { msg: string }).msg);
+    assert.deepEqual(
+      warnings.filter((m) => m.startsWith('network policy')),
+      [
+        "network policy of tenant acme: egress public-only has no Modal option: the sandbox gets open egress (it has no route into the executor's networks; private ranges on Modal's side are not blocked by Berth)",
+      ],
+    );
   });
 
   it('fails an image Modal cannot build with the image and the fix, leaving nothing running', { timeout: 60_000 }, async () => {

@@ -174,8 +174,13 @@ export class ModalBackend implements Backend {
     } catch (err) {
       throw modalError(err, `looking up the app ${options.appName ?? DEFAULT_APP_NAME}`);
     }
-    const network = modalNetwork(options.network ?? { egress: 'open', egressAllow: [] });
+    const operator = options.network ?? { egress: 'open' as const, egressAllow: [] };
+    const network = modalNetwork(operator);
     if (network.unmapped) options.logger?.warn({ backend: 'modal' }, `network policy: ${network.unmapped}`);
+    for (const [tenant, override] of Object.entries(options.tenantNetworks ?? {})) {
+      const unmapped = modalNetwork(tenantModalPolicy(operator, override)).unmapped;
+      if (unmapped && unmapped !== network.unmapped) options.logger?.warn({ backend: 'modal', tenant }, `network policy of tenant ${tenant}: ${unmapped}`);
+    }
     options.logger?.info({ backend: 'modal', app: app.appId, image: options.image }, 'modal backend ready');
     return new ModalBackend(options, sdk, client, app);
   }
