@@ -102,8 +102,7 @@ describe('berth doctor', () => {
 
   describe('modal backend (the Modal stand-in, a test double, via MODAL_SERVER_URL)', { skip: dockerUnavailable }, () => {
     let standin: StandinProcess;
-    const sandboxes = async () =>
-      (await docker.listContainers({ all: true, filters: { label: ['berth.standin=modal'] } })).map((c) => c.Id);
+    const sandboxes = () => standin.containers();
     before(async () => {
       standin = await startModalStandin();
     });

@@ -20,11 +20,6 @@ type Modal = typeof ModalSdk;
 const docker = new Dockerode();
 const skip = await dockerUnavailableReason(docker);
 
-async function standinContainers(): Promise<string[]> {
-  const list = await docker.listContainers({ all: true, filters: { label: ['berth.standin=modal'] } });
-  return list.map((c) => c.Id);
-}
-
 describe('Modal stand-in', { skip }, () => {
   let standin: StandinProcess;
   let modal: Modal;
@@ -74,7 +69,7 @@ describe('Modal stand-in', { skip }, () => {
       const found = await client.sandboxes.fromName('berth', 'standin-test-1');
       assert.equal(found.sandboxId, sb.sandboxId);
       // The container has the limits the SDK asked for.
-      const [containerId] = await standinContainers();
+      const [containerId] = await standin.containers();
       const info = await docker.getContainer(containerId!).inspect();
       assert.equal(info.HostConfig.NanoCpus, 500_000_000);
       assert.equal(info.HostConfig.Memory, 256 * 1024 * 1024);
@@ -130,8 +125,8 @@ describe('Modal stand-in', { skip }, () => {
   it('removes its containers when it gets SIGTERM', { timeout: 60_000 }, async () => {
     const app = await client.apps.fromName('berth', { createIfMissing: true });
     await client.sandboxes.create(app, client.images.fromRegistry(SANDBOX_IMAGE), { name: 'left-running' });
-    assert.equal((await standinContainers()).length, 1);
+    assert.equal((await standin.containers()).length, 1);
     assert.equal(await standin.stop(), 0);
-    assert.deepEqual(await standinContainers(), []);
+    assert.deepEqual(await standin.containers(), []);
   });
 });

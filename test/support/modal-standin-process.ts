@@ -7,6 +7,7 @@
  */
 import { spawn, type ChildProcess } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
+import Dockerode from 'dockerode';
 
 const MAIN = fileURLToPath(new URL('../standins/main.js', import.meta.url));
 
@@ -19,6 +20,8 @@ export interface StandinProcess {
   /** MODAL_SERVER_URL and the credentials the stand-in accepts. */
   readonly env: Readonly<Record<string, string>>;
   stderr(): string;
+  /** Ids of the containers (sandboxes) this stand-in has, running or not. */
+  containers(): Promise<string[]>;
   /** SIGTERM; resolves with the exit code once it exited (it removes its containers first). */
   stop(): Promise<number | null>;
 }
@@ -57,6 +60,8 @@ export async function startModalStandin(extraArgs: readonly string[] = []): Prom
     child,
     env: { MODAL_SERVER_URL: `http://127.0.0.1:${port}`, MODAL_TOKEN_ID: STANDIN_TOKEN_ID, MODAL_TOKEN_SECRET: STANDIN_TOKEN_SECRET },
     stderr: () => stderr,
+    containers: async () =>
+      (await new Dockerode().listContainers({ all: true, filters: { label: [`berth.standin.port=${port}`] } })).map((c) => c.Id),
     stop: async () => {
       if (child.exitCode === null && child.signalCode === null) child.kill('SIGTERM');
       const timer = setTimeout(() => child.kill('SIGKILL'), 60_000);

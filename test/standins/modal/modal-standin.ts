@@ -430,7 +430,14 @@ export class ModalStandin {
       Cmd: d.entrypointArgs?.length ? d.entrypointArgs : ['sleep', 'infinity'],
       ...(d.workdir ? { WorkingDir: d.workdir } : {}),
       Env: env,
-      Labels: { [STANDIN_LABEL]: 'modal', [OWNER_LABEL]: this.#owner, 'berth.standin.sandbox': sandboxId, 'berth.standin.name': name },
+      Labels: {
+        [STANDIN_LABEL]: 'modal',
+        [OWNER_LABEL]: this.#owner,
+        // Tests running beside each other tell their stand-ins' containers apart by port.
+        'berth.standin.port': String(this.#port),
+        'berth.standin.sandbox': sandboxId,
+        'berth.standin.name': name,
+      },
       HostConfig: {
         Init: true,
         ...(milliCpu > 0 ? { NanoCpus: milliCpu * 1_000_000 } : {}),
