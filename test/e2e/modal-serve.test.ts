@@ -255,6 +255,14 @@ print(json.dumps(report, indent=2))
     await serve.client.endTask({ taskId: t });
   });
 
+  test('stopping the server terminates every sandbox it started', async () => {
+    const t5 = task('left-running');
+    await call('terminal', { command: 'true' }, t5);
+    assert.equal(await sandboxRuns(t5), true);
+    assert.equal(await serve.stop(), 0);
+    assert.deepEqual(await standin.containers(), []);
+  });
+
   test('a bad token stops the server at start with Modal named and the fix', async () => {
     await assert.rejects(startServe(['--backend', 'modal'], { env: { ...env, MODAL_TOKEN_SECRET: 'as-wrong' } }), (err: Error) => {
       assert.match(err.message, /Modal refused the credentials while looking up the app berth/);
