@@ -16,6 +16,7 @@ import type { DaytonaBackend } from '../executor/backends/daytona/daytona-backen
 import type { DockerBackend } from '../executor/backends/docker/docker-backend.js';
 import type { SingularityBackend } from '../executor/backends/singularity/singularity-backend.js';
 import type { SshBackend } from '../executor/backends/ssh/ssh-backend.js';
+import type { ModalBackend } from '../executor/backends/modal/modal-backend.js';
 import { TaskEnvironments } from '../executor/task-environment.js';
 
 export const DOCTOR_HELP = `  berth doctor [--config FILE] [--backend NAME]
@@ -95,6 +96,16 @@ export async function runDoctor(config: BerthConfig, report: (finding: Finding) 
     await (await asDaytona(backend))?.removeTaskSandbox(key).catch((err: unknown) =>
       say('warn', `deleting the doctor's Daytona sandbox failed: ${message(err)}; delete sandboxes labelled berth.tenant=${key.tenant}`),
     );
+    const modal = await asModal(backend);
+    if (modal) {
+      await modal.sandboxRunning(key).then(
+        (running) =>
+          running
+            ? say('fail', "the doctor's Modal sandbox still runs after its release; terminate it in Modal's dashboard (app berth)")
+            : say('ok', 'release terminated the Modal sandbox'),
+        (err: unknown) => say('warn', `could not check that the doctor's Modal sandbox was terminated: ${message(err)}`),
+      );
+    }
     await backend.close().catch(() => undefined);
     for (const text of new Set(warnings)) say('warn', text);
   }
@@ -143,12 +154,27 @@ async function asDaytona(backend: Backend): Promise<DaytonaBackend | undefined> 
   return backend instanceof DaytonaBackend ? backend : undefined;
 }
 
+/** The backend as a ModalBackend, when it is one (its module loads no SDK by itself). */
+async function asModal(backend: Backend): Promise<ModalBackend | undefined> {
+  if (backend.capabilities.name !== 'modal') return undefined;
+  const { ModalBackend } = await import('../executor/backends/modal/modal-backend.js');
+  return backend instanceof ModalBackend ? backend : undefined;
+}
+
 /**
  * What only one backend can tell: for docker, how commands reach the
- * container and whether the disk limit holds; for ssh and singularity, how
- * commands reach the host or the instance.
+ * container and whether the disk limit holds; for ssh, singularity and modal,
+ * how commands reach the host, the instance or the sandbox.
  */
 async function backendFindings(backend: Backend, key: TaskKey, say: (verdict: Verdict, text: string) => void): Promise<void> {
+  const modal = await asModal(backend);
+  if (modal) {
+    say('ok', "commands reach the Modal sandbox through the exec agent, on one exec of Modal's SDK");
+    const network = modal.networkFinding(key.tenant);
+    // A policy that cannot apply was logged at start-up too: it arrives as that warning.
+    if (network.verdict === 'ok') say('ok', network.text);
+    return;
+  }
   const ssh = await asSsh(backend);
   if (ssh) {
     const finding = sshAgentFinding(ssh.environmentOf(key)?.usesAgent, ssh.agentUnusable);

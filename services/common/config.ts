@@ -501,6 +501,9 @@ export function parseConfig(raw: unknown, source = 'config'): BerthConfig {
   if (config.terminal.backend === 'daytona' && config.terminal.daytona_image === '') {
     problems.push('terminal.daytona_image: the daytona backend needs it (an image Daytona can pull, e.g. python:3.12-slim)');
   }
+  if (config.terminal.backend === 'modal' && config.terminal.modal_image === '') {
+    problems.push('terminal.modal_image: the modal backend needs it (a registry image with python3 and bash, e.g. python:3.12-slim)');
+  }
   if (config.terminal.backend === 'ssh') {
     for (const key of ['ssh_host', 'ssh_user', 'ssh_key'] as const) {
       if (config.terminal[key] === '') problems.push(`terminal.${key}: the ssh backend needs it`);

@@ -5,14 +5,15 @@
  */
 import assert from 'node:assert/strict';
 import { execFile } from 'node:child_process';
-import { mkdtemp, rm } from 'node:fs/promises';
+import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { promisify } from 'node:util';
 import Dockerode from 'dockerode';
 import { LABEL } from '../../services/executor/backends/docker/container-spec.js';
-import { dockerUnavailableReason } from '../support/docker-fixtures.js';
+import { SANDBOX_IMAGE, dockerUnavailableReason } from '../support/docker-fixtures.js';
+import { startModalStandin, type StandinProcess } from '../support/modal-standin-process.js';
 import { BERTH_BIN, REPO_ROOT } from '../support/serve-process.js';
 
 const docker = new Dockerode();
@@ -96,6 +97,54 @@ describe('berth doctor', () => {
       const r = await doctor(['--backend', 'docker'], { TERMINAL_DOCKER_EXTRA_ARGS: '--privileged' });
       assert.equal(r.code, 1, r.stdout + r.stderr);
       assert.match(r.stdout, /^fail {2}the docker backend does not start: terminal\.docker_extra_args: --privileged is not accepted/m);
+    });
+  });
+
+  describe('modal backend (the Modal stand-in, a test double, via MODAL_SERVER_URL)', { skip: dockerUnavailable }, () => {
+    let standin: StandinProcess;
+    const sandboxes = () => standin.containers();
+    before(async () => {
+      standin = await startModalStandin();
+    });
+    after(async () => {
+      await standin?.stop();
+    });
+
+    it('checks credentials, image, create/exec/release and the network policy, and leaves no sandbox running', async () => {
+      const config = path.join(stateRoot, 'egress-none.yaml');
+      await writeFile(config, 'docker:\n  egress: none\n');
+      const r = await doctor(['--backend', 'modal', '--config', config], { ...standin.env, TERMINAL_MODAL_IMAGE: SANDBOX_IMAGE });
+      assert.equal(r.code, 0, r.stdout + r.stderr);
+      const out = r.stdout;
+      assert.match(out, /^ok {4}the modal backend starts$/m);
+      assert.match(out, /^ok {4}a new task runs a command \(\d+ ms, as uid 1000\)$/m);
+      assert.match(out, /^ok {4}commands reach the Modal sandbox through the exec agent, on one exec of Modal's SDK$/m);
+      assert.match(out, /^ok {4}network policy: egress none is applied as Modal's blockNetwork$/m);
+      assert.match(out, /^ok {4}release terminated the Modal sandbox$/m);
+      // The one warning: the stand-in is on a loopback address, so the SDK skips TLS to its command router.
+      assert.match(out, /^warn {2}the Modal SDK reaches the command router without TLS because MODAL_SERVER_URL is a loopback address/m);
+      assert.match(lines(out).at(-1)!, /^6 ok, 1 warnings, 0 failed$/);
+      assert.deepEqual(await sandboxes(), []);
+    });
+
+    it('says which part of the network policy Modal cannot apply', async () => {
+      // public-only is docker.egress's default.
+      const r = await doctor(['--backend', 'modal'], { ...standin.env, TERMINAL_MODAL_IMAGE: SANDBOX_IMAGE });
+      assert.equal(r.code, 0, r.stdout + r.stderr);
+      assert.match(r.stdout, /^warn {2}network policy: egress public-only has no Modal option/m);
+    });
+
+    it('a bad token fails at start naming Modal and the fix, exit 1', async () => {
+      const r = await doctor(['--backend', 'modal'], { ...standin.env, MODAL_TOKEN_SECRET: 'as-wrong', TERMINAL_MODAL_IMAGE: SANDBOX_IMAGE });
+      assert.equal(r.code, 1, r.stdout + r.stderr);
+      assert.match(r.stdout, /^fail {2}the modal backend does not start: Modal refused the credentials while looking up the app berth .*check MODAL_TOKEN_ID and MODAL_TOKEN_SECRET/m);
+    });
+
+    it('an image Modal cannot build fails with the image named, exit 1, and nothing left running', async () => {
+      const r = await doctor(['--backend', 'modal'], { ...standin.env, TERMINAL_MODAL_IMAGE: 'berth-doctor-no-such-image:1' });
+      assert.equal(r.code, 1, r.stdout + r.stderr);
+      assert.match(r.stdout, /^fail {2}a command in a new task failed: Modal could not build terminal\.modal_image "berth-doctor-no-such-image:1"/m);
+      assert.deepEqual(await sandboxes(), []);
     });
   });
 });

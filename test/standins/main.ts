@@ -1,59 +1,47 @@
 /**
- * `npm run standin -- NAME --port N`: starts one stand-in control plane (a
+ * `npm run standin -- NAME [options]`: starts one stand-in control plane (a
  * test double of a cloud sandbox provider, backed by the local Docker
- * engine), prints `listening on PORT` (and then the label its containers
- * carry), and runs until SIGTERM or SIGINT, removing the containers it
- * made. Each provider's stand-in is loaded only when asked for.
+ * engine), prints `listening on PORT` once it serves, and runs until SIGTERM
+ * or SIGINT, removing what it started. Each provider's stand-in is loaded
+ * only when named.
  */
 import { parseArgs } from 'node:util';
 
-/** A started stand-in; `label`: the `key=value` label on every container it makes. */
-interface StandIn {
-  readonly port: number;
-  readonly label: string;
-  close(): Promise<void>;
-}
-
-const STANDINS: Readonly<Record<string, (port: number) => Promise<StandIn>>> = {
-  daytona: async (port) => {
-    const { startDaytonaStandIn, STANDIN_LABEL } = await import('./daytona/main.js');
-    const standIn = await startDaytonaStandIn(port);
-    return { port: standIn.port, label: `${STANDIN_LABEL}=${standIn.instance}`, close: () => standIn.close() };
-  },
+const STANDINS: Readonly<Record<string, (argv: readonly string[]) => Promise<void>>> = {
+  daytona: runDaytona,
+  modal: async (argv) => (await import('./modal/modal-standin.js')).main(argv),
 };
 
-async function main(): Promise<void> {
-  const { positionals, values } = parseArgs({
-    allowPositionals: true,
-    options: { port: { type: 'string', default: '0' } },
-  });
-  const name = positionals[0] ?? '';
-  const start = Object.hasOwn(STANDINS, name) ? STANDINS[name] : undefined;
-  if (!start || positionals.length !== 1) {
-    process.stderr.write(`usage: npm run standin -- ${Object.keys(STANDINS).join('|')} [--port N]\n`);
-    process.exit(2);
-  }
+/** The Daytona stand-in: `--port N`; also prints the label its containers carry. */
+async function runDaytona(argv: readonly string[]): Promise<void> {
+  const { values } = parseArgs({ args: [...argv], options: { port: { type: 'string', default: '0' } } });
   const port = Number(values.port);
-  if (!Number.isInteger(port) || port < 0 || port > 65535) {
-    process.stderr.write(`--port must be a port number, not ${values.port}\n`);
-    process.exit(2);
-  }
-  const standIn = await start(port);
-  process.stdout.write(`listening on ${standIn.port}\ncontainers labelled ${standIn.label}\n`);
-  let stopping = false;
-  const stop = () => {
-    if (stopping) return;
-    stopping = true;
-    standIn.close().then(
-      () => process.exit(0),
-      (err: unknown) => {
-        process.stderr.write(`stand-in cleanup failed: ${String(err)}\n`);
-        process.exit(1);
-      },
-    );
-  };
-  process.on('SIGTERM', stop);
-  process.on('SIGINT', stop);
+  if (!Number.isInteger(port) || port < 0 || port > 65535) throw new Error(`--port must be a port number, not ${values.port}`);
+  const { startDaytonaStandIn, STANDIN_LABEL } = await import('./daytona/main.js');
+  const standIn = await startDaytonaStandIn(port);
+  process.stdout.write(`listening on ${standIn.port}\ncontainers labelled ${STANDIN_LABEL}=${standIn.instance}\n`);
+  await new Promise<void>((resolve) => {
+    process.once('SIGTERM', resolve);
+    process.once('SIGINT', resolve);
+  });
+  await standIn.close();
 }
 
-await main();
+async function run(argv: readonly string[]): Promise<void> {
+  const [name, ...rest] = argv;
+  const start = name !== undefined && Object.hasOwn(STANDINS, name) ? STANDINS[name] : undefined;
+  if (!start) {
+    process.stderr.write(`usage: npm run standin -- <${Object.keys(STANDINS).join('|')}> [--port N]\n`);
+    process.exitCode = 2;
+    return;
+  }
+  await start(rest);
+}
+
+run(process.argv.slice(2)).then(
+  () => process.exit(),
+  (err: unknown) => {
+    process.stderr.write(`${err instanceof Error ? err.message : String(err)}\n`);
+    process.exit(1);
+  },
+);

@@ -86,6 +86,11 @@ describe('config', () => {
     assert.throws(() => parseConfig({ docker: { disk_limit: 'strict' } }), /docker\.disk_limit/);
   });
 
+  test('the modal backend needs terminal.modal_image, and says what kind', () => {
+    assert.throws(() => parseConfig({ terminal: { backend: 'modal' } }), /terminal\.modal_image: the modal backend needs it \(a registry image with python3/);
+    assert.equal(parseConfig({ terminal: { backend: 'modal', modal_image: 'python:3.12-slim' } }).terminal.modal_image, 'python:3.12-slim');
+  });
+
   test('a bad config lists every problem at once', () => {
     assert.throws(
       () => parseConfig({ terminal: { timeout: 0, backend: 'vmware', bogus: 1 }, server: { port: 70000 } }),

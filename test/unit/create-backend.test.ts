@@ -59,11 +59,27 @@ function modulesLoadedFor(name: string): string[] {
       const backend = await create(parseConfig({ executor: { state_root: state }, terminal: { backend: 'local' } }), silentLogger());
       if (backend.capabilities.name !== 'local') throw new Error('not the local backend: ' + backend.capabilities.name);
     }
+    if (${JSON.stringify(name)} === 'modal') {
+      // Starting it loads the SDK; nothing answers at this address, so the start fails after that.
+      const { parseConfig } = await import(${JSON.stringify(configUrl)});
+      const { silentLogger } = await import(${JSON.stringify(loggingUrl)});
+      const state = ${JSON.stringify(path.join(scratch, 'state'))};
+      const config = parseConfig({ executor: { state_root: state }, terminal: { backend: 'modal', modal_image: 'python:3.12-slim' } });
+      const started = await create(config, silentLogger()).then(() => 'started', (err) => String(err));
+      if (!/Modal/.test(started)) throw new Error('the modal backend did not fail naming Modal: ' + started);
+    }
     const cjs = Object.keys(createRequire(import.meta.url).cache);
     appendFileSync(process.env.BERTH_LOADED_LOG, cjs.join('\\n') + '\\n');
   `;
   const r = spawnSync(process.execPath, ['--import', pathToFileURL(registerFile).href, '--input-type=module', '-e', script], {
-    env: { ...process.env, BERTH_LOADED_LOG: log },
+    env: {
+      ...process.env,
+      BERTH_LOADED_LOG: log,
+      MODAL_SERVER_URL: 'http://127.0.0.1:9',
+      MODAL_TOKEN_ID: 'ak-unused',
+      MODAL_TOKEN_SECRET: 'as-unused',
+      MODAL_MAX_THROTTLE_WAIT: '0',
+    },
     encoding: 'utf8',
     timeout: 60_000,
   });
@@ -74,7 +90,7 @@ function modulesLoadedFor(name: string): string[] {
     .map((entry) => (entry.startsWith('file:') ? fileURLToPath(entry) : entry));
 }
 
-const BACKENDS = ['local', 'docker', 'ssh', 'singularity', 'daytona'] as const;
+const BACKENDS = ['local', 'docker', 'ssh', 'singularity', 'modal', 'daytona'] as const;
 const folderOf = (name: string) => `${path.sep}backends${path.sep}${name}${path.sep}`;
 const pkg = (name: string) => `${path.sep}node_modules${path.sep}${name}${path.sep}`;
 
@@ -108,7 +124,7 @@ describe('create-backend loads one backend', () => {
 
   it('the Docker client is loaded by the docker backend only', () => {
     assert.ok(loaded.get('docker')?.some((m) => m.includes(pkg('dockerode'))), 'the docker backend did not load dockerode');
-    for (const name of ['local', 'ssh', 'singularity', 'daytona'] as const) {
+    for (const name of ['local', 'ssh', 'singularity', 'modal', 'daytona'] as const) {
       assert.deepEqual(
         loaded.get(name)?.filter((m) => m.includes(pkg('dockerode'))),
         [],
@@ -117,10 +133,21 @@ describe('create-backend loads one backend', () => {
     }
   });
 
+  it("the Modal SDK is loaded by the modal backend only, when it starts", () => {
+    assert.ok(loaded.get('modal')?.some((m) => m.includes(pkg('modal'))), 'the modal backend did not load the SDK');
+    for (const name of ['local', 'docker', 'ssh', 'singularity', 'daytona'] as const) {
+      assert.deepEqual(
+        loaded.get(name)?.filter((m) => m.includes(pkg('modal'))),
+        [],
+        `${name} loaded the Modal SDK`,
+      );
+    }
+  });
+
   it('the Daytona SDK is loaded by the daytona backend only', () => {
     const sdk = pkg(path.join('@daytonaio', 'sdk'));
     assert.ok(loaded.get('daytona')?.some((m) => m.includes(sdk)), 'the daytona backend did not load @daytonaio/sdk');
-    for (const name of ['local', 'docker', 'ssh', 'singularity'] as const) {
+    for (const name of ['local', 'docker', 'ssh', 'singularity', 'modal'] as const) {
       assert.deepEqual(
         loaded.get(name)?.filter((m) => m.includes(sdk) || m.includes(pkg(path.join('@daytona', 'api-client')))),
         [],
@@ -132,7 +159,7 @@ describe('create-backend loads one backend', () => {
   it('an unknown backend is refused with the list of those there are', async () => {
     await assert.rejects(loadBackendFactory('nosuch'), {
       name: 'FailedPreconditionError',
-      message: 'the nosuch backend is not available in this version of Berth; available: local, docker, ssh, singularity, daytona',
+      message: 'the nosuch backend is not available in this version of Berth; available: local, docker, ssh, singularity, modal, daytona',
     });
     await assert.rejects(loadBackendFactory('toString'), /the toString backend is not available/);
   });

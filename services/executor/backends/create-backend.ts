@@ -20,6 +20,7 @@ const BACKEND_LOADERS: Readonly<Record<string, () => Promise<BackendFactory>>> =
   docker: async () => (await import('./docker/create-docker-backend.js')).createDockerBackend,
   ssh: async () => (await import('./ssh/create-ssh-backend.js')).createSshBackend,
   singularity: async () => (await import('./singularity/create-singularity-backend.js')).createSingularityBackend,
+  modal: async () => (await import('./modal/create-modal-backend.js')).createModalBackend,
   daytona: async () => (await import('./daytona/create-daytona-backend.js')).createDaytonaBackend,
 };
 

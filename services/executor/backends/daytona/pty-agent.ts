@@ -18,7 +18,7 @@ import { randomBytes } from 'node:crypto';
 import { EventEmitter } from 'node:events';
 import { PassThrough, Writable } from 'node:stream';
 import type { Logger } from '../../../common/logging.js';
-import { shellQuote } from '../../shell-state-runner.js';
+import { shellQuote } from '../../../common/shell/quote.js';
 import type { AgentProcess, AgentSpawn } from '../shared/agent/stdio-agent.js';
 
 /** The part of an SDK PTY handle this needs. */

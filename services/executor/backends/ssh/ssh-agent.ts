@@ -10,7 +10,7 @@
 import { posix } from 'node:path';
 import type { ClientChannel } from 'ssh2';
 import type { Logger } from '../../../common/logging.js';
-import { shellQuote } from '../../shell-state-runner.js';
+import { shellQuote } from '../../../common/shell/quote.js';
 import type { AgentChannel } from '../shared/agent/agent-channel.js';
 import type { AgentScript } from '../shared/agent/agent-script.js';
 import { startStdioAgent, type AgentProcess } from '../shared/agent/stdio-agent.js';

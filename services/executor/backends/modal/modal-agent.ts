@@ -1,0 +1,154 @@
+/**
+ * The exec agent in a Modal sandbox, started with one SDK exec whose stdin
+ * and stdout are the agent's stream: every command after that is a message
+ * on it, not a new exec.
+ *
+ * The image (`terminal.modal_image`) does not carry the agent, so the exec
+ * runs a few lines of Python that read the agent's source (a known number
+ * of bytes, unbuffered, so not one byte of the stream after it is taken)
+ * from stdin and run it as `berth_agent.py --stdio`. Nothing is written to
+ * the sandbox's disk, so a snapshot never carries a stale agent and a
+ * command cannot swap the file the next start would run.
+ */
+import { EventEmitter } from 'node:events';
+import { existsSync, readFileSync } from 'node:fs';
+import path from 'node:path';
+import { PassThrough, Readable, Writable } from 'node:stream';
+import { fileURLToPath } from 'node:url';
+import type { ContainerProcess, Sandbox } from 'modal';
+import { FailedPreconditionError } from '../../../common/errors.js';
+import type { AgentProcess } from '../shared/agent/stdio-agent.js';
+
+let agentSource: Buffer | undefined;
+
+/** berth_agent.py of this installation, from either the compiled or the source tree. */
+export function agentScriptSource(): Buffer {
+  if (agentSource) return agentSource;
+  let dir = path.dirname(fileURLToPath(import.meta.url));
+  for (let i = 0; i < 8; i++) {
+    const candidate = path.join(dir, 'sandbox-image', 'agent', 'berth_agent.py');
+    if (existsSync(candidate)) {
+      agentSource = readFileSync(candidate);
+      return agentSource;
+    }
+    dir = path.dirname(dir);
+  }
+  throw new FailedPreconditionError('sandbox-image/agent/berth_agent.py was not found next to this Berth installation');
+}
+
+/**
+ * Python (2-compatible syntax, so an old interpreter reaches the agent's own
+ * version message) that reads `length` bytes of source from fd 0 and runs
+ * them as the agent's main module with `--stdio`.
+ */
+export function bootstrapCode(length: number): string {
+  return [
+    'import os, sys',
+    `n = ${length}`,
+    "b = b''",
+    'while len(b) < n:',
+    '    c = os.read(0, n - len(b))',
+    '    if not c:',
+    '        sys.exit(3)',
+    '    b += c',
+    // Where the exec started (the image's working directory): commands read it to find the task's start directory.
+    "os.environ['BERTH_SANDBOX_WORKDIR'] = os.getcwd()",
+    "sys.argv = ['berth_agent.py', '--stdio']",
+    "exec(compile(b, 'berth_agent.py', 'exec'), {'__name__': '__main__', '__file__': 'berth_agent.py'})",
+  ].join('\n');
+}
+
+/**
+ * A ContainerProcess of the SDK as the {@link AgentProcess} startStdioAgent
+ * drives. Each write to stdin is one stdin message of the SDK (writes queued
+ * meanwhile go together in the next one), and completes once the command
+ * router took it, so the channel's count of unsent bytes is true.
+ */
+export class ModalAgentProcess extends EventEmitter implements AgentProcess {
+  readonly stdin: Writable;
+  readonly stdout = new PassThrough();
+  readonly stderr = new PassThrough();
+  #closed = false;
+  #abort = new AbortController();
+
+  /** `start` runs the exec; `prefix` is written to its stdin before anything else. */
+  constructor(start: Promise<ContainerProcess>, prefix: Uint8Array) {
+    super();
+    const writer = start.then(async (proc) => {
+      const w = proc.stdin.getWriter();
+      await w.write(prefix);
+      return w;
+    });
+    // Errors surface through the process's 'error' or 'close' below.
+    writer.catch(() => undefined);
+    this.stdin = new Writable({
+      writev: (chunks, callback) => {
+        const data = Buffer.concat(chunks.map((c) => c.chunk as Buffer));
+        writer.then((w) => w.write(data)).then(() => callback(), (err: Error) => callback(err));
+      },
+      final: (callback) => {
+        writer.then((w) => w.close()).then(() => callback(), (err: Error) => callback(err));
+      },
+    });
+    start.then(
+      (proc) => this.#attach(proc),
+      (err: Error) => {
+        this.#closed = true;
+        this.emit('error', err);
+      },
+    );
+  }
+
+  #attach(proc: ContainerProcess): void {
+    const signal = this.#abort.signal;
+    // The channel destroys the streams it was given when it closes: stop reading then.
+    this.stdout.once('close', () => this.#abort.abort());
+    const pump = async (from: ReadableStream<Uint8Array>, to: PassThrough) => {
+      try {
+        for await (const chunk of Readable.fromWeb(from as never, { signal }) as AsyncIterable<Uint8Array>) {
+          if (to.destroyed) break;
+          if (!to.write(chunk)) await new Promise((resolve) => to.once('drain', resolve).once('close', resolve));
+        }
+      } catch {
+        // An aborted or broken stream ends the output all the same.
+      }
+      to.end();
+    };
+    const outputs = Promise.all([
+      pump(proc.stdout as unknown as ReadableStream<Uint8Array>, this.stdout),
+      pump(proc.stderr as unknown as ReadableStream<Uint8Array>, this.stderr),
+    ]);
+    const exit = proc.wait().then(
+      (code) => ({ code, signal: null }),
+      () => ({ code: null, signal: 'SIGKILL' as NodeJS.Signals }),
+    );
+    void Promise.all([exit, outputs]).then(([e]) => this.#close(e.code, e.signal));
+  }
+
+  #close(code: number | null, signal: NodeJS.Signals | null): void {
+    if (this.#closed) return;
+    this.#closed = true;
+    this.emit('close', code, signal);
+  }
+
+  /**
+   * The SDK cannot signal an exec. Ending its stdin ends the agent (it kills
+   * what it started and exits); this also stops reading, so the process
+   * counts as gone for the caller.
+   */
+  kill(): boolean {
+    if (this.#closed) return false;
+    this.stdin.end();
+    this.#abort.abort();
+    this.#close(null, 'SIGKILL');
+    return true;
+  }
+}
+
+/** Starts the agent in `sandbox` (an AgentSpawn for startStdioAgent: argv is `python, path, --stdio`). */
+export function spawnModalAgent(sandbox: Sandbox, argv: readonly string[]): ModalAgentProcess {
+  const source = agentScriptSource();
+  const python = argv[0] ?? 'python3';
+  const start = sandbox.exec([python, '-c', bootstrapCode(source.length), '--stdio'], { mode: 'binary', stdout: 'pipe', stderr: 'pipe' });
+  return new ModalAgentProcess(start, source);
+}

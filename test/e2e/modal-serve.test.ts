@@ -1,0 +1,273 @@
+/**
+ * End to end on the modal backend: `bin/berth serve --backend modal` as a
+ * child process, pointed at the Modal stand-in (a test double of Modal's
+ * control plane, backed by the local Docker engine) through MODAL_SERVER_URL
+ * only, driven through the CLI and a gRPC client the way the README shows:
+ * commands whose cwd and exports persist, files, a background process, a
+ * timeout, an interrupt, EndTask, persistence across it, execute_code (in a
+ * code container on the executor's Docker, its tools acting on the sandbox),
+ * and a bad token.
+ */
+import assert from 'node:assert/strict';
+import { after, before, describe, test } from 'node:test';
+import { setTimeout as sleep } from 'node:timers/promises';
+import Dockerode from 'dockerode';
+import { sandboxName } from '../../services/executor/backends/modal/modal-backend.js';
+import { SANDBOX_IMAGE, dockerUnavailableReason, runTaskIds } from '../support/docker-fixtures.js';
+import { startModalStandin, type StandinProcess } from '../support/modal-standin-process.js';
+import { startServe, type ServeProcess } from '../support/serve-process.js';
+
+const docker = new Dockerode();
+const unavailable = await dockerUnavailableReason(docker);
+const { task } = runTaskIds();
+
+/** Whether the stand-in runs the sandbox of task `taskId` of the default tenant. */
+async function sandboxRuns(taskId: string): Promise<boolean> {
+  const name = sandboxName({ tenant: 'default', taskId });
+  return (await docker.listContainers({ filters: { label: [`berth.standin.name=${name}`] } })).length > 0;
+}
+
+describe('berth serve --backend modal (through the Modal stand-in)', { skip: unavailable, timeout: 600_000 }, () => {
+  let standin: StandinProcess;
+  let serve: ServeProcess;
+  let env: Record<string, string>;
+
+  before(async () => {
+    standin = await startModalStandin();
+    env = { ...standin.env, TERMINAL_MODAL_IMAGE: SANDBOX_IMAGE, TERMINAL_CONTAINER_MEMORY: '512' };
+    serve = await startServe(['--backend', 'modal'], { env });
+  });
+
+  after(async () => {
+    await serve?.stop();
+    await standin?.stop();
+  });
+
+  const call = async (tool: string, args: object, taskId: string) => {
+    const r = await serve.cli(['call', tool, JSON.stringify(args), '--task', taskId], { timeoutMs: 120_000 });
+    assert.equal(r.code, 0, r.stderr);
+    return JSON.parse(r.stdout) as Record<string, unknown>;
+  };
+
+  test('the README flow runs in a Modal sandbox', async () => {
+    const t1 = task('readme');
+    const who = await call('terminal', { command: 'id -un; pwd' }, t1);
+    assert.deepEqual(who, { output: 'sandbox\n/workspace', exit_code: 0, error: null });
+    assert.equal(await sandboxRuns(t1), true);
+
+    await call('terminal', { command: 'mkdir -p /workspace/proj && cd /workspace/proj && export GREETING=hello' }, t1);
+    assert.deepEqual(await call('terminal', { command: 'pwd; echo $GREETING' }, t1), { output: '/workspace/proj\nhello', exit_code: 0, error: null });
+
+    const w = await call('write_file', { path: 'notes with space.txt', content: 'alpha\nbeta\n' }, t1);
+    assert.equal(w.bytes_written, 11);
+    const rd = await call('read_file', { path: '/workspace/proj/notes with space.txt' }, t1);
+    assert.match(String(rd.content), /^1\|alpha\n2\|beta/);
+    assert.equal((await call('terminal', { command: 'cat "notes with space.txt"' }, t1)).output, 'alpha\nbeta');
+
+    const other = task('other');
+    assert.equal((await call('terminal', { command: 'echo "[$GREETING]"; ls /workspace' }, other)).output, '[]');
+  });
+
+  test('background processes, a timeout, an interrupt, and EndTask terminating the sandbox', async () => {
+    const t2 = task('bg');
+    const start = await call('terminal', { command: 'echo hello-bg; sleep 1000', background: true }, t2);
+    assert.equal(start.output, 'Background process started');
+    let logText = '';
+    for (let i = 0; i < 100 && !logText.includes('hello-bg'); i++) {
+      logText = String((await call('process', { action: 'log', session_id: start.session_id }, t2)).output);
+      if (!logText.includes('hello-bg')) await sleep(100);
+    }
+    assert.match(logText, /hello-bg/);
+    const kill = await call('process', { action: 'kill', session_id: start.session_id }, t2);
+    assert.deepEqual([kill.status, kill.completion_reason], ['killed', 'killed']);
+
+    const timedOut = await call('terminal', { command: 'echo partial; sleep 30', timeout: 2 }, t2);
+    assert.equal(timedOut.exit_code, 124);
+    assert.match(String(timedOut.output), /partial[\s\S]*Command timed out after 2s/);
+
+    const running = serve.client.callTool({ name: 'terminal', argumentsJson: JSON.stringify({ command: 'echo started; sleep 999' }), taskId: t2, sessionId: '' });
+    for (let i = 0; i < 100; i++) {
+      const r = await serve.client.interrupt({ taskId: t2 });
+      if (r.interrupted > 0) break;
+      await sleep(100);
+    }
+    const interrupted = JSON.parse((await running).resultJson) as Record<string, unknown>;
+    assert.equal(interrupted.exit_code, 130);
+    assert.match(String(interrupted.output), /\[Command interrupted\]$/);
+    assert.equal((await call('terminal', { command: 'ps -eo args | grep -c "[s]leep 999" || true' }, t2)).output, '0');
+
+    assert.equal(await sandboxRuns(t2), true);
+    assert.equal((await serve.client.endTask({ taskId: t2 })).released, true);
+    assert.equal(await sandboxRuns(t2), false);
+  });
+
+  test("a persistent task's files survive EndTask: its next sandbox starts from a snapshot", async () => {
+    const t3 = task('persist');
+    await call('terminal', { command: 'echo remembered > /workspace/state.txt' }, t3);
+    await serve.client.endTask({ taskId: t3 });
+    assert.equal(await sandboxRuns(t3), false);
+    assert.equal((await call('terminal', { command: 'cat /workspace/state.txt' }, t3)).output, 'remembered');
+  });
+
+  test("execute_code's tools act on the task's Modal sandbox, and the result says where the script itself ran", async () => {
+    const t4 = task('code');
+    await call('write_file', { path: '/workspace/from-tool.txt', content: 'sandbox side' }, t4);
+    const code = [
+      'import json',
+      'from hermes_tools import terminal, read_file',
+      'print(json.dumps({"cat": terminal("cat /workspace/from-tool.txt")["output"], "read": read_file("/workspace/from-tool.txt")["content"]}))',
+    ].join('\n');
+    const r = JSON.parse((await serve.client.callTool({ name: 'execute_code', argumentsJson: JSON.stringify({ code }), taskId: t4, sessionId: '' })).resultJson) as Record<
+      string,
+      unknown
+    >;
+    assert.equal(r.status, 'success', JSON.stringify(r));
+    assert.deepEqual(JSON.parse(String(r.output).trim()), { cat: 'sandbox side', read: '1|sandbox side' });
+    assert.match(String(r.notice), /^The script ran in a per-task code container \(docker\), not in the task's modal environment/);
+    await serve.client.endTask({ taskId: t4 });
+  });
+
+  const runCode = async (code: string, taskId: string) =>
+    JSON.parse((await serve.client.callTool({ name: 'execute_code', argumentsJson: JSON.stringify({ code }), taskId, sessionId: '' })).resultJson) as {
+      status: string;
+      output: string;
+      tool_calls_made: number;
+      notice?: string;
+    };
+
+  test('seed: find the *.yaml files that mention the database and preview them, in the sandbox', async () => {
+    const t = task('seed-yaml');
+    const files: Record<string, string> = {
+      'app.yaml': 'database:\n  host: db.internal\n  port: 5432\n',
+      'worker.yaml': 'queue: redis\ndatabase: { host: replica }\n',
+      'other.yml': 'database: not matched by the glob\n',
+      'notes.txt': 'the database is fine\n',
+    };
+    for (const [name, content] of Object.entries(files)) await call('write_file', { path: `/workspace/configs/${name}`, content }, t);
+    const code = `from hermes_tools import search_files, read_file
+import json
+# Find every config file and pull out the database settings
+matches = search_files("database", path="/workspace/configs", file_glob="*.yaml", limit=20)
+configs = []
+for match in matches.get("matches", []):
+    content = read_file(match["path"])
+    configs.append({"file": match["path"], "preview": content["content"][:200]})
+
+print(json.dumps(configs, indent=2))
+`;
+    const r = await runCode(code, t);
+    assert.equal(r.status, 'success', JSON.stringify(r));
+    const configs = JSON.parse(r.output) as Array<{ file: string; preview: string }>;
+    assert.deepEqual(configs.map((c) => c.file.split('/').pop()).sort(), ['app.yaml', 'worker.yaml']);
+    assert.match(configs.find((c) => c.file.endsWith('app.yaml'))?.preview ?? '', /host: db\.internal/);
+    assert.equal(r.tool_calls_made, 3);
+    await serve.client.endTask({ taskId: t });
+  });
+
+  test('seed: batch refactor with search_files and patch(replace_all=True), in the sandbox', async () => {
+    const t = task('seed-refactor');
+    const sources: Record<string, string> = {
+      'a.py': 'x = old_api_call(1)\n',
+      'b.py': 'def f():\n    return old_api_call(2) + old_api_call(3)\n',
+      'c.py': 'y = old_api_call(4)\nz = 1\nw = old_api_call(5)\n',
+      'd.py': 'print("untouched")\n',
+    };
+    for (const [name, content] of Object.entries(sources)) await call('write_file', { path: `/workspace/refactor/src/${name}`, content }, t);
+    assert.equal((await call('terminal', { command: 'cd /workspace/refactor' }, t)).exit_code, 0);
+    const code = `from hermes_tools import search_files, read_file, patch
+# Find every Python file that uses the deprecated API and fix it
+matches = search_files("old_api_call", path="src/", file_glob="*.py")
+fixed = 0
+for match in matches.get("matches", []):
+    result = patch(
+        path=match["path"],
+        old_string="old_api_call(",
+        new_string="new_api_call(",
+        replace_all=True
+    )
+    if "error" not in str(result):
+        fixed += 1
+
+print(f"Fixed {fixed} files out of {len(matches.get('matches', []))} matches")
+`;
+    const r = await runCode(code, t);
+    assert.equal(r.status, 'success', JSON.stringify(r));
+    assert.equal(r.output, 'Fixed 4 files out of 4 matches\n');
+    assert.equal((await call('terminal', { command: 'cat src/b.py; grep -c old_api_call src/*.py || true' }, t)).output,
+      'def f():\n    return new_api_call(2) + new_api_call(3)\nsrc/a.py:0\nsrc/b.py:0\nsrc/c.py:0\nsrc/d.py:0');
+    await serve.client.endTask({ taskId: t });
+  });
+
+  test('seed: build-and-test pipeline through terminal() reporting passed/failed counts, in the sandbox', async () => {
+    const t = task('seed-tests');
+    await call('write_file', { path: '/workspace/project/mathlib.py', content: 'def add(a, b):\n    return a + b\n' }, t);
+    await call(
+      'write_file',
+      {
+        path: '/workspace/project/test_mathlib.py',
+        content:
+          'from mathlib import add\n\ndef test_add():\n    assert add(1, 2) == 3\n\n' +
+          'def test_add_negative():\n    assert add(-1, -1) == -2\n\ndef test_wrong():\n    assert add(2, 2) == 5\n',
+      },
+      t,
+    );
+    // The sandbox image has no pytest: the project's own tiny runner prints the same summary line.
+    await call(
+      'write_file',
+      {
+        path: '/workspace/project/run_tests.py',
+        content:
+          'import importlib, sys\nsys.path.insert(0, ".")\nm = importlib.import_module("test_mathlib")\n' +
+          'passed = failed = 0\nfor name in sorted(n for n in dir(m) if n.startswith("test_")):\n' +
+          '    try:\n        getattr(m, name)()\n        passed += 1\n' +
+          '    except AssertionError:\n        failed += 1\n        print(f"FAILED test_mathlib.py::{name}")\n' +
+          'print(f"{failed} failed, {passed} passed")\nsys.exit(1 if failed else 0)\n',
+      },
+      t,
+    );
+    const command =
+      'cd /workspace/project && if python3 -m pytest --version >/dev/null 2>&1; then python3 -m pytest --tb=short -q -p no:cacheprovider 2>&1; ' +
+      'else python3 run_tests.py 2>&1; fi';
+    const code = `from hermes_tools import terminal, read_file
+import json, re
+# Run the tests, parse the results and report
+result = terminal(${JSON.stringify(command)}, timeout=120)
+output = result.get("output", "")
+def count(word):
+    m = re.search(r"(\\d+) " + word, output)
+    return int(m.group(1)) if m else 0
+
+report = {
+    "passed": count("passed"),
+    "failed": count("failed"),
+    "errors": count("error"),
+    "exit_code": result.get("exit_code", -1),
+    "summary": output[-500:] if len(output) > 500 else output
+}
+
+print(json.dumps(report, indent=2))
+`;
+    const r = await runCode(code, t);
+    assert.equal(r.status, 'success', JSON.stringify(r));
+    const report = JSON.parse(r.output) as { passed: number; failed: number; errors: number; exit_code: number; summary: string };
+    assert.deepEqual([report.passed, report.failed, report.errors, report.exit_code], [2, 1, 0, 1], report.summary);
+    assert.match(report.summary, /test_wrong/);
+    await serve.client.endTask({ taskId: t });
+  });
+
+  test('stopping the server terminates every sandbox it started', async () => {
+    const t5 = task('left-running');
+    await call('terminal', { command: 'true' }, t5);
+    assert.equal(await sandboxRuns(t5), true);
+    assert.equal(await serve.stop(), 0);
+    assert.deepEqual(await standin.containers(), []);
+  });
+
+  test('a bad token stops the server at start with Modal named and the fix', async () => {
+    await assert.rejects(startServe(['--backend', 'modal'], { env: { ...env, MODAL_TOKEN_SECRET: 'as-wrong' } }), (err: Error) => {
+      assert.match(err.message, /Modal refused the credentials while looking up the app berth/);
+      assert.match(err.message, /check MODAL_TOKEN_ID and MODAL_TOKEN_SECRET/);
+      return true;
+    });
+  });
+});

@@ -1,0 +1,82 @@
+/**
+ * The pure parts of the modal backend: the network policy on the SDK's
+ * options, sandbox names, what a user reads when Modal says no, and the
+ * bootstrap that starts the exec agent from its source on stdin.
+ */
+import assert from 'node:assert/strict';
+import { spawnSync } from 'node:child_process';
+import { describe, it } from 'node:test';
+import { bootstrapCode } from '../../services/executor/backends/modal/modal-agent.js';
+import { modalError, sandboxName } from '../../services/executor/backends/modal/modal-backend.js';
+import { modalNetwork, tenantModalPolicy } from '../../services/executor/backends/modal/modal-network.js';
+import { realPython } from '../support/python-bin.js';
+
+describe('modal network policy', () => {
+  it('blocks the network for egress none, and allows only egress_allow when it is set', () => {
+    assert.deepEqual(modalNetwork({ egress: 'none', egressAllow: [] }), { options: { blockNetwork: true }, unmapped: undefined });
+    assert.deepEqual(modalNetwork({ egress: 'none', egressAllow: ['10.1.0.0/16'] }), {
+      options: { outboundCidrAllowlist: ['10.1.0.0/16'] },
+      unmapped: undefined,
+    });
+  });
+
+  it('leaves egress open for open, and says what public-only cannot map', () => {
+    assert.deepEqual(modalNetwork({ egress: 'open', egressAllow: [] }), { options: {}, unmapped: undefined });
+    const publicOnly = modalNetwork({ egress: 'public-only', egressAllow: [] });
+    assert.deepEqual(publicOnly.options, {});
+    assert.match(publicOnly.unmapped ?? '', /public-only has no Modal option/);
+  });
+
+  it("narrows the operator's policy by the tenant's override", () => {
+    const operator = { egress: 'public-only' as const, egressAllow: ['10.0.0.0/8'] };
+    assert.deepEqual(tenantModalPolicy(operator, { egress: 'none' }), { egress: 'none', egressAllow: ['10.0.0.0/8'] });
+    assert.deepEqual(tenantModalPolicy(operator, undefined), operator);
+  });
+});
+
+describe('modal sandbox names', () => {
+  it('are stable per tenant and task, distinct between them, and valid Modal names whatever the ids hold', () => {
+    const a = sandboxName({ tenant: 'acme', taskId: 'task/1 with spaces' });
+    assert.equal(a, sandboxName({ tenant: 'acme', taskId: 'task/1 with spaces' }));
+    assert.notEqual(a, sandboxName({ tenant: 'other', taskId: 'task/1 with spaces' }));
+    assert.match(a, /^[A-Za-z0-9._-]{1,63}$/);
+  });
+});
+
+describe('modal errors', () => {
+  it('name Modal and the fix for missing or refused credentials', () => {
+    const missing = modalError(new Error('Profile is missing credentials. Please set them in .modal.toml'), 'starting');
+    assert.equal(missing.name, 'FailedPreconditionError');
+    assert.match(missing.message, /Modal credentials are missing: set MODAL_TOKEN_ID and MODAL_TOKEN_SECRET/);
+    const refused = modalError(Object.assign(new Error('x'), { code: 16, details: 'Token ID or secret is invalid' }), 'looking up the app berth');
+    assert.equal(refused.name, 'FailedPreconditionError');
+    assert.match(refused.message, /^Modal refused the credentials while looking up the app berth \(Token ID or secret is invalid\): check MODAL_TOKEN_ID/);
+  });
+
+  it('say which image Modal could not build, and map quota and reachability', () => {
+    const image = modalError(new Error('Image build for im-1 failed with the exception:\nnot found'), 'creating', 'nosuch:1');
+    assert.match(image.message, /^Modal could not build terminal.modal_image "nosuch:1" while creating: Image build for im-1 failed/);
+    assert.equal(modalError(Object.assign(new Error('q'), { code: 8, details: 'quota' }), 'creating').name, 'ResourceExhaustedError');
+    assert.equal(modalError(Object.assign(new Error('down'), { code: 14 }), 'creating').name, 'UnavailableError');
+  });
+});
+
+describe('the agent bootstrap', () => {
+  it('runs exactly the announced bytes of source as the main module with --stdio, leaving the rest of stdin unread', () => {
+    const source = Buffer.from(
+      'import sys, os\nsys.stdout.write(repr((__name__, sys.argv)) + "|" + os.read(0, 100).decode() + "|" + os.environ["BERTH_SANDBOX_WORKDIR"])\n',
+    );
+    const r = spawnSync(realPython(), ['-c', bootstrapCode(source.length), '--stdio'], {
+      input: Buffer.concat([source, Buffer.from('FRAMES')]),
+      cwd: '/tmp',
+      encoding: 'utf8',
+    });
+    assert.equal(r.stderr, '');
+    assert.equal(r.stdout, "('__main__', ['berth_agent.py', '--stdio'])|FRAMES|/tmp");
+  });
+
+  it('exits 3 when stdin ends before the source does', () => {
+    const r = spawnSync(realPython(), ['-c', bootstrapCode(100), '--stdio'], { input: 'short' });
+    assert.equal(r.status, 3);
+  });
+});
