@@ -4,7 +4,7 @@
  * cloud): `bin/berth serve --backend daytona` and `bin/berth doctor
  * --backend daytona` as child processes, pointed at the stand-in only with
  * the SDK's own settings (DAYTONA_API_URL, DAYTONA_API_KEY, DAYTONA_TARGET).
- * The README flow, a timeout, a background process, persistence across
+ * The README flow, a timeout, an interrupt, a background process, persistence across
  * EndTask (stop, then start on next use), and a bad key. The stand-in
  * removes every container it made when it stops.
  */
@@ -81,7 +81,7 @@ describe('berth serve and doctor --backend daytona against the stand-in', { skip
     assert.equal((await call('terminal', { command: 'echo "[$GREETING]"' }, other)).output, '[]');
   });
 
-  test('background processes and timeouts; EndTask stops the sandbox and the next use finds the files', async () => {
+  test('background processes, timeouts and an interrupt; EndTask stops the sandbox and the next use finds the files', async () => {
     const t2 = task('bg');
     const start = await call('terminal', { command: 'echo hello-bg; sleep 1000', background: true }, t2);
     assert.equal(start.output, 'Background process started');
@@ -98,6 +98,23 @@ describe('berth serve and doctor --backend daytona against the stand-in', { skip
     assert.equal(timedOut.exit_code, 124);
     assert.match(String(timedOut.output), /partial[\s\S]*Command timed out after 2s/);
     assert.equal((await call('terminal', { command: 'ps -eo args | grep -c "[s]leep 30" || true' }, t2)).output, '0');
+
+    // Interrupt through the server: the command's process group in the sandbox is killed, 130.
+    const running = serve.client.callTool({
+      name: 'terminal',
+      argumentsJson: JSON.stringify({ command: 'echo started; sleep 999' }),
+      taskId: t2,
+      sessionId: '',
+    });
+    for (let i = 0; i < 100; i++) {
+      const r = await serve.client.interrupt({ taskId: t2 });
+      if (r.interrupted > 0) break;
+      await sleep(100);
+    }
+    const interrupted = JSON.parse((await running).resultJson) as Record<string, unknown>;
+    assert.equal(interrupted.exit_code, 130);
+    assert.match(String(interrupted.output), /\[Command interrupted\]$/);
+    assert.equal((await call('terminal', { command: 'ps -eo args | grep -c "[s]leep 999" || true' }, t2)).output, '0');
 
     await call('write_file', { path: '/workspace/kept.txt', content: 'kept\n' }, t2);
     const id = (await sandboxOf(t2)).id;
