@@ -20,7 +20,8 @@
  *   otherwise approve `make x; rm -rf ~`.
  */
 import { findHardline } from './hardline.js';
-import { analyzeCommand, type NormalizeOptions } from './normalize.js';
+import { inspectCommand } from './detect.js';
+import type { NormalizeOptions } from './normalize.js';
 import { DANGEROUS_PATTERNS, patternMatches, type DangerousPatternKey } from './patterns.js';
 
 /** Every dangerous pattern key a command matches, in table order; or its hardline hit. */
@@ -34,12 +35,10 @@ export interface FullDetection {
  * first, so approvals by key can require all of them.
  */
 export function detectAllDangerous(cmd: string, options: NormalizeOptions = {}): FullDetection {
-  const analysis = analyzeCommand(cmd, options);
+  const { analysis, input } = inspectCommand(cmd, options);
   const hardline = findHardline(analysis);
   if (hardline !== undefined) return { hardline, keys: [] };
-  const variants = [analysis.normalized, ...analysis.commands];
-  const written = cmd.normalize('NFKC');
-  const keys = DANGEROUS_PATTERNS.filter((p) => patternMatches(p, variants, written)).map((p) => p.key);
+  const keys = DANGEROUS_PATTERNS.filter((p) => patternMatches(p, input)).map((p) => p.key);
   return { keys };
 }
 
