@@ -165,7 +165,7 @@ describe('approval over a real berth serve (single user, config file)', () => {
     s.answer((await s.approvalFor('c2')).approvalId, 'deny');
     const denied = await s.resultOf('c2');
     assert.equal(denied.status, 'blocked');
-    assert.match(String(denied.error), /^BLOCKED: The user denied this command/);
+    assert.match(String(denied.error), /^BLOCKED: User denied this command\. The user has NOT consented/);
     assert.ok(!existsSync(no.marker));
     s.end();
     await s.done;
@@ -403,7 +403,7 @@ describe('approval with tenants', () => {
     const md = bearer('ci-key');
     md.set('berth-interactive', 'false');
     const r = JSON.parse((await serve.client.callTool({ name: 'terminal', argumentsJson: JSON.stringify({ command: deny.command }), taskId: 'ni', sessionId: '' }, { metadata: md })).resultJson);
-    assert.match(r.error, /non-interactive context denies/);
+    assert.match(r.error, /but this non-interactive context runs without a user present to approve it\. .*approvals\.non_interactive: approve/);
     assert.ok(!existsSync(deny.marker));
     const ok = marking(dir, 'ni-acme');
     const ma = bearer('acme-key');
