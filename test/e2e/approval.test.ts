@@ -259,10 +259,12 @@ describe('approval over a real berth serve (single user, config file)', () => {
       'description',
       'pattern_key',
       'approval_id',
+      'message',
     ]);
     assert.equal(pending.status, 'pending_approval');
     assert.equal(pending.approval_pending, true);
     assert.equal(pending.pattern_key, KEY);
+    assert.match(String(pending.message), /^⚠️ .+\. Asking the user for approval\.\n\n\*\*Command:\*\*\n```\n[\s\S]+\n```\n\nSTOP: do NOT re-run/);
     assert.ok(!existsSync(m.marker), 'nothing ran yet');
     const approved = await serve.client.approve({ approvalId: String(pending.approval_id), choice: 'once', taskId: 'un', sessionId: '' });
     assert.equal(JSON.parse(approved.resultJson).output, 'ran-unary');

@@ -85,6 +85,9 @@ export const LEGACY_KEY_ALIASES: Readonly<Partial<Record<DangerousPatternKey, re
   'xargs with rm': [String.raw`xargs\s+.*`],
   'find -exec/-execdir rm': ['find'],
   'find -delete': ['find'],
+  // Key 63 starts with upstream's command-position prefix, which has no `\b`;
+  // its derived key is that prefix, shared by unrelated rules, so it is left out.
+  'dynamic shell word may expand to arbitrary program execution flag': ['(?:rg|sort|ag|man)'],
   'copy/move file into system config path': ['(cp|mv|install)'],
   'overwrite project env/config file': ['(cp|mv|install)'],
   'copy/move file into sensitive credential/SSH/shell-rc path': ['(cp|mv|install)'],
