@@ -165,7 +165,7 @@ describe('approval over a real berth serve (single user, config file)', () => {
     s.answer((await s.approvalFor('c2')).approvalId, 'deny');
     const denied = await s.resultOf('c2');
     assert.equal(denied.status, 'blocked');
-    assert.match(String(denied.error), /^BLOCKED: The user denied this command/);
+    assert.match(String(denied.error), /^BLOCKED: User denied this command\. The user has NOT consented/);
     assert.ok(!existsSync(no.marker));
     s.end();
     await s.done;
@@ -259,10 +259,12 @@ describe('approval over a real berth serve (single user, config file)', () => {
       'description',
       'pattern_key',
       'approval_id',
+      'message',
     ]);
     assert.equal(pending.status, 'pending_approval');
     assert.equal(pending.approval_pending, true);
     assert.equal(pending.pattern_key, KEY);
+    assert.match(String(pending.message), /^⚠️ .+\. Asking the user for approval\.\n\n\*\*Command:\*\*\n```\n[\s\S]+\n```\n\nSTOP: do NOT re-run/);
     assert.ok(!existsSync(m.marker), 'nothing ran yet');
     const approved = await serve.client.approve({ approvalId: String(pending.approval_id), choice: 'once', taskId: 'un', sessionId: '' });
     assert.equal(JSON.parse(approved.resultJson).output, 'ran-unary');
@@ -403,7 +405,7 @@ describe('approval with tenants', () => {
     const md = bearer('ci-key');
     md.set('berth-interactive', 'false');
     const r = JSON.parse((await serve.client.callTool({ name: 'terminal', argumentsJson: JSON.stringify({ command: deny.command }), taskId: 'ni', sessionId: '' }, { metadata: md })).resultJson);
-    assert.match(r.error, /non-interactive context denies/);
+    assert.match(r.error, /but this non-interactive context runs without a user present to approve it\. .*approvals\.non_interactive: approve/);
     assert.ok(!existsSync(deny.marker));
     const ok = marking(dir, 'ni-acme');
     const ma = bearer('acme-key');

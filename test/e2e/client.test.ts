@@ -143,7 +143,7 @@ describe('berth/client against a real berth serve', () => {
     const no = marking(dir, 'deny');
     const denied = await collect(session.run('terminal', { command: no.command }), (ev) => ev.answer('deny'));
     assert.equal(denied.result.status, 'blocked');
-    assert.match(String(denied.result.error), /^BLOCKED: The user denied this command/);
+    assert.match(String(denied.result.error), /^BLOCKED: User denied this command\. The user has NOT consented/);
     assert.ok(!existsSync(no.marker));
   });
 

@@ -153,7 +153,7 @@ describe('berth mcp against a real berth serve', () => {
       const never = join(dir, 'elicit-deny');
       const denied = await client.callTool({ name: 'terminal', arguments: { command: `bash -c 'touch ${never}'` } });
       assert.equal(denied.isError, true);
-      assert.match(JSON.parse(text(denied)).error as string, /^BLOCKED: The user denied this command/);
+      assert.match(JSON.parse(text(denied)).error as string, /^BLOCKED: User denied this command\. The user has NOT consented/);
       assert.ok(!existsSync(never));
       assert.equal(asked.length, 2);
     } finally {

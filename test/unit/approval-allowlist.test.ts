@@ -37,6 +37,10 @@ void describe('command_allowlist: upstream pattern keys carry over', () => {
     ['git branch force delete (long flags)', 'git branch --delete --force old'],
     ['sudo with combined-flag privilege escalation', 'sudo -nA make install'],
     ['package manager uninstall', 'npm uninstall left-pad'],
+    ['arbitrary program execution via rg --pre', 'rg --pre=./pdftotext.sh invoice docs'],
+    ['arbitrary program execution via man -P', 'man -P cat ls'],
+    ['find dynamic shell word may expand to destructive flag', 'find build -del*'],
+    ['dynamic shell word may expand to arbitrary program execution flag', 'sort --compress-program* data'],
     ['cloud metadata endpoint access (instance credentials)', 'curl http://169.254.169.254/latest/meta-data/'],
     ['docker with remote daemon redirect (-H/--host)', 'docker -H tcp://build:2375 ps'],
     ['Windows cmd destructive delete', 'cmd /c "del build.log"'],
@@ -63,6 +67,7 @@ void describe('command_allowlist: legacy regex-derived keys', () => {
     [String.raw`(python[23]?|perl|ruby|node)\s+-[ec]\s+`, "python3 -c 'print(1)'"],
     [String.raw`(python[23]?|perl|ruby|node)\s+<<`, 'python3 <<EOF\nprint(1)\nEOF'],
     [String.raw`DROP\s+(TABLE|DATABASE)`, 'psql -c "DROP TABLE t"'],
+    ['(?:rg|sort|ag|man)', 'rg --pre{,=x} foo'],
   ];
   for (const [entry, command] of cases) {
     void it(`${JSON.stringify(entry)} approves ${JSON.stringify(command)}`, () => {

@@ -77,7 +77,9 @@ const SPEC_KEYS = [
   'overwrite project env/config via redirection',
   'xargs with rm',
   'find -exec/-execdir rm',
+  'find dynamic shell word may expand to destructive flag',
   'find -delete',
+  'dynamic shell word may expand to arbitrary program execution flag',
   'docker with remote daemon redirect (-H/--host)',
   'docker with daemon redirect (--context: alternate daemon)',
   'docker context use (switches default daemon for future commands)',
@@ -111,6 +113,14 @@ const SPEC_KEYS = [
   'shell command via -c/-lc flag',
   'script execution via -e/-c flag',
   'script execution via heredoc',
+  'arbitrary program execution via rg --pre',
+  'arbitrary program execution via rg --hostname-bin',
+  'arbitrary program execution via sort --compress-program',
+  'arbitrary program execution via ag --pager',
+  'arbitrary program execution via man --pager',
+  'arbitrary program execution via man --html',
+  'arbitrary program execution via man -P',
+  'arbitrary program execution via man -H',
 ];
 
 void describe('normalizeCommand', () => {

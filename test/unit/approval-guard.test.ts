@@ -22,6 +22,8 @@ import type { SmartApprover, SmartVerdict } from '../../services/dispatcher/appr
 import { StreamApprovals } from '../../services/dispatcher/approval/stream-approvals.js';
 
 const DANGEROUS = "bash -c 'echo hi'"; // shell command via -c/-lc flag
+const STOP =
+  ' The user has NOT consented to this action. Do NOT retry this command, do NOT rephrase it, and do NOT attempt the same outcome via a different command. Stop the current workflow and wait for the user to respond before taking any further destructive or irreversible action.';
 const KEY = 'shell command via -c/-lc flag';
 
 /** An asker that answers from a script and records what it was asked. */
@@ -56,7 +58,7 @@ class RecordingPersister implements AllowlistPersister {
 
 class FakeSmart implements SmartApprover {
   readonly asked: string[] = [];
-  constructor(private readonly verdict: SmartVerdict) {}
+  constructor(public verdict: SmartVerdict) {}
   async assess(command: string): Promise<SmartVerdict> {
     this.asked.push(command);
     return this.verdict;
@@ -240,7 +242,10 @@ describe('approval guard: non-interactive context', () => {
 
   it('blocks with approvals.non_interactive: deny', async () => {
     const result = blocked(await check(fixture({ approvals: { non_interactive: 'deny' } }), DANGEROUS, call({ kind: 'none' })));
-    assert.match(String(result.error), /^BLOCKED: This command needs approval \(shell command via -c\/-lc flag\)/);
+    assert.equal(
+      result.error,
+      'BLOCKED: Command flagged as dangerous (shell command via -c/-lc flag) but this non-interactive context runs without a user present to approve it. Find an alternative approach that avoids this command. To allow dangerous commands in non-interactive contexts, set approvals.non_interactive: approve in config.yaml.',
+    );
   });
 
   it('still never runs hardline commands', async () => {
@@ -299,9 +304,9 @@ describe('approval guard: asking the user', () => {
     assert.deepEqual(mt.persister.calls, [{ location: { kind: 'tenant', tenant: 'acme' }, keys: [KEY] }]);
   });
 
-  it('deny blocks with a do-not-retry message', async () => {
+  it('deny blocks with upstream\'s text and stop suffix', async () => {
     const result = blocked(await check(fixture(), DANGEROUS, call(ask(answering('deny')))));
-    assert.match(String(result.error), /^BLOCKED: The user denied this command \(shell command via -c\/-lc flag\)\. Do NOT retry/);
+    assert.equal(result.error, `BLOCKED: User denied this command.${STOP}`);
   });
 
   // Ignoring the 50 ms policy timeout would wait for the default 300 s and hit the test's own timeout.
@@ -322,12 +327,12 @@ describe('approval guard: asking the user', () => {
       persister: f.persister,
     });
     const result = blocked(await fast.check({ tool: 'terminal', command: DANGEROUS }, c));
-    assert.match(String(result.error), /^BLOCKED: Command timed out without user response\. .+ Silence is not consent\.$/);
+    assert.equal(result.error, `BLOCKED: Command timed out without user response.${STOP} Silence is not consent.`);
   });
 
   it('a closed stream denies', async () => {
     const result = blocked(await check(fixture(), DANGEROUS, call(ask(new FakeAsker(() => ({ kind: 'closed' }))))));
-    assert.match(String(result.error), /^BLOCKED: .*session that could approve it has closed/);
+    assert.match(String(result.error), /^BLOCKED: .*session that could approve it has closed, so it was not run\. The user has NOT consented/);
   });
 
   it('cancellation while waiting rejects (nothing runs) instead of returning a verdict', async () => {
@@ -361,6 +366,38 @@ describe('approval guard: smart mode', () => {
     );
   });
 
+  it('three denials in a row trip the circuit breaker, which then also marks the user\'s refusals', async () => {
+    const f = fixture(smartConfig, { smart: new FakeSmart('deny') });
+    const deny = 'BLOCKED by smart approval: shell command via -c/-lc flag. The command was assessed as genuinely dangerous. Do NOT retry.';
+    const breaker =
+      ' CIRCUIT BREAKER: 3 consecutive commands were blocked by the security reviewer. STOP attempting variations of this operation. ' +
+      'Report the blocked operation to the user and either ask them to run it manually or use /approve.';
+    assert.equal(blocked(await check(f, DANGEROUS, call(ask(answering('once'))))).error, deny);
+    assert.equal(blocked(await check(f, DANGEROUS, call(ask(answering('once'))))).error, deny);
+    assert.equal(blocked(await check(f, DANGEROUS, call(ask(answering('once'))))).error, deny + breaker);
+    // Another session has its own count.
+    assert.equal(blocked(await check(f, DANGEROUS, call(ask(answering('once')), { sessionId: 's2' }))).error, deny);
+  });
+
+  it('a smart approval ends the streak', async () => {
+    const smart = new FakeSmart('deny');
+    const f = fixture(smartConfig, { smart });
+    for (let i = 0; i < 3; i++) await check(f, DANGEROUS, call(ask(answering('once'))));
+    smart.verdict = 'approve';
+    assert.equal((await check(f, DANGEROUS, call(ask(answering('once'))))).allowed, true);
+    smart.verdict = 'deny';
+    assert.doesNotMatch(String(blocked(await check(f, 'sudo -a ls', call(ask(answering('once'))))).error), /CIRCUIT BREAKER/);
+  });
+
+  it('after the breaker trips, a user\'s deny carries it too', async () => {
+    const smart = new FakeSmart('deny');
+    const f = fixture(smartConfig, { smart });
+    for (let i = 0; i < 3; i++) await check(f, DANGEROUS, call(ask(answering('once'))));
+    smart.verdict = 'escalate';
+    const result = blocked(await check(f, DANGEROUS, call(ask(answering('deny')))));
+    assert.match(String(result.error), /^BLOCKED: User denied this command\. The user has NOT consented.* CIRCUIT BREAKER: 3 consecutive/);
+  });
+
   it('anything else escalates to the user', async () => {
     const asker = answering('once');
     assert.equal((await check(fixture(smartConfig, { smart: new FakeSmart('escalate') }), DANGEROUS, call(ask(asker)))).allowed, true);
@@ -387,6 +424,10 @@ describe('approval guard: deferred (unary) calls and Approve', () => {
       description: KEY,
       pattern_key: KEY,
       approval_id: 'appr_1',
+      message:
+        `⚠️ ${KEY}. Asking the user for approval.\n\n**Command:**\n\`\`\`\n${DANGEROUS}\n\`\`\`\n\n` +
+        'STOP: do NOT re-run, rephrase, or re-issue this command — each variant sends the user ANOTHER approval card. ' +
+        "Wait for the user's decision; if this turn must end, report that approval is pending.",
     });
   });
 
@@ -408,7 +449,7 @@ describe('approval guard: deferred (unary) calls and Approve', () => {
     await check(f, DANGEROUS, call({ kind: 'defer' }));
     const outcome = await f.guard.approve('default', { approvalId: 'appr_1', choice: 'deny', taskId: '', sessionId: '' });
     assert.equal(outcome.kind, 'result');
-    assert.match(outcome.kind === 'result' ? outcome.result : '', /BLOCKED: The user denied/);
+    assert.match(outcome.kind === 'result' ? outcome.result : '', /"error":"BLOCKED: User denied this command\. The user has NOT consented/);
     await assert.rejects(f.guard.approve('default', { approvalId: 'appr_1', choice: 'once', taskId: '', sessionId: '' }), isCode('NOT_FOUND'));
   });
 

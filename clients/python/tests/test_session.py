@@ -61,7 +61,7 @@ class SessionTest(unittest.TestCase):
             elif ev.kind == "result":
                 result = ev.result
         self.assertEqual(result["status"], "blocked")
-        self.assertTrue(result["error"].startswith("BLOCKED: The user denied this command"), result)
+        self.assertTrue(result["error"].startswith("BLOCKED: User denied this command. The user has NOT consented"), result)
         self.assertFalse(os.path.exists(marker))
 
     def test_call_answers_through_a_callback_and_denies_without_one(self):

@@ -20,7 +20,8 @@
  *   otherwise approve `make x; rm -rf ~`.
  */
 import { findHardline } from './hardline.js';
-import { analyzeCommand, type NormalizeOptions } from './normalize.js';
+import { inspectCommand } from './detect.js';
+import type { NormalizeOptions } from './normalize.js';
 import { DANGEROUS_PATTERNS, patternMatches, type DangerousPatternKey } from './patterns.js';
 
 /** Every dangerous pattern key a command matches, in table order; or its hardline hit. */
@@ -34,12 +35,10 @@ export interface FullDetection {
  * first, so approvals by key can require all of them.
  */
 export function detectAllDangerous(cmd: string, options: NormalizeOptions = {}): FullDetection {
-  const analysis = analyzeCommand(cmd, options);
+  const { analysis, input } = inspectCommand(cmd, options);
   const hardline = findHardline(analysis);
   if (hardline !== undefined) return { hardline, keys: [] };
-  const variants = [analysis.normalized, ...analysis.commands];
-  const written = cmd.normalize('NFKC');
-  const keys = DANGEROUS_PATTERNS.filter((p) => patternMatches(p, variants, written)).map((p) => p.key);
+  const keys = DANGEROUS_PATTERNS.filter((p) => patternMatches(p, input)).map((p) => p.key);
   return { keys };
 }
 
@@ -86,6 +85,9 @@ export const LEGACY_KEY_ALIASES: Readonly<Partial<Record<DangerousPatternKey, re
   'xargs with rm': [String.raw`xargs\s+.*`],
   'find -exec/-execdir rm': ['find'],
   'find -delete': ['find'],
+  // Key 63 starts with upstream's command-position prefix, which has no `\b`;
+  // its derived key is that prefix, shared by unrelated rules, so it is left out.
+  'dynamic shell word may expand to arbitrary program execution flag': ['(?:rg|sort|ag|man)'],
   'copy/move file into system config path': ['(cp|mv|install)'],
   'overwrite project env/config file': ['(cp|mv|install)'],
   'copy/move file into sensitive credential/SSH/shell-rc path': ['(cp|mv|install)'],

@@ -27,6 +27,7 @@ import type { AllowlistPersister, PersistOutcome } from './allowlist-writer.js';
 import type { ApprovalPolicies } from './approval-policy.js';
 import {
   blockedResult,
+  breakerAddendum,
   hardlineResult,
   nonInteractiveDenyMessage,
   pendingResult,
@@ -201,6 +202,7 @@ export class ApprovalGuard {
     if (policy.mode === 'smart' && this.#o.smart !== undefined) {
       const verdict = await this.#o.smart.assess(action.command, subject.description, call.signal);
       if (verdict === 'approve') {
+        this.#o.sessions.resetDenials(tenant, sessionKey);
         this.#o.sessions.approve(tenant, sessionKey, keys);
         return decide('approved', 'smart', {
           allowed: true,
@@ -208,7 +210,8 @@ export class ApprovalGuard {
         });
       }
       if (verdict === 'deny') {
-        return decide('blocked', 'smart', { allowed: false, result: blockedResult(smartDenyMessage(subject.description)) });
+        const breaker = breakerAddendum(this.#o.sessions.recordDenial(tenant, sessionKey));
+        return decide('blocked', 'smart', { allowed: false, result: blockedResult(smartDenyMessage(subject.description, breaker)) });
       }
     }
 
@@ -285,7 +288,8 @@ export class ApprovalGuard {
     } catch (err) {
       if (call.signal.aborted) throw call.signal.reason;
       if (timer.signal.aborted) {
-        return decide('blocked', 'timeout', { allowed: false, result: blockedResult(timeoutMessage(timeoutSec)) });
+        const breaker = breakerAddendum(this.#o.sessions.denials(call.tenant, sessionKey));
+        return decide('blocked', 'timeout', { allowed: false, result: blockedResult(timeoutMessage(breaker)) });
       }
       throw err;
     } finally {
@@ -296,7 +300,8 @@ export class ApprovalGuard {
     }
     const note = await this.#record(call.tenant, sessionKey, subject, outcome.choice);
     if (note === undefined) {
-      return decide('blocked', 'user_deny', { allowed: false, result: blockedResult(userDenyMessage(subject.description)) });
+      const breaker = breakerAddendum(this.#o.sessions.denials(call.tenant, sessionKey));
+      return decide('blocked', 'user_deny', { allowed: false, result: blockedResult(userDenyMessage(breaker)) });
     }
     return decide('approved', `user_${outcome.choice}`, { allowed: true, note });
   }
@@ -304,6 +309,8 @@ export class ApprovalGuard {
   /** Records a user's choice; returns the result note, or undefined for deny. */
   async #record(tenant: string, sessionKey: string, subject: Subject, choice: ApprovalChoice): Promise<string | undefined> {
     if (choice === 'deny') return undefined;
+    // A human approval ends a streak of smart-approval denials, as upstream.
+    this.#o.sessions.resetDenials(tenant, sessionKey);
     let note = userNote(subject.description);
     if (choice === 'session' || choice === 'always') this.#o.sessions.approve(tenant, sessionKey, subject.keys);
     if (choice === 'always') {
@@ -344,7 +351,10 @@ export class ApprovalGuard {
     };
     const note = await this.#record(tenant, pending.sessionKey, subject, request.choice);
     this.#o.onDecision?.(note === undefined ? 'blocked' : 'approved', `user_${request.choice}`);
-    if (note === undefined) return { kind: 'result', result: blockedResult(userDenyMessage(pending.description)) };
+    if (note === undefined) {
+      const breaker = breakerAddendum(this.#o.sessions.denials(tenant, pending.sessionKey));
+      return { kind: 'result', result: blockedResult(userDenyMessage(breaker)) };
+    }
     return { kind: 'rerun', call: pending.call, grant: { command: pending.command, keys: pending.keys, note, used: false } };
   }
 

@@ -6,8 +6,9 @@
  */
 
 import { findHardline } from './hardline.js';
-import { analyzeCommand, type NormalizeOptions } from './normalize.js';
-import { DANGEROUS_PATTERNS, patternMatches, type DangerousPatternKey } from './patterns.js';
+import { analyzeCommand, type CommandAnalysis, type NormalizeOptions } from './normalize.js';
+import { DANGEROUS_PATTERNS, patternMatches, type DangerousPatternKey, type PatternInput } from './patterns.js';
+import { withReadToolPrograms } from './read-tools.js';
 
 /** Options for detection; see {@link NormalizeOptions}. */
 export type DetectOptions = NormalizeOptions;
@@ -39,15 +40,29 @@ export interface CommandCheck {
  * hardline command.
  */
 export function detectDangerousCommand(cmd: string, options: DetectOptions = {}): DangerDetection {
-  const analysis = analyzeCommand(cmd, options);
+  const { analysis, input } = inspectCommand(cmd, options);
   const hardline = findHardline(analysis);
   if (hardline !== undefined) return { hardline };
-  const variants = [analysis.normalized, ...analysis.commands];
-  const written = cmd.normalize('NFKC');
   for (const p of DANGEROUS_PATTERNS) {
-    if (patternMatches(p, variants, written)) return { dangerous: { patternKey: p.key, description: p.key } };
+    if (patternMatches(p, input)) return { dangerous: { patternKey: p.key, description: p.key } };
   }
   return {};
+}
+
+/**
+ * Parses a command once for both the hardline rules and the pattern table:
+ * its variants, plus the programs that read tools would run (`rg --pre=PROG`),
+ * which upstream inspects as commands of their own.
+ */
+export function inspectCommand(cmd: string, options: DetectOptions = {}): { analysis: CommandAnalysis; input: PatternInput } {
+  const written = cmd.normalize('NFKC');
+  const analysis = withReadToolPrograms(analyzeCommand(cmd, options), written, options);
+  const input: PatternInput = {
+    variants: [analysis.normalized, ...analysis.commands],
+    skeletons: analysis.skeletons,
+    written,
+  };
+  return { analysis, input };
 }
 
 /** Collapses a detection into the three-way verdict (block = hardline, approve = pattern). */

@@ -19,6 +19,8 @@
  * the start rather than `A.*B` tried at every position.
  */
 
+import { findReadToolExec, readToolKey } from './read-tools.js';
+
 /**
  * The pattern keys, in the order they are checked: upstream hermes-agent's
  * `DANGEROUS_PATTERNS` order, then its structural findings (`-c`/`-e` flags,
@@ -87,7 +89,9 @@ export const DANGEROUS_PATTERN_KEYS = [
   'overwrite project env/config via redirection',
   'xargs with rm',
   'find -exec/-execdir rm',
+  'find dynamic shell word may expand to destructive flag',
   'find -delete',
+  'dynamic shell word may expand to arbitrary program execution flag',
   'docker with remote daemon redirect (-H/--host)',
   'docker with daemon redirect (--context: alternate daemon)',
   'docker context use (switches default daemon for future commands)',
@@ -121,6 +125,14 @@ export const DANGEROUS_PATTERN_KEYS = [
   'shell command via -c/-lc flag',
   'script execution via -e/-c flag',
   'script execution via heredoc',
+  'arbitrary program execution via rg --pre',
+  'arbitrary program execution via rg --hostname-bin',
+  'arbitrary program execution via sort --compress-program',
+  'arbitrary program execution via ag --pager',
+  'arbitrary program execution via man --pager',
+  'arbitrary program execution via man --html',
+  'arbitrary program execution via man -P',
+  'arbitrary program execution via man -H',
 ] as const;
 
 /** One of the pattern keys. */
@@ -136,6 +148,28 @@ export interface DangerousPattern {
    * does not. Variants are lower-case, so they cannot tell.
    */
   readonly caseSensitive?: RegExp;
+  /**
+   * Where the regex looks: command-position variants (the default), or
+   * `skeleton`, the script text with quoted strings blanked, for rules about
+   * unquoted shell syntax inside a word (`-del*`, `--pre{,}`) that resolving
+   * quotes would erase.
+   */
+  readonly scope?: 'skeleton';
+  /**
+   * A further check on each variant the regex matched, for rules an option
+   * walk decides better than a regex (the read tools' program options).
+   */
+  readonly confirm?: (variant: string, written: string) => boolean;
+}
+
+/** What a pattern is matched against. */
+export interface PatternInput {
+  /** The normalised command and its command-position variants. */
+  readonly variants: readonly string[];
+  /** Script texts with quoted strings blanked. */
+  readonly skeletons: readonly string[];
+  /** The command as written (NFKC, case kept). */
+  readonly written: string;
 }
 
 // --- Fragments -------------------------------------------------------------
@@ -225,6 +259,40 @@ export const FORK_BOMB = String.raw`(?:^|[\s;&|({])(?:function\s+)?([\w:.-]+)\s*
 /** Cloud instance-metadata addresses (AWS, GCP, Azure, Alibaba; IPv4 and IPv6). */
 const METADATA = String.raw`(?<![\d.])(?:169\.254\.169\.254|100\.100\.100\.200|2852039166|0xa9fea9fe)(?![\d.])|(?<![\w.-])metadata\.google\.internal(?![\w.-])|(?<![\w:])fd00:ec2::254(?![\w:])`;
 
+/** A run of word characters that cannot cross a command boundary. */
+const WORD = String.raw`[^\s;&|()\x60]`;
+
+/**
+ * A command start in raw script text: the beginning, after a separator or an
+ * opener, and after the wrappers that run the next word. No part of it can
+ * run past the next command boundary, so trying it at every start stays linear.
+ */
+const SCRIPT_CMD = String.raw`(?:^|[\n;&|(\x60{]|\$\()\s*(?:(?:[\w.+~-]*/)*(?:sudo|doas|env|exec|nohup|setsid|time|command|builtin|nice|stdbuf|ionice|chrt|taskset|timeout)\s+(?:-${WORD}*\s+|\w+=${WORD}*\s+|\d${WORD}*\s+)*)*(?:[\w.+~-]*/)*`;
+
+/** The read tools' program options, in upstream's order (tool, then option). */
+const READ_TOOL_KEYS = [
+  { tool: 'rg', option: '--pre' },
+  { tool: 'rg', option: '--hostname-bin' },
+  { tool: 'sort', option: '--compress-program' },
+  { tool: 'ag', option: '--pager' },
+  { tool: 'man', option: '--pager' },
+  { tool: 'man', option: '--html' },
+  { tool: 'man', option: '-P' },
+  { tool: 'man', option: '-H' },
+] as const;
+
+function readToolPattern(tool: string, option: string): DangerousPattern {
+  const key = `arbitrary program execution via ${tool} ${option}` as DangerousPatternKey;
+  return {
+    key,
+    regex: new RegExp(String.raw`${CMD}${tool}\s`),
+    confirm: (variant, written) => {
+      const found = findReadToolExec(variant, written);
+      return found !== undefined && readToolKey(found) === key;
+    },
+  };
+}
+
 function pattern(key: DangerousPatternKey, ...sources: string[]): DangerousPattern {
   const source = sources.length === 1 ? (sources[0] ?? '') : sources.map((s) => `(?:${s})`).join('|');
   return { key, regex: new RegExp(source) };
@@ -271,7 +339,9 @@ export const DANGEROUS_PATTERNS: readonly DangerousPattern[] = [
   pattern('wipe free space (cipher /w)', String.raw`${WIN}cipher(?:\.exe)?\s+/w\b`),
   pattern(
     'grant Everyone access (icacls)',
-    String.raw`${WIN}icacls(?:\.exe)?\s[^\n;|&]*?/grant\b[^\n;|&]*?\b(?:everyone|todos|jeder|tout\s+le\s+monde)\b|${WIN}icacls(?:\.exe)?\s[^\n;|&]*?/grant\b[^\n;|&]*?\*s-1-1-0\b`,
+    // Up to the first /grant (a trustee after any /grant follows the first
+    // one), so a long run of /grant words is scanned once, not once per word.
+    String.raw`${WIN}icacls(?:\.exe)?\s(?:(?!/grant\b)[^\n;|&])*/grant\b[^\n;|&]*?(?:\b(?:everyone|todos|jeder|tout\s+le\s+monde)\b|\*s-1-1-0\b)`,
   ),
   pattern('reset ACLs recursively (icacls /reset)', String.raw`${WIN}icacls(?:\.exe)?\s[^\n;|&]*?/reset\b`),
   pattern('delete volume shadow copies (vssadmin)', String.raw`${WIN}vssadmin(?:\.exe)?\s[^\n;|&]*?\bdelete\s+shadows\b`),
@@ -392,7 +462,23 @@ export const DANGEROUS_PATTERNS: readonly DangerousPattern[] = [
     'find -exec/-execdir rm',
     String.raw`${CMD}find\s+${ARGS}-(?:exec|execdir|ok|okdir)\s+(?:sudo\s+)?(?:(?:\S*/)?${SHELL}\s+-[^-\s]*c\s+)?(?:\S*/)?rm${END}`,
   ),
+  // Unquoted brace or glob words that the shell turns into -delete or -exec
+  // (`find . -{delete,print}`, `find . -del*`), in raw script text.
+  {
+    key: 'find dynamic shell word may expand to destructive flag',
+    scope: 'skeleton',
+    regex: new RegExp(
+      String.raw`${SCRIPT_CMD}find\s[^;|&\n]*(?<!\S)-(?:\{[^}\s]*(?:delete|exec(?:dir)?)[^}\s]*\}|(?:del(?:ete?)?|exec(?:dir)?)[{*?\[])`,
+    ),
+  },
   pattern('find -delete', String.raw`${CMD}find\s+${ARGS}-delete${END}`),
+  {
+    key: 'dynamic shell word may expand to arbitrary program execution flag',
+    scope: 'skeleton',
+    regex: new RegExp(
+      String.raw`${SCRIPT_CMD}(?:rg|sort|ag|man)\s[^;|&\n]*(?<!\S)--(?:pre|hostname-bin|compress-program|pager|html)(?:\{|[*?\[])`,
+    ),
+  },
   pattern('docker with remote daemon redirect (-H/--host)', String.raw`${CMD}docker\s+${OPTS}(?:-h|--host)(?:=|\s+)\S`),
   pattern('docker with daemon redirect (--context: alternate daemon)', String.raw`${CMD}docker\s+${OPTS}(?:-c|--context)(?:=|\s+)\S`),
   pattern('docker context use (switches default daemon for future commands)', String.raw`${CMD}docker\s+${OPTS}context\s+use${END}`),
@@ -506,10 +592,18 @@ export const DANGEROUS_PATTERNS: readonly DangerousPattern[] = [
     String.raw`${CMD}(?:pwsh|powershell)(?:\.exe)?\s+(?:-\S+\s+)*?-(?:c|command|f|file)${END}`,
   ),
   pattern('script execution via heredoc', ...HEREDOC_INTO(INTERPRETER)),
+  ...READ_TOOL_KEYS.map(({ tool, option }) => readToolPattern(tool, option)),
 ];
 
 /** True when a pattern matches one of the variants (and the text as written, where case matters). */
-export function patternMatches(p: DangerousPattern, variants: readonly string[], written: string): boolean {
-  if (!variants.some((variant) => p.regex.test(variant))) return false;
+export function patternMatches(p: DangerousPattern, input: PatternInput): boolean {
+  const { written } = input;
+  const texts = p.scope === 'skeleton' ? input.skeletons : input.variants;
+  const confirm = p.confirm;
+  const hit =
+    confirm === undefined
+      ? texts.some((text) => p.regex.test(text))
+      : texts.some((text) => p.regex.test(text) && confirm(text, written));
+  if (!hit) return false;
   return p.caseSensitive === undefined || p.caseSensitive.test(written);
 }

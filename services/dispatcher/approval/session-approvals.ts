@@ -17,6 +17,8 @@ export interface SessionApprovalsOptions {
 interface SessionState {
   readonly keys: Set<string>;
   yolo: boolean;
+  /** Consecutive smart-approval denials (the circuit breaker's tally). */
+  denials: number;
   lastUsedMs: number;
 }
 
@@ -60,7 +62,7 @@ export class SessionApprovals {
     const id = this.#id(tenant, sessionKey);
     let state = this.#get(tenant, sessionKey);
     if (state === undefined) {
-      state = { keys: new Set(), yolo: false, lastUsedMs: this.#now() };
+      state = { keys: new Set(), yolo: false, denials: 0, lastUsedMs: this.#now() };
       while (this.#sessions.size >= this.#maxSessions) {
         const oldest = this.#sessions.keys().next().value;
         if (oldest === undefined) break;
@@ -91,6 +93,24 @@ export class SessionApprovals {
 
   setYolo(tenant: string, sessionKey: string, enabled: boolean): void {
     this.#getOrCreate(tenant, sessionKey).yolo = enabled;
+  }
+
+  /** Counts a smart-approval denial; returns the consecutive count. */
+  recordDenial(tenant: string, sessionKey: string): number {
+    const state = this.#getOrCreate(tenant, sessionKey);
+    state.denials += 1;
+    return state.denials;
+  }
+
+  /** Consecutive smart-approval denials so far (0 once anything was approved). */
+  denials(tenant: string, sessionKey: string): number {
+    return this.#get(tenant, sessionKey)?.denials ?? 0;
+  }
+
+  /** An approval happened: the denial streak is over. */
+  resetDenials(tenant: string, sessionKey: string): void {
+    const state = this.#get(tenant, sessionKey);
+    if (state !== undefined) state.denials = 0;
   }
 
   /** Forgets a session's approvals and yolo (its task ended). */
