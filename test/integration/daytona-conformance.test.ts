@@ -38,7 +38,13 @@ if (unavailable) {
         target: 'stand-in',
         logger: silentLogger(),
       }),
-    { sharedHost: false, tenant: `daytona-conformance-${randomBytes(4).toString('hex')}`, timeScale: 2 },
+    {
+      sharedHost: false,
+      tenant: `daytona-conformance-${randomBytes(4).toString('hex')}`,
+      timeScale: 2,
+      // Scripts run inside the sandbox through the agent's relay.
+      executeCode: true,
+    },
   );
   after(async () => {
     // SIGTERM: the stand-in removes every container it made, and exits 0.
