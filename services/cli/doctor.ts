@@ -169,7 +169,7 @@ async function asModal(backend: Backend): Promise<ModalBackend | undefined> {
 async function backendFindings(backend: Backend, key: TaskKey, say: (verdict: Verdict, text: string) => void): Promise<void> {
   const modal = await asModal(backend);
   if (modal) {
-    say('ok', "commands reach the Modal sandbox through the exec agent, on one exec of Modal's SDK");
+    say('ok', "commands reach the Modal sandbox through the exec agent, on one exec of Modal's SDK; execute_code runs in the sandbox");
     const network = modal.networkFinding(key.tenant);
     // A policy that cannot apply was logged at start-up too: it arrives as that warning.
     if (network.verdict === 'ok') say('ok', network.text);

@@ -150,7 +150,7 @@ export interface BackendCapabilities {
   readonly hostFilesystem: boolean;
   /**
    * True when every environment has an {@link BackendEnvironment.rpcDir} or
-   * an {@link BackendEnvironment.rpcRelay} (daytona: no agent-less fallback),
+   * an {@link BackendEnvironment.rpcRelay} (daytona, modal: no agent-less fallback),
    * so execute_code runs scripts in the task's own environment and the
    * executor needs no code containers. False (ssh, singularity): an
    * environment may have neither (a host without python3), and then its

@@ -118,7 +118,7 @@ describe('berth doctor', () => {
       const out = r.stdout;
       assert.match(out, /^ok {4}the modal backend starts$/m);
       assert.match(out, /^ok {4}a new task runs a command \(\d+ ms, as uid 1000\)$/m);
-      assert.match(out, /^ok {4}commands reach the Modal sandbox through the exec agent, on one exec of Modal's SDK$/m);
+      assert.match(out, /^ok {4}commands reach the Modal sandbox through the exec agent, on one exec of Modal's SDK; execute_code runs in the sandbox$/m);
       assert.match(out, /^ok {4}network policy: egress none is applied as Modal's blockNetwork$/m);
       assert.match(out, /^ok {4}release terminated the Modal sandbox$/m);
       // The one warning: the stand-in is on a loopback address, so the SDK skips TLS to its command router.

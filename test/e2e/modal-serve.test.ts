@@ -4,9 +4,9 @@
  * control plane, backed by the local Docker engine) through MODAL_SERVER_URL
  * only, driven through the CLI and a gRPC client the way the README shows:
  * commands whose cwd and exports persist, files, a background process, a
- * timeout, an interrupt, EndTask, persistence across it, execute_code (in a
- * code container on the executor's Docker, its tools acting on the sandbox),
- * and a bad token.
+ * timeout, an interrupt, EndTask, persistence across it, execute_code (the
+ * script inside the task's sandbox, its rpc.sock relayed by the exec agent;
+ * no code container) with the seed document's three scripts, and a bad token.
  */
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
@@ -109,21 +109,48 @@ describe('berth serve --backend modal (through the Modal stand-in)', { skip: una
     assert.equal((await call('terminal', { command: 'cat /workspace/state.txt' }, t3)).output, 'remembered');
   });
 
-  test("execute_code's tools act on the task's Modal sandbox, and the result says where the script itself ran", async () => {
+  test('execute_code runs the script inside the sandbox: open() sees what terminal() wrote, and no code container is made', async () => {
     const t4 = task('code');
     await call('write_file', { path: '/workspace/from-tool.txt', content: 'sandbox side' }, t4);
-    const code = [
-      'import json',
-      'from hermes_tools import terminal, read_file',
-      'print(json.dumps({"cat": terminal("cat /workspace/from-tool.txt")["output"], "read": read_file("/workspace/from-tool.txt")["content"]}))',
-    ].join('\n');
+    const code = `import json, os
+from hermes_tools import terminal, read_file
+terminal("echo written by terminal > /workspace/from-terminal.txt")
+open("/workspace/from-open.txt", "w").write("written by open()")
+print(json.dumps({
+    "terminal_hostname": terminal("hostname")["output"].strip(),
+    "open_hostname": open("/etc/hostname").read().strip(),
+    "open_sees_terminal": open("/workspace/from-terminal.txt").read(),
+    "open_sees_write_file": open("/workspace/from-tool.txt").read(),
+    "read_file": read_file("/workspace/from-tool.txt")["content"],
+    "terminal_sees_open": terminal("cat /workspace/from-open.txt")["output"],
+    "socket_mode": oct(os.stat(os.environ["HERMES_RPC_SOCKET"]).st_mode & 0o777),
+    "socket_dir": os.path.dirname(os.path.dirname(os.environ["HERMES_RPC_SOCKET"])),
+}))
+`;
     const r = JSON.parse((await serve.client.callTool({ name: 'execute_code', argumentsJson: JSON.stringify({ code }), taskId: t4, sessionId: '' })).resultJson) as Record<
       string,
       unknown
     >;
     assert.equal(r.status, 'success', JSON.stringify(r));
-    assert.deepEqual(JSON.parse(String(r.output).trim()), { cat: 'sandbox side', read: '1|sandbox side' });
-    assert.match(String(r.notice), /^The script ran in a per-task code container \(docker\), not in the task's modal environment/);
+    const seen = JSON.parse(String(r.output)) as Record<string, string>;
+    assert.deepEqual(seen, {
+      terminal_hostname: seen.open_hostname,
+      open_hostname: seen.open_hostname,
+      open_sees_terminal: 'written by terminal\n',
+      open_sees_write_file: 'sandbox side',
+      read_file: '1|sandbox side',
+      terminal_sees_open: 'written by open()',
+      socket_mode: '0o600',
+      socket_dir: '/tmp/berth-code',
+    });
+    assert.equal(r.tool_calls_made, 4);
+    assert.equal(r.notice, undefined, 'no code-container notice');
+    assert.match(serve.logs(), /"msg":"execute_code success in the task's modal environment \(modal:berth-[0-9a-f]{40} /);
+    assert.deepEqual(await docker.listContainers({ all: true, filters: { label: [`berth.task=${t4}`, 'berth.role=code'] } }), []);
+    // Nor does the executor set up code containers at all.
+    assert.doesNotMatch(serve.logs(), /per-task docker code containers|needs Docker for its code containers/);
+    // The run dir went with the run.
+    assert.equal((await call('terminal', { command: 'ls -A /tmp/berth-code | wc -l' }, t4)).output, '0');
     await serve.client.endTask({ taskId: t4 });
   });
 
@@ -157,6 +184,7 @@ print(json.dumps(configs, indent=2))
 `;
     const r = await runCode(code, t);
     assert.equal(r.status, 'success', JSON.stringify(r));
+    assert.equal(r.notice, undefined);
     const configs = JSON.parse(r.output) as Array<{ file: string; preview: string }>;
     assert.deepEqual(configs.map((c) => c.file.split('/').pop()).sort(), ['app.yaml', 'worker.yaml']);
     assert.match(configs.find((c) => c.file.endsWith('app.yaml'))?.preview ?? '', /host: db\.internal/);
@@ -192,6 +220,7 @@ print(f"Fixed {fixed} files out of {len(matches.get('matches', []))} matches")
 `;
     const r = await runCode(code, t);
     assert.equal(r.status, 'success', JSON.stringify(r));
+    assert.equal(r.notice, undefined);
     assert.equal(r.output, 'Fixed 4 files out of 4 matches\n');
     assert.equal((await call('terminal', { command: 'cat src/b.py; grep -c old_api_call src/*.py || true' }, t)).output,
       'def f():\n    return new_api_call(2) + new_api_call(3)\nsrc/a.py:0\nsrc/b.py:0\nsrc/c.py:0\nsrc/d.py:0');
@@ -249,6 +278,7 @@ print(json.dumps(report, indent=2))
 `;
     const r = await runCode(code, t);
     assert.equal(r.status, 'success', JSON.stringify(r));
+    assert.equal(r.notice, undefined);
     const report = JSON.parse(r.output) as { passed: number; failed: number; errors: number; exit_code: number; summary: string };
     assert.deepEqual([report.passed, report.failed, report.errors, report.exit_code], [2, 1, 0, 1], report.summary);
     assert.match(report.summary, /test_wrong/);

@@ -11,30 +11,9 @@
  * command cannot swap the file the next start would run.
  */
 import { EventEmitter } from 'node:events';
-import { existsSync, readFileSync } from 'node:fs';
-import path from 'node:path';
 import { PassThrough, Readable, Writable } from 'node:stream';
-import { fileURLToPath } from 'node:url';
 import type { ContainerProcess, Sandbox } from 'modal';
-import { FailedPreconditionError } from '../../../common/errors.js';
 import type { AgentProcess } from '../shared/agent/stdio-agent.js';
-
-let agentSource: Buffer | undefined;
-
-/** berth_agent.py of this installation, from either the compiled or the source tree. */
-export function agentScriptSource(): Buffer {
-  if (agentSource) return agentSource;
-  let dir = path.dirname(fileURLToPath(import.meta.url));
-  for (let i = 0; i < 8; i++) {
-    const candidate = path.join(dir, 'sandbox-image', 'agent', 'berth_agent.py');
-    if (existsSync(candidate)) {
-      agentSource = readFileSync(candidate);
-      return agentSource;
-    }
-    dir = path.dirname(dir);
-  }
-  throw new FailedPreconditionError('sandbox-image/agent/berth_agent.py was not found next to this Berth installation');
-}
 
 /**
  * Python (2-compatible syntax, so an old interpreter reaches the agent's own
@@ -145,9 +124,11 @@ export class ModalAgentProcess extends EventEmitter implements AgentProcess {
   }
 }
 
-/** Starts the agent in `sandbox` (an AgentSpawn for startStdioAgent: argv is `python, path, --stdio`). */
-export function spawnModalAgent(sandbox: Sandbox, argv: readonly string[]): ModalAgentProcess {
-  const source = agentScriptSource();
+/**
+ * Starts the agent in `sandbox` (an AgentSpawn for startStdioAgent: argv is
+ * `python, path, --stdio`); `source` is berth_agent.py's content (loadAgentScript).
+ */
+export function spawnModalAgent(sandbox: Sandbox, argv: readonly string[], source: Buffer): ModalAgentProcess {
   const python = argv[0] ?? 'python3';
   const start = sandbox.exec([python, '-c', bootstrapCode(source.length), '--stdio'], { mode: 'binary', stdout: 'pipe', stderr: 'pipe' });
   return new ModalAgentProcess(start, source);

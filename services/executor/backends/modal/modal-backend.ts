@@ -12,7 +12,9 @@
  * - The exec agent runs in it through one SDK exec (stdin/stdout), so each
  *   command, file operation and kill is a message on that stream, not an
  *   exec of its own; interrupt and timeout kill the command's process group
- *   inside the sandbox.
+ *   inside the sandbox. execute_code scripts run in the sandbox too: the
+ *   agent makes their run dir and rpc.sock under /tmp/berth-code and relays
+ *   each connection over the same stream.
  * - Release: persistent mode (`container_persistent`) snapshots the
  *   sandbox's filesystem and records the image in the executor's state root;
  *   the task's next sandbox starts from it. Then the sandbox is terminated.
@@ -23,6 +25,7 @@
  */
 import { createHash, randomBytes } from 'node:crypto';
 import { posix } from 'node:path';
+import type { Duplex } from 'node:stream';
 import type * as ModalSdk from 'modal';
 import { FailedPreconditionError, InvalidArgumentError, ResourceExhaustedError, UnavailableError } from '../../../common/errors.js';
 import type { Logger } from '../../../common/logging.js';
@@ -35,10 +38,13 @@ import type {
   ExecOptions,
   ExecResult,
   FileStat,
+  RelayedSocket,
+  RpcRelay,
   TaskKey,
 } from '../../backend.js';
 import { taskKeyString } from '../../backend.js';
 import type { AgentChannel } from '../shared/agent/agent-channel.js';
+import { loadAgentScript } from '../shared/agent/agent-script.js';
 import { backgroundExitCode, foregroundExitCode } from '../shared/agent/agent-protocol.js';
 import { AgentUnavailableError, startStdioAgent } from '../shared/agent/stdio-agent.js';
 import { ExecDeadline, interruptedBeforeStart } from '../shared/exec-deadline.js';
@@ -54,6 +60,12 @@ type ModalClient = InstanceType<Sdk['ModalClient']>;
 /** Modal's sandbox timeout for Berth's sandboxes. */
 export const SANDBOX_TIMEOUT_MS = 3600_000;
 export const DEFAULT_APP_NAME = 'berth';
+/**
+ * Where execute_code's run dirs go inside the sandbox (one sandbox per task,
+ * so private to the task); emptied when the agent starts in a sandbox, which
+ * drops run dirs a snapshot or an earlier executor's sandbox still held.
+ */
+export const SANDBOX_CODE_DIR = '/tmp/berth-code';
 
 export interface ModalBackendOptions {
   /** `terminal.modal_image`: a registry image with python3 (3.8+) and bash. */
@@ -186,7 +198,9 @@ export class ModalBackend implements Backend {
   }
 
   get capabilities(): BackendCapabilities {
-    return { name: 'modal', pty: true, hostFilesystem: false, sharesRpcDir: false };
+    // Every environment runs execute_code itself (its agent relays rpc.sock; an image without python3 cannot run
+    // on modal at all, so there is no agent-less fallback): the executor needs no code containers.
+    return { name: 'modal', pty: true, hostFilesystem: false, sharesRpcDir: true };
   }
 
   /**
@@ -340,10 +354,11 @@ export class ModalBackend implements Backend {
   /** Starts the agent in `sandbox` and prepares the task's state directory. */
   async attach(sandbox: ModalSdk.Sandbox, key: TaskKey, logger: Logger | undefined, createdAt: number): Promise<LiveSandbox> {
     const description = `modal:${sandboxName(key)} (${sandbox.sandboxId})`;
+    const agent = await loadAgentScript();
     let channel: AgentChannel;
     try {
       channel = await startStdioAgent({
-        spawn: (argv) => spawnModalAgent(sandbox, argv),
+        spawn: (argv) => spawnModalAgent(sandbox, argv, agent.content),
         agentPath: 'berth_agent.py',
         description,
         fallbackLogKey: `modal image ${this.#o.image}`,
@@ -361,7 +376,10 @@ export class ModalBackend implements Backend {
     }
     try {
       const stateDir = `/tmp/berth-state-${randomBytes(8).toString('hex')}`;
-      const out = await runSmall(channel, `mkdir -p -m 700 ${stateDir} && printf '%s\\n%s\\n' "$HOME" "$BERTH_SANDBOX_WORKDIR"`);
+      const out = await runSmall(
+        channel,
+        `rm -rf ${SANDBOX_CODE_DIR} && mkdir -p -m 700 ${stateDir} ${SANDBOX_CODE_DIR} && printf '%s\\n%s\\n' "$HOME" "$BERTH_SANDBOX_WORKDIR"`,
+      );
       const [home, cwd] = out.split('\n');
       const homeDir = saneDir(home) ?? '/';
       const initialCwd = this.#o.initialCwd || (saneDir(cwd) && cwd !== '/' ? cwd! : homeDir);
@@ -455,12 +473,25 @@ class ModalEnvironment implements BackendEnvironment {
   #replacing: Promise<LiveSandbox> | undefined;
   #notices: string[] = [];
   #disposing: Promise<void> | undefined;
+  /**
+   * execute_code runs in the sandbox itself: the agent makes the run dir and
+   * rpc.sock there and relays each connection over its stream, so the
+   * script's open() sees the files its terminal() calls wrote.
+   */
+  readonly rpcRelay: RpcRelay;
 
   constructor(backend: ModalBackend, key: TaskKey, live: LiveSandbox, settings: EnvironmentSettings) {
     this.#backend = backend;
     this.#key = key;
     this.#live = live;
     this.#s = settings;
+    this.rpcRelay = {
+      sandboxDir: SANDBOX_CODE_DIR,
+      listen: (socketPath: string, onConnection: (socket: Duplex) => void): Promise<RelayedSocket> => {
+        assertNotReleased(this, this.#disposing);
+        return this.#withChannel((channel) => channel.listen(socketPath, onConnection));
+      },
+    };
   }
 
   get description(): string {
@@ -553,7 +584,7 @@ class ModalEnvironment implements BackendEnvironment {
     return this.#replacing;
   }
 
-  async #withChannel<T>(fn: (channel: SandboxChannel) => Promise<T>): Promise<T> {
+  async #withChannel<T>(fn: (channel: AgentChannel) => Promise<T>): Promise<T> {
     const live = await this.#ready();
     try {
       return await fn(live.channel);
