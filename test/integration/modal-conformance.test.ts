@@ -34,6 +34,8 @@ if (unavailable) {
     {
       sharedHost: false,
       timeScale: 2,
+      // Scripts run inside the sandbox through the agent's relay.
+      executeCode: true,
       environmentExists: async (env) => {
         const sandboxId = (env as unknown as { sandboxId?: string }).sandboxId;
         if (!sandboxId) throw new Error(`not a modal environment: ${env.description}`);
