@@ -15,6 +15,7 @@ import Dockerode from 'dockerode';
 import { sandboxName } from '../../services/executor/backends/modal/modal-backend.js';
 import { SANDBOX_IMAGE, dockerUnavailableReason, runTaskIds } from '../support/docker-fixtures.js';
 import { startModalStandin, type StandinProcess } from '../support/modal-standin-process.js';
+import { batchRefactorSeed, buildAndTestSeed, yamlSearchSeed } from '../support/seed-scripts.js';
 import { startServe, type ServeProcess } from '../support/serve-process.js';
 
 const docker = new Dockerode();
@@ -162,126 +163,38 @@ print(json.dumps({
       notice?: string;
     };
 
+  const put = async (files: Record<string, string>, taskId: string) => {
+    for (const [path, content] of Object.entries(files)) await call('write_file', { path, content }, taskId);
+  };
+
   test('seed: find the *.yaml files that mention the database and preview them, in the sandbox', async () => {
     const t = task('seed-yaml');
-    const files: Record<string, string> = {
-      'app.yaml': 'database:\n  host: db.internal\n  port: 5432\n',
-      'worker.yaml': 'queue: redis\ndatabase: { host: replica }\n',
-      'other.yml': 'database: not matched by the glob\n',
-      'notes.txt': 'the database is fine\n',
-    };
-    for (const [name, content] of Object.entries(files)) await call('write_file', { path: `/workspace/configs/${name}`, content }, t);
-    const code = `from hermes_tools import search_files, read_file
-import json
-# Find every config file and pull out the database settings
-matches = search_files("database", path="/workspace/configs", file_glob="*.yaml", limit=20)
-configs = []
-for match in matches.get("matches", []):
-    content = read_file(match["path"])
-    configs.append({"file": match["path"], "preview": content["content"][:200]})
-
-print(json.dumps(configs, indent=2))
-`;
-    const r = await runCode(code, t);
-    assert.equal(r.status, 'success', JSON.stringify(r));
+    await put(yamlSearchSeed.files('/workspace/configs'), t);
+    const r = await runCode(yamlSearchSeed.code('/workspace/configs'), t);
+    yamlSearchSeed.assertResult(r);
     assert.equal(r.notice, undefined);
-    const configs = JSON.parse(r.output) as Array<{ file: string; preview: string }>;
-    assert.deepEqual(configs.map((c) => c.file.split('/').pop()).sort(), ['app.yaml', 'worker.yaml']);
-    assert.match(configs.find((c) => c.file.endsWith('app.yaml'))?.preview ?? '', /host: db\.internal/);
-    assert.equal(r.tool_calls_made, 3);
     await serve.client.endTask({ taskId: t });
   });
 
   test('seed: batch refactor with search_files and patch(replace_all=True), in the sandbox', async () => {
     const t = task('seed-refactor');
-    const sources: Record<string, string> = {
-      'a.py': 'x = old_api_call(1)\n',
-      'b.py': 'def f():\n    return old_api_call(2) + old_api_call(3)\n',
-      'c.py': 'y = old_api_call(4)\nz = 1\nw = old_api_call(5)\n',
-      'd.py': 'print("untouched")\n',
-    };
-    for (const [name, content] of Object.entries(sources)) await call('write_file', { path: `/workspace/refactor/src/${name}`, content }, t);
+    await put(batchRefactorSeed.files('/workspace/refactor'), t);
     assert.equal((await call('terminal', { command: 'cd /workspace/refactor' }, t)).exit_code, 0);
-    const code = `from hermes_tools import search_files, read_file, patch
-# Find every Python file that uses the deprecated API and fix it
-matches = search_files("old_api_call", path="src/", file_glob="*.py")
-fixed = 0
-for match in matches.get("matches", []):
-    result = patch(
-        path=match["path"],
-        old_string="old_api_call(",
-        new_string="new_api_call(",
-        replace_all=True
-    )
-    if "error" not in str(result):
-        fixed += 1
-
-print(f"Fixed {fixed} files out of {len(matches.get('matches', []))} matches")
-`;
-    const r = await runCode(code, t);
-    assert.equal(r.status, 'success', JSON.stringify(r));
+    const r = await runCode(batchRefactorSeed.code, t);
+    batchRefactorSeed.assertResult(r);
     assert.equal(r.notice, undefined);
-    assert.equal(r.output, 'Fixed 4 files out of 4 matches\n');
     assert.equal((await call('terminal', { command: 'cat src/b.py; grep -c old_api_call src/*.py || true' }, t)).output,
-      'def f():\n    return new_api_call(2) + new_api_call(3)\nsrc/a.py:0\nsrc/b.py:0\nsrc/c.py:0\nsrc/d.py:0');
+      `${batchRefactorSeed.patchedB}src/a.py:0\nsrc/b.py:0\nsrc/c.py:0\nsrc/d.py:0`);
     await serve.client.endTask({ taskId: t });
   });
 
   test('seed: build-and-test pipeline through terminal() reporting passed/failed counts, in the sandbox', async () => {
     const t = task('seed-tests');
-    await call('write_file', { path: '/workspace/project/mathlib.py', content: 'def add(a, b):\n    return a + b\n' }, t);
-    await call(
-      'write_file',
-      {
-        path: '/workspace/project/test_mathlib.py',
-        content:
-          'from mathlib import add\n\ndef test_add():\n    assert add(1, 2) == 3\n\n' +
-          'def test_add_negative():\n    assert add(-1, -1) == -2\n\ndef test_wrong():\n    assert add(2, 2) == 5\n',
-      },
-      t,
-    );
     // The sandbox image has no pytest: the project's own tiny runner prints the same summary line.
-    await call(
-      'write_file',
-      {
-        path: '/workspace/project/run_tests.py',
-        content:
-          'import importlib, sys\nsys.path.insert(0, ".")\nm = importlib.import_module("test_mathlib")\n' +
-          'passed = failed = 0\nfor name in sorted(n for n in dir(m) if n.startswith("test_")):\n' +
-          '    try:\n        getattr(m, name)()\n        passed += 1\n' +
-          '    except AssertionError:\n        failed += 1\n        print(f"FAILED test_mathlib.py::{name}")\n' +
-          'print(f"{failed} failed, {passed} passed")\nsys.exit(1 if failed else 0)\n',
-      },
-      t,
-    );
-    const command =
-      'cd /workspace/project && if python3 -m pytest --version >/dev/null 2>&1; then python3 -m pytest --tb=short -q -p no:cacheprovider 2>&1; ' +
-      'else python3 run_tests.py 2>&1; fi';
-    const code = `from hermes_tools import terminal, read_file
-import json, re
-# Run the tests, parse the results and report
-result = terminal(${JSON.stringify(command)}, timeout=120)
-output = result.get("output", "")
-def count(word):
-    m = re.search(r"(\\d+) " + word, output)
-    return int(m.group(1)) if m else 0
-
-report = {
-    "passed": count("passed"),
-    "failed": count("failed"),
-    "errors": count("error"),
-    "exit_code": result.get("exit_code", -1),
-    "summary": output[-500:] if len(output) > 500 else output
-}
-
-print(json.dumps(report, indent=2))
-`;
-    const r = await runCode(code, t);
-    assert.equal(r.status, 'success', JSON.stringify(r));
+    await put(buildAndTestSeed.files('/workspace/project'), t);
+    const r = await runCode(buildAndTestSeed.code('/workspace/project'), t);
+    buildAndTestSeed.assertResult(r);
     assert.equal(r.notice, undefined);
-    const report = JSON.parse(r.output) as { passed: number; failed: number; errors: number; exit_code: number; summary: string };
-    assert.deepEqual([report.passed, report.failed, report.errors, report.exit_code], [2, 1, 0, 1], report.summary);
-    assert.match(report.summary, /test_wrong/);
     await serve.client.endTask({ taskId: t });
   });
 
