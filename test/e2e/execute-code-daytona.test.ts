@@ -18,7 +18,7 @@ import type { ExecuteCodeResult as CodeResult } from '../../services/dispatcher/
 import { SANDBOX_IMAGE, dockerUnavailableReason, runTaskIds } from '../support/docker-fixtures.js';
 import { startDaytonaStandIn, type RunningStandIn } from '../support/daytona-standin.js';
 import { batchRefactorSeed, buildAndTestSeed, yamlSearchSeed } from '../support/seed-scripts.js';
-import { startServe, type ServeProcess } from '../support/serve-process.js';
+import { startServe, type ServeProcess, waitForLog } from '../support/serve-process.js';
 
 const docker = new Dockerode();
 const unavailable = await dockerUnavailableReason(docker);
@@ -95,7 +95,7 @@ print(json.dumps({
     });
     assert.equal(r.tool_calls_made, 3);
     assert.equal(r.notice, undefined, 'no code-container notice');
-    assert.match(serve.logs(), /"msg":"execute_code success in the task's daytona environment \(daytona sandbox berth-[0-9a-f]{32}\)/);
+    await waitForLog(serve, /"msg":"execute_code success in the task's daytona environment \(daytona sandbox berth-[0-9a-f]{32}\)/);
     const codeContainers = await docker.listContainers({ all: true, filters: { label: [`berth.task=${t}`, 'berth.role=code'] } });
     assert.deepEqual(codeContainers, []);
     // Nor does the executor set up code containers (or count their cost against the tenant's quota).

@@ -21,7 +21,7 @@ import type { ExecuteCodeResult as CodeResult } from '../../services/dispatcher/
 import { APPTAINER_DOUBLE, DOUBLE_IMAGE, doubleState, doubleUnavailableReason } from '../support/apptainer-double.js';
 import { containerState, dockerUnavailableReason, runTaskIds } from '../support/docker-fixtures.js';
 import { batchRefactorSeed, buildAndTestSeed, yamlSearchSeed } from '../support/seed-scripts.js';
-import { startServe, type ServeProcess } from '../support/serve-process.js';
+import { startServe, type ServeProcess, waitForLog } from '../support/serve-process.js';
 
 const docker = new Dockerode();
 const unavailable = (await dockerUnavailableReason(docker)) ?? doubleUnavailableReason();
@@ -103,7 +103,7 @@ print(json.dumps({
     });
     assert.equal(r.tool_calls_made, 3);
     assert.equal(r.notice, undefined, 'no code-container notice');
-    assert.match(serve.logs(), /"msg":"execute_code success in the task's singularity environment \(singularity:[^)]+\)/);
+    await waitForLog(serve, /"msg":"execute_code success in the task's singularity environment \(singularity:[^)]+\)/);
     assert.equal(await containerState(docker, codeContainer(t)), undefined);
     // The run dir went with the run.
     assert.equal((await shell(t, 'ls -d /berth/state/code-* 2>/dev/null | wc -l')).trim(), '0');

@@ -26,7 +26,7 @@ import { LABEL, taskContainerName } from '../../services/executor/backends/docke
 import type { ExecuteCodeResult as CodeResult } from '../../services/dispatcher/code-execution/execute-code-result.js';
 import { containerState, dockerUnavailableReason, pruneIsolatedNetworks, removeLabelled, runTaskIds } from '../support/docker-fixtures.js';
 import { batchRefactorSeed, buildAndTestSeed, yamlSearchSeed } from '../support/seed-scripts.js';
-import { startServe, type ServeProcess } from '../support/serve-process.js';
+import { startServe, type ServeProcess, waitForLog } from '../support/serve-process.js';
 import { startSshd, type StartedSshd } from '../../services/cli/bench/sshd-container.js';
 
 const docker = new Dockerode();
@@ -112,7 +112,7 @@ print(json.dumps({
     });
     assert.equal(r.tool_calls_made, 3);
     assert.equal(r.notice, undefined, 'no code-container notice');
-    assert.match(serve.logs(), /"msg":"execute_code success in the task's ssh environment \(ssh:sandbox@127\.0\.0\.1:\d+:\/home\/sandbox\/\.berth\/tasks\/[0-9a-f]{32}\)/);
+    await waitForLog(serve, /"msg":"execute_code success in the task's ssh environment \(ssh:sandbox@127\.0\.0\.1:\d+:\/home\/sandbox\/\.berth\/tasks\/[0-9a-f]{32}\)/);
     assert.equal(await containerState(docker, codeContainer(t)), undefined);
     // The run dir went with the run.
     const left = await sshd.exec(['bash', '-c', 'ls -d ~/.berth/tasks/*/code-* 2>/dev/null | wc -l']);
@@ -215,8 +215,8 @@ print(json.dumps({
     assert.equal(info.Config.Labels[LABEL.task], t);
     assert.equal(info.Config.Labels[LABEL.tenant], 'default');
     assert.equal(info.Config.Labels[LABEL.role], 'code');
-    assert.match(
-      serve.logs(),
+    await waitForLog(
+      serve,
       new RegExp(`"msg":"execute_code success in a per-task code container \\(docker:${codeContainer(t)} [^"]*\\) beside the task's ssh environment`),
     );
   });

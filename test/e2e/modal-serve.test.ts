@@ -16,7 +16,7 @@ import { sandboxName } from '../../services/executor/backends/modal/modal-backen
 import { SANDBOX_IMAGE, dockerUnavailableReason, runTaskIds } from '../support/docker-fixtures.js';
 import { startModalStandin, type StandinProcess } from '../support/modal-standin-process.js';
 import { batchRefactorSeed, buildAndTestSeed, yamlSearchSeed } from '../support/seed-scripts.js';
-import { startServe, type ServeProcess } from '../support/serve-process.js';
+import { startServe, type ServeProcess, waitForLog } from '../support/serve-process.js';
 
 const docker = new Dockerode();
 const unavailable = await dockerUnavailableReason(docker);
@@ -146,7 +146,7 @@ print(json.dumps({
     });
     assert.equal(r.tool_calls_made, 4);
     assert.equal(r.notice, undefined, 'no code-container notice');
-    assert.match(serve.logs(), /"msg":"execute_code success in the task's modal environment \(modal:berth-[0-9a-f]{40} /);
+    await waitForLog(serve, /"msg":"execute_code success in the task's modal environment \(modal:berth-[0-9a-f]{40} /);
     assert.deepEqual(await docker.listContainers({ all: true, filters: { label: [`berth.task=${t4}`, 'berth.role=code'] } }), []);
     // Nor does the executor set up code containers at all.
     assert.doesNotMatch(serve.logs(), /per-task docker code containers|needs Docker for its code containers/);

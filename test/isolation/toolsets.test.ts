@@ -16,7 +16,7 @@ import { after, before, describe, test } from 'node:test';
 import { hashApiKey } from '../../services/common/config.js';
 import type { DispatcherClient } from '../../services/gen/berth/v1/dispatcher.js';
 import { pythonBinDir } from '../support/python-bin.js';
-import { BERTH_BIN, REPO_ROOT } from '../support/serve-process.js';
+import { BERTH_BIN, REPO_ROOT, waitForLog } from '../support/serve-process.js';
 import { startTwoTenants, streamingTerminal, type TwoTenants } from '../support/two-tenants.js';
 
 const FILE_TOOLS = ['patch', 'read_file', 'search_files', 'write_file'];
@@ -77,7 +77,7 @@ describe('tenants[].toolsets: [file] (local backend)', () => {
     assert.equal(await t.call(t.a, 'execute_code', { code: `open(${JSON.stringify(marker)}, "w")` }, 'a1'), unknown('execute_code'));
     assert.equal(await streamingTerminal(t.a, 'a1', command).result, unknown('terminal'));
     assert.equal(existsSync(marker), false, 'no refused call ran');
-    assert.match(t.serve.logs(), /"tool":"terminal".*tool call refused: not in the tenant's toolsets/);
+    await waitForLog(t.serve, /"tool":"terminal".*tool call refused: not in the tenant's toolsets/);
 
     // Both calls of A's minute are still there for its own tools.
     const wrote = JSON.parse(await t.call(t.a, 'write_file', { path: 'a.txt', content: 'alpha\n' }, 'a1')) as Record<string, unknown>;

@@ -3,6 +3,7 @@
  * would, and stops it afterwards. The server's stderr (JSON logs) is kept and
  * shown when a test fails to start it.
  */
+import assert from 'node:assert/strict';
 import { execFile, type ChildProcess } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -87,4 +88,17 @@ export async function startServe(
       await stop();
     },
   };
+}
+
+/**
+ * Waits until the server's log matches `pattern` (a line written after the
+ * call's result went out, such as execute_code's summary, may trail the
+ * answer the client already has); fails with the log after `timeoutMs`.
+ */
+export async function waitForLog(serve: Pick<ServeProcess, 'logs'>, pattern: RegExp, timeoutMs = 15_000): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (!pattern.test(serve.logs())) {
+    if (Date.now() > deadline) assert.match(serve.logs(), pattern);
+    await new Promise((resolve) => setTimeout(resolve, 50));
+  }
 }
