@@ -180,7 +180,7 @@ export class CwdMarkerFilter {
       if (data[after] === CR && data[after + 1] === LF) after += 2;
       else if (data[after] === LF) after += 1;
       const body = parseMarkerBody(data.subarray(bodyStart, e));
-      this.#cwd = body.cwd;
+      if (body.cwd !== undefined) this.#cwd = body.cwd;
       this.#saved = body.saved;
       out.push(data.subarray(0, r));
       data = data.subarray(after);
@@ -189,14 +189,22 @@ export class CwdMarkerFilter {
   }
 }
 
-/** The marker body is the save flag, then `pwd`'s output: the path plus its newline (`\r\n` under a PTY). */
-function parseMarkerBody(body: Buffer): { saved: boolean; cwd: string } {
+/**
+ * The marker body is the save flag, then `pwd`'s output: the path plus its
+ * newline (`\r\n` under a PTY). The cwd is undefined when the body is not
+ * one absolute path: a process of the command that outlived a kill (say
+ * `yes` on a timeout) can write into the middle of the marker, and that text
+ * must not become the task's directory.
+ */
+export function parseMarkerBody(body: Buffer): { saved: boolean; cwd: string | undefined } {
   let text = body.toString('utf8');
   const saved = text.startsWith('+');
   if (text.startsWith('+') || text.startsWith('-')) text = text.slice(1);
   if (text.endsWith('\r\n')) text = text.slice(0, -2);
   else if (text.endsWith('\n')) text = text.slice(0, -1);
-  return { saved, cwd: text };
+  // Empty: the directory was deleted under the shell (pwd failed and $PWD is unset).
+  if (text === '') return { saved, cwd: '' };
+  return { saved, cwd: text.startsWith('/') && !text.includes('\n') ? text : undefined };
 }
 
 /** What the script does with the task's state. */

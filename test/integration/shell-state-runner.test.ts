@@ -62,6 +62,14 @@ describe('CwdMarkerFilter', () => {
     assert.equal(filter.end().toString(), '\n');
   });
 
+  it('does not take output written into the middle of a marker as the cwd', () => {
+    // A process that outlived a timeout's kill (`yes flood`) can write between the marker's parts.
+    const torn = feed(Buffer.from(`x${markerLine('/good')}y\n${marker.start}+flood\nflood\n/workspace\n${marker.end}\n`), 7);
+    assert.deepEqual(torn, { out: 'xy', cwd: '/good' });
+    const relative = feed(Buffer.from(`${markerLine('not/absolute')}`), 3);
+    assert.equal(relative.cwd, undefined);
+  });
+
   it('drops a marker cut off by the end of the stream, and keeps the last cwd of several', () => {
     const { out } = feed(Buffer.from(`out\n\n${marker.start}/half`), 1);
     assert.equal(out, 'out\n');
