@@ -18,6 +18,21 @@ import { formatMs } from '../stats.js';
 
 const CALLS_PER_SCRIPT = 20;
 const FILE = '/tmp/berth-bench-roundtrip.txt';
+/**
+ * Lines of FILE. Every read takes a line no earlier read took (until the
+ * counter wraps): read_file answers a repeated read of an unchanged region
+ * with a short "unchanged" stub, then refuses it, as upstream Hermes does,
+ * which would measure the guard instead of the read.
+ */
+const FILE_LINES = 50_000;
+let nextLine = 1;
+/** The first of `n` lines no recent read took. */
+function freshLines(n: number): number {
+  if (nextLine + n > FILE_LINES) nextLine = 1;
+  const first = nextLine;
+  nextLine += n;
+  return first;
+}
 /** The baseline runs the script from a file: `python3 -c` would ask for approval (script via -c). */
 const HELLO_FILE = '/tmp/berth-bench-hello.py';
 const HELLO = 'print("hello")';
@@ -47,12 +62,12 @@ async function codeServer(ctx: BenchContext): Promise<BenchServer | Skip> {
   return server;
 }
 
-const roundTripScript = `import json, time
+const roundTripScript = (firstLine: number) => `import json, time
 from hermes_tools import read_file
 lat = []
-for _ in range(${CALLS_PER_SCRIPT}):
+for i in range(${CALLS_PER_SCRIPT}):
     t = time.perf_counter()
-    r = read_file(${JSON.stringify(FILE)})
+    r = read_file(${JSON.stringify(FILE)}, offset=${firstLine} + i, limit=1)
     lat.append((time.perf_counter() - t) * 1000)
     if isinstance(r, dict) and r.get("error"):
         raise SystemExit("read_file failed: " + json.dumps(r))
@@ -119,19 +134,19 @@ export default function cases(): BenchCase[] {
         const s = await codeServer(ctx);
         if ('skip' in s) return s;
         rtServer = s;
-        await unmeasured(ctx, `writing ${FILE}`, () => writeFile(s, rtTask, FILE, 'hello\n'));
+        await unmeasured(ctx, `writing ${FILE}`, () => writeFile(s, rtTask, FILE, 'hello\n'.repeat(FILE_LINES)));
         return undefined;
       },
       async runA() {
         const t0 = performance.now();
-        const output = await runCode(rtServer!, rtTask, roundTripScript);
+        const output = await runCode(rtServer!, rtTask, roundTripScript(freshLines(CALLS_PER_SCRIPT)));
         const elapsedMs = performance.now() - t0;
         const latenciesMs = JSON.parse(output.trim()) as number[];
         return { latenciesMs, elapsedMs, errors: 0 };
       },
       runB: () =>
         concurrentRound(1, CALLS_PER_SCRIPT, async () => {
-          const r = await rtServer!.call('read_file', { path: FILE }, rtTask);
+          const r = await rtServer!.call('read_file', { path: FILE, offset: freshLines(1), limit: 1 }, rtTask);
           if (r.startsWith('{"error"')) throw new Error(`read_file failed: ${r.slice(0, 200)}`);
         }),
       async teardown() {
