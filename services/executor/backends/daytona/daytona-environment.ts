@@ -9,6 +9,7 @@
  * by Daytona's auto-stop or by hand), the next operation opens a new one
  * (starting the sandbox again if it stopped) and says so in a notice.
  */
+import { awaitForeground, backgroundHandle } from '../shared/channel-commands.js';
 import { posix } from 'node:path';
 import type { Duplex } from 'node:stream';
 import { FailedPreconditionError, InvalidArgumentError } from '../../../common/errors.js';
@@ -23,10 +24,9 @@ import type {
   RelayedSocket,
   RpcRelay,
 } from '../../backend.js';
-import { ExecDeadline, interruptedBeforeStart } from '../shared/exec-deadline.js';
-import { assertNotReleased, deliverExit, deliverOutput } from '../shared/guards.js';
-import { backgroundExitCode, foregroundExitCode } from '../shared/agent/agent-protocol.js';
-import { SandboxLostError, type ProcessExit, type SandboxChannel, type SandboxProcess } from '../shared/sandbox-channel.js';
+import { interruptedBeforeStart } from '../shared/exec-deadline.js';
+import { assertNotReleased, deliverOutput } from '../shared/guards.js';
+import { SandboxLostError, type SandboxChannel, type SandboxProcess } from '../shared/sandbox-channel.js';
 import type { SandboxDirs } from './pty-agent.js';
 
 /** The runner's state files inside the sandbox; emptied when an environment begins. */
@@ -191,27 +191,14 @@ export class DaytonaEnvironment implements BackendEnvironment {
       channel = await this.#reconnect(channel, '');
       proc = await spawn(channel);
     }
-    let killing: Promise<void> | undefined;
-    const kill = () => (killing ??= proc.kill(options.killGraceMs ?? this.#o.killGraceMs).catch(() => undefined));
-    const deadline = new ExecDeadline(options, () => void kill());
-    let exit: ProcessExit | undefined;
-    let lostError: unknown;
-    try {
-      exit = await proc.exited;
-    } catch (err) {
-      if (!(err instanceof SandboxLostError)) throw err;
-      lostError = err;
-    } finally {
-      deadline.dispose();
-    }
-    if (killing) await killing;
-    if (!exit) {
+    const outcome = await awaitForeground(proc, options, this.#o.killGraceMs);
+    if (!outcome.exit) {
       // The agent went away under the command: the command went with it.
-      if (this.#disposing) throw lostError;
+      if (this.#disposing) throw outcome.lost;
       await this.#reconnect(channel, ' while the command ran');
-      return deadline.result(137);
+      return outcome.deadline.result(137);
     }
-    return deadline.result(foregroundExitCode(exit.code, exit.signal));
+    return outcome.result;
   }
 
   async startBackground(options: BackgroundOptions): Promise<BackgroundHandle> {
@@ -226,25 +213,7 @@ export class DaytonaEnvironment implements BackendEnvironment {
         onOutput: (chunk) => deliverOutput(options.onOutput, chunk, this.#o.logger),
       }),
     );
-    let exited = false;
-    const exitReported = proc.exited
-      .then(
-        (e) => backgroundExitCode(e.code, e.signal),
-        () => -9,
-      )
-      .then((code) => {
-        exited = true;
-        deliverExit(options.onExit, code, this.#o.logger);
-      });
-    return {
-      pid: proc.pid,
-      write: (data) => (exited ? Promise.reject(new FailedPreconditionError('the process has exited')) : proc.write(data)),
-      closeStdin: () => (exited ? Promise.resolve() : proc.closeStdin().catch(() => undefined)),
-      kill: async () => {
-        if (!exited) await proc.kill(this.#o.killGraceMs).catch(() => undefined);
-        await Promise.race([exitReported, new Promise((r) => setTimeout(r, 2000))]);
-      },
-    };
+    return backgroundHandle(proc, options, this.#o.killGraceMs, this.#o.logger);
   }
 
   async readFile(absPath: string): Promise<Buffer> {

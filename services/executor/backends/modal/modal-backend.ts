@@ -23,6 +23,7 @@
  *   MODAL_SERVER_URL, ~/.modal.toml) from the executor's environment; the
  *   sandbox's environment never gets them.
  */
+import { awaitForeground, backgroundHandle } from '../shared/channel-commands.js';
 import { createHash, randomBytes } from 'node:crypto';
 import { posix } from 'node:path';
 import type { Duplex } from 'node:stream';
@@ -45,11 +46,10 @@ import type {
 import { taskKeyString } from '../../backend.js';
 import type { AgentChannel } from '../shared/agent/agent-channel.js';
 import { loadAgentScript } from '../shared/agent/agent-script.js';
-import { backgroundExitCode, foregroundExitCode } from '../shared/agent/agent-protocol.js';
 import { AgentUnavailableError, startStdioAgent } from '../shared/agent/stdio-agent.js';
-import { ExecDeadline, interruptedBeforeStart } from '../shared/exec-deadline.js';
-import { assertNotReleased, deliverExit, deliverOutput } from '../shared/guards.js';
-import { SandboxLostError, type ProcessExit, type SandboxChannel, type SandboxProcess } from '../shared/sandbox-channel.js';
+import { interruptedBeforeStart } from '../shared/exec-deadline.js';
+import { assertNotReleased, deliverOutput } from '../shared/guards.js';
+import { SandboxLostError, type SandboxChannel, type SandboxProcess } from '../shared/sandbox-channel.js';
 import { spawnModalAgent } from './modal-agent.js';
 import { modalNetwork, tenantModalPolicy, type ModalNetworkPolicy } from './modal-network.js';
 import { SnapshotStore } from './snapshot-store.js';
@@ -617,27 +617,14 @@ class ModalEnvironment implements BackendEnvironment {
       live = await this.#replace(live, 'lost');
       proc = await spawn(live);
     }
-    let killing: Promise<void> | undefined;
-    const kill = () => (killing ??= proc.kill(options.killGraceMs ?? this.#s.killGraceMs).catch(() => undefined));
-    const deadline = new ExecDeadline(options, () => void kill());
-    let exit: ProcessExit | undefined;
-    let lostError: unknown;
-    try {
-      exit = await proc.exited;
-    } catch (err) {
-      if (!(err instanceof SandboxLostError)) throw err;
-      lostError = err;
-    } finally {
-      deadline.dispose();
-    }
-    if (killing) await killing;
-    if (!exit) {
+    const outcome = await awaitForeground(proc, options, this.#s.killGraceMs);
+    if (!outcome.exit) {
       // The sandbox went away under the command: nothing of it runs any more.
-      if (this.#disposing) throw lostError;
+      if (this.#disposing) throw outcome.lost;
       await this.#replace(live, 'lost', ' while the command ran');
-      return deadline.result(137);
+      return outcome.deadline.result(137);
     }
-    return deadline.result(foregroundExitCode(exit.code, exit.signal));
+    return outcome.result;
   }
 
   async startBackground(options: BackgroundOptions): Promise<BackgroundHandle> {
@@ -652,26 +639,7 @@ class ModalEnvironment implements BackendEnvironment {
         onOutput: (chunk) => deliverOutput(options.onOutput, chunk, this.#s.logger),
       }),
     );
-    let exited = false;
-    const exitReported = proc.exited
-      .then(
-        (e) => backgroundExitCode(e.code, e.signal),
-        // The sandbox went away: the process died with it.
-        () => -9,
-      )
-      .then((code) => {
-        exited = true;
-        deliverExit(options.onExit, code, this.#s.logger);
-      });
-    return {
-      pid: proc.pid,
-      write: (data) => (exited ? Promise.reject(new FailedPreconditionError('the process has exited')) : proc.write(data)),
-      closeStdin: () => (exited ? Promise.resolve() : proc.closeStdin().catch(() => undefined)),
-      kill: async () => {
-        if (!exited) await proc.kill(this.#s.killGraceMs).catch(() => undefined);
-        await Promise.race([exitReported, new Promise((r) => setTimeout(r, 2000))]);
-      },
-    };
+    return backgroundHandle(proc, options, this.#s.killGraceMs, this.#s.logger);
   }
 
   async readFile(absPath: string): Promise<Buffer> {
