@@ -110,6 +110,7 @@ const SPEC_KEYS = [
   'sudo with privilege flag (stdin/askpass/shell/list)',
   'sudo with combined-flag privilege escalation',
   'package manager uninstall',
+  'command parser limit or malformed executable payload',
   'shell command via -c/-lc flag',
   'script execution via -e/-c flag',
   'script execution via heredoc',

@@ -36,7 +36,7 @@ export interface FullDetection {
  */
 export function detectAllDangerous(cmd: string, options: NormalizeOptions = {}): FullDetection {
   const { analysis, input } = inspectCommand(cmd, options);
-  const hardline = findHardline(analysis);
+  const hardline = findHardline(analysis, input.written);
   if (hardline !== undefined) return { hardline, keys: [] };
   const keys = DANGEROUS_PATTERNS.filter((p) => patternMatches(p, input)).map((p) => p.key);
   return { keys };

@@ -41,7 +41,7 @@ export interface CommandCheck {
  */
 export function detectDangerousCommand(cmd: string, options: DetectOptions = {}): DangerDetection {
   const { analysis, input } = inspectCommand(cmd, options);
-  const hardline = findHardline(analysis);
+  const hardline = findHardline(analysis, input.written);
   if (hardline !== undefined) return { hardline };
   for (const p of DANGEROUS_PATTERNS) {
     if (patternMatches(p, input)) return { dangerous: { patternKey: p.key, description: p.key } };

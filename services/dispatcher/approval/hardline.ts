@@ -10,6 +10,7 @@
  * analysis parses those payloads as commands of their own.
  */
 
+import { malformedGrep, MALFORMED_PAYLOAD_DESCRIPTION } from './malformed.js';
 import type { CommandAnalysis } from './normalize.js';
 import { ARGS, CMD, END, FORK_BOMB } from './patterns.js';
 
@@ -117,7 +118,12 @@ export const HARDLINE_RULES: readonly HardlineRule[] = [
  * nesting was too deep to inspect is blocked too: what could not be read
  * cannot be shown to be safe.
  */
-export function findHardline(analysis: CommandAnalysis): HardlineMatch | undefined {
+export function findHardline(analysis: CommandAnalysis, written: string): HardlineMatch | undefined {
+  // Checked first, as upstream: a grep whose words cannot be read could hide a pattern operand.
+  const grep = malformedGrep(written);
+  if (grep !== undefined) {
+    return { description: grep === 'malformed' ? MALFORMED_PAYLOAD_DESCRIPTION : UNINSPECTABLE_DESCRIPTION };
+  }
   for (const { description, regex, scope } of HARDLINE_RULES) {
     const texts = scope === 'command' ? analysis.commands : analysis.skeletons;
     if (texts.some((text) => regex.test(text))) return { description };

@@ -19,6 +19,7 @@
  * the start rather than `A.*B` tried at every position.
  */
 
+import { hasMalformedPayload, MALFORMED_PAYLOAD_DESCRIPTION } from './malformed.js';
 import { findReadToolExec, readToolKey } from './read-tools.js';
 
 /**
@@ -122,6 +123,7 @@ export const DANGEROUS_PATTERN_KEYS = [
   'sudo with privilege flag (stdin/askpass/shell/list)',
   'sudo with combined-flag privilege escalation',
   'package manager uninstall',
+  'command parser limit or malformed executable payload',
   'shell command via -c/-lc flag',
   'script execution via -e/-c flag',
   'script execution via heredoc',
@@ -577,6 +579,14 @@ export const DANGEROUS_PATTERNS: readonly DangerousPattern[] = [
     PKG(String.raw`(?:pip[\d.]*|uv\s+pip|(?:python[\d.]*|py)\s+-m\s+pip)`, 'uninstall'),
     PKG('brew', 'uninstall|remove|rm'),
   ),
+  // Upstream's structural findings come after the table, in command order; an
+  // interpreter or read tool whose quoting does not parse is the first of them
+  // when no earlier command already runs code (malformed.ts decides that order).
+  {
+    key: MALFORMED_PAYLOAD_DESCRIPTION,
+    regex: /^/,
+    confirm: (_variant, written) => malformedPayload(written),
+  },
   pattern(
     'shell command via -c/-lc flag',
     String.raw`${CMD}${SHELL}\s+(?:[-+]o\s+\S+\s+|[-+](?!o\s)\S+\s+)*?-[^-\s]*c[^-\s]*${END}`,
@@ -594,6 +604,13 @@ export const DANGEROUS_PATTERNS: readonly DangerousPattern[] = [
   pattern('script execution via heredoc', ...HEREDOC_INTO(INTERPRETER)),
   ...READ_TOOL_KEYS.map(({ tool, option }) => readToolPattern(tool, option)),
 ];
+
+// The check reads the whole command, the same for every variant: remember the last answer.
+let lastPayloadCheck: { readonly written: string; readonly malformed: boolean } | undefined;
+function malformedPayload(written: string): boolean {
+  if (lastPayloadCheck?.written !== written) lastPayloadCheck = { written, malformed: hasMalformedPayload(written) };
+  return lastPayloadCheck.malformed;
+}
 
 /** True when a pattern matches one of the variants (and the text as written, where case matters). */
 export function patternMatches(p: DangerousPattern, input: PatternInput): boolean {
