@@ -63,3 +63,14 @@ void describe('malformed executable payloads', () => {
     assert.equal(hasMalformedPayload(long), false);
   });
 });
+
+void describe('hardline message for what could not be read', () => {
+  void it('adds upstream\'s recovery advice for the two parser descriptions only', () => {
+    const recovery =
+      ' RECOVERY: this block fires on oversized/unparseable inline command payloads (heredocs, giant one-liners), not on the operation itself. ' +
+      'Write the script to a file with write_file, then run it: terminal(command="bash /path/script.sh") or "python3 /path/script.py". Do not retry inline.';
+    assert.ok(hardlineMessage(MALFORMED_PAYLOAD_DESCRIPTION).endsWith(`outside the agent.${recovery}`));
+    assert.ok(hardlineMessage('command parser limit exceeded').endsWith(`outside the agent.${recovery}`));
+    assert.ok(!hardlineMessage('fork bomb').includes('RECOVERY'));
+  });
+});

@@ -143,5 +143,14 @@ export function hardlineMessage(description: string): string {
     // Upstream's text, except its advice to set SUDO_PASSWORD: Berth has no such setting.
     return `BLOCKED: ${description}. Do not pipe passwords to 'sudo -S' — this is a brute-force attack vector. Run the sudo command manually in your own terminal if it is really needed.`;
   }
-  return `${hardlinePrefix(description)} This command is on the unconditional blocklist and cannot be executed via the agent — not even with --yolo, /yolo, approvals.mode=off, or cron approve mode. If you genuinely need to run it, run it yourself in a terminal outside the agent.`;
+  const message = `${hardlinePrefix(description)} This command is on the unconditional blocklist and cannot be executed via the agent — not even with --yolo, /yolo, approvals.mode=off, or cron approve mode. If you genuinely need to run it, run it yourself in a terminal outside the agent.`;
+  // A block for what could not be read is about the payload's shape, not the operation: say how to get past it.
+  if (description === UNINSPECTABLE_DESCRIPTION || description === MALFORMED_PAYLOAD_DESCRIPTION) {
+    return (
+      message +
+      ' RECOVERY: this block fires on oversized/unparseable inline command payloads (heredocs, giant one-liners), not on the operation itself. ' +
+      'Write the script to a file with write_file, then run it: terminal(command="bash /path/script.sh") or "python3 /path/script.py". Do not retry inline.'
+    );
+  }
+  return message;
 }
