@@ -134,6 +134,9 @@ const tenantApprovalsSchema = z
     allow_yolo: bool.optional(),
     /** Added to the top-level command_allowlist for this tenant only; "always" answers are written here. */
     command_allowlist: z.array(z.string()).optional(),
+    /** Added to `approvals.deny` for this tenant only. */
+    deny: z.array(z.string()).optional(),
+    denial_breaker_threshold: int(1).optional(),
   })
   .strict();
 
@@ -213,6 +216,10 @@ export const configSchema = z
         allow_yolo: bool.default(true),
         /** Unary calls parked for the Approve RPC, per tenant; each waits at most `timeout` seconds. */
         max_pending: int(1).default(32),
+        /** Globs (fnmatch, case-insensitive) of commands never run, whatever the mode, yolo or allowlist says. */
+        deny: z.array(z.string()).default([]),
+        /** Consecutive smart-approval denials after which refusals tell the model to stop (upstream's default 3). */
+        denial_breaker_threshold: int(1).default(3),
         smart: z
           .object({
             base_url: z.string().default(''),

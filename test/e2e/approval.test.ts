@@ -361,6 +361,7 @@ describe('approval with tenants', () => {
         '    approvals:',
         '      non_interactive: deny',
         '      allow_yolo: false',
+        '      deny: ["*deny-me*"]',
         '',
       ].join('\n'),
     );
@@ -412,6 +413,19 @@ describe('approval with tenants', () => {
     ma.set('berth-interactive', 'false');
     const r2 = JSON.parse((await serve.client.callTool({ name: 'terminal', argumentsJson: JSON.stringify({ command: ok.command }), taskId: 'ni', sessionId: '' }, { metadata: ma })).resultJson);
     assert.equal(r2.output, 'ran-ni-acme');
+  });
+
+  test("the tenant's approvals.deny blocks commands and scripts before anything runs; other tenants are not bound", async () => {
+    const target = join(dir, 'deny-me');
+    const text =
+      "BLOCKED: this command matches the user-defined deny rule '*deny-me*' (approvals.deny in config.yaml). It cannot be executed via the agent — not even with --yolo, /yolo, or approvals.mode=off. Do NOT retry or rephrase this command; the user has explicitly forbidden it.";
+    const callAs = async (key: string, name: string, args: Record<string, unknown>) =>
+      JSON.parse((await serve.client.callTool({ name, argumentsJson: JSON.stringify(args), taskId: 'deny', sessionId: '' }, { metadata: bearer(key) })).resultJson) as Record<string, unknown>;
+    assert.deepEqual(await callAs('ci-key', 'terminal', { command: `touch ${target}` }), { output: '', exit_code: -1, error: text, status: 'blocked' });
+    assert.equal((await callAs('ci-key', 'execute_code', { code: `open(${JSON.stringify(target)}, "w")` })).error, text);
+    assert.ok(!existsSync(target));
+    const other = await callAs('acme-key', 'terminal', { command: `touch ${target} && echo made` });
+    assert.equal(other.output, 'made');
   });
 
   test('yolo is refused with PERMISSION_DENIED where the tenant forbids it', async () => {

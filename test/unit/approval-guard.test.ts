@@ -144,6 +144,56 @@ describe('approval guard: hardline', () => {
   });
 });
 
+describe('approval guard: approvals.deny', () => {
+  const DENY_TEXT = (glob: string) =>
+    `BLOCKED: this command matches the user-defined deny rule '${glob}' (approvals.deny in config.yaml). It cannot be executed via the agent — not even with --yolo, /yolo, or approvals.mode=off. Do NOT retry or rephrase this command; the user has explicitly forbidden it.`;
+
+  it('blocks a matching command with upstream\'s text, whatever mode, yolo, allowlist or container says', async () => {
+    const f = fixture({ approvals: { mode: 'off', deny: ['git push --force*', '  '] }, command_allowlist: ['*', 'git push --force origin main'] });
+    f.sessions.setYolo('default', 'session:s1', true);
+    const asker = answering('once');
+    const c = call(ask(asker), { hostFilesystem: async () => false });
+    const result = blocked(await check(f, 'git push --force origin main', c));
+    assert.deepEqual(result, { output: '', exit_code: -1, error: DENY_TEXT('git push --force*'), status: 'blocked' });
+    assert.equal(asker.prompts.length, 0);
+    assert.equal((await check(f, 'git push origin main', c)).allowed, true);
+  });
+
+  it('matches case-insensitively over the variants, so quoting and wrappers do not get around it', async () => {
+    const f = fixture({ approvals: { deny: ['GIT PUSH --FORCE*'] } });
+    const c = call(ask(answering('once')));
+    for (const command of ['git push --force', 'git p""ush --force x', 'g\\it push --force', 'cd /repo && sudo env A=1 git push --force', 'Git Push --Force']) {
+      assert.match(String(blocked(await check(f, command, c)).error), /^BLOCKED: this command matches the user-defined deny rule 'GIT PUSH --FORCE\*'/, command);
+    }
+    assert.equal((await check(f, 'echo "git push --force is forbidden here"', c)).allowed, true);
+  });
+
+  it('adds a tenant\'s own rules to the operator\'s for that tenant only', async () => {
+    const f = fixture({
+      allow_local_multi_tenant: true,
+      approvals: { deny: ['terraform destroy*'] },
+      tenants: [
+        { id: 'ci', api_key_sha256: 'a'.repeat(64), approvals: { deny: ['npm publish*'] } },
+        { id: 'web', api_key_sha256: 'b'.repeat(64) },
+      ],
+    });
+    const c = (tenant: string) => call(ask(answering('once')), { tenant });
+    assert.equal((await check(f, 'npm publish --tag next', c('ci'))).allowed, false);
+    assert.equal((await check(f, 'terraform destroy -auto-approve', c('ci'))).allowed, false);
+    assert.equal((await check(f, 'npm publish --tag next', c('web'))).allowed, true);
+    assert.equal((await check(f, 'terraform destroy -auto-approve', c('web'))).allowed, false);
+  });
+
+  it('checks an execute_code script as text: the whole script or any one line', async () => {
+    const f = fixture({ approvals: { deny: ['*drop table*', 'rm -rf build'] } });
+    const c = call(ask(answering('once')));
+    const script = (code: string) => f.guard.check({ tool: 'execute_code', command: code, detect: false }, c);
+    assert.equal(blocked(await script('import db\ndb.run("DROP TABLE users")\n')).error, DENY_TEXT('*drop table*'));
+    assert.equal(blocked(await script('from hermes_tools import terminal\n  rm -rf build  \n')).error, DENY_TEXT('rm -rf build'));
+    assert.deepEqual(await script('print("rm -rf build/x")'), { allowed: true });
+  });
+});
+
 describe('approval guard: bypasses', () => {
   it('lets commands without a dangerous pattern through without asking', async () => {
     const asker = answering('deny');
@@ -319,6 +369,7 @@ describe('approval guard: asking the user', () => {
       policies: {
         policyFor: (t) => ({ ...base.policyFor(t), timeoutMs: 50 }),
         allowlistFor: (t) => base.allowlistFor(t),
+        denyFor: (t) => base.denyFor(t),
         locationFor: (t) => base.locationFor(t),
         addToAllowlist: (t, k) => base.addToAllowlist(t, k),
       },
@@ -377,6 +428,22 @@ describe('approval guard: smart mode', () => {
     assert.equal(blocked(await check(f, DANGEROUS, call(ask(answering('once'))))).error, deny + breaker);
     // Another session has its own count.
     assert.equal(blocked(await check(f, DANGEROUS, call(ask(answering('once')), { sessionId: 's2' }))).error, deny);
+  });
+
+  it('approvals.denial_breaker_threshold moves the breaker, per tenant too', async () => {
+    const f = fixture(
+      {
+        ...smartConfig,
+        allow_local_multi_tenant: true,
+        approvals: { ...smartConfig.approvals, denial_breaker_threshold: 1 },
+        tenants: [{ id: 'patient', api_key_sha256: 'c'.repeat(64), approvals: { denial_breaker_threshold: 2 } }],
+      },
+      { smart: new FakeSmart('deny') },
+    );
+    assert.match(String(blocked(await check(f, DANGEROUS, call(ask(answering('once'))))).error), / CIRCUIT BREAKER: 1 consecutive commands were blocked/);
+    const patient = (n: number) => check(f, DANGEROUS, call(ask(answering('once')), { tenant: 'patient', sessionId: `p${n}` }));
+    assert.doesNotMatch(String(blocked(await patient(1)).error), /CIRCUIT BREAKER/);
+    assert.match(String(blocked(await patient(1)).error), / CIRCUIT BREAKER: 2 consecutive/);
   });
 
   it('a smart approval ends the streak', async () => {

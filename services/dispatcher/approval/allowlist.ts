@@ -158,7 +158,7 @@ export function hasShellOperator(command: string): boolean {
 }
 
 /** fnmatch-style glob (case-sensitive): `*`, `?`, `[abc]`, `[!abc]`, `[a-z]`. */
-function globToRegExp(glob: string): RegExp {
+export function globToRegExp(glob: string): RegExp {
   let source = '';
   for (let i = 0; i < glob.length; i += 1) {
     const ch = glob.charAt(i);

@@ -2,7 +2,8 @@
  * The approval guard: decides whether a command a tool is about to run may
  * run, in the order of tool-runtime spec §5:
  *
- *  1. hardline block (never runnable, whatever follows);
+ *  1. hardline block (never runnable, whatever follows), then the
+ *     operator's `approvals.deny` globs (just as final);
  *  2. bypass: mode `off`, the session in yolo mode, or a backend without host
  *     filesystem access when the tenant skips approval in containers;
  *  3. a one-shot grant from an Approve answer for this very command;
@@ -23,6 +24,7 @@ import { randomBytes } from 'node:crypto';
 import { InvalidArgumentError, NotFoundError } from '../../common/errors.js';
 import type { Logger } from '../../common/logging.js';
 import { allowlistApproves, detectAllDangerous } from './allowlist.js';
+import { denyRuleMessage, matchDenyRule, matchDenyRuleInScript } from './deny-rules.js';
 import type { AllowlistPersister, PersistOutcome } from './allowlist-writer.js';
 import type { ApprovalPolicies } from './approval-policy.js';
 import {
@@ -77,7 +79,7 @@ export interface GuardCall {
 }
 
 /** The policy lookups the guard uses ({@link ApprovalPolicies} in production). */
-export type ApprovalPolicySource = Pick<ApprovalPolicies, 'policyFor' | 'allowlistFor' | 'locationFor' | 'addToAllowlist'>;
+export type ApprovalPolicySource = Pick<ApprovalPolicies, 'policyFor' | 'allowlistFor' | 'denyFor' | 'locationFor' | 'addToAllowlist'>;
 
 export interface ApprovalGuardOptions {
   readonly policies: ApprovalPolicySource;
@@ -152,6 +154,17 @@ export class ApprovalGuard {
       }
       keys = [...found.keys];
     }
+    // The operator's (and tenant's) deny rules: before every bypass, like the hardline floor.
+    const denyGlobs = this.#o.policies.denyFor(call.tenant);
+    const denied =
+      action.detect === false
+        ? matchDenyRuleInScript(denyGlobs, action.command)
+        : matchDenyRule(denyGlobs, action.command, this.#o.homeDir === undefined ? {} : { homeDir: this.#o.homeDir });
+    if (denied !== undefined) {
+      log.warn({ denyRule: denied }, 'approval: deny rule block');
+      this.#o.onDecision?.('blocked', 'deny_rule');
+      return { allowed: false, result: blockedResult(denyRuleMessage(denied)) };
+    }
     if (action.patternKey !== undefined) keys = [action.patternKey, ...keys.filter((k) => k !== action.patternKey)];
     if (keys.length === 0) return { allowed: true };
 
@@ -210,7 +223,7 @@ export class ApprovalGuard {
         });
       }
       if (verdict === 'deny') {
-        const breaker = breakerAddendum(this.#o.sessions.recordDenial(tenant, sessionKey));
+        const breaker = breakerAddendum(this.#o.sessions.recordDenial(tenant, sessionKey), policy.denialBreakerThreshold);
         return decide('blocked', 'smart', { allowed: false, result: blockedResult(smartDenyMessage(subject.description, breaker)) });
       }
     }
@@ -288,7 +301,7 @@ export class ApprovalGuard {
     } catch (err) {
       if (call.signal.aborted) throw call.signal.reason;
       if (timer.signal.aborted) {
-        const breaker = breakerAddendum(this.#o.sessions.denials(call.tenant, sessionKey));
+        const breaker = breakerAddendum(this.#o.sessions.denials(call.tenant, sessionKey), this.#o.policies.policyFor(call.tenant).denialBreakerThreshold);
         return decide('blocked', 'timeout', { allowed: false, result: blockedResult(timeoutMessage(breaker)) });
       }
       throw err;
@@ -300,7 +313,7 @@ export class ApprovalGuard {
     }
     const note = await this.#record(call.tenant, sessionKey, subject, outcome.choice);
     if (note === undefined) {
-      const breaker = breakerAddendum(this.#o.sessions.denials(call.tenant, sessionKey));
+      const breaker = breakerAddendum(this.#o.sessions.denials(call.tenant, sessionKey), this.#o.policies.policyFor(call.tenant).denialBreakerThreshold);
       return decide('blocked', 'user_deny', { allowed: false, result: blockedResult(userDenyMessage(breaker)) });
     }
     return decide('approved', `user_${outcome.choice}`, { allowed: true, note });
@@ -352,7 +365,7 @@ export class ApprovalGuard {
     const note = await this.#record(tenant, pending.sessionKey, subject, request.choice);
     this.#o.onDecision?.(note === undefined ? 'blocked' : 'approved', `user_${request.choice}`);
     if (note === undefined) {
-      const breaker = breakerAddendum(this.#o.sessions.denials(tenant, pending.sessionKey));
+      const breaker = breakerAddendum(this.#o.sessions.denials(tenant, pending.sessionKey), this.#o.policies.policyFor(tenant).denialBreakerThreshold);
       return { kind: 'result', result: blockedResult(userDenyMessage(breaker)) };
     }
     return { kind: 'rerun', call: pending.call, grant: { command: pending.command, keys: pending.keys, note, used: false } };

@@ -20,6 +20,8 @@ export interface ApprovalPolicy {
   readonly allowYolo: boolean;
   /** Unary calls parked for Approve at once, per tenant. */
   readonly maxPending: number;
+  /** Consecutive smart-approval denials from which refusals carry the circuit-breaker text. */
+  readonly denialBreakerThreshold: number;
 }
 
 /** Where a tenant's permanent approvals are stored in the config file. */
@@ -32,6 +34,8 @@ export class ApprovalPolicies {
   readonly #tenants = new Map<string, ApprovalPolicy>();
   readonly #operatorList: string[];
   readonly #tenantLists = new Map<string, string[]>();
+  readonly #operatorDeny: readonly string[];
+  readonly #tenantDeny = new Map<string, readonly string[]>();
   readonly #multiTenant: boolean;
 
   constructor(config: PolicyConfig) {
@@ -43,8 +47,10 @@ export class ApprovalPolicies {
       nonInteractive: a.non_interactive,
       allowYolo: a.allow_yolo,
       maxPending: a.max_pending,
+      denialBreakerThreshold: a.denial_breaker_threshold,
     };
     this.#operatorList = [...config.command_allowlist];
+    this.#operatorDeny = denyGlobs(a.deny);
     this.#multiTenant = config.tenants.length > 0;
     for (const t of config.tenants) {
       const o = t.approvals ?? {};
@@ -55,8 +61,10 @@ export class ApprovalPolicies {
         nonInteractive: o.non_interactive ?? this.#base.nonInteractive,
         allowYolo: o.allow_yolo ?? this.#base.allowYolo,
         maxPending: this.#base.maxPending,
+        denialBreakerThreshold: o.denial_breaker_threshold ?? this.#base.denialBreakerThreshold,
       });
       this.#tenantLists.set(t.id, [...(o.command_allowlist ?? [])]);
+      this.#tenantDeny.set(t.id, [...this.#operatorDeny, ...denyGlobs(o.deny ?? [])]);
     }
   }
 
@@ -68,6 +76,11 @@ export class ApprovalPolicies {
   allowlistFor(tenant: string): readonly string[] {
     const own = this.#tenantLists.get(tenant);
     return own === undefined ? this.#operatorList : [...this.#operatorList, ...own];
+  }
+
+  /** `approvals.deny` globs for this tenant: the operator's, then the tenant's own. */
+  denyFor(tenant: string): readonly string[] {
+    return this.#tenantDeny.get(tenant) ?? this.#operatorDeny;
   }
 
   /** Where this tenant's "always" answers are written. */
@@ -88,4 +101,9 @@ export class ApprovalPolicies {
     list.push(...added);
     return added;
   }
+}
+
+/** Trimmed, non-empty entries, as upstream reads `approvals.deny`. */
+function denyGlobs(entries: readonly string[]): string[] {
+  return entries.map((e) => e.trim()).filter((e) => e !== '');
 }

@@ -27,9 +27,9 @@ export const STOP_COMMAND =
 /** Consecutive smart-approval denials after which refusals carry the circuit-breaker text (upstream's default). */
 export const DENIAL_BREAKER_THRESHOLD = 3;
 
-/** Upstream's circuit-breaker addendum, or '' below the threshold. */
-export function breakerAddendum(denials: number): string {
-  if (denials < DENIAL_BREAKER_THRESHOLD) return '';
+/** Upstream's circuit-breaker addendum, or '' below the threshold (`approvals.denial_breaker_threshold`). */
+export function breakerAddendum(denials: number, threshold = DENIAL_BREAKER_THRESHOLD): string {
+  if (denials < threshold) return '';
   return (
     ` CIRCUIT BREAKER: ${denials} consecutive commands were blocked by the security reviewer. ` +
     'STOP attempting variations of this operation. Report the blocked operation to the user and either ask them ' +

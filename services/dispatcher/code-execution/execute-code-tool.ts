@@ -6,6 +6,7 @@
  * how many calls it gets, which terminal arguments it may not use, and the
  * shape of the result.
  */
+import { requestApproval } from '../approval/guard-hook.js';
 import { performance } from 'node:perf_hooks';
 import type { BerthConfig } from '../../common/config.js';
 import { BerthError } from '../../common/errors.js';
@@ -183,6 +184,9 @@ export function executeCodeToolRegistration(options: ExecuteCodeToolOptions): To
       const code = args.code;
       if (code !== undefined && code !== null && typeof code !== 'string') return nonStringCodeResult(code);
       if (typeof code !== 'string' || code.trim() === '') return NO_CODE_RESULT;
+      // The operator's approvals.deny rules apply to the script's text too (each command it runs is checked on its own).
+      const verdict = await requestApproval(context, { tool: 'execute_code', command: code, detect: false });
+      if (!verdict.allowed) return verdict.result;
       const runCode = context.task.runCode?.bind(context.task);
       if (runCode === undefined) {
         return JSON.stringify({ error: 'execute_code is not available: this task environment cannot run scripts.' });
