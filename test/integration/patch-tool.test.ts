@@ -282,10 +282,10 @@ describe('patch patch mode: V4A headers and shapes', () => {
       success: false,
       error:
         'Patch not applied; no files were changed. 2 problems:\n' +
-        `1. Refusing to write '${h.path('pkg.json')}': candidate content fails .json syntax validation (SyntaxError: ` +
+        "1. Refusing to write 'pkg.json': candidate content fails .json syntax validation (SyntaxError: " +
         'Expected double-quoted property name in JSON at position 39). The file was NOT created or modified. Fix the ' +
         'content and retry.\n' +
-        `2. Refusing to write '${h.path('conf.toml')}': candidate content fails .toml syntax validation (TomlError: ` +
+        "2. Refusing to write 'conf.toml': candidate content fails .toml syntax validation (TomlError: " +
         'Invalid TOML document: invalid value\n\n1:  name = \n           ^). The file was NOT created or modified. Fix ' +
         'the content and retry.',
     });

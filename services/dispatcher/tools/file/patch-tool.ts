@@ -336,7 +336,8 @@ async function patchMode(args: ToolArgs, context: ToolContext): Promise<JsonObje
   for (const change of applied.changes) {
     if (change.after === undefined) continue;
     if (change.movedFrom !== undefined && change.after === contents.get(change.movedFrom)) continue;
-    const refusal = await structuredSyntaxRefusal(absolute(change.path), change.after);
+    // Named as the header spells it: upstream's write_file gets the header path.
+    const refusal = await structuredSyntaxRefusal(change.path, change.after);
     if (refusal !== undefined) malformed.push(refusal);
   }
   if (malformed.length > 0) {
