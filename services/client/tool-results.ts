@@ -30,6 +30,8 @@ export interface TerminalForegroundResult {
   readonly error: string | null;
   readonly status?: 'error' | 'blocked' | 'pending_approval' | (string & {});
   readonly exit_code_meaning?: string;
+  /** A recovery hint for a known failure shape, or a warning that exit code 0 probably masks a failure. */
+  readonly hint?: string;
   readonly approval?: string;
   /** Set when a unary call waits for `Approve` (see {@link BerthTask.approve}). */
   readonly approval_id?: string;
@@ -45,6 +47,8 @@ export interface TerminalBackgroundResult {
   readonly pid: number;
   readonly exit_code: number;
   readonly error: null;
+  /** Present when neither `notify_on_complete` nor `watch_patterns` was set: nothing will say when it exits. */
+  readonly hint?: string;
   readonly [key: string]: unknown;
 }
 

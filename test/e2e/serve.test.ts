@@ -197,7 +197,14 @@ describe('berth serve (local backend)', () => {
 
   test('a foreground timeout with no output gives the notice without a leading newline', async () => {
     const r = await serve.cli(['call', 'terminal', '{"command":"sleep 30","timeout":1}', '--task', 'to-empty']);
-    assert.deepEqual(JSON.parse(r.stdout), { output: '[Command timed out after 1s]', exit_code: 124, error: null });
+    assert.deepEqual(JSON.parse(r.stdout), {
+      output: '[Command timed out after 1s]',
+      exit_code: 124,
+      error: null,
+      hint:
+        'Exit 124: the command hit its timeout. Raise timeout= (foreground max 600s) or run it with background=true ' +
+        'and notify_on_complete=true.',
+    });
   });
 
   test('foreground guard, code-argument and exit-code texts reach the caller as the reference tool words them', async () => {

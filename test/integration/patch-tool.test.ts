@@ -7,6 +7,7 @@ import { readFile, writeFile, mkdir } from 'node:fs/promises';
 import { dirname, join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { silentLogger } from '../../services/common/logging.js';
+import type { TaskClient } from '../../services/common/task-client.js';
 import { patchRegistration } from '../../services/dispatcher/tools/file/patch-tool.js';
 import type { ToolContext } from '../../services/dispatcher/tool-types.js';
 import { LocalTaskClientDouble } from '../fixtures/local-task-client.js';
@@ -259,5 +260,94 @@ describe('patch patch mode: V4A headers and shapes', () => {
     const result = await h.call({ mode: 'patch', patch: '*** Begin Patch\n*** Add File: z.txt\nno plus sign\n*** End Patch' });
     assert.equal(result.success, false);
     assert.match(String(result.error), /^Failed to parse patch: Patch line 3: every content line of '\*\*\* Add File: z\.txt' must start with '\+'/);
+  });
+
+  it('refuses a patch that would leave a JSON, YAML or TOML file unparseable, changing no file', async () => {
+    await h.write('pkg.json', '{\n  "name": "x",\n  "version": "1.0.0"\n}\n');
+    await h.write('notes.txt', 'old\n');
+    const patch = [
+      '*** Begin Patch',
+      '*** Update File: notes.txt',
+      '-old',
+      '+new',
+      '*** Update File: pkg.json',
+      '-  "version": "1.0.0"',
+      '+  "version": "1.0.1",',
+      '*** Add File: conf.toml',
+      '+name = ',
+      '*** End Patch',
+    ].join('\n');
+    const result = await h.call({ mode: 'patch', patch });
+    assert.deepEqual(result, {
+      success: false,
+      error:
+        'Patch not applied; no files were changed. 2 problems:\n' +
+        "1. Refusing to write 'pkg.json': candidate content fails .json syntax validation (SyntaxError: " +
+        'Expected double-quoted property name in JSON at position 39). The file was NOT created or modified. Fix the ' +
+        'content and retry.\n' +
+        "2. Refusing to write 'conf.toml': candidate content fails .toml syntax validation (TomlError: " +
+        'Invalid TOML document: invalid value\n\n1:  name = \n           ^). The file was NOT created or modified. Fix ' +
+        'the content and retry.',
+    });
+    assert.equal(await h.read('notes.txt'), 'old\n');
+    assert.match(await h.read('pkg.json'), /"1\.0\.0"\n\}/);
+  });
+
+  it('refuses a replace-mode edit that breaks a YAML file, through write_file\'s text', async () => {
+    await h.write('compose.yaml', 'services:\n  web:\n    image: nginx\n');
+    const result = await h.call({ path: 'compose.yaml', old_string: '    image: nginx', new_string: '    image: "nginx' });
+    assert.deepEqual(Object.keys(result), ['success', 'error']);
+    assert.equal(result.success, false);
+    assert.match(
+      String(result.error),
+      new RegExp(
+        `^Failed to write changes: Refusing to write '${h.path('compose.yaml').replace(/[.*+?^${}()|[\]\\]/g, '\\$&')}': ` +
+          'candidate content fails \\.yaml syntax validation \\(YAMLParseError: Missing closing "quote[\\s\\S]*\\)\\. ' +
+          'The file was NOT created or modified\\. Fix the content and retry\\.$',
+      ),
+    );
+    assert.equal(await h.read('compose.yaml'), 'services:\n  web:\n    image: nginx\n');
+  });
+
+  it('moves an unparseable JSON file as it is, as upstream mv does', async () => {
+    await h.write('broken.json', '{oops\n');
+    const result = await h.call({ mode: 'patch', patch: '*** Begin Patch\n*** Move File: broken.json -> kept.json\n*** End Patch' });
+    assert.equal(result.success, true, JSON.stringify(result));
+    assert.equal(await h.read('kept.json'), '{oops\n');
+  });
+
+  it('re-reads every file it writes and reports one that did not persist', async () => {
+    const inner = await LocalTaskClientDouble.create('berth-patch-lossy-');
+    // An executor that loses the last byte of writes to b.txt.
+    const lossy: TaskClient = {
+      exec: (request) => inner.exec(request),
+      readFile: (p) => inner.readFile(p),
+      writeFile: (p, content) =>
+        inner.writeFile(p, p.endsWith('b.txt') && typeof content === 'string' ? content.slice(0, -1) : content),
+      stat: (p) => inner.stat(p),
+      startBackground: inner.startBackground.bind(inner),
+      process: inner.process.bind(inner),
+    };
+    const context: ToolContext = {
+      tenant: 'tenant-test',
+      taskId: 'patch-lossy',
+      sessionId: 'session-test',
+      task: lossy,
+      signal: new AbortController().signal,
+      logger: silentLogger(),
+    };
+    await writeFile(join(inner.root, 'a.txt'), 'one\n');
+    await writeFile(join(inner.root, 'b.txt'), 'two\n');
+    const patch = '*** Begin Patch\n*** Update File: a.txt\n-one\n+uno\n*** Update File: b.txt\n-two\n+dos\n*** End Patch';
+    const result = JSON.parse(await patchRegistration().handler({ mode: 'patch', patch }, context)) as Result;
+    assert.deepEqual(result, {
+      success: false,
+      files_modified: [join(inner.root, 'a.txt')],
+      error:
+        'Patch validated but failed while writing b.txt: Post-write verification failed for b.txt: on-disk content ' +
+        'hash differs from the intended write. The write did not persist correctly — re-read the file and retry. ' +
+        'Files listed here were already changed; re-read them before retrying.',
+    });
+    await inner.dispose();
   });
 });

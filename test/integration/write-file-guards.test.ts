@@ -115,6 +115,43 @@ describe('write_file guards', () => {
     assert.equal((await write({ path: 's.txt', content: 'emoji 😀\n' })).bytes_written, 11);
   });
 
+  it('refuses JSON, YAML and TOML that do not parse, creating and changing nothing', async () => {
+    const abs = path('conf/settings.json');
+    assert.deepEqual(await write({ path: 'conf/settings.json', content: '{"a": 1,}' }), {
+      bytes_written: 0,
+      dirs_created: false,
+      error:
+        `Refusing to write '${abs}': candidate content fails .json syntax validation (SyntaxError: Expected ` +
+        'double-quoted property name in JSON at position 8). The file was NOT created or modified. Fix the content ' +
+        'and retry.',
+      resolved_path: abs,
+    });
+    await assert.rejects(lstat(path('conf')), 'not even the parent directory is created');
+
+    await writeFile(path('ci.yml'), 'on: push\n');
+    const yaml = await write({ path: 'ci.yml', content: 'jobs:\n  build:\n    steps: [\n' });
+    assert.match(String(yaml.error), /^Refusing to write '.*\/ci\.yml': candidate content fails \.yml syntax validation \(YAMLParseError: /);
+    assert.equal(await readFile(path('ci.yml'), 'utf8'), 'on: push\n');
+    const toml = await write({ path: 'Cargo.TOML', content: '[package]\nname = \n' });
+    assert.match(String(toml.error), /candidate content fails \.toml syntax validation \(TomlError: Invalid TOML document: invalid value/);
+
+    // What upstream's parsers accept is written: empty YAML and TOML, NaN in JSON, YAML tags and documents.
+    assert.equal((await write({ path: 'empty.yaml', content: '' })).bytes_written, 0);
+    assert.equal((await write({ path: 'empty.toml', content: '# later\n' })).error, undefined);
+    assert.equal((await write({ path: 'nan.json', content: '{"x": NaN}' })).error, undefined);
+    assert.equal((await write({ path: 'cf.yaml', content: 'a: !Ref b\n---\nc: 1\n' })).error, undefined);
+    assert.match(String((await write({ path: 'empty.json', content: '' })).error), /fails \.json syntax validation \(SyntaxError: Unexpected end of JSON input\)/);
+    // Other extensions are not parsed.
+    assert.equal((await write({ path: 'notes.txt', content: '{' })).bytes_written, 1);
+  });
+
+  it('checks structure after the lone-surrogate refusal and before the BOM and CRLF of the old file are applied', async () => {
+    assert.match(String((await write({ path: 'x.json', content: JSON.parse('"{\\ud800"') as string })).error), /lone surrogate/);
+    await writeFile(path('bom.json'), '\ufeff{"old": true}\r\n');
+    assert.equal((await write({ path: 'bom.json', content: '{"new": true}\n' })).error, undefined);
+    assert.equal(await readFile(path('bom.json'), 'utf8'), '\ufeff{"new": true}\r\n');
+  });
+
   it('keeps CRLF line endings and a UTF-8 BOM of the file it replaces', async () => {
     await writeFile(path('win.txt'), '\ufeffone\r\ntwo\r\n');
     const result = await write({ path: 'win.txt', content: 'uno\ndos\ntres\n' });

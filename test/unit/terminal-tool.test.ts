@@ -14,7 +14,7 @@ import type {
 } from '../../services/common/task-client.js';
 import type { ToolArgs, ToolContext, ToolRegistration } from '../../services/dispatcher/tool-types.js';
 import { processToolRegistration } from '../../services/dispatcher/tools/process-tool.js';
-import { terminalToolRegistration } from '../../services/dispatcher/tools/terminal-tool.js';
+import { SILENT_BACKGROUND_HINT, terminalToolRegistration } from '../../services/dispatcher/tools/terminal-tool.js';
 
 /**
  * A TaskClient that records every call and answers exec, startBackground and
@@ -178,6 +178,9 @@ void describe('terminal foreground', () => {
       output: 'partial output\n[Command timed out after 5s]',
       exit_code: 124,
       error: null,
+      hint:
+        'Exit 124: the command hit its timeout. Raise timeout= (foreground max 600s) or run it with background=true ' +
+        'and notify_on_complete=true.',
     });
   });
 
@@ -193,6 +196,9 @@ void describe('terminal foreground', () => {
       output: '[Command timed out after 5s]',
       exit_code: 124,
       error: null,
+      hint:
+        'Exit 124: the command hit its timeout. Raise timeout= (foreground max 600s) or run it with background=true ' +
+        'and notify_on_complete=true.',
     });
   });
 
@@ -358,6 +364,53 @@ void describe('terminal refusals', () => {
   });
 });
 
+void describe('terminal failure hints', () => {
+  void it('adds a hint after the exit code fields for a failure with a known output shape', async () => {
+    const task = new RecordingTaskClientDouble({ output: 'bash: line 1: python: command not found\n', exitCode: 127 });
+    assert.deepEqual(await call(terminal, { command: 'python script.py' }, task), {
+      output: 'bash: line 1: python: command not found',
+      exit_code: 127,
+      error: null,
+      hint: "This system has no bare `python` — use `python3`, or the project venv's interpreter (e.g. .venv/bin/python).",
+    });
+  });
+
+  void it('gives no hint when the exit code has a meaning, or for an unknown failure', async () => {
+    const grep = new RecordingTaskClientDouble({ output: 'grep: x: Permission denied', exitCode: 1 });
+    const grepResult = (await call(terminal, { command: 'grep -r needle x' }, grep)) as Record<string, unknown>;
+    assert.equal(grepResult.exit_code_meaning, 'No matches found (not an error)');
+    assert.equal(grepResult.hint, undefined);
+    const other = new RecordingTaskClientDouble({ output: 'something odd', exitCode: 3 });
+    assert.deepEqual(await call(terminal, { command: './run' }, other), { output: 'something odd', exit_code: 3, error: null });
+  });
+
+  void it('does not scan the environment notices appended after the output', async () => {
+    const task = new RecordingTaskClientDouble({ output: 'failed', exitCode: 2, notices: ['Permission denied'] });
+    const result = (await call(terminal, { command: './run' }, task)) as Record<string, unknown>;
+    assert.equal(result.output, 'failed\n[Note: Permission denied]');
+    assert.equal(result.hint, undefined);
+  });
+
+  void it('warns when exit code 0 comes from a pipe consumer and the output shows a failure', async () => {
+    const task = new RecordingTaskClientDouble({ output: 'error: could not compile `app`\n', exitCode: 0 });
+    assert.deepEqual(await call(terminal, { command: 'cargo build 2>&1 | tail -20' }, task), {
+      output: 'error: could not compile `app`',
+      exit_code: 0,
+      error: null,
+      hint:
+        'exit_code 0 here is the status of the last pipeline command (tail/head/cat/...), NOT of the command before ' +
+        'the pipe — and the output contains failure indicators. Treat this run as FAILED until proven otherwise: ' +
+        're-run the command WITHOUT the pipe (output is auto-truncated and the full text is saved to a file, so ' +
+        'piping through tail/head is never needed) to get the real exit code.',
+    });
+    const reader = (await call(terminal, { command: 'grep -r "could not compile" logs | tail' }, task)) as Record<
+      string,
+      unknown
+    >;
+    assert.equal(reader.hint, undefined, 'a command that only reads is expected to show error text');
+  });
+});
+
 void describe('terminal background', () => {
   void it('starts the process and reports its session id and pid', async () => {
     const task = new RecordingTaskClientDouble();
@@ -368,6 +421,7 @@ void describe('terminal background', () => {
       pid: 4242,
       exit_code: 0,
       error: null,
+      hint: SILENT_BACKGROUND_HINT,
     });
     assert.deepEqual(task.backgroundRequests, [{ command: 'npm run dev', workdir: '/srv/web', notifyOnComplete: false }]);
     assert.equal(task.execRequests.length, 0);
@@ -423,6 +477,34 @@ void describe('terminal background', () => {
       unknown
     >;
     assert.equal(result.approval, 'approved by the user');
+  });
+
+  void it('puts the silent-process hint after the approval note, and leaves it out when notified or watched', async () => {
+    const task = new RecordingTaskClientDouble();
+    const approval = () => Promise.resolve({ allowed: true as const, note: 'approved by the user' });
+    const result = (await call(terminal, { command: 'rm -rf build', background: true }, task, { approval })) as Record<
+      string,
+      unknown
+    >;
+    assert.deepEqual(Object.keys(result), ['output', 'session_id', 'pid', 'exit_code', 'error', 'approval', 'hint']);
+    assert.equal(
+      result.hint,
+      'background=true without notify_on_complete=true means this process runs SILENTLY — you will not be told ' +
+        'when it exits. If this is a bounded task (test suite, build, CI poller, deploy, anything with a defined ' +
+        'end), you almost certainly wanted notify_on_complete=true so the system pings you on exit. Re-launch with ' +
+        "notify_on_complete=true, or call process(action='poll') / process(action='wait') yourself to learn the " +
+        'outcome. Only ignore this hint for genuine long-lived processes that never exit (servers, watchers, daemons).',
+    );
+    const watched = (await call(terminal, { command: 'npm run dev', background: true, watch_patterns: ['ready'] }, task)) as Record<
+      string,
+      unknown
+    >;
+    assert.equal(watched.hint, undefined);
+    const emptyWatch = (await call(terminal, { command: 'npm run dev', background: true, watch_patterns: [] }, task)) as Record<
+      string,
+      unknown
+    >;
+    assert.equal(emptyWatch.hint, SILENT_BACKGROUND_HINT, 'an empty pattern list watches nothing');
   });
 
   void it('is not subject to the foreground timeout cap', async () => {

@@ -10,6 +10,7 @@ import type { TaskExecResult } from '../../common/task-client.js';
 import type { ToolArgs, ToolContext, ToolRegistration, ToolSchema } from '../tool-types.js';
 import { rewriteBackgroundChain } from './terminal-guards/background-chain.js';
 import { exitCodeMeaning } from './terminal-guards/exit-code-meaning.js';
+import { failureHint, maskedSuccessHint } from './terminal-guards/failure-hints.js';
 import { findForegroundHazard } from './terminal-guards/foreground-hazard.js';
 import { validateForegroundTimeout } from './terminal-guards/foreground-timeout.js';
 import { validateWorkdir } from './terminal-guards/workdir.js';
@@ -192,8 +193,12 @@ function foregroundResult(command: string, result: TaskExecResult, timeoutSec: n
     output += '\n[Command interrupted]';
   }
   output = output.trim();
-  for (const notice of result.notices) output += `${output === '' ? '' : '\n'}[Note: ${notice}]`;
   const meaning = result.timedOut || result.interrupted ? undefined : exitCodeMeaning(command, exitCode);
+  // As the reference tool: a recovery hint for a failure with no exit-code meaning, a warning for a 0 that
+  // probably masks one. Scanned before Berth's own notices are added, so only the command's output counts.
+  const hint =
+    exitCode === 0 ? maskedSuccessHint(command, output) : meaning === undefined ? failureHint(exitCode, output) : undefined;
+  for (const notice of result.notices) output += `${output === '' ? '' : '\n'}[Note: ${notice}]`;
   // An approved command that was then interrupted must not read as if it ran to completion.
   const approvalNote =
     approval !== undefined && result.interrupted ? `${approval.replace(/\.+$/, '')}, then interrupted.` : approval;
@@ -203,6 +208,7 @@ function foregroundResult(command: string, result: TaskExecResult, timeoutSec: n
     error: null,
     ...(approvalNote === undefined ? {} : { approval: approvalNote }),
     ...(meaning === undefined ? {} : { exit_code_meaning: meaning }),
+    ...(hint === undefined ? {} : { hint }),
   });
 }
 
@@ -212,6 +218,18 @@ export const CODE_ARGUMENT_ERROR = JSON.stringify({
     "terminal received a 'code' parameter, but it requires a shell command in 'command'. " +
     'Use execute_code(code=...) for Python; for shell, retry as terminal(command=...).',
 });
+
+/**
+ * Told with a background start that asked for no notification. The reference
+ * tool's text, which still names `process`, the old name of `process_manage`
+ * (an alias Berth accepts, so the calls it suggests work).
+ */
+export const SILENT_BACKGROUND_HINT =
+  'background=true without notify_on_complete=true means this process runs SILENTLY — you will not be told when ' +
+  'it exits. If this is a bounded task (test suite, build, CI poller, deploy, anything with a defined end), you ' +
+  'almost certainly wanted notify_on_complete=true so the system pings you on exit. Re-launch with ' +
+  "notify_on_complete=true, or call process(action='poll') / process(action='wait') yourself to learn the " +
+  'outcome. Only ignore this hint for genuine long-lived processes that never exit (servers, watchers, daemons).';
 
 /** Why watch_patterns were dropped when notify_on_complete was also set. */
 export const WATCH_PATTERNS_IGNORED =
@@ -255,6 +273,7 @@ async function runTerminal(args: ToolArgs, ctx: ToolContext, options: TerminalTo
       exit_code: 0,
       error: null,
       ...(verdict.note === undefined ? {} : { approval: verdict.note }),
+      ...(!notifyOnComplete && requestedPatterns === undefined ? { hint: SILENT_BACKGROUND_HINT } : {}),
       ...(notifyOnComplete && requestedPatterns !== undefined ? { watch_patterns_ignored: WATCH_PATTERNS_IGNORED } : {}),
       ...(notifyOnComplete ? { notify_on_complete: true } : {}),
       ...(watchPatterns === undefined ? {} : { watch_patterns: watchPatterns }),

@@ -28,6 +28,7 @@ import {
   type JsonObject,
 } from './common.js';
 import { patchFailures } from './patch-failures.js';
+import { structuredSyntaxRefusal } from './syntax-check.js';
 
 const MAX_DIFF_CHARS = 50_000;
 const BOM = '\uFEFF';
@@ -236,6 +237,9 @@ async function replaceMode(args: ToolArgs, context: ToolContext): Promise<JsonOb
     return result;
   }
 
+  // As upstream's write_file, which patch writes through: JSON/YAML/TOML that would no longer parse is refused.
+  const malformed = await structuredSyntaxRefusal(file.absPath, encodeForDisk(replaced.content, false, crlf));
+  if (malformed !== undefined) return failure(`Failed to write changes: ${malformed}`);
   const onDisk = encodeForDisk(replaced.content, file.bom, crlf);
   try {
     await context.task.writeFile(path, onDisk);
@@ -254,9 +258,27 @@ async function replaceMode(args: ToolArgs, context: ToolContext): Promise<JsonOb
   return result;
 }
 
-/** Re-reads a written file: an executor that silently dropped the write must not be reported as success. */
-async function verifyWritten(task: TaskClient, path: string, intended: string): Promise<string | undefined> {
+/**
+ * Re-reads a written file: an executor that silently dropped the write must
+ * not be reported as success. Replace mode compares after normalizing line
+ * endings and the BOM (upstream `_verify_patch_persisted`); `exact` compares
+ * the bytes, as upstream's write_file does with a hash for the files of a
+ * V4A patch, and answers with that text.
+ */
+async function verifyWritten(
+  task: TaskClient,
+  path: string,
+  intended: string,
+  mode: 'replace' | 'exact' = 'replace',
+): Promise<string | undefined> {
   const back = await readIfExists(task, path);
+  if (mode === 'exact') {
+    if (back !== undefined && back.content.equals(Buffer.from(intended, 'utf8'))) return undefined;
+    return (
+      `Post-write verification failed for ${path}: on-disk content hash differs from the intended write. The ` +
+      'write did not persist correctly — re-read the file and retry.'
+    );
+  }
   const normalize = (text: string): string => text.replace(/^\uFEFF/, '').replaceAll('\r\n', '\n').replaceAll('\r', '\n');
   const wrote = normalize(intended);
   const read = normalize(back?.content.toString('utf8') ?? '');
@@ -308,6 +330,22 @@ async function patchMode(args: ToolArgs, context: ToolContext): Promise<JsonObje
   }
 
   const absolute = (path: string): string => files.get(path)?.absPath ?? path;
+  // Every file the patch writes goes through upstream's write_file gate, checked for all of them before the
+  // first write, so a refusal leaves every file as it was. A pure move writes nothing new (upstream runs `mv`).
+  const malformed: string[] = [];
+  for (const change of applied.changes) {
+    if (change.after === undefined) continue;
+    if (change.movedFrom !== undefined && change.after === contents.get(change.movedFrom)) continue;
+    // Named as the header spells it: upstream's write_file gets the header path.
+    const refusal = await structuredSyntaxRefusal(change.path, change.after);
+    if (refusal !== undefined) malformed.push(refusal);
+  }
+  if (malformed.length > 0) {
+    const numbered = malformed.map((refusal, index) => `${index + 1}. ${refusal}`).join('\n');
+    return failure(
+      `Patch not applied; no files were changed. ${malformed.length} problem${malformed.length === 1 ? '' : 's'}:\n${numbered}`,
+    );
+  }
   const done = { modified: [] as string[], created: [] as string[], deleted: [] as string[] };
   const writes = applied.changes.filter((change) => change.kind !== 'delete');
   const deletes = applied.changes.filter((change) => change.kind === 'delete');
@@ -318,7 +356,10 @@ async function patchMode(args: ToolArgs, context: ToolContext): Promise<JsonObje
       current = change;
       // A file keeps its BOM; a moved file takes its source's.
       const bom = files.get(change.movedFrom ?? change.path)?.bom ?? false;
-      await task.writeFile(change.path, bom ? BOM + (change.after ?? '') : (change.after ?? ''));
+      const onDisk = bom ? BOM + (change.after ?? '') : (change.after ?? '');
+      await task.writeFile(change.path, onDisk);
+      const unverified = await verifyWritten(task, change.path, onDisk, 'exact');
+      if (unverified !== undefined) throw new Error(unverified);
       (change.kind === 'create' ? done.created : done.modified).push(absolute(change.path));
     }
     for (const change of deletes) {
@@ -329,7 +370,7 @@ async function patchMode(args: ToolArgs, context: ToolContext): Promise<JsonObje
   } catch (err) {
     const reason = err instanceof Error ? err.message : String(err);
     return failure(
-      `Patch validated but failed while writing ${current?.path ?? 'a file'}: ${reason}. ` +
+      `Patch validated but failed while writing ${current?.path ?? 'a file'}: ${reason.replace(/\.$/, '')}. ` +
         'Files listed here were already changed; re-read them before retrying.',
       nonEmptyLists({ files_modified: done.modified, files_created: done.created, files_deleted: done.deleted }),
     );

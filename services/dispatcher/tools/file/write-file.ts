@@ -4,13 +4,16 @@
  * `_handle_write_file`, `tools/file_operations.write_file`).
  *
  * Order, as upstream: argument checks; sensitive system paths; read_file
- * display text offered as content; the credential deny list; then the write,
- * keeping an existing file's CRLF line endings and UTF-8 BOM.
+ * display text offered as content; the credential deny list; a lone
+ * surrogate; JSON/YAML/TOML content that does not parse (checked as sent,
+ * before the line-ending and BOM shims); then the write, keeping an existing
+ * file's CRLF line endings and UTF-8 BOM.
  */
 import type { ToolArgs, ToolContext, ToolRegistration } from '../../tool-types.js';
 import { ToolInputError, guarded, TOOLSET, type JsonObject } from './common.js';
 import { resolveWriteTarget, sensitivePathError, writeDeniedError } from './file-safety.js';
 import { READ_DEDUP_STATUS_MESSAGE, contentFingerprint, type FileLoopGuard } from './loop-guard.js';
+import { structuredSyntaxRefusal } from './syntax-check.js';
 
 /** An existing file is looked at for its line endings and BOM up to this size (the executor's read cap). */
 const EXISTING_FILE_PROBE_MAX_BYTES = 8 * 1024 * 1024;
@@ -154,6 +157,10 @@ async function writeFileTool(args: ToolArgs, context: ToolContext, guard: FileLo
         'cannot be encoded as UTF-8. The file was NOT created or modified.',
       resolved_path: stat.absPath,
     };
+  }
+  const malformed = await structuredSyntaxRefusal(stat.absPath, content);
+  if (malformed !== undefined) {
+    return { bytes_written: 0, dirs_created: false, error: malformed, resolved_path: stat.absPath };
   }
   if (stat.isDirectory) throw new ToolInputError(`${path} is a directory; give a file path to write.`);
 
