@@ -9,8 +9,11 @@ import { mkdtemp, realpath, rm, writeFile } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { after, afterEach, before, describe, it } from 'node:test';
+import { parseConfig } from '../../services/common/config.js';
 import { silentLogger } from '../../services/common/logging.js';
-import type { TaskClient } from '../../services/common/task-client.js';
+import type { TaskClient, TaskCodeRunRequest } from '../../services/common/task-client.js';
+import { ToolRegistry } from '../../services/dispatcher/registry.js';
+import { registerBuiltinTools } from '../../services/dispatcher/tools/builtin-tools.js';
 import type { ToolContext, ToolRegistration } from '../../services/dispatcher/tool-types.js';
 import { fileToolRegistrations } from '../../services/dispatcher/tools/file-tools.js';
 import { processToolRegistration } from '../../services/dispatcher/tools/process-tool.js';
@@ -53,11 +56,8 @@ after(async () => {
   await rm(root, { recursive: true, force: true });
 });
 
-/** One task with the four tools registered as builtin-tools registers them, redaction on or off. */
-function task(redactSecrets: boolean) {
-  const key: TaskKey = { tenant: 'tenant', taskId: `redaction-task-${++taskNo}` };
-  keys.push(key);
-  const client: TaskClient = {
+function taskClient(key: TaskKey): TaskClient {
+  return {
     exec: (request) => envs.exec(key, request),
     readFile: (p) => envs.readFile(key, p),
     writeFile: (p, content) => envs.writeFile(key, p, content),
@@ -65,7 +65,10 @@ function task(redactSecrets: boolean) {
     startBackground: (request) => envs.startBackground(key, request),
     process: (request) => envs.process(key, request),
   };
-  const context: ToolContext = {
+}
+
+function toolContext(key: TaskKey, client: TaskClient): ToolContext {
+  return {
     tenant: key.tenant,
     taskId: key.taskId,
     sessionId: 'session',
@@ -73,6 +76,13 @@ function task(redactSecrets: boolean) {
     signal: new AbortController().signal,
     logger: silentLogger(),
   };
+}
+
+/** One task with the four tools registered as builtin-tools registers them, redaction on or off. */
+function task(redactSecrets: boolean) {
+  const key: TaskKey = { tenant: 'tenant', taskId: `redaction-task-${++taskNo}` };
+  keys.push(key);
+  const context = toolContext(key, taskClient(key));
   const tools = new Map<string, ToolRegistration>(
     [
       terminalToolRegistration({ redactSecrets }),
@@ -160,5 +170,35 @@ describe('secret redaction of tool results (local backend)', () => {
     const polled = await pollUntil(call, String(started.session_id), 'sk-');
     assert.deepEqual([polled.command, polled.output_preview], [`echo ${OPENAI_KEY}; sleep 1000`, `${OPENAI_KEY}\n`]);
     await call('process_manage', { action: 'kill', session_id: String(started.session_id) });
+  });
+
+  it('execute_code: tool calls of a script and its printed output are masked through the registry', async () => {
+    const registry = new ToolRegistry({ logger: silentLogger() });
+    registerBuiltinTools(registry, parseConfig({}));
+    const key: TaskKey = { tenant: 'tenant', taskId: `redaction-task-${++taskNo}` };
+    keys.push(key);
+    const answers: string[] = [];
+    // The script runner is stood in for: it makes the calls a hermes_tools script would and prints a key.
+    const client: TaskClient = {
+      ...taskClient(key),
+      runCode: async (request: TaskCodeRunRequest) => {
+        answers.push(await request.onToolCall({ tool: 'terminal', argsJson: JSON.stringify({ command: `echo ${OPENAI_KEY}` }) }));
+        answers.push(await request.onToolCall({ tool: 'read_file', argsJson: JSON.stringify({ path: 'notes.txt' }) }));
+        return {
+          stdout: `printed ${OPENAI_KEY}\n`,
+          stderr: '',
+          exitCode: 0,
+          timedOut: false,
+          interrupted: false,
+          ranIn: 'test',
+          interpreter: 'python3',
+          notices: [],
+        };
+      },
+    };
+    const result = JSON.parse(await registry.dispatch('execute_code', { code: 'print(1)' }, toolContext(key, client))) as Json;
+    assert.equal(result.output, `printed ${OPENAI_MASK}\n`);
+    assert.equal((JSON.parse(answers[0] ?? '{}') as Json).output, OPENAI_MASK);
+    assert.equal((JSON.parse(answers[1] ?? '{}') as Json).content, '1|deploy key: «redacted:ghp_…»\n2|nothing else');
   });
 });
