@@ -327,6 +327,16 @@ export const configSchema = z
       })
       .strict()
       .prefault({}),
+    /**
+     * Secret masking of tool output, as upstream's `security.redact_secrets`: terminal and process output,
+     * read_file content and search_files matches. On by default; env HERMES_REDACT_SECRETS.
+     */
+    security: z
+      .object({
+        redact_secrets: bool.default(true),
+      })
+      .strict()
+      .prefault({}),
     /** Quota defaults for every tenant (the single `default` tenant without tenants). */
     quotas: quotasSchema.default({}),
     /** Executors for `berth dispatcher`; `berth serve` runs one in-process instead. */
@@ -465,6 +475,9 @@ export function applyEnvOverrides(raw: Record<string, unknown>, env: NodeJS.Proc
   if (env.BERTH_EXECUTOR_SECRET) setPath(out, ['executor', 'shared_secret'], env.BERTH_EXECUTOR_SECRET);
   if (env.BERTH_CODE_CONTAINER) setPath(out, ['code_execution', 'code_container'], env.BERTH_CODE_CONTAINER);
   if (env.HERMES_TIMEZONE?.trim()) setPath(out, ['timezone'], env.HERMES_TIMEZONE.trim());
+  // Upstream's switch: only 1, true, yes and on (any case) keep redaction on.
+  const redactEnv = env.HERMES_REDACT_SECRETS?.trim().toLowerCase();
+  if (redactEnv) setPath(out, ['security', 'redact_secrets'], ['1', 'true', 'yes', 'on'].includes(redactEnv));
   if (env.BERTH_TENANTS) setPath(out, ['tenants'], tenantsFromEnv(env.BERTH_TENANTS));
   if (env.BERTH_DOCKER_NETWORK) setPath(out, ['docker', 'network'], env.BERTH_DOCKER_NETWORK);
   for (const [name, key] of Object.entries(METRICS_ENV)) {

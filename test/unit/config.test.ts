@@ -31,6 +31,19 @@ describe('config', () => {
     assert.equal(c.terminal.container_persistent, true);
   });
 
+  test('security.redact_secrets: on by default, off from the file or HERMES_REDACT_SECRETS as upstream reads it', () => {
+    assert.equal(loadConfig(undefined, {}).security.redact_secrets, true);
+    assert.equal(parseConfig({ security: { redact_secrets: false } }).security.redact_secrets, false);
+    withConfigFile('security:\n  redact_secrets: false\n', (file) => {
+      assert.equal(loadConfig(file, {}).security.redact_secrets, false);
+      assert.equal(loadConfig(file, { HERMES_REDACT_SECRETS: 'ON' }).security.redact_secrets, true);
+    });
+    assert.equal(loadConfig(undefined, { HERMES_REDACT_SECRETS: 'false' }).security.redact_secrets, false);
+    // Upstream keeps redaction on only for 1/true/yes/on; any other value turns it off.
+    assert.equal(loadConfig(undefined, { HERMES_REDACT_SECRETS: 'nope' }).security.redact_secrets, false);
+    assert.throws(() => parseConfig({ security: { redact: false } }), /security/);
+  });
+
   test('timezone: empty by default, an IANA name from the file or HERMES_TIMEZONE, anything else refused', () => {
     assert.equal(loadConfig(undefined, {}).timezone, '');
     assert.equal(parseConfig({ timezone: 'Europe/Berlin' }).timezone, 'Europe/Berlin');

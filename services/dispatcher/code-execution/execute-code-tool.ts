@@ -10,6 +10,7 @@ import { requestApproval } from '../approval/guard-hook.js';
 import { performance } from 'node:perf_hooks';
 import type { BerthConfig } from '../../common/config.js';
 import { BerthError } from '../../common/errors.js';
+import { redactSensitiveText } from '../redaction/redact.js';
 import { SANDBOX_TOOLS, type ExecuteCodeSchemaBuilder } from '../toolsets.js';
 import { canonicalToolName, canonicalToolNames } from '../tool-aliases.js';
 import type { ToolContext, ToolRegistration } from '../tool-types.js';
@@ -122,6 +123,8 @@ export interface ExecuteCodeToolOptions {
   readonly allowHostSubprocess: boolean;
   /** IANA time zone for scripts' TZ (config `timezone`); empty keeps each environment's own. */
   readonly timezone?: string;
+  /** Mask secrets in the script's stdout and stderr (`security.redact_secrets`); default true. */
+  readonly redactSecrets?: boolean;
   /** The sandbox tools a script may call now (registered and available). */
   readonly availableTools: () => Promise<readonly string[]>;
   /** The dispatch path of top-level calls (the registry's), reused for every script call. */
@@ -147,6 +150,7 @@ export function executeCodeOptionsFromConfig(
     ],
     allowHostSubprocess: config.tenants.length === 0 || config.allow_local_multi_tenant,
     timezone: config.timezone,
+    redactSecrets: config.security.redact_secrets,
     ...registry,
   };
 }
@@ -229,9 +233,12 @@ export function executeCodeToolRegistration(options: ExecuteCodeToolOptions): To
             }
           },
         });
+        // As upstream: printed output in source-preserving mode (a script may print a file it read).
+        const redact = (text: string): string =>
+          options.redactSecrets === false ? text : redactSensitiveText(text, { codeFile: true });
         const shaped = shapeExecuteCodeResult({
-          stdout: result.stdout,
-          stderr: result.stderr,
+          stdout: redact(result.stdout),
+          stderr: redact(result.stderr),
           exitCode: result.exitCode,
           timedOut: result.timedOut,
           interrupted: result.interrupted,

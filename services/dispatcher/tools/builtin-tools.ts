@@ -25,9 +25,10 @@ export function registerBuiltinTools(registry: ToolRegistry, config: BerthConfig
       defaultTimeoutSec: config.terminal.timeout,
       maxForegroundTimeoutSec: config.terminal.max_foreground_timeout,
       maxOutputChars: config.terminal.max_output_chars,
+      redactSecrets: config.security.redact_secrets,
     }),
-    processToolRegistration(),
-    ...fileToolRegistrations(),
+    processToolRegistration({ redactSecrets: config.security.redact_secrets }),
+    ...fileToolRegistrations({ redactSecrets: config.security.redact_secrets }),
     ...webToolRegistrations({ backends: web, egressAllow: config.web.egress_allow, ...resolve }),
     executeCodeToolRegistration(
       executeCodeOptionsFromConfig(config, {

@@ -35,6 +35,8 @@ export interface FileToolOptions {
    * it about every call).
    */
   readonly loopGuard?: FileLoopGuard;
+  /** Mask secrets in read_file content and search_files matches (`security.redact_secrets`); default true. */
+  readonly redactSecrets?: boolean;
 }
 
 /**
@@ -46,9 +48,10 @@ export function fileToolRegistrations(options: FileToolOptions = {}): ToolRegist
   const searchEngine = options.searchEngine ?? 'auto';
   const loopGuard = options.loopGuard ?? new FileLoopGuard();
   const patch = patchRegistration();
-  const search = searchFilesRegistration(searchEngine);
+  const redactSecrets = options.redactSecrets ?? true;
+  const search = searchFilesRegistration(searchEngine, { redactSecrets });
   return [
-    readFileRegistration({ loopGuard }),
+    readFileRegistration({ loopGuard, redactSecrets }),
     writeFileRegistration({ loopGuard }),
     { ...patch, handler: forgettingPatchedFiles(patch.handler, loopGuard) },
     { ...search, callObserver: loopGuard, handler: guardedSearch(search.handler, loopGuard) },

@@ -12,6 +12,7 @@ import {
   type ProcessAction,
 } from '../../common/process-actions.js';
 import type { TaskProcessRequest } from '../../common/task-client.js';
+import { redactProcessResult } from '../redaction/output-redaction.js';
 import type { ToolArgs, ToolContext, ToolRegistration, ToolSchema } from '../tool-types.js';
 
 /** Largest `timeout_ms` the executor request carries (uint32); longer waits are clamped there anyway. */
@@ -97,7 +98,7 @@ function readData(raw: unknown): string {
   return typeof raw === 'string' ? raw : JSON.stringify(raw);
 }
 
-async function runProcess(args: ToolArgs, ctx: ToolContext): Promise<string> {
+async function runProcess(args: ToolArgs, ctx: ToolContext, redact: boolean): Promise<string> {
   const action = args.action;
   if (typeof action !== 'string' || !ACTION_SET.has(action)) {
     return errorResult(unknownProcessActionError(describeValue(action)));
@@ -139,16 +140,24 @@ async function runProcess(args: ToolArgs, ctx: ToolContext): Promise<string> {
     ...(offset === undefined ? {} : { offset }),
     ...(limit === undefined ? {} : { limit }),
   };
-  return ctx.task.process(request);
+  const result = await ctx.task.process(request);
+  // Upstream redacts output, output_preview and command of poll/log/wait/kill and list.
+  return redact ? redactProcessResult(action, result) : result;
+}
+
+export interface ProcessToolOptions {
+  /** Mask secrets in process output and commands (`security.redact_secrets`); default true. */
+  readonly redactSecrets?: boolean;
 }
 
 /** The `process_manage` tool registration (toolset `terminal`). */
-export function processToolRegistration(): ToolRegistration {
+export function processToolRegistration(options: ProcessToolOptions = {}): ToolRegistration {
+  const redact = options.redactSecrets ?? true;
   return {
     name: 'process_manage',
     toolset: 'terminal',
     schema: SCHEMA,
-    handler: runProcess,
+    handler: (args, ctx) => runProcess(args, ctx, redact),
     emoji: '⚙️',
   };
 }

@@ -7,6 +7,7 @@
  */
 import { requestCommandApproval } from '../approval/guard-hook.js';
 import type { TaskExecResult } from '../../common/task-client.js';
+import { redactTerminalOutput } from '../redaction/output-redaction.js';
 import type { ToolArgs, ToolContext, ToolRegistration, ToolSchema } from '../tool-types.js';
 import { rewriteBackgroundChain } from './terminal-guards/background-chain.js';
 import { exitCodeMeaning } from './terminal-guards/exit-code-meaning.js';
@@ -23,18 +24,22 @@ export interface TerminalToolOptions {
   readonly maxForegroundTimeoutSec: number;
   /** Output cap handed to the executor, which keeps 40% head and 60% tail. */
   readonly maxOutputChars: number;
+  /** Mask secrets in the output returned (`security.redact_secrets`). */
+  readonly redactSecrets: boolean;
 }
 
 export const DEFAULT_TERMINAL_TOOL_OPTIONS: TerminalToolOptions = {
   defaultTimeoutSec: 180,
   maxForegroundTimeoutSec: 600,
   maxOutputChars: 50_000,
+  redactSecrets: true,
 };
 
 /** Fills defaults and rejects contradictory limits at startup rather than on the first call. */
 function compileOptions(options: Partial<TerminalToolOptions>): TerminalToolOptions {
   const compiled = { ...DEFAULT_TERMINAL_TOOL_OPTIONS, ...options };
   for (const [key, value] of Object.entries(compiled)) {
+    if (typeof value === 'boolean') continue;
     if (!Number.isInteger(value) || value < 1) {
       throw new RangeError(`terminal tool option ${key} must be a positive integer, got ${String(value)}`);
     }
@@ -182,7 +187,13 @@ function readStringList(raw: unknown): string[] | undefined {
  * whitespace, so a command that printed nothing reads
  * `[Command timed out after 5s]` without a leading newline.
  */
-function foregroundResult(command: string, result: TaskExecResult, timeoutSec: number, approval?: string): string {
+function foregroundResult(
+  command: string,
+  result: TaskExecResult,
+  timeoutSec: number,
+  redact: boolean,
+  approval?: string,
+): string {
   let output = result.output;
   let exitCode = result.exitCode;
   if (result.timedOut) {
@@ -193,6 +204,8 @@ function foregroundResult(command: string, result: TaskExecResult, timeoutSec: n
     output += '\n[Command interrupted]';
   }
   output = output.trim();
+  // As upstream: the whole stripped output, its status suffix included, by the command-aware policy.
+  if (redact) output = redactTerminalOutput(output, command);
   const meaning = result.timedOut || result.interrupted ? undefined : exitCodeMeaning(command, exitCode);
   // As the reference tool: a recovery hint for a failure with no exit-code meaning, a warning for a 0 that
   // probably masks one. Scanned before Berth's own notices are added, so only the command's output counts.
@@ -304,7 +317,7 @@ async function runTerminal(args: ToolArgs, ctx: ToolContext, options: TerminalTo
     signal: ctx.signal,
     ...(ctx.onOutput === undefined ? {} : { onOutput: ctx.onOutput }),
   });
-  return foregroundResult(command, result, timeoutSec.value, verdict.note);
+  return foregroundResult(command, result, timeoutSec.value, options.redactSecrets, verdict.note);
 }
 
 /**

@@ -15,6 +15,7 @@ import { BerthError } from '../../../common/errors.js';
 import { shellQuote } from '../../../common/shell/quote.js';
 import type { ToolArgs, ToolContext, ToolRegistration } from '../../tool-types.js';
 import { HELPER_TIMEOUT_MS, guarded, intArg, nonEmptyStringArg, readIfExists, similarFiles, TOOLSET, type JsonObject } from './common.js';
+import { redactFileContent } from '../../redaction/output-redaction.js';
 import { READ_DEDUP_STATUS_MESSAGE, contentFingerprint, readRegionKey, type FileLoopGuard } from './loop-guard.js';
 
 const READ_DEFAULT_LIMIT = 500;
@@ -113,6 +114,8 @@ const BLOCKED_PROC_SUFFIXES = [
 export interface ReadFileOptions {
   /** Dedup and repeated-read guard; without it every read returns content. */
   readonly loopGuard?: FileLoopGuard;
+  /** Mask secrets in the content returned (`security.redact_secrets`); default true. */
+  readonly redactSecrets?: boolean;
 }
 
 export function readFileRegistration(options: ReadFileOptions = {}): ToolRegistration {
@@ -154,7 +157,7 @@ export function readFileRegistration(options: ReadFileOptions = {}): ToolRegistr
         required: ['path'],
       },
     },
-    handler: guarded((args, context) => readFileTool(args, context, options.loopGuard)),
+    handler: guarded((args, context) => readFileTool(args, context, options.loopGuard, options.redactSecrets ?? true)),
   };
 }
 
@@ -317,7 +320,12 @@ async function resolvedInEnvironment(context: ToolContext, absPath: string): Pro
   }
 }
 
-async function readFileTool(args: ToolArgs, context: ToolContext, guard: FileLoopGuard | undefined): Promise<JsonObject> {
+async function readFileTool(
+  args: ToolArgs,
+  context: ToolContext,
+  guard: FileLoopGuard | undefined,
+  redact: boolean,
+): Promise<JsonObject> {
   const path = nonEmptyStringArg(args, 'path');
   const offset = intArg(args, 'offset', 1, 1);
   const limit = intArg(args, 'limit', READ_DEFAULT_LIMIT, 1, READ_MAX_LIMIT);
@@ -389,6 +397,8 @@ async function readFileTool(args: ToolArgs, context: ToolContext, guard: FileLoo
           file_size: result.file_size,
         };
       }
+      // As upstream: after the size check, the text the model sees; secret-bearing files get the assignment passes.
+      if (redact && content !== '') result.content = redactFileContent(content, stat.absPath);
       const fileSize = file.content.length;
       if (fileSize > LARGE_FILE_HINT_BYTES && limit > 200 && result.truncated === true) {
         result._hint =

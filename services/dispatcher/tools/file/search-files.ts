@@ -9,7 +9,9 @@
 import { randomBytes } from 'node:crypto';
 import { shellQuote } from '../../../common/shell/quote.js';
 import type { TaskExecResult } from '../../../common/task-client.js';
+import { redactFileContent } from '../../redaction/output-redaction.js';
 import type { ToolArgs, ToolContext, ToolRegistration } from '../../tool-types.js';
+import { SECRET_ENV_BASENAMES } from './file-safety.js';
 import { READ_MAX_LINE_CHARS } from './read-file.js';
 import { ToolInputError, enumArg, guarded, intArg, stringArg, TOOLSET, type JsonObject } from './common.js';
 
@@ -46,20 +48,7 @@ const PROBE_PRUNE_DIR_NAMES = [
   '.pnpm-store', '.gradle', '.m2', '.nuget',
   'backups', 'backup', '.backups',
 ] as const;
-/**
- * Project environment files that hold credentials (upstream `_BLOCKED_PROJECT_ENV_BASENAMES`, compared
- * lower-cased): a search rooted at one is refused. Results inside them cannot occur (every name is a dotfile,
- * and hidden files are never listed), so upstream's `_omitted` filter has nothing to do here.
- */
-export const SECRET_ENV_BASENAMES: ReadonlySet<string> = new Set([
-  '.env',
-  '.env.local',
-  '.env.development',
-  '.env.production',
-  '.env.test',
-  '.env.staging',
-  '.envrc',
-]);
+export { SECRET_ENV_BASENAMES };
 
 export function isSecretEnvFile(path: string): boolean {
   const base = path.slice(path.lastIndexOf('/') + 1).toLowerCase();
@@ -103,7 +92,14 @@ const ZERO_MATCH_PROBES = [
   },
 ] as const;
 
-export function searchFilesRegistration(searchEngine: SearchEngine): ToolRegistration {
+/** Options of {@link searchFilesRegistration}. */
+export interface SearchFilesOptions {
+  /** Mask secrets in match content (`security.redact_secrets`); default true. */
+  readonly redactSecrets?: boolean;
+}
+
+export function searchFilesRegistration(searchEngine: SearchEngine, options: SearchFilesOptions = {}): ToolRegistration {
+  const redact = options.redactSecrets ?? true;
   return {
     name: 'search_files',
     toolset: TOOLSET,
@@ -184,7 +180,7 @@ export function searchFilesRegistration(searchEngine: SearchEngine): ToolRegistr
       // guarded() turns the result object into JSON; a truncated result's hint goes after it, outside the object.
       let hint: string | undefined;
       const text = await guarded(async (callArgs, callContext) => {
-        const outcome = await searchFilesTool(callArgs, callContext, searchEngine);
+        const outcome = await searchFilesTool(callArgs, callContext, searchEngine, redact);
         hint = outcome.truncatedHint;
         return outcome.result;
       })(args, context);
@@ -261,6 +257,7 @@ async function searchFilesTool(
   args: ToolArgs,
   context: ToolContext,
   engine: SearchEngine,
+  redact: boolean,
 ): Promise<{ result: JsonObject; truncatedHint?: string }> {
   const pattern = stringArg(args, 'pattern', true);
   if (pattern === '') throw new ToolInputError('Parameter pattern must not be empty');
@@ -402,7 +399,7 @@ async function searchFilesTool(
     const matches = records.filter((entry) => entry.isMatch).sort((a, b) => compareText(a.path, b.path) || a.line - b.line);
     outcome.totalCount = matches.length;
     const shown = page(matches);
-    fillContentMatches(outcome, shown, records, plan.context);
+    fillContentMatches(outcome, shown, records, plan.context, redact ? redactFileContent : (text) => text);
   }
 
   if (plan.mode !== 'files' && outcome.totalCount === 0) {
@@ -440,6 +437,8 @@ function fillContentMatches(
   shown: readonly ContentRecord[],
   records: readonly ContentRecord[],
   context: number,
+  /** What the model sees of a line's text (cut, then redacted as upstream redacts `content[:500]`). */
+  show: (text: string) => string,
 ): void {
   const linesByFile = new Map<string, Map<number, string>>();
   if (context > 0) {
@@ -466,21 +465,21 @@ function fillContentMatches(
       }
       rows.push(path);
       for (const n of [...lines.keys()].sort((a, b) => a - b)) {
-        rows.push(`  ${n}: ${cutContent(lines.get(n) ?? '').trimEnd()}`);
+        rows.push(`  ${n}: ${show(cutContent(lines.get(n) ?? '')).trimEnd()}`);
       }
     }
     outcome.matchesText = rows.join('\n');
     return;
   }
   outcome.matches = shown.map((match) => {
-    const entry: JsonObject = { path: match.path, line: match.line, content: cutContent(match.text) };
+    const entry: JsonObject = { path: match.path, line: match.line, content: show(cutContent(match.text)) };
     if (context > 0) {
       const lines = linesByFile.get(match.path);
       const around = (from: number, to: number): string[] => {
         const out: string[] = [];
         for (let n = from; n <= to; n++) {
           const text = lines?.get(n);
-          if (text !== undefined) out.push(cutContent(text));
+          if (text !== undefined) out.push(show(cutContent(text)));
         }
         return out;
       };
