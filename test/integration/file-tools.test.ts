@@ -408,8 +408,8 @@ describe('patch (patch mode)', () => {
     '*** Add File: src/new module.ts',
     '+export const x = 1;',
     "*** Delete File: it's gone.txt",
-    '*** Update File: src/old:name.ts',
-    '*** Move to: src/renamed.ts',
+    '*** Move File: src/old:name.ts -> src/renamed.ts',
+    '*** Update File: src/renamed.ts',
     '-export const y = 2;',
     '+export const y = 3;',
     '*** End Patch',
@@ -432,13 +432,17 @@ describe('patch (patch mode)', () => {
       result.files_modified,
       ['src/app.ts', 'src/new module.ts', "it's gone.txt", 'src/old:name.ts', 'src/renamed.ts'].map((p) => h.path(p)),
     );
-    assert.deepEqual(result.files_created, [h.path('src/new module.ts'), h.path('src/renamed.ts')]);
-    assert.deepEqual(result.files_deleted, [h.path("it's gone.txt"), h.path('src/old:name.ts')]);
+    // As upstream's PatchResult: created and deleted name the Add and Delete headers as written.
+    assert.deepEqual(result.files_created, ['src/new module.ts']);
+    assert.deepEqual(result.files_deleted, ["it's gone.txt"]);
     const diff = String(result.diff);
     assert.match(diff, /--- a\/src\/app\.ts\n\+\+\+ b\/src\/app\.ts\n@@ -1,5 \+1,5 @@\n/);
-    assert.match(diff, /--- \/dev\/null\n\+\+\+ b\/src\/new module\.ts\n@@ -0,0 \+1 @@\n\+export const x = 1;\n/);
+    assert.match(diff, /\n--- \/dev\/null\n\+\+\+ b\/src\/new module\.ts\n\+export const x = 1;\n/);
     assert.match(diff, /--- a\/it's gone\.txt\n\+\+\+ \/dev\/null\n/);
-    assert.match(diff, /--- a\/src\/old:name\.ts\n\+\+\+ b\/src\/renamed\.ts\n@@ -1 \+1 @@\n-export const y = 2;\n\+export const y = 3;\n/);
+    assert.match(
+      diff,
+      /# Moved: src\/old:name\.ts -> src\/renamed\.ts\n--- a\/src\/old:name\.ts\n\+\+\+ b\/src\/renamed\.ts\n@@ -1 \+1 @@\n-export const y = 2;\n\+export const y = 3;\n/,
+    );
 
     assert.match(await h.read('src/app.ts'), /console\.log\('hello'\)/);
     assert.equal(await h.read('src/new module.ts'), 'export const x = 1;\n');
@@ -454,8 +458,12 @@ describe('patch (patch mode)', () => {
     await seed();
     const failing = multiFilePatch.replace('*** End Patch', '*** Update File: src/app.ts\n-  this line is not there\n+  nor this\n*** End Patch');
     const result = await h.call('patch', { mode: 'patch', patch: failing });
-    assert.match(String(result.error), /Patch not applied; no files were changed\. 1 problem:/);
-    assert.match(String(result.error), /hunk 1 of src\/app\.ts \(patch line 14\).*\n {2}\| {2}this line is not there/);
+    assert.equal(
+      result.error,
+      'Patch validation failed (no files were modified):\n' +
+        '  \u2022 src/app.ts: hunk 1 (no hint) not found \u2014 Could not find a match for old_string in the file',
+    );
+    assert.equal(result._hint, 'old_string not found. Use read_file to verify the current content, or search_files to locate the text.');
     assert.equal(result.success, false);
     assert.match(await h.read('src/app.ts'), /console\.log\('hi'\)/);
     assert.equal(await h.exists('src/new module.ts'), false);
@@ -483,7 +491,7 @@ describe('patch (patch mode)', () => {
     const result = await h.call('patch', { patch: diff });
     assert.equal(result.success, true, JSON.stringify(result));
     assert.deepEqual(result.files_modified, [h.path('lib/util.py'), h.path('lib/new.py')]);
-    assert.deepEqual(result.files_created, [h.path('lib/new.py')]);
+    assert.deepEqual(result.files_created, ['lib/new.py']);
     assert.equal(await h.read('lib/util.py'), 'def f(x):\n    return x\n\n\ndef g(x):\n    return x * 3\n');
     assert.equal(await h.read('lib/new.py'), 'VALUE = 1\n');
   });

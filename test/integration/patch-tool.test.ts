@@ -185,7 +185,6 @@ describe('patch patch mode: V4A headers and shapes', () => {
       ['*** Add File: ../escape.txt\n+x', '../escape.txt'],
       ['*** Delete File: a/../../keep.txt', 'a/../../keep.txt'],
       ['*** Move File: keep.txt -> ../out.txt', '../out.txt'],
-      ['*** Update File: keep.txt\n*** Move to: x/../../y.txt\n-keep\n+kept', 'x/../../y.txt'],
     ];
     for (const [body, bad] of cases) {
       const result = await h.call({ mode: 'patch', patch: `*** Begin Patch\n${body}\n*** End Patch` });
@@ -222,10 +221,8 @@ describe('patch patch mode: V4A headers and shapes', () => {
     const result = await h.call({ mode: 'patch', patch: '*** Begin Patch\n*** Move File: old/name.py -> new/name.py\n*** End Patch' });
     assert.deepEqual(result, {
       success: true,
-      diff: '--- a/old/name.py\n+++ b/new/name.py\n',
+      diff: '# Moved: old/name.py -> new/name.py',
       files_modified: [h.path('old/name.py'), h.path('new/name.py')],
-      files_created: [h.path('new/name.py')],
-      files_deleted: [h.path('old/name.py')],
     });
     assert.equal(await h.read('new/name.py'), 'x = 1\n');
     await assert.rejects(h.read('old/name.py'));
@@ -240,26 +237,128 @@ describe('patch patch mode: V4A headers and shapes', () => {
     assert.equal(await h.read('win.txt'), '\uFEFFa\r\nB\r\nc\r\n');
   });
 
-  it('still applies the Codex "*** Move to:" spelling', async () => {
+  it('refuses the Codex "*** Move to:" spelling with upstream\'s text, even with ".." in it', async () => {
     await h.write('c.txt', 'one\n');
-    const result = await h.call({ mode: 'patch', patch: '*** Begin Patch\n*** Update File: c.txt\n*** Move to: d.txt\n-one\n+two\n*** End Patch' });
-    assert.equal(result.success, true, JSON.stringify(result));
-    assert.equal(await h.read('d.txt'), 'two\n');
+    for (const to of ['d.txt', 'x/../../y.txt']) {
+      const result = await h.call({ mode: 'patch', patch: `*** Begin Patch\n*** Update File: c.txt\n*** Move to: ${to}\n-one\n+two\n*** End Patch` });
+      assert.deepEqual(result, {
+        success: false,
+        error:
+          `Failed to parse patch: Parse error: '*** Move to: ${to}' is not supported; rename with ` +
+          `'*** Move File: c.txt -> ${to}' and put any edits in their own '*** Update File:' block`,
+      });
+    }
+    assert.equal(await h.read('c.txt'), 'one\n');
+    await assert.rejects(h.read('d.txt'));
   });
 
-  it('reports a hunk that does not apply in the failure shape, writing nothing', async () => {
-    await h.write('e.txt', 'one\n');
-    const result = await h.call({ mode: 'patch', patch: '*** Begin Patch\n*** Update File: e.txt\n-nine\n+ten\n*** End Patch' });
-    assert.equal(result.success, false);
-    assert.deepEqual(Object.keys(result), ['success', 'error']);
-    assert.match(String(result.error), /^Patch not applied; no files were changed\./);
-    assert.equal(await h.read('e.txt'), 'one\n');
+  it('reports a hunk that does not apply as a validation failure with the not-found hint, writing nothing', async () => {
+    await h.write('e.txt', 'alpha\n');
+    await h.write('f.txt', 'one\n');
+    const patch = '*** Begin Patch\n*** Update File: f.txt\n-one\n+uno\n*** Update File: e.txt\n@@ top @@\n-qqqqqqqq\n+ten\n*** End Patch';
+    assert.deepEqual(await h.call({ mode: 'patch', patch }), {
+      success: false,
+      error:
+        'Patch validation failed (no files were modified):\n' +
+        "  \u2022 e.txt: hunk 1 'top' not found \u2014 Could not find a match for old_string in the file",
+      _hint: NOT_FOUND_HINT,
+    });
+    assert.equal(await h.read('f.txt'), 'one\n');
+    assert.equal(await h.read('e.txt'), 'alpha\n');
   });
 
-  it('prefixes parse errors with "Failed to parse patch:"', async () => {
-    const result = await h.call({ mode: 'patch', patch: '*** Begin Patch\n*** Add File: z.txt\nno plus sign\n*** End Patch' });
-    assert.equal(result.success, false);
-    assert.match(String(result.error), /^Failed to parse patch: Patch line 3: every content line of '\*\*\* Add File: z\.txt' must start with '\+'/);
+  it('checks Add, Delete and Move targets before writing, with upstream texts', async () => {
+    await h.write('here.txt', 'here\n');
+    await h.write('src.txt', 'src\n');
+    await mkdir(h.path('adir'), { recursive: true });
+    await h.write('blob.dat', '\u0000\u0001binary');
+    const patch = [
+      '*** Begin Patch',
+      '*** Update File: src.txt',
+      '-src',
+      '+changed',
+      '*** Add File: here.txt',
+      '+clobber',
+      '*** Delete File: gone.txt',
+      '*** Move File: nowhere.txt -> fresh.txt',
+      '*** Move File: src.txt -> here.txt',
+      '*** Add File: adir',
+      '+x',
+      '*** Update File: blob.dat',
+      '-a',
+      '+b',
+      '*** Update File: absent.txt',
+      '-a',
+      '+b',
+      '*** End Patch',
+    ].join('\n');
+    assert.deepEqual(await h.call({ mode: 'patch', patch }), {
+      success: false,
+      error: [
+        'Patch validation failed (no files were modified):',
+        '  \u2022 here.txt: file already exists \u2014 use Update File, not Add File',
+        '  \u2022 gone.txt: file not found for deletion',
+        '  \u2022 nowhere.txt: source file not found for move',
+        '  \u2022 here.txt: destination already exists \u2014 move would overwrite',
+        "  \u2022 adir: could not confirm the path is free \u2014 Cannot read 'adir': not a regular file (directory, FIFO, socket, " +
+          'or device). Reading it could block indefinitely.',
+        '  \u2022 blob.dat: Binary file (unknown binary, 8 bytes) \u2014 cannot display as text.',
+        '  \u2022 absent.txt: File not found: absent.txt',
+      ].join('\n'),
+    });
+    assert.equal(await h.read('src.txt'), 'src\n');
+    assert.equal(await h.read('here.txt'), 'here\n');
+    await assert.rejects(h.read('fresh.txt'));
+  });
+
+  it('refuses a patch of context lines only', async () => {
+    await h.write('ctx.txt', 'same\n');
+    assert.deepEqual(await h.call({ mode: 'patch', patch: '*** Begin Patch\n*** Update File: ctx.txt\n same\n*** End Patch' }), {
+      success: false,
+      error: 'Patch validation failed (no files were modified):\n  \u2022 Patch contains no changes (only context lines were provided)',
+    });
+  });
+
+  it('answers with upstream\'s success shape: lists per operation as the headers name them, diff per file', async () => {
+    await h.write('upd.txt', 'a\nb\n');
+    await h.write('del.txt', 'bye\n');
+    await h.write('empty.txt', '');
+    const patch = [
+      '*** Begin Patch',
+      '*** Update File: upd.txt',
+      ' a',
+      '-b',
+      '+B',
+      '*** Add File: ./made/new.txt',
+      '+one',
+      '+two',
+      '*** Delete File: del.txt',
+      '*** Delete File: empty.txt',
+      '*** End Patch',
+    ].join('\n');
+    const result = await h.call({ mode: 'patch', patch });
+    assert.deepEqual(result, {
+      success: true,
+      diff:
+        '--- a/upd.txt\n+++ b/upd.txt\n@@ -1,2 +1,2 @@\n a\n-b\n+B\n' +
+        '\n--- /dev/null\n+++ b/made/new.txt\n+one\n+two' +
+        '\n--- a/del.txt\n+++ /dev/null\n@@ -1 +0,0 @@\n-bye\n' +
+        '\n# Deleted: empty.txt',
+      files_modified: ['upd.txt', 'made/new.txt', 'del.txt', 'empty.txt'].map((p) => h.path(p)),
+      files_created: ['made/new.txt'],
+      files_deleted: ['del.txt', 'empty.txt'],
+    });
+    assert.equal(await h.read('made/new.txt'), 'one\ntwo\n');
+  });
+
+  it('prefixes parse errors with "Failed to parse patch: Parse error:"', async () => {
+    const result = await h.call({ mode: 'patch', patch: '*** Begin Patch\n*** Add File: z.txt\nno plus sign\n*** Update File: y.txt\n*** End Patch' });
+    assert.deepEqual(result, {
+      success: false,
+      error:
+        "Failed to parse patch: Parse error: Patch line 3: every content line of '*** Add File: z.txt' must start with '+', " +
+        'got: "no plus sign"; UPDATE \'y.txt\': no hunks found',
+    });
   });
 
   it('refuses a patch that would leave a JSON, YAML or TOML file unparseable, changing no file', async () => {
@@ -281,13 +380,13 @@ describe('patch patch mode: V4A headers and shapes', () => {
     assert.deepEqual(result, {
       success: false,
       error:
-        'Patch not applied; no files were changed. 2 problems:\n' +
-        "1. Refusing to write 'pkg.json': candidate content fails .json syntax validation (SyntaxError: " +
-        'Expected double-quoted property name in JSON at position 39). The file was NOT created or modified. Fix the ' +
-        'content and retry.\n' +
-        "2. Refusing to write 'conf.toml': candidate content fails .toml syntax validation (TomlError: " +
-        'Invalid TOML document: invalid value\n\n1:  name = \n           ^). The file was NOT created or modified. Fix ' +
-        'the content and retry.',
+        'Patch validation failed (no files were modified):\n' +
+        "  \u2022 Failed to update pkg.json: Refusing to write 'pkg.json': candidate content fails .json syntax validation " +
+        '(SyntaxError: Expected double-quoted property name in JSON at position 39). The file was NOT created or ' +
+        'modified. Fix the content and retry.\n' +
+        "  \u2022 Failed to add conf.toml: Refusing to write 'conf.toml': candidate content fails .toml syntax validation " +
+        '(TomlError: Invalid TOML document: invalid value\n\n1:  name = \n           ^). The file was NOT created or ' +
+        'modified. Fix the content and retry.',
     });
     assert.equal(await h.read('notes.txt'), 'old\n');
     assert.match(await h.read('pkg.json'), /"1\.0\.0"\n\}/);
@@ -342,12 +441,51 @@ describe('patch patch mode: V4A headers and shapes', () => {
     const result = JSON.parse(await patchRegistration().handler({ mode: 'patch', patch }, context)) as Result;
     assert.deepEqual(result, {
       success: false,
-      files_modified: [join(inner.root, 'a.txt')],
+      diff: '--- a/a.txt\n+++ b/a.txt\n@@ -1 +1 @@\n-one\n+uno\n',
+      files_modified: ['a.txt'],
       error:
-        'Patch validated but failed while writing b.txt: Post-write verification failed for b.txt: on-disk content ' +
-        'hash differs from the intended write. The write did not persist correctly — re-read the file and retry. ' +
-        'Files listed here were already changed; re-read them before retrying.',
+        'Apply phase failed (state may be inconsistent \u2014 run `git diff` to assess):\n' +
+        '  \u2022 Failed to update b.txt: Post-write verification failed for b.txt: on-disk content hash differs from ' +
+        'the intended write. The write did not persist correctly \u2014 re-read the file and retry.',
     });
+    assert.equal(await readFile(join(inner.root, 'a.txt'), 'utf8'), 'uno\n');
+    await inner.dispose();
+  });
+
+  it('keeps applying after a failed delete and reports it in the apply-phase shape', async () => {
+    const inner = await LocalTaskClientDouble.create('berth-patch-rmfail-');
+    const stubborn: TaskClient = {
+      exec: async (request) =>
+        request.command.includes('locked.txt')
+          ? { output: 'rm: cannot remove: Operation not permitted', exitCode: 1, timedOut: false, interrupted: false, notices: [] }
+          : inner.exec(request),
+      readFile: (p) => inner.readFile(p),
+      writeFile: (p, content) => inner.writeFile(p, content),
+      stat: (p) => inner.stat(p),
+      startBackground: inner.startBackground.bind(inner),
+      process: inner.process.bind(inner),
+    };
+    const context: ToolContext = {
+      tenant: 'tenant-test',
+      taskId: 'patch-rmfail',
+      sessionId: 'session-test',
+      task: stubborn,
+      signal: new AbortController().signal,
+      logger: silentLogger(),
+    };
+    await writeFile(join(inner.root, 'locked.txt'), 'x\n');
+    await writeFile(join(inner.root, 'free.txt'), 'y\n');
+    const patch = '*** Begin Patch\n*** Delete File: locked.txt\n*** Delete File: free.txt\n*** End Patch';
+    const result = JSON.parse(await patchRegistration().handler({ mode: 'patch', patch }, context)) as Result;
+    assert.deepEqual(result, {
+      success: false,
+      diff: '--- a/free.txt\n+++ /dev/null\n@@ -1 +0,0 @@\n-y\n',
+      files_deleted: ['free.txt'],
+      error:
+        'Apply phase failed (state may be inconsistent \u2014 run `git diff` to assess):\n' +
+        '  \u2022 Failed to delete locked.txt: Failed to delete locked.txt: rm: cannot remove: Operation not permitted',
+    });
+    await assert.rejects(readFile(join(inner.root, 'free.txt')));
     await inner.dispose();
   });
 });

@@ -11,7 +11,7 @@
  */
 import { posix } from 'node:path';
 import { InvalidArgumentError } from '../../common/errors.js';
-import { fuzzyFindAndReplace } from './fuzzy-match.js';
+import { fuzzyFindAndReplace, isAlreadyApplied, noMatchHint, pythonRepr } from './fuzzy-match.js';
 
 /** Raised for patch text that cannot be parsed or applied; its message is written for the model. */
 export class PatchError extends InvalidArgumentError {}
@@ -31,6 +31,12 @@ export interface PatchHunk {
    * where it applies. A hint that is not found is ignored.
    */
   readonly contextHints: readonly string[];
+  /**
+   * Upstream's context hint: what `@@ hint @@` encloses on the hunk's last
+   * `@@` line. It places an addition-only hunk (after the line containing
+   * it, which must be unique) and names the hunk in errors.
+   */
+  readonly hint?: string;
   /** 1-based first old line from a unified `@@ -l,n` header; a preference, not a requirement. */
   readonly oldStart?: number;
   /** `*** End of File`: the hunk belongs at the end of the file. */
@@ -90,7 +96,7 @@ export interface FileChange {
   readonly before?: string;
   /** Content after the patch; absent for `delete`. */
   readonly after?: string;
-  /** For a `create` produced by a move (`*** Move File:`, `*** Move to:` or a rename), the path it came from. */
+  /** For a `create` produced by a move (`*** Move File:` or a unified diff's rename), the path it came from. */
   readonly movedFrom?: string;
 }
 
@@ -146,7 +152,8 @@ export function parsePatch(text: string): ParsedPatch {
         "'*** Add File: PATH' or '*** Delete File: PATH' sections, or a unified diff with '--- a/PATH' / '+++ b/PATH' headers.",
     );
   }
-  if (operations.length === 0) throw new PatchError('The patch contains no file operations.');
+  // An empty V4A patch parses (upstream reports it when validating); an empty unified diff cannot be told from prose.
+  if (operations.length === 0 && format === 'unified') throw new PatchError('The patch contains no file operations.');
   return { format, operations, headerPaths };
 }
 
@@ -185,126 +192,158 @@ export function patchPaths(operations: readonly PatchOperation[]): string[] {
   return [...paths];
 }
 
-function parseBeginPatch(lines: readonly string[], seen: string[]): PatchOperation[] {
-  const operations: PatchOperation[] = [];
-  const begin = lines.findIndex((line) => /^\*\*\*\s*Begin Patch$/.test(line.trim()));
-  let i = begin >= 0 ? begin + 1 : 0;
-  while (i < lines.length) {
-    const raw = lines[i] ?? '';
-    const header = raw.trim();
-    if (/^\*\*\*\s*End Patch$/.test(header)) break;
-    if (header === '' || header.startsWith('```')) {
-      i++;
-      continue;
-    }
-    const single = SINGLE_FILE_HEADER.exec(header);
-    const move = MOVE_FILE_HEADER.exec(header);
-    if (single?.[1] === 'Add') {
-      const path = headerPath(single[2] ?? '', seen);
-      i++;
-      const content: string[] = [];
-      while (i < lines.length && !isOperationHeader(lines[i] ?? '') && !(lines[i] ?? '').startsWith('```')) {
-        const line = lines[i] ?? '';
-        if (line.startsWith('+')) {
-          content.push(line.slice(1));
-        } else if (line.trim() === '') {
-          content.push('');
-        } else {
-          throw new PatchError(
-            `Patch line ${i + 1}: every content line of '*** Add File: ${path}' must start with '+', got: ${quoteLine(line)}`,
-          );
-        }
-        i++;
-      }
-      // Blank lines before the next header separate sections; they are not content.
-      while (content.length > 0 && content[content.length - 1] === '') content.pop();
-      operations.push({ kind: 'add', path, content: content.length > 0 ? `${content.join('\n')}\n` : '' });
-    } else if (single?.[1] === 'Delete') {
-      operations.push({ kind: 'delete', path: headerPath(single[2] ?? '', seen) });
-      i++;
-    } else if (single?.[1] === 'Update') {
-      const parsed = parseBeginPatchUpdate(lines, i, single[2] ?? '', seen);
-      operations.push(parsed.operation);
-      i = parsed.next;
-    } else if (move !== null) {
-      // A pure rename: the header carries both paths and no hunks follow.
-      const path = headerPath(move[1] ?? '', seen);
-      operations.push({ kind: 'update', path, moveTo: headerPath(move[2] ?? '', seen), hunks: [] });
-      i++;
-    } else {
-      throw new PatchError(
-        `Patch line ${i + 1}: expected '*** Update File: PATH', '*** Add File: PATH', '*** Delete File: PATH', ` +
-          `'*** Move File: FROM -> TO' or '*** End Patch', got: ${quoteLine(raw)}`,
-      );
-    }
-  }
-  return operations;
+/** Upstream's V4A markers, matched at column 0 of the (CR-stripped) line, never trimmed. */
+const BEGIN_MARKER = /^\*\*\*\s*Begin\s+Patch\s*$/;
+const END_MARKER = /^\*\*\*\s*End\s+Patch\s*$/;
+const UPDATE_HEADER = /^\*\*\*\s*Update\s+File:\s*(.+)/;
+const ADD_HEADER = /^\*\*\*\s*Add\s+File:\s*(.+)/;
+const DELETE_HEADER = /^\*\*\*\s*Delete\s+File:\s*(.+)/;
+const MOVE_HEADER = /^\*\*\*\s*Move\s+File:\s*(.+?)\s*->\s*(.+)/;
+const END_OF_FILE_MARKER = /^\*\*\*\s*End\s+of\s+File\s*$/;
+const HINT = /^@@\s*(.+?)\s*@@/;
+
+interface OperationBuilder {
+  readonly kind: 'add' | 'delete' | 'update' | 'move';
+  readonly rawPath: string;
+  readonly rawNewPath?: string;
+  readonly hunks: PatchHunk[];
+  current?: HunkBuilder;
+  readonly content: string[];
 }
 
-function parseBeginPatchUpdate(
-  lines: readonly string[],
-  start: number,
-  rawPath: string,
-  seen: string[],
-): { operation: UpdateFileOperation; next: number } {
-  const path = headerPath(rawPath, seen);
-  let i = start + 1;
-  let moveTo: string | undefined;
-  // Codex's spelling of a rename inside an update; upstream Hermes knows only `*** Move File:`.
-  const movePath = MOVE_TO_LINE.exec((lines[i] ?? '').trim());
-  if (movePath !== null) {
-    moveTo = headerPath(movePath[1] ?? '', seen);
-    i++;
+/**
+ * Upstream's V4A grammar (`parse_v4a_patch`): the text between the last
+ * `*** Begin Patch` before the first `*** End Patch` (or the whole text),
+ * operation headers at column 0, lines outside an operation ignored, lines
+ * in an Update that carry no prefix read as context. Every problem is
+ * collected and reported at once as `Parse error: a; b`.
+ *
+ * Berth keeps three forgiving readings of its own: a line the model left
+ * empty is a blank context line (or a blank line of an added file), a code
+ * fence closes the operation, and `*** End of File` marks its hunk as
+ * belonging at the end of the file. It keeps one stricter one: a content
+ * line of `*** Add File:` without `+`, which upstream silently drops.
+ */
+function parseBeginPatch(lines: readonly string[], seen: string[]): PatchOperation[] {
+  let start = -1;
+  let end = lines.length;
+  for (const [index, line] of lines.entries()) {
+    if (BEGIN_MARKER.test(line)) {
+      start = index;
+    } else if (END_MARKER.test(line)) {
+      end = index;
+      break;
+    }
   }
-  const hunks: PatchHunk[] = [];
-  let current: HunkBuilder | undefined;
-  const flush = (): void => {
-    if (current !== undefined && current.lines.length > 0) hunks.push(finishHunk(current));
-    current = undefined;
+  const builders: OperationBuilder[] = [];
+  const errors: string[] = [];
+  let op: OperationBuilder | undefined;
+  const flushHunk = (): void => {
+    if (op?.current !== undefined && op.current.lines.length > 0) op.hunks.push(finishHunk(op.current));
+    if (op !== undefined) op.current = undefined;
   };
-  while (i < lines.length) {
+  const flush = (): void => {
+    flushHunk();
+    op = undefined;
+  };
+  for (let i = start + 1; i < end; i++) {
     const raw = lines[i] ?? '';
-    // A closing code fence ends the section (models wrap patches in ``` blocks).
-    if (isOperationHeader(raw) || raw.startsWith('```')) break;
-    if (raw.startsWith('@@')) {
-      // Consecutive `@@` lines stack (e.g. class, then method) before one hunk.
-      if (current !== undefined && current.lines.length > 0) flush();
-      current ??= newHunk(i + 1);
-      const hint = raw.slice(2).trim();
-      const unified = UNIFIED_HUNK_HEADER.exec(raw);
-      if (unified !== null) {
-        current.oldStart = Number(unified[1]);
-        const heading = (unified[5] ?? '').trim();
-        if (heading !== '') current.contextHints.push(heading);
-      } else if (hint !== '') {
-        current.contextHints.push(hint);
+    const update = UPDATE_HEADER.exec(raw);
+    const add = update === null ? ADD_HEADER.exec(raw) : null;
+    const del = update === null && add === null ? DELETE_HEADER.exec(raw) : null;
+    const move = update === null && add === null && del === null ? MOVE_HEADER.exec(raw) : null;
+    if (update !== null || add !== null) {
+      flush();
+      op = { kind: update !== null ? 'update' : 'add', rawPath: ((update ?? add)?.[1] ?? '').trim(), hunks: [], content: [] };
+      builders.push(op);
+    } else if (del !== null || move !== null) {
+      flush();
+      builders.push(
+        del !== null
+          ? { kind: 'delete', rawPath: (del[1] ?? '').trim(), hunks: [], content: [] }
+          : { kind: 'move', rawPath: (move?.[1] ?? '').trim(), rawNewPath: (move?.[2] ?? '').trim(), hunks: [], content: [] },
+      );
+    } else if (END_OF_FILE_MARKER.test(raw)) {
+      if (op?.kind === 'update') {
+        op.current ??= newHunk(i + 1);
+        op.current.atEndOfFile = true;
       }
-    } else if (raw.trim() === '*** End of File') {
-      current ??= newHunk(i + 1);
-      current.atEndOfFile = true;
-    } else {
-      current ??= newHunk(i + 1);
-      if (!addHunkLine(current, raw)) {
-        throw new PatchError(
-          `Patch line ${i + 1} in '*** Update File: ${path}': hunk lines must start with ' ' (context), ` +
-            `'-' (remove) or '+' (add), got: ${quoteLine(raw)}`,
+    } else if (MOVE_TO_LINE.test(raw) && op !== undefined) {
+      const to = (MOVE_TO_LINE.exec(raw)?.[1] ?? '').trim();
+      errors.push(
+        `'*** Move to: ${to}' is not supported; rename with '*** Move File: ${op.rawPath} -> ${to}' ` +
+          "and put any edits in their own '*** Update File:' block",
+      );
+    } else if (raw.startsWith('```')) {
+      // A closing code fence ends the operation (models wrap patches in ``` blocks).
+      flush();
+    } else if (op === undefined) {
+      continue;
+    } else if (op.kind === 'add') {
+      if (raw.startsWith('+')) {
+        op.content.push(raw.slice(1));
+      } else if (raw.trim() === '') {
+        op.content.push('');
+      } else if (!raw.startsWith('@@') && !raw.startsWith(NO_NEWLINE_PREFIX)) {
+        errors.push(
+          `Patch line ${i + 1}: every content line of '*** Add File: ${op.rawPath}' must start with '+', got: ${quoteLine(raw)}`,
         );
       }
+    } else if (raw.startsWith('@@')) {
+      // Consecutive `@@` lines stack (e.g. class, then method) before one hunk.
+      if (op.current !== undefined && op.current.lines.length > 0) flushHunk();
+      op.current ??= newHunk(i + 1);
+      const named = HINT.exec(raw)?.[1];
+      if (named !== undefined) op.current.hint = named;
+      const unified = UNIFIED_HUNK_HEADER.exec(raw);
+      if (unified !== null) {
+        op.current.oldStart = Number(unified[1]);
+        const heading = (unified[5] ?? '').trim();
+        if (heading !== '') op.current.contextHints.push(heading);
+      } else if ((named ?? raw.slice(2).trim()) !== '') {
+        op.current.contextHints.push(named ?? raw.slice(2).trim());
+      }
+    } else {
+      op.current ??= newHunk(i + 1);
+      // A line with no hunk prefix is context, as upstream reads it.
+      if (!addHunkLine(op.current, raw)) op.current.lines.push({ kind: ' ', text: raw });
     }
-    i++;
   }
   flush();
-  if (hunks.length === 0 && moveTo === undefined) {
-    throw new PatchError(`'*** Update File: ${path}' has no hunks (no ' ', '-' or '+' lines).`);
-  }
-  return { operation: { kind: 'update', path, ...(moveTo !== undefined ? { moveTo } : {}), hunks }, next: i };
-}
 
-function isOperationHeader(line: string): boolean {
-  const trimmed = line.trim();
-  return (
-    /^\*\*\*\s*(Begin|End) Patch/.test(trimmed) || SINGLE_FILE_HEADER.test(trimmed) || MOVE_FILE_HEADER.test(trimmed)
-  );
+  const operations: PatchOperation[] = [];
+  for (const builder of builders) {
+    if (builder.rawPath === '') errors.push('Operation with empty file path');
+    if (builder.kind === 'update' && builder.hunks.length === 0) {
+      errors.push(`UPDATE ${pythonRepr(builder.rawPath)}: no hunks found`);
+    }
+    if (builder.kind === 'move' && builder.rawNewPath === '') {
+      errors.push(`MOVE ${pythonRepr(builder.rawPath)}: missing destination path (expected 'src -> dst')`);
+    }
+  }
+  for (const builder of builders) {
+    if (builder.rawPath === '' || (builder.kind === 'move' && builder.rawNewPath === '')) continue;
+    try {
+      const path = headerPath(builder.rawPath, seen);
+      if (builder.kind === 'add') {
+        // Blank lines before the next header separate sections; they are not content.
+        const content = [...builder.content];
+        while (content.length > 0 && content[content.length - 1] === '') content.pop();
+        operations.push({ kind: 'add', path, content: content.length > 0 ? `${content.join('\n')}\n` : '' });
+      } else if (builder.kind === 'delete') {
+        operations.push({ kind: 'delete', path });
+      } else if (builder.kind === 'move') {
+        operations.push({ kind: 'update', path, moveTo: headerPath(builder.rawNewPath ?? '', seen), hunks: [] });
+      } else {
+        operations.push({ kind: 'update', path, hunks: builder.hunks });
+      }
+    } catch (err) {
+      if (!(err instanceof PatchError)) throw err;
+      errors.push(err.message);
+    }
+  }
+  if (errors.length > 0) throw new PatchError(`Parse error: ${errors.join('; ')}`);
+  return operations;
 }
 
 interface PendingGitHeader {
@@ -468,6 +507,7 @@ function unquoteGitPath(quoted: string): string {
 interface HunkBuilder {
   lines: HunkLine[];
   contextHints: string[];
+  hint?: string;
   oldStart?: number;
   atEndOfFile: boolean;
   oldMissingFinalNewline: boolean;
@@ -511,6 +551,7 @@ function finishHunk(builder: HunkBuilder): PatchHunk {
   return {
     lines: builder.lines,
     contextHints: builder.contextHints,
+    ...(builder.hint !== undefined ? { hint: builder.hint } : {}),
     ...(builder.oldStart !== undefined ? { oldStart: builder.oldStart } : {}),
     atEndOfFile: builder.atEndOfFile,
     oldMissingFinalNewline: builder.oldMissingFinalNewline,
@@ -527,27 +568,57 @@ function quoteLine(line: string): string {
 // Applying
 // ---------------------------------------------------------------------------
 
+/** Upstream's bullet list: each error on its own line after two spaces and a bullet. */
+export function bulletList(errors: readonly string[]): string {
+  return errors.map((error) => `  \u2022 ${error}`).join('\n');
+}
+
+/** Upstream's validation failure: nothing was written. */
+export function validationFailure(errors: readonly string[]): string {
+  return `Patch validation failed (no files were modified):\n${bulletList(errors)}`;
+}
+
 /**
  * Applies parsed operations to the current contents of the files they name
- * (`files` maps each path of {@link patchPaths} that exists to its text; a
- * missing key means the file does not exist). Operations apply in order to an
- * in-memory view, so a patch may touch one file twice.
+ * (`files` maps each path of {@link patchPaths} that exists and reads as
+ * text to its text; `unreadable` maps a path that exists but cannot be read
+ * as text to upstream's read error; a path in neither does not exist).
+ * Operations apply in order to an in-memory view, so a patch may touch one
+ * file twice and later operations see earlier ones (upstream's overlay).
  *
- * All-or-nothing: every operation and hunk is checked, and any failure
- * throws one PatchError listing all problems, so the caller writes nothing.
+ * This is upstream's validation pass (`_validate_operations`), with its
+ * texts: every operation and hunk is checked, and any failure throws one
+ * PatchError, `Patch validation failed (no files were modified):` and a
+ * bullet per problem, so the caller writes nothing. Hunks already applied
+ * and hunks of context only are no-ops.
  */
 export function applyPatch(
   operations: readonly PatchOperation[],
   files: ReadonlyMap<string, string>,
+  unreadable: ReadonlyMap<string, string> = new Map(),
 ): PatchApplication {
   const state = new Map<string, string | null>();
   const touched: string[] = [];
   const movedFrom = new Map<string, string>();
-  const failures: string[] = [];
+  const errors: string[] = [];
   const notes: string[] = [];
-  const current = (path: string): string | undefined => {
-    const value = state.has(path) ? state.get(path) : files.get(path);
-    return value ?? undefined;
+  let realChanges = 0;
+  const read = (path: string): { text: string } | { error: string } => {
+    if (state.has(path)) {
+      const text = state.get(path);
+      return text === null || text === undefined ? { error: 'file not found' } : { text };
+    }
+    const unread = unreadable.get(path);
+    if (unread !== undefined) return { error: unread };
+    const text = files.get(path);
+    return text === undefined ? { error: `File not found: ${path}` } : { text };
+  };
+  /** Why an Add target or a move destination is not free; undefined when it is. */
+  const occupied = (path: string): string | undefined => {
+    if (state.has(path)) return state.get(path) === null ? undefined : 'exists';
+    if (files.has(path)) return 'exists';
+    const unread = unreadable.get(path);
+    return unread === undefined ? undefined : `could not confirm the path is free \u2014 ${unread}`;
   };
   const touch = (path: string): void => {
     if (!touched.includes(path)) touched.push(path);
@@ -556,62 +627,58 @@ export function applyPatch(
   for (const op of operations) {
     touch(op.path);
     if (op.kind === 'add') {
-      if (current(op.path) !== undefined) {
-        failures.push(
-          `'*** Add File: ${op.path}': the file already exists. ` +
-            `Use '*** Update File: ${op.path}' to change it, or write_file to replace it.`,
-        );
-        continue;
-      }
-      state.set(op.path, op.content);
-    } else if (op.kind === 'delete') {
-      if (current(op.path) === undefined) {
-        failures.push(`'*** Delete File: ${op.path}': file not found.`);
-        continue;
-      }
-      state.set(op.path, null);
-    } else {
-      const before = current(op.path);
-      if (before === undefined) {
-        failures.push(`'*** Update File: ${op.path}': file not found. Use '*** Add File: ${op.path}' to create it.`);
-        continue;
-      }
-      let after: string;
-      try {
-        const applied = applyHunks(before, op.hunks, op.path);
-        after = applied.text;
-        notes.push(...applied.notes);
-      } catch (err) {
-        if (!(err instanceof PatchError)) throw err;
-        const fuzzy = applyHunksFuzzy(before, op.hunks, op.path);
-        if (fuzzy === undefined) {
-          failures.push(err.message);
-          continue;
-        }
-        after = fuzzy.text;
-        notes.push(...fuzzy.notes);
-      }
-      if (op.moveTo !== undefined && op.moveTo !== op.path) {
-        touch(op.moveTo);
-        if (current(op.moveTo) !== undefined) {
-          failures.push(`Moving ${op.path} to ${op.moveTo}: the destination already exists.`);
-          continue;
-        }
-        state.set(op.path, null);
-        state.set(op.moveTo, after);
-        movedFrom.set(op.moveTo, movedFrom.get(op.path) ?? op.path);
+      realChanges++;
+      const taken = occupied(op.path);
+      if (taken === 'exists') {
+        errors.push(`${op.path}: file already exists \u2014 use Update File, not Add File`);
+      } else if (taken !== undefined) {
+        errors.push(`${op.path}: ${taken}`);
       } else {
-        state.set(op.path, after);
+        state.set(op.path, op.content);
       }
+      continue;
+    }
+    if (op.kind === 'delete') {
+      realChanges++;
+      if ('error' in read(op.path)) {
+        errors.push(`${op.path}: file not found for deletion`);
+      } else {
+        state.set(op.path, null);
+      }
+      continue;
+    }
+    const source = read(op.path);
+    let text: string | undefined = 'text' in source ? source.text : undefined;
+    if (op.hunks.length > 0) {
+      if (!('text' in source)) {
+        errors.push(`${op.path}: ${source.error}`);
+        continue;
+      }
+      const updated = validateUpdate(op.path, source.text, op.hunks, errors, notes);
+      realChanges += updated.realChanges;
+      if (updated.failed) continue;
+      text = updated.text;
+    }
+    if (op.moveTo === undefined) {
+      if (text !== undefined) state.set(op.path, text);
+      continue;
+    }
+    if (op.hunks.length === 0) realChanges++;
+    if (text === undefined) errors.push(`${op.path}: source file not found for move`);
+    touch(op.moveTo);
+    const taken = occupied(op.moveTo);
+    if (taken === 'exists') {
+      errors.push(`${op.moveTo}: destination already exists \u2014 move would overwrite`);
+    } else if (taken !== undefined) {
+      errors.push(`${op.moveTo}: ${taken}`);
+    } else if (text !== undefined) {
+      state.set(op.path, null);
+      state.set(op.moveTo, text);
+      movedFrom.set(op.moveTo, movedFrom.get(op.path) ?? op.path);
     }
   }
-
-  if (failures.length > 0) {
-    const numbered = failures.map((failure, index) => `${index + 1}. ${failure}`).join('\n');
-    throw new PatchError(
-      `Patch not applied; no files were changed. ${failures.length} problem${failures.length === 1 ? '' : 's'}:\n${numbered}`,
-    );
-  }
+  if (errors.length === 0 && realChanges === 0) errors.push('Patch contains no changes (only context lines were provided)');
+  if (errors.length > 0) throw new PatchError(validationFailure(errors));
 
   const changes: FileChange[] = [];
   for (const path of touched) {
@@ -630,52 +697,132 @@ export function applyPatch(
   return { changes, notes };
 }
 
+/** Occurrences of `pattern` in `text`, overlapping ones included (upstream `_count_occurrences`). */
+function countOccurrences(text: string, pattern: string): number {
+  let count = 0;
+  for (let at = text.indexOf(pattern); at !== -1; at = text.indexOf(pattern, at + 1)) count++;
+  return count;
+}
+
+function sameLines(a: readonly string[], b: readonly string[]): boolean {
+  return a.length === b.length && a.every((line, i) => line === b[i]);
+}
+
+/**
+ * One Update's hunks against `text`, upstream's checks and texts: context-only
+ * hunks are inert, an addition-only hunk's hint must be in the file once, and
+ * a hunk found nowhere that is not already applied is an error. Placement is
+ * Berth's: the line matcher for all hunks at once, then hunk by hunk with the
+ * fuzzy strategies (no similarity ones) as the fallback.
+ */
+function validateUpdate(
+  path: string,
+  text: string,
+  hunks: readonly PatchHunk[],
+  errors: string[],
+  notes: string[],
+): { text: string; realChanges: number; failed: boolean } {
+  let realChanges = 0;
+  const errorCount = errors.length;
+  const effective: { hunk: PatchHunk; index: number }[] = [];
+  for (const [index, hunk] of hunks.entries()) {
+    const search = hunk.lines.filter((line) => line.kind !== '+').map((line) => line.text);
+    const replace = hunk.lines.filter((line) => line.kind !== '-').map((line) => line.text);
+    // A hunk that only adds or drops the final newline (unified diffs) changes the file.
+    if (sameLines(search, replace) && hunk.oldMissingFinalNewline === hunk.newMissingFinalNewline) {
+      // Context-only anchors are inert; identical -/+ lines are a no-op that still counts as a change.
+      if (hunk.lines.some((line) => line.kind !== ' ')) realChanges++;
+      continue;
+    }
+    realChanges++;
+    if (search.length === 0 && hunk.hint !== undefined) {
+      const occurrences = countOccurrences(text, hunk.hint);
+      if (occurrences === 0) {
+        errors.push(`${path}: addition-only hunk context hint '${hunk.hint}' not found`);
+        continue;
+      }
+      if (occurrences > 1) {
+        errors.push(`${path}: addition-only hunk context hint '${hunk.hint}' is ambiguous (${occurrences} occurrences)`);
+        continue;
+      }
+    }
+    effective.push({ hunk, index });
+  }
+  if (errors.length > errorCount) return { text, realChanges, failed: true };
+  if (effective.length === 0) return { text, realChanges, failed: false };
+  try {
+    const applied = applyHunks(
+      text,
+      effective.map(({ hunk }) => hunk),
+      path,
+    );
+    notes.push(...applied.notes);
+    return { text: applied.text, realChanges, failed: false };
+  } catch (err) {
+    if (!(err instanceof PatchError)) throw err;
+  }
+  const crlf = toDocument(text).crlf;
+  let current = crlf ? text.replaceAll('\r\n', '\n') : text;
+  for (const { hunk, index } of effective) {
+    const label = `hunk ${index + 1} of ${path} (patch line ${hunk.patchLine})`;
+    try {
+      const applied = applyHunks(current, [hunk], path);
+      current = applied.text;
+      notes.push(...applied.notes.map((note) => note.replace(/^hunk 1 of /, `hunk ${index + 1} of `)));
+      continue;
+    } catch (err) {
+      if (!(err instanceof PatchError)) throw err;
+    }
+    const oldText = hunk.lines.filter((line) => line.kind !== '+').map((line) => line.text).join('\n');
+    const newText = hunk.lines.filter((line) => line.kind !== '-').map((line) => line.text).join('\n');
+    const fuzzy = fuzzyAroundHint(current, oldText, newText, hunk);
+    if (fuzzy.error === undefined) {
+      notes.push(`${label} was placed by the '${fuzzy.strategy ?? 'exact'}' fuzzy strategy; check the diff.`);
+      current = fuzzy.content;
+      continue;
+    }
+    // Re-sent hunks whose edit is already in the file are no-ops, as upstream.
+    if (isAlreadyApplied(current, oldText, newText)) continue;
+    const named = hunk.hint !== undefined ? `'${hunk.hint}'` : '(no hint)';
+    errors.push(`${path}: hunk ${index + 1} ${named} not found \u2014 ${fuzzy.error}${noMatchHint(fuzzy.error, oldText, current)}`);
+  }
+  if (errors.length > errorCount) return { text, realChanges, failed: true };
+  return { text: crlf ? current.replaceAll('\n', '\r\n') : current, realChanges, failed: false };
+}
+
 /** Characters around an `@@` hint searched when a hunk is ambiguous in the whole file (upstream's window). */
 const HINT_WINDOW_BEFORE = 500;
 const HINT_WINDOW_AFTER = 2000;
 
 /**
- * Upstream's way of applying V4A hunks: each one an old_string → new_string
- * replacement through the fuzzy strategies, in order, retried near its `@@`
- * hint when the whole file gives no unique match. Used only when the line
- * matcher places some hunk nowhere, so hunks whose text drifted (unicode,
- * escapes, runs of spaces) still apply; undefined when one still fails.
+ * Upstream's way of applying a V4A hunk: an old_string → new_string
+ * replacement through the fuzzy strategies, retried near its `@@` hint when
+ * the whole file gives no unique match. The error, when there is one, is the
+ * whole-file attempt's.
  *
  * Unlike upstream, the similarity strategies are left out: a hunk whose
  * removed lines only resemble the file (`return 42` against `return 100`)
  * is reported, not applied to the look-alike.
  */
-function applyHunksFuzzy(
-  text: string,
-  hunks: readonly PatchHunk[],
-  path: string,
-): { text: string; notes: string[] } | undefined {
-  const crlf = toDocument(text).crlf;
-  let current = crlf ? text.replaceAll('\r\n', '\n') : text;
-  const notes: string[] = [];
-  for (const [index, hunk] of hunks.entries()) {
-    const oldText = hunk.lines.filter((line) => line.kind !== '+').map((line) => line.text).join('\n');
-    const newText = hunk.lines.filter((line) => line.kind !== '-').map((line) => line.text).join('\n');
-    if (oldText.trim() === '') return undefined;
-    let result = fuzzyFindAndReplace(current, oldText, newText, false, { similarity: false });
-    const hint = hunk.contextHints[0];
-    const hintAt = hint === undefined ? -1 : current.indexOf(hint);
-    if (result.error !== undefined && hintAt >= 0) {
-      const start = Math.max(0, hintAt - HINT_WINDOW_BEFORE);
-      const end = Math.min(current.length, hintAt + HINT_WINDOW_AFTER);
-      const windowed = fuzzyFindAndReplace(current.slice(start, end), oldText, newText, false, { similarity: false });
-      if (windowed.error === undefined) {
-        result = { ...windowed, content: current.slice(0, start) + windowed.content + current.slice(end) };
-      }
+function fuzzyAroundHint(
+  current: string,
+  oldText: string,
+  newText: string,
+  hunk: PatchHunk,
+): { content: string; strategy?: string; error?: string } {
+  const result = fuzzyFindAndReplace(current, oldText, newText, false, { similarity: false });
+  if (result.error === undefined) return result;
+  const hint = hunk.contextHints[0];
+  const hintAt = hint === undefined ? -1 : current.indexOf(hint);
+  if (hintAt >= 0) {
+    const start = Math.max(0, hintAt - HINT_WINDOW_BEFORE);
+    const end = Math.min(current.length, hintAt + HINT_WINDOW_AFTER);
+    const windowed = fuzzyFindAndReplace(current.slice(start, end), oldText, newText, false, { similarity: false });
+    if (windowed.error === undefined) {
+      return { ...windowed, content: current.slice(0, start) + windowed.content + current.slice(end) };
     }
-    if (result.error !== undefined) return undefined;
-    notes.push(
-      `hunk ${index + 1} of ${path} (patch line ${hunk.patchLine}) was placed by the '${result.strategy ?? 'exact'}' ` +
-        'fuzzy strategy; check the diff.',
-    );
-    current = result.content;
   }
-  return { text: crlf ? current.replaceAll('\n', '\r\n') : current, notes };
+  return result;
 }
 
 /** A file as lines, remembering what to restore when joining. */
@@ -747,7 +894,10 @@ function applyHunks(
     for (const variant of hunkVariants(hunk.lines)) {
       const oldLines = variant.filter((line) => line.kind !== '+').map((line) => line.text);
       if (oldLines.length === 0) {
-        const start = hunk.atEndOfFile
+        const hinted = hunk.hint === undefined ? -1 : lineContaining(doc.lines, hunk.hint);
+        const start = hinted >= 0
+          ? hinted + 1
+          : hunk.atEndOfFile
           ? doc.lines.length
           : hintFound
             ? searchFrom
@@ -833,6 +983,14 @@ function hunkVariants(lines: readonly HunkLine[]): (readonly HunkLine[])[] {
   while (end > start && blankContext(lines[end - 1])) end--;
   const trimmed = lines.slice(start, end);
   return trimmed.length === lines.length || trimmed.length === 0 ? [lines] : [lines, trimmed];
+}
+
+/** The line where `wanted` first occurs (it may span lines: the line it starts on), or -1. */
+function lineContaining(lines: readonly string[], wanted: string): number {
+  const joined = lines.join('\n');
+  const at = joined.indexOf(wanted);
+  if (at < 0) return -1;
+  return joined.slice(0, at).split('\n').length - 1;
 }
 
 function findLine(lines: readonly string[], wanted: string, from: number): number {

@@ -12,9 +12,19 @@ import type { TaskClient } from '../../../common/task-client.js';
 import { shellQuote } from '../../../common/shell/quote.js';
 import type { ToolArgs, ToolContext, ToolRegistration } from '../../tool-types.js';
 import { fuzzyFindAndReplace, isAlreadyApplied, noMatchHint, pythonRepr } from '../fuzzy-match.js';
-import { applyPatch, parsePatch, PatchError, patchPaths, type FileChange, type ParsedPatch } from '../patch-parser.js';
+import {
+  applyPatch,
+  bulletList,
+  parsePatch,
+  PatchError,
+  patchPaths,
+  validationFailure,
+  type FileChange,
+  type ParsedPatch,
+} from '../patch-parser.js';
 import { unifiedDiff } from '../unified-diff.js';
 import { checkWriteAllowed } from './file-safety.js';
+import { describeBinaryFile, notRegularFileMessage } from './read-file.js';
 import {
   ToolInputError,
   boolArg,
@@ -290,6 +300,43 @@ async function verifyWritten(
   );
 }
 
+/**
+ * A file a V4A patch names, read as upstream's `read_file_raw` would see it:
+ * text, absent, or an error text for a path that exists but is not a regular
+ * text file (upstream's own wording for directories and binary content).
+ */
+async function readForPatch(task: TaskClient, path: string): Promise<EditableFile & { readError?: string }> {
+  const stat = await task.stat(path);
+  if (stat.isDirectory) return { absPath: stat.absPath, bom: false, readError: notRegularFileMessage(path) };
+  const file = stat.exists ? await readIfExists(task, path) : undefined;
+  if (file === undefined) return { absPath: stat.absPath, bom: false };
+  const text = file.content.toString('utf8');
+  if (isBinary(file.content) || Buffer.byteLength(text, 'utf8') !== file.content.length) {
+    // Upstream reads bytes that are not UTF-8 as binary too; rewriting them as text would corrupt them.
+    const readError = describeBinaryFile(file.content.subarray(0, 1000), file.content.length);
+    return { absPath: file.absPath, bom: false, readError };
+  }
+  const bom = text.startsWith(BOM);
+  return { absPath: file.absPath, text: bom ? text.slice(1) : text, bom };
+}
+
+/** Upstream's generic `_hint` on a patch failure that says "Could not find", unless it already shows candidates. */
+function withNotFoundHint(result: JsonObject): JsonObject {
+  const error = typeof result.error === 'string' ? result.error : '';
+  if (error.includes('Could not find') && !error.includes('Did you mean one of these sections?')) {
+    result._hint = NOT_FOUND_HINT;
+  }
+  return result;
+}
+
+/** The upstream operation a net change carries out, for `Failed to {verb} {path}`. */
+function changeVerb(change: FileChange, movedSources: ReadonlySet<string>): { verb: string; path: string } {
+  if (change.kind === 'create' && change.movedFrom !== undefined) return { verb: 'move', path: change.movedFrom };
+  if (change.kind === 'create') return { verb: 'add', path: change.path };
+  if (change.kind === 'delete') return { verb: movedSources.has(change.path) ? 'move' : 'delete', path: change.path };
+  return { verb: 'update', path: change.path };
+}
+
 async function patchMode(args: ToolArgs, context: ToolContext): Promise<JsonObject> {
   const patchText = stringArg(args, 'patch', false);
   if (patchText === undefined || patchText === '') return { error: 'patch content required' };
@@ -299,7 +346,7 @@ async function patchMode(args: ToolArgs, context: ToolContext): Promise<JsonObje
   try {
     parsed = parsePatch(patchText);
   } catch (err) {
-    if (err instanceof PatchError) return failure(`Failed to parse patch: ${err.message}`);
+    if (err instanceof PatchError) return withNotFoundHint(failure(`Failed to parse patch: ${err.message}`));
     throw err;
   }
   for (const headerPath of parsed.headerPaths) {
@@ -311,86 +358,95 @@ async function patchMode(args: ToolArgs, context: ToolContext): Promise<JsonObje
   const paths = patchPaths(parsed.operations);
   const files = new Map<string, EditableFile>();
   const contents = new Map<string, string>();
-  try {
-    for (const path of paths) {
-      const file = await readEditable(task, path);
-      files.set(path, file);
-      if (file.text !== undefined) contents.set(path, file.text);
-    }
-  } catch (err) {
-    if (err instanceof ToolInputError) return failure(err.message);
-    throw err;
+  const unreadable = new Map<string, string>();
+  for (const path of paths) {
+    const file = await readForPatch(task, path);
+    files.set(path, file);
+    if (file.text !== undefined) contents.set(path, file.text);
+    if (file.readError !== undefined) unreadable.set(path, file.readError);
   }
   let applied: ReturnType<typeof applyPatch>;
   try {
-    applied = applyPatch(parsed.operations, contents);
+    applied = applyPatch(parsed.operations, contents, unreadable);
   } catch (err) {
-    if (err instanceof PatchError) return failure(err.message);
+    if (err instanceof PatchError) return withNotFoundHint(failure(err.message));
     throw err;
   }
 
   const absolute = (path: string): string => files.get(path)?.absPath ?? path;
-  // Every file the patch writes goes through upstream's write_file gate, checked for all of them before the
-  // first write, so a refusal leaves every file as it was. A pure move writes nothing new (upstream runs `mv`).
+  const movedSources = new Set(applied.changes.flatMap((change) => (change.movedFrom !== undefined ? [change.movedFrom] : [])));
+  // Upstream's write_file refuses JSON/YAML/TOML that would not parse when the apply phase reaches that file,
+  // after earlier files were written. Berth checks every file first and reports the same per-file text as a
+  // validation failure, so a refusal leaves every file as it was. A pure move writes nothing (upstream runs `mv`).
   const malformed: string[] = [];
   for (const change of applied.changes) {
     if (change.after === undefined) continue;
     if (change.movedFrom !== undefined && change.after === contents.get(change.movedFrom)) continue;
     // Named as the header spells it: upstream's write_file gets the header path.
     const refusal = await structuredSyntaxRefusal(change.path, change.after);
-    if (refusal !== undefined) malformed.push(refusal);
+    if (refusal === undefined) continue;
+    const { verb, path } = changeVerb(change, movedSources);
+    malformed.push(`Failed to ${verb} ${path}: ${refusal}`);
   }
-  if (malformed.length > 0) {
-    const numbered = malformed.map((refusal, index) => `${index + 1}. ${refusal}`).join('\n');
-    return failure(
-      `Patch not applied; no files were changed. ${malformed.length} problem${malformed.length === 1 ? '' : 's'}:\n${numbered}`,
-    );
-  }
-  const done = { modified: [] as string[], created: [] as string[], deleted: [] as string[] };
-  const writes = applied.changes.filter((change) => change.kind !== 'delete');
-  const deletes = applied.changes.filter((change) => change.kind === 'delete');
-  let current: FileChange | undefined;
-  try {
-    // Writes before deletes, so a failed write during a move leaves the source in place.
-    for (const change of writes) {
-      current = change;
+  if (malformed.length > 0) return failure(validationFailure(malformed));
+
+  const failures: string[] = [];
+  const failed = new Set<string>();
+  const written: FileChange[] = [];
+  const attempt = async (change: FileChange, run: () => Promise<void>): Promise<void> => {
+    try {
+      await run();
+      written.push(change);
+    } catch (err) {
+      const { verb, path } = changeVerb(change, movedSources);
+      failures.push(`Failed to ${verb} ${path}: ${err instanceof Error ? err.message : String(err)}`);
+      failed.add(change.path);
+    }
+  };
+  // Writes before deletes, so a failed write during a move leaves the source in place.
+  for (const change of applied.changes.filter((c) => c.kind !== 'delete')) {
+    await attempt(change, async () => {
       // A file keeps its BOM; a moved file takes its source's.
       const bom = files.get(change.movedFrom ?? change.path)?.bom ?? false;
       const onDisk = bom ? BOM + (change.after ?? '') : (change.after ?? '');
       await task.writeFile(change.path, onDisk);
       const unverified = await verifyWritten(task, change.path, onDisk, 'exact');
       if (unverified !== undefined) throw new Error(unverified);
-      (change.kind === 'create' ? done.created : done.modified).push(absolute(change.path));
-    }
-    for (const change of deletes) {
-      current = change;
-      await deleteFile(task, absolute(change.path), context.signal);
-      done.deleted.push(absolute(change.path));
-    }
-  } catch (err) {
-    const reason = err instanceof Error ? err.message : String(err);
-    return failure(
-      `Patch validated but failed while writing ${current?.path ?? 'a file'}: ${reason.replace(/\.$/, '')}. ` +
-        'Files listed here were already changed; re-read them before retrying.',
-      nonEmptyLists({ files_modified: done.modified, files_created: done.created, files_deleted: done.deleted }),
-    );
+    });
+  }
+  const destinationFailed = new Set(
+    applied.changes.flatMap((c) => (c.movedFrom !== undefined && failed.has(c.path) ? [c.movedFrom] : [])),
+  );
+  for (const change of applied.changes.filter((c) => c.kind === 'delete' && !destinationFailed.has(c.path))) {
+    await attempt(change, async () => deleteFile(task, change.path, absolute(change.path), context.signal));
   }
 
-  const movedSources = new Set(applied.changes.flatMap((change) => (change.movedFrom !== undefined ? [change.movedFrom] : [])));
+  // Upstream's PatchResult lists, per operation as the header names it (a move as "src -> dst"), for the
+  // operations that were carried out.
+  const lists = { modified: [] as string[], created: [] as string[], deleted: [] as string[] };
+  for (const op of parsed.operations) {
+    if (failed.has(op.path) || (op.kind === 'update' && op.moveTo !== undefined && failed.has(op.moveTo))) continue;
+    if (op.kind === 'add') lists.created.push(op.path);
+    else if (op.kind === 'delete') lists.deleted.push(op.path);
+    else lists.modified.push(op.moveTo !== undefined ? `${op.path} -> ${op.moveTo}` : op.path);
+  }
   const diff = capDiff(
-    applied.changes
-      .map((change) => (change.kind === 'delete' && movedSources.has(change.path) ? '' : changeDiff(change, contents)))
-      .join(''),
+    written
+      .filter((change) => !(change.kind === 'delete' && movedSources.has(change.path)))
+      .map((change) => changeDiff(change, contents))
+      .join('\n'),
   );
-  const notes = [...applied.notes];
-  if (applied.changes.length === 0) notes.unshift('The patch applied but changed nothing.');
-
-  // Upstream's key order: the PatchResult fields, then files_modified replaced
-  // (in place when present) by the absolute path of every file the patch names.
-  const result: JsonObject = { success: true };
-  if (notes.length > 0) result.note = notes.join('\n');
+  const result: JsonObject = { success: failures.length === 0 };
+  if (failures.length === 0 && applied.notes.length > 0) result.note = applied.notes.join('\n');
   if (diff !== '') result.diff = diff;
-  Object.assign(result, nonEmptyLists({ files_modified: done.modified, files_created: done.created, files_deleted: done.deleted }));
+  Object.assign(result, nonEmptyLists({ files_modified: lists.modified, files_created: lists.created, files_deleted: lists.deleted }));
+  if (failures.length > 0) {
+    result.error =
+      'Apply phase failed (state may be inconsistent \u2014 run `git diff` to assess):\n' + bulletList(failures);
+    return withNotFoundHint(result);
+  }
+  // As upstream's handler: on success, files_modified (in place when present) becomes the absolute path of
+  // every file the patch names.
   const named = [...new Set(paths.map(absolute))];
   result.files_modified = named;
   if (named.length === 1) result.resolved_path = named[0];
@@ -402,21 +458,35 @@ function nonEmptyLists(lists: Record<string, string[]>): JsonObject {
   return Object.fromEntries(Object.entries(lists).filter(([, list]) => list.length > 0));
 }
 
-/** Unified diff of one net change; a move diffs the source's old text against the destination. */
+/**
+ * One net change as upstream's V4A result shows it: a unified diff for an
+ * update or a deletion (`# Deleted: {path}` for an empty file), the added
+ * lines under `--- /dev/null` / `+++ b/{path}` for an Add, `# Moved: {src} ->
+ * {dst}` for a move (followed by a diff when the moved text changed).
+ */
 function changeDiff(change: FileChange, contents: ReadonlyMap<string, string>): string {
-  let before = change.before ?? '';
-  let oldLabel = `a/${change.path}`;
-  if (change.kind === 'create') {
-    before = change.movedFrom !== undefined ? (contents.get(change.movedFrom) ?? '') : '';
-    oldLabel = change.movedFrom !== undefined ? `a/${change.movedFrom}` : '/dev/null';
+  if (change.kind === 'create' && change.movedFrom !== undefined) {
+    const source = contents.get(change.movedFrom) ?? '';
+    const moved = `# Moved: ${change.movedFrom} -> ${change.path}`;
+    const edited = unifiedDiff(source, change.after ?? '', { oldLabel: `a/${change.movedFrom}`, newLabel: `b/${change.path}` });
+    return edited === '' ? moved : `${moved}\n${edited}`;
   }
-  const newLabel = change.kind === 'delete' ? '/dev/null' : `b/${change.path}`;
-  // A pure rename has no content diff; the header pair still records it.
-  return unifiedDiff(before, change.after ?? '', { oldLabel, newLabel }) || `--- ${oldLabel}\n+++ ${newLabel}\n`;
+  if (change.kind === 'create') {
+    const lines = (change.after ?? '').replace(/\n$/, '');
+    const added = lines === '' ? '' : lines.split('\n').map((line) => `+${line}`).join('\n');
+    return `--- /dev/null\n+++ b/${change.path}\n${added}`;
+  }
+  if (change.kind === 'delete') {
+    return unifiedDiff(change.before ?? '', '', { oldLabel: `a/${change.path}`, newLabel: '/dev/null' }) || `# Deleted: ${change.path}`;
+  }
+  return unifiedDiff(change.before ?? '', change.after ?? '', { oldLabel: `a/${change.path}`, newLabel: `b/${change.path}` });
 }
 
-/** TaskClient has no delete; a stateless rm does it on every backend. */
-async function deleteFile(task: TaskClient, absPath: string, signal: AbortSignal): Promise<void> {
+/**
+ * TaskClient has no delete; a stateless rm does it on every backend. A
+ * failure reads as upstream's delete_file error, `Failed to delete {path}: …`.
+ */
+async function deleteFile(task: TaskClient, path: string, absPath: string, signal: AbortSignal): Promise<void> {
   const result = await task.exec({
     command: `rm -f -- ${shellQuote(absPath)}`,
     stateless: true,
@@ -424,9 +494,7 @@ async function deleteFile(task: TaskClient, absPath: string, signal: AbortSignal
     maxOutputChars: 4000,
     signal,
   });
-  if (result.exitCode !== 0) {
-    throw new Error(`rm exited with code ${result.exitCode}${result.output.trim() ? `: ${result.output.trim()}` : ''}`);
-  }
+  if (result.exitCode !== 0) throw new Error(`Failed to delete ${path}: ${result.output.trim() || 'unknown error'}`);
 }
 
 function capDiff(diff: string): string {
