@@ -41,6 +41,11 @@ export interface PatchArgs {
    * The full patch text (V4A or unified diff). REQUIRED when mode='patch'.
    */
   patch?: string;
+  /**
+   * Accepted for compatibility with Hermes (its cross-profile guard); has no effect here.
+   * @defaultValue false
+   */
+  cross_profile?: boolean;
 }
 
 /** Arguments of the `process_manage` tool. */

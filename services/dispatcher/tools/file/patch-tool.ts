@@ -91,6 +91,11 @@ export function patchRegistration(): ToolRegistration {
             type: 'string',
             description: "The full patch text (V4A or unified diff). REQUIRED when mode='patch'.",
           },
+          cross_profile: {
+            type: 'boolean',
+            description: 'Accepted for compatibility with Hermes (its cross-profile guard); has no effect here.',
+            default: false,
+          },
         },
         required: ['mode'],
       },
