@@ -115,8 +115,11 @@ interface ProcEntry {
   readonly background: boolean;
 }
 
-/** Largest number of process ids a `resumed` answer may name: no more than were asked about. */
-function parseResumed(frame: Frame, asked: ReadonlySet<number>): Set<number> | undefined {
+/**
+ * The ids a `resumed` answer names, or undefined when it is malformed: each
+ * must be one the executor asked about, so no more than were asked.
+ */
+export function parseResumed(frame: Frame, asked: ReadonlySet<number>): Set<number> | undefined {
   const procs = frame.header.procs;
   if (frame.header.op !== 'resumed' || !Array.isArray(procs) || procs.length > asked.size) return undefined;
   const alive = new Set<number>();
