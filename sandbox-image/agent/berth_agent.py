@@ -100,7 +100,9 @@ it waits in their pipes (a full pipe blocks the writer; nothing is lost,
 memory stays bounded). Then, for at most LINGER_SECONDS:
   socket mode: the agent dials the socket again every REDIAL_INTERVAL and
     says hello with token = resume_key and resumed = true; the executor
-    accepts that only while it waits for this agent after a drop.
+    accepts that only while it waits for this agent after a drop. The
+    agent says it only to the listener it first reached (same SO_PEERCRED
+    pid; commands can write the socket's directory and could listen there).
   stdio mode with `--linger PATH`: the agent listens on PATH (directory
     0700, socket 0600). `--stdio --linger PATH --resume PID` connects there
     and, when the peer is process PID (SO_PEERCRED), carries bytes between
@@ -489,7 +491,7 @@ def take_stdio():
 
 
 class Agent(object):
-    def __init__(self, sock, token, redial_path=None, linger_path=None):
+    def __init__(self, sock, token, redial_path=None, linger_path=None, redial_peer=None):
         # `sock`: a SocketStream or StdioStream (anything with fileno, recv, sendall, close);
         # None while the stream is down (see detach()).
         self.sock = sock
@@ -501,6 +503,10 @@ class Agent(object):
         # a file or the environment, and the agent is not dumpable.
         self.resume_key = os.urandom(16).hex()
         self.redial_path = redial_path
+        # Who listened there the first time (SO_PEERCRED pid: 0 when outside our pid namespace). The socket's
+        # directory is writable by commands, so one could move the executor's socket aside and listen in its
+        # place: the agent never presents its resume key to another listener.
+        self.redial_peer = redial_peer
         self.linger_path = linger_path
         self.detached_until = None  # while the stream is down: when to give up and end everything
         self.next_redial = 0.0
@@ -1422,7 +1428,13 @@ class Agent(object):
             sock.settimeout(REDIAL_INTERVAL)
             sock.connect(self.redial_path)
             sock.settimeout(None)
+            peer = peer_pid(sock)
         except OSError:
+            sock.close()
+            return
+        if peer != self.redial_peer:
+            log("%s is served by process %d now, not %d as at first; not resuming there" % (
+                self.redial_path, peer, self.redial_peer))
             sock.close()
             return
         self.attach(SocketStream(sock))
@@ -1562,6 +1574,11 @@ def file_kind(mode):
     return "special file"
 
 
+def peer_pid(sock):
+    """The pid of the process at the other end of a connected Unix socket (0 when outside our pid namespace)."""
+    return struct.unpack("3i", sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i")))[0]
+
+
 def recv_exactly(sock, size):
     data = b""
     while len(data) < size:
@@ -1584,13 +1601,13 @@ def bridge(stream, path, pid):
     try:
         sock.settimeout(RESUME_AUTH_SECONDS)
         sock.connect(path)
-        peer_pid = struct.unpack("3i", sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i")))[0]
+        peer = peer_pid(sock)
     except OSError as err:
         log("no agent lingers on %s (%s); starting afresh" % (path, err))
         sock.close()
         return False
-    if peer_pid != pid:
-        log("%s is held by process %d, not the agent %d; starting afresh" % (path, peer_pid, pid))
+    if peer != pid:
+        log("%s is held by process %d, not the agent %d; starting afresh" % (path, peer, pid))
         sock.close()
         return False
     sock.settimeout(None)
@@ -1717,7 +1734,12 @@ def main():
     except OSError as err:
         log(str(err))
         return 1
-    Agent(SocketStream(sock), token, redial_path=path).run()
+    try:
+        first_peer = peer_pid(sock)
+    except OSError as err:
+        log("cannot tell who listens on %s (%s); a dropped stream will not be resumed" % (path, err))
+        first_peer = None
+    Agent(SocketStream(sock), token, redial_path=path if first_peer is not None else None, redial_peer=first_peer).run()
     return 0
 
 

@@ -340,6 +340,15 @@ export class AgentChannel implements SandboxChannel {
     this.#socket.destroy();
   }
 
+  /**
+   * For tests: handles `chunk` as if the agent had sent it on the current
+   * stream (a protocol fault from a real sandbox, which no command there
+   * can cause: the agent's stream is private to it).
+   */
+  receiveForTest(chunk: Buffer): void {
+    if (!this.#lost && !this.#streamDown) this.#onData(chunk);
+  }
+
   #fail(err: Error): void {
     if (this.#lost) return;
     this.#lost = err;
