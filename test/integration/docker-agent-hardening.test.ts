@@ -7,7 +7,7 @@
  */
 import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
-import { mkdtemp, rm } from 'node:fs/promises';
+import { mkdtemp, readFile, rm } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { after, before, describe, it } from 'node:test';
@@ -136,6 +136,47 @@ describe('exec agent hardening (real engine)', { skip: unavailable, timeout: 300
     assert.notEqual(backend.environmentOf(key)?.container.id, before);
     for (let i = 0; i < 100 && (await poll()).status !== 'exited'; i++) await new Promise((res) => setTimeout(res, 50));
     assert.deepEqual(await poll().then((p) => [p.status, p.exit_code]), ['exited', -9]);
+  });
+
+  it('a command listening in place of the executor\'s socket never hears the resume key; the container is replaced', async () => {
+    const key = newKey();
+    const channel = await channelOf(key);
+    const env = backend.environmentOf(key);
+    assert.ok(env);
+    const before = env.container.id;
+    const log = path.join(env.container.hostDir, 'impostor.log');
+    // Moves the executor's socket aside (the directory is the sandbox user's) and listens at its path.
+    await envs.startBackground(key, {
+      command: [
+        'mv /run/berth/agent.sock /run/berth/moved.sock',
+        'exec python3 -c \'',
+        'import socket',
+        's = socket.socket(socket.AF_UNIX); s.bind("/run/berth/agent.sock"); s.listen(8)',
+        'while True:',
+        '    c, _ = s.accept(); c.settimeout(2); got = b""',
+        '    try:',
+        '        while True:',
+        '            d = c.recv(65536)',
+        '            if not d: break',
+        '            got += d',
+        '    except OSError: pass',
+        '    open("/run/berth/impostor.log", "a").write("conn %d\\n" % len(got)); c.close()',
+        '\'',
+      ].join('\n'),
+    });
+    const moved = await run(key, 'for i in $(seq 100); do [ -S /run/berth/agent.sock ] && [ -S /run/berth/moved.sock ] && break; sleep 0.05; done; ls /run/berth');
+    assert.match(moved.output, /moved\.sock/);
+    channel.dropStream();
+    const conns = async () => (await readFile(log, 'utf8').catch(() => '')).split('\n').filter(Boolean);
+    for (let i = 0; i < 200 && (await conns()).length < 2; i++) await new Promise((r) => setTimeout(r, 50));
+    const seen = await conns();
+    assert.ok(seen.length >= 2, `the agent redialled the path: ${JSON.stringify(seen)}`);
+    assert.deepEqual([...new Set(seen)], ['conn 0'], 'the agent said nothing to a listener that is not the executor');
+    // Nobody came back to the executor's socket: the container counts as lost and is replaced.
+    const r = await run(key, 'echo after');
+    assert.equal(r.output, 'after\n');
+    assert.ok(r.notices.some((n) => /a new container was started/.test(n)), JSON.stringify(r.notices));
+    assert.notEqual(backend.environmentOf(key)?.container.id, before);
   });
 
   it('an output flood through the agent is capped and costs the executor bounded memory', async (t) => {
