@@ -26,6 +26,7 @@ import {
   MAX_INBOUND_FRAME_BYTES,
   encodeFrame,
 } from '../../services/executor/backends/shared/agent/agent-protocol.js';
+import { SandboxLostError } from '../../services/executor/backends/shared/sandbox-channel.js';
 import { realPython } from '../support/python-bin.js';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
@@ -319,7 +320,7 @@ describe('exec agent channel against a hostile peer', { timeout: 120_000 }, () =
     const fg = await t.channel.spawn({ script: `exec -a ${marker}-fg sleep 300`, cwd: '/', onOutput: () => undefined });
     while (!out.includes('up')) await new Promise((r) => setTimeout(r, 20));
     t.channel.dropStream();
-    await assert.rejects(fg.exited, /disconnected|lost the exec agent/);
+    await assert.rejects(fg.exited, SandboxLostError);
     assert.equal(await t.channel.recover(), true);
     assert.equal(t.channel.isLost, false);
     await bg.write('after the drop\n');

@@ -335,9 +335,13 @@ export class AgentChannel implements SandboxChannel {
     this.#fail(new SandboxLostError(`the connection to the exec agent of ${this.#description} was closed`));
   }
 
-  /** For tests: the stream breaks as a lost connection would (no goodbye, no protocol fault). */
+  /**
+   * For tests: the stream breaks as a lost connection would (no goodbye, no
+   * protocol fault), and the channel knows it at once.
+   */
   dropStream(): void {
-    this.#socket.destroy();
+    if (this.#lost || this.#streamDown) return;
+    this.#onDrop(new SandboxLostError(`the stream to the exec agent of ${this.#description} broke`));
   }
 
   /**
