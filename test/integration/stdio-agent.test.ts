@@ -327,6 +327,34 @@ describe('exec agent over stdio, local child process', { timeout: 120_000 }, () 
     }
   });
 
+  it('--resume never bridges to a socket held by another process than the agent: it starts afresh, and says nothing there', async () => {
+    const dir = await mkdtemp(path.join(os.tmpdir(), 'berth-linger-'));
+    const lingerPath = path.join(dir, 'linger.sock');
+    let heard = 0;
+    let closedOnce!: () => void;
+    const closed = new Promise<void>((resolve) => (closedOnce = resolve));
+    // This test process is no agent: a socket a command of the sandbox bound in the agent's place.
+    const impostor = net.createServer((socket) => {
+      socket.on('data', (c: Buffer) => (heard += c.length));
+      socket.on('error', () => undefined);
+      socket.on('close', () => closedOnce());
+    });
+    await new Promise<void>((resolve) => impostor.listen(lingerPath, resolve));
+    const child = spawn(PYTHON, [AGENT, '--stdio', '--linger', lingerPath, '--resume', '1'], { stdio: ['pipe', 'pipe', 'ignore'] });
+    try {
+      child.stdin!.write(encodeFrame({ op: 'auth', id: 0, key: 'a'.repeat(32) }));
+      const hello = await readFrame(child.stdout!);
+      assert.deepEqual([hello.op, hello.resumed], ['hello', false], 'a fresh agent');
+      // It looked, and hung up having sent nothing.
+      await closed;
+      assert.equal(heard, 0);
+    } finally {
+      child.kill('SIGKILL');
+      await new Promise<void>((resolve) => impostor.close(() => resolve()));
+      await rm(dir, { recursive: true, force: true });
+    }
+  });
+
   it('reports a host without python3 as a typed error to fall back on', async () => {
     const empty = await mkdtemp(path.join(os.tmpdir(), 'berth-nopython-'));
     try {
