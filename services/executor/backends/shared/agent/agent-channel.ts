@@ -3,6 +3,13 @@
  * multiplexed by id over one byte stream (see agent-protocol.ts). The
  * stream is whatever the backend has: the Unix socket the agent dialled,
  * or the stdin/stdout of `python3 berth_agent.py --stdio` (stdio-agent.ts).
+ *
+ * The channel can outlive one stream: when a stream drops (EOF, reset; never
+ * after a protocol fault, which loses the channel for good) and the backend
+ * gave a way to find the agent again ({@link AgentChannelOptions.reattach}),
+ * foreground work fails, background processes stay, and once the agent is
+ * back on a new stream they are bound to it (`resume`), so their output,
+ * stdin, exit and kill carry on.
  */
 import { timingSafeEqual } from 'node:crypto';
 import type { Duplex } from 'node:stream';
