@@ -84,9 +84,41 @@ agent -> executor, unasked
              queueing them
     cclosed  {id, conn}  the connection is gone (closed, reset, or over
              RELAY_MAX_QUEUE of unwritten bytes)
-    hello  {id: 0, token, version, pid, python, transport, capabilities}
+    hello  {id: 0, token, version, pid, python, transport, capabilities,
+            resume_key, resumed}
            first frame after connecting; token is "" in stdio mode. The
            executor refuses any version but its own before sending anything.
+           resume_key: 32 hex digits, this agent's secret for being found
+           again after a dropped stream. resumed: true when this hello comes
+           over a new stream to an agent that lingered (see below).
+
+A dropped stream (capability "resume"). When the stream ends or fails
+without a protocol fault, foreground processes end as before (their callers
+got an error), relayed sockets close, and background ones (spawned with
+`background: true`) keep running: the agent stops reading their output, so
+it waits in their pipes (a full pipe blocks the writer; nothing is lost,
+memory stays bounded). Then, for at most LINGER_SECONDS:
+  socket mode: the agent dials the socket again every REDIAL_INTERVAL and
+    says hello with token = resume_key and resumed = true; the executor
+    accepts that only while it waits for this agent after a drop. The
+    agent says it only to the listener it first reached (same SO_PEERCRED
+    pid; commands can write the socket's directory and could listen there).
+  stdio mode with `--linger PATH`: the agent listens on PATH (directory
+    0700, socket 0600). `--stdio --linger PATH --resume PID` connects there
+    and, when the peer is process PID (SO_PEERCRED), carries bytes between
+    its stdio and the agent until either ends; otherwise it starts as a
+    fresh agent. The lingering agent takes a connection only if its first
+    frame (within RESUME_AUTH_SECONDS, at most MAX_AUTH_FRAME bytes) is
+      auth {id: 0, key}  key = resume_key (a fresh agent ignores it)
+    and then says hello (resumed = true) on it.
+  Then:
+    resume {id, procs}  the background request ids the executor still
+           tracks -> resumed {id, procs}: those of them this agent still has
+           (running, or exited with output or exit not yet reported); it
+           ends the others. Output and exit frames follow the answer.
+  Without a linger path (stdio) or once LINGER_SECONDS pass, the agent ends
+  everything and exits, as on any stream end before.
+    bye    {id}  the executor is done: end everything now, no lingering.
 
 Frame caps: the executor accepts frames of at most 1 MiB from the agent
 (MAX_SEND_FRAME: output goes in 64 KiB reads, file content in FILE_CHUNK
@@ -103,8 +135,9 @@ also makes itself non-dumpable, so commands running as the same user cannot
 ptrace it or read its memory. The executor accepts one hello per container
 start, whatever token a later connection presents.
 
-When the connection ends the agent kills everything it started and exits,
-which ends the container: nothing runs on with nobody listening.
+When the executor says bye, or the stream dropped and nobody resumed it
+in time, the agent kills everything it started and exits, which ends the
+container: nothing runs on with nobody listening.
 
 Pre-started shells. Starting bash (fork, exec, its own start-up) is most of
 what a short command costs. So the agent keeps one bash started ahead, in
@@ -120,6 +153,7 @@ starts bash as before.
 
 import errno
 import fcntl
+import hmac
 import json
 import os
 import pty
@@ -138,7 +172,7 @@ VERSION = 2
 # The oldest Python this file is written for (and tested against the syntax of).
 MIN_PYTHON = (3, 8)
 # What this agent can do, announced in its hello; the executor may check for an item before using it.
-CAPABILITIES = ["spawn", "pty", "background", "files", "counters", "prestart", "relay"]
+CAPABILITIES = ["spawn", "pty", "background", "files", "counters", "prestart", "relay", "resume"]
 # Largest frame accepted from the executor, and sent to it (its own cap).
 MAX_FRAME = 16 * 1024 * 1024
 MAX_SEND_FRAME = 1024 * 1024
@@ -167,6 +201,14 @@ RELAY_MAX_CONNECTIONS = 64
 RELAY_MAX_QUEUE = 64 * 1024 * 1024
 # Counters reported with every exit, so the executor can tell that a limit
 # of the container (memory, pids) hit the command: name -> (files, line key).
+# A dropped stream: how long the agent keeps background processes waiting for
+# the executor to come back before it ends everything; how often it redials
+# (socket mode); how long a connection to its linger socket (stdio mode) has
+# to prove itself, and the largest frame it may do that with.
+LINGER_SECONDS = 600.0
+REDIAL_INTERVAL = 0.5
+RESUME_AUTH_SECONDS = 2.0
+MAX_AUTH_FRAME = 4096
 COUNTERS = {
     "oom_kill": (("/sys/fs/cgroup/memory.events", "/sys/fs/cgroup/memory/memory.oom_control"), "oom_kill"),
     "pids_max": (("/sys/fs/cgroup/pids.events", "/sys/fs/cgroup/pids/pids.events"), "max"),
@@ -287,6 +329,13 @@ class Proc(object):
         self.reported = False
         self.popen = None
         self.cwd = None  # where it started: the next pre-started shell starts there too
+        # A background process outlives a dropped stream; while the agent has
+        # no stream its output is left in its pipes (paused), nothing lost.
+        self.background = False
+        self.paused = False
+        # A foreground process whose caller went with the stream: ended, and
+        # forgotten without a report.
+        self.abandoned = False
 
     # --- stdin ---------------------------------------------------------
 
@@ -442,10 +491,26 @@ def take_stdio():
 
 
 class Agent(object):
-    def __init__(self, sock, token):
-        # `sock`: a SocketStream or StdioStream (anything with fileno, recv, sendall, close).
+    def __init__(self, sock, token, redial_path=None, linger_path=None, redial_peer=None):
+        # `sock`: a SocketStream or StdioStream (anything with fileno, recv, sendall, close);
+        # None while the stream is down (see detach()).
         self.sock = sock
+        self.transport = sock.transport
         self.token = token
+        # Presented instead of the token when the agent dials in again (socket
+        # mode) or asked of whoever connects to the linger socket (stdio mode).
+        # It goes only over the stream the executor already trusts, never to
+        # a file or the environment, and the agent is not dumpable.
+        self.resume_key = os.urandom(16).hex()
+        self.redial_path = redial_path
+        # Who listened there the first time (SO_PEERCRED pid: 0 when outside our pid namespace). The socket's
+        # directory is writable by commands, so one could move the executor's socket aside and listen in its
+        # place: the agent never presents its resume key to another listener.
+        self.redial_peer = redial_peer
+        self.linger_path = linger_path
+        self.detached_until = None  # while the stream is down: when to give up and end everything
+        self.next_redial = 0.0
+        self.linger_sock = None
         self.sel = selectors.DefaultSelector()
         self.procs = {}  # request id -> Proc
         self.by_pid = {}  # pid -> Proc
@@ -485,11 +550,13 @@ class Agent(object):
             log("frame of %d bytes for %s is over the cap" % (len(frame), header.get("op")))
             frame = encode_frame({"op": "error", "id": header.get("id"), "errno": "EMSGSIZE",
                                   "message": "reply too large"})
+        if self.sock is None:
+            return  # no stream: nobody to tell; background output waits in its pipes
         try:
             self.sock.sendall(frame)
         except OSError as err:
             log("send failed: %s" % err)
-            self.running = False
+            self.detach()
 
     def send_error(self, req_id, err, message=None):
         name = err if isinstance(err, str) else errno_name(err)
@@ -500,11 +567,15 @@ class Agent(object):
 
     # --- main loop -------------------------------------------------------
 
+    def send_hello(self, resumed):
+        self.send({"op": "hello", "id": 0, "token": self.token if not resumed else self.resume_key,
+                   "version": VERSION, "pid": os.getpid(), "python": "%d.%d.%d" % tuple(sys.version_info[:3]),
+                   "transport": self.transport, "capabilities": CAPABILITIES, "resume_key": self.resume_key,
+                   "resumed": resumed})
+
     def run(self):
-        self.send({"op": "hello", "id": 0, "token": self.token, "version": VERSION, "pid": os.getpid(),
-                   "python": "%d.%d.%d" % tuple(sys.version_info[:3]), "transport": self.sock.transport,
-                   "capabilities": CAPABILITIES})
-        # Used once: the executor accepts no second hello for this container start.
+        self.send_hello(False)
+        # Used once: the executor accepts no second hello with it (a resume presents resume_key).
         self.token = None
         while self.running:
             try:
@@ -528,6 +599,8 @@ class Agent(object):
                     self.on_accept(proc)
                 elif kind == "relay":
                     self.on_relay(proc, mask)
+                elif kind == "linger":
+                    self.on_linger()
                 if not self.running:
                     break
             self.reap()
@@ -535,7 +608,7 @@ class Agent(object):
         self.shutdown()
 
     def next_timeout(self):
-        timeout = 5.0
+        timeout = 5.0 if self.sock is not None else REDIAL_INTERVAL
         now = time.monotonic()
         for proc in self.procs.values():
             if proc.kill_phase is not None:
@@ -559,10 +632,10 @@ class Agent(object):
             return
         except OSError as err:
             log("connection error: %s" % err)
-            self.running = False
+            self.detach()
             return
         if not data:
-            self.running = False
+            self.detach()
             return
         self.inbuf += data
         while len(self.inbuf) >= 8:
@@ -577,6 +650,8 @@ class Agent(object):
             body = bytes(self.inbuf[8 + head_len:4 + total])
             del self.inbuf[:4 + total]
             self.dispatch(header, body)
+            if self.sock is None:
+                return
 
     def dispatch(self, header, body):
         op = header.get("op")
@@ -606,6 +681,13 @@ class Agent(object):
                 self.op_unlisten(req_id, header)
             elif op in ("cdata", "cack", "cshut", "cclose"):
                 self.op_relay(op, header, body)
+            elif op == "resume":
+                self.op_resume(req_id, header)
+            elif op == "bye":
+                # The executor is done with this sandbox: end everything now, do not wait for it.
+                self.running = False
+            elif op == "auth":
+                pass  # meant for a lingering agent (stdio mode); this one started fresh
             else:
                 self.send_error(req_id, "EINVAL", "unknown op %r" % (op,))
         except OSError as err:
@@ -675,6 +757,7 @@ class Agent(object):
         self.start_proc(proc, header, body)
 
     def start_proc(self, proc, header, body):
+        proc.background = bool(header.get("background"))
         self.procs[proc.id] = proc
         self.by_pid[proc.pid] = proc
         for fd in proc.out_fds:
@@ -921,9 +1004,13 @@ class Agent(object):
             self.maybe_finish(proc)
 
     def maybe_finish(self, proc):
-        if proc.reported or proc.status is None or proc.out_fds or proc.kill_phase is not None:
+        if proc.reported or proc.status is None or proc.out_fds or proc.kill_phase is not None or proc.paused:
             return
         proc.reported = True
+        if proc.abandoned:
+            del self.procs[proc.id]
+            self.by_pid.pop(proc.pid, None)
+            return
         code, sig = proc.status
         counters = {}
         for name, (path, key) in self.counters.items():
@@ -963,6 +1050,8 @@ class Agent(object):
 
     def on_timers(self):
         now = time.monotonic()
+        if self.sock is None and self.running:
+            self.while_detached(now)
         for proc in list(self.procs.values()):
             if proc.kill_phase is not None:
                 if not tree_members(proc.pid):
@@ -974,6 +1063,8 @@ class Agent(object):
                 elif proc.kill_phase == "kill" and now >= proc.kill_until:
                     log("process group %d survived SIGKILL" % proc.pid)
                     self.kill_done(proc)
+            if proc.paused:
+                continue  # its output stays in the pipe until the executor is back
             if proc.pty_settle is not None and now >= proc.pty_settle and proc.kill_phase is None:
                 proc.pty_settle = None
                 for fd in list(proc.out_fds):
@@ -1241,6 +1332,205 @@ class Agent(object):
         if conn.number in conn.listener.conns:
             self.watch_conn(conn)
 
+    # --- a dropped stream ------------------------------------------------
+
+    def detach(self):
+        """The stream is gone (EOF, reset, a failed write): no protocol fault, so the executor may come back.
+
+        Foreground processes end as they always did on a lost stream (their
+        callers already got an error); background ones keep running with
+        their output left in their pipes (a full pipe blocks the writer, so
+        memory stays bounded and nothing is lost) until the executor resumes
+        or LINGER_SECONDS pass. Relayed sockets close: their clients were on
+        the executor's side of the stream.
+        """
+        if self.sock is None:
+            return
+        try:
+            self.sel.unregister(self.sock)
+        except (KeyError, ValueError):
+            pass
+        self.sock.close()
+        self.sock = None
+        self.inbuf = bytearray()
+        if self.redial_path is None and self.linger_path is None:
+            self.running = False  # nowhere to be found again: end everything, as before
+            return
+        if self.detached_until is None:
+            # Counted from the first drop: a resume the executor refuses does not extend it.
+            log("stream dropped; keeping background processes for %d s" % LINGER_SECONDS)
+            self.detached_until = time.monotonic() + LINGER_SECONDS
+            self.next_redial = 0.0
+        else:
+            self.next_redial = time.monotonic() + REDIAL_INTERVAL
+        for listener in list(self.listeners.values()):
+            self.close_listener(listener)
+        now = time.monotonic()
+        for proc in list(self.procs.values()):
+            proc.kill_replies = []  # their requests went with the stream
+            if proc.background and not proc.abandoned:
+                self.pause(proc)
+            else:
+                self.abandon(proc, now)
+        if self.transport == "stdio":
+            # fd 2 was the pipe to the process that started us; nobody reads it any more.
+            try:
+                null = os.open(os.devnull, os.O_WRONLY)
+                os.dup2(null, 2)
+                os.close(null)
+            except OSError:
+                pass
+        if self.linger_path is not None:
+            self.open_linger()
+
+    def pause(self, proc):
+        proc.paused = True
+        for fd in proc.out_fds:
+            try:
+                self.sel.unregister(fd)
+            except (KeyError, ValueError):
+                pass
+
+    def unpause(self, proc):
+        proc.paused = False
+        for fd in proc.out_fds:
+            self.sel.register(fd, selectors.EVENT_READ, ("out", proc))
+        if proc.is_pty and proc.stdin_queue:
+            self.watch_pty(proc, True)
+        self.maybe_finish(proc)
+
+    def abandon(self, proc, now):
+        """Ends a process nobody waits for any more (SIGTERM, SIGKILL a second later); its exit is not reported."""
+        if proc.paused:
+            self.unpause(proc)  # its output is read and dropped from now on
+        proc.abandoned = True
+        if proc.status is not None and not tree_members(proc.pid):
+            self.maybe_finish(proc)
+            return
+        if proc.kill_phase is None:
+            signal_tree(proc.pid, signal.SIGTERM)
+            proc.kill_phase = "term"
+            proc.kill_until = now + 1.0
+
+    def while_detached(self, now):
+        if now >= self.detached_until:
+            log("nobody resumed within %d s; ending everything" % LINGER_SECONDS)
+            self.running = False
+            return
+        if self.redial_path is not None and now >= self.next_redial:
+            self.next_redial = now + REDIAL_INTERVAL
+            self.redial()
+
+    def redial(self):
+        """Socket mode: dials the executor's listener again and presents resume_key."""
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            sock.settimeout(REDIAL_INTERVAL)
+            sock.connect(self.redial_path)
+            sock.settimeout(None)
+            peer = peer_pid(sock)
+        except OSError:
+            sock.close()
+            return
+        if peer != self.redial_peer:
+            log("%s is served by process %d now, not %d as at first; not resuming there" % (
+                self.redial_path, peer, self.redial_peer))
+            sock.close()
+            return
+        self.attach(SocketStream(sock))
+
+    def attach(self, stream):
+        self.sock = stream
+        self.sel.register(self.sock, selectors.EVENT_READ, ("sock", None))
+        # Processes stay paused until the executor says which of them it still tracks (resume).
+        self.send_hello(True)
+
+    def open_linger(self):
+        """Stdio mode: a private socket where the next `--stdio --resume` start finds this agent."""
+        path = self.linger_path
+        try:
+            os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
+            os.chmod(os.path.dirname(path), 0o700)
+            try:
+                os.unlink(path)
+            except FileNotFoundError:
+                pass
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            old_umask = os.umask(0o177)
+            try:
+                sock.bind(path)
+            finally:
+                os.umask(old_umask)
+            sock.listen(1)
+            sock.setblocking(False)
+        except OSError as err:
+            log("cannot listen on %s: %s; ending everything" % (path, err))
+            self.running = False
+            return
+        self.linger_sock = sock
+        self.sel.register(sock, selectors.EVENT_READ, ("linger", None))
+
+    def close_linger(self):
+        sock, self.linger_sock = self.linger_sock, None
+        if sock is None:
+            return
+        try:
+            self.sel.unregister(sock)
+        except (KeyError, ValueError):
+            pass
+        sock.close()
+        try:
+            os.unlink(self.linger_path)
+        except OSError:
+            pass
+
+    def on_linger(self):
+        """A connection to the linger socket: taken as the new stream once its first frame is auth with resume_key."""
+        try:
+            conn, _ = self.linger_sock.accept()
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError as err:
+            log("accept on the linger socket failed: %s" % err)
+            return
+        try:
+            conn.settimeout(RESUME_AUTH_SECONDS)
+            head = recv_exactly(conn, 8)
+            total, head_len = struct.unpack(">II", head)
+            if total > MAX_AUTH_FRAME or total < 4 or head_len != total - 4:
+                raise ValueError("not an auth frame")
+            header = json.loads(recv_exactly(conn, head_len).decode("utf-8"))
+            key = header.get("key") if isinstance(header, dict) and header.get("op") == "auth" else None
+            if not isinstance(key, str) or not hmac.compare_digest(key.encode("utf-8"), self.resume_key.encode("ascii")):
+                raise ValueError("wrong key")
+            conn.settimeout(None)
+        except (OSError, ValueError) as err:
+            log("refused a connection to the linger socket: %s" % err)
+            conn.close()
+            return
+        self.close_linger()
+        self.attach(SocketStream(conn))
+
+    def op_resume(self, req_id, header):
+        """The executor is back: `procs` are the background processes it still tracks; the rest are ended."""
+        wanted = header.get("procs")
+        wanted = set(p for p in wanted if isinstance(p, int)) if isinstance(wanted, list) else set()
+        self.detached_until = None
+        self.close_linger()
+        now = time.monotonic()
+        alive = []
+        for proc in list(self.procs.values()):
+            if proc.paused and proc.id in wanted:
+                alive.append(proc.id)
+            elif proc.paused:
+                self.abandon(proc, now)
+        # The answer goes first: what the processes wrote meanwhile follows it.
+        self.send({"op": "resumed", "id": req_id, "procs": alive})
+        for req in alive:
+            proc = self.procs.get(req)
+            if proc is not None and proc.paused:
+                self.unpause(proc)
+
     # --- shutdown --------------------------------------------------------
 
     def shutdown(self):
@@ -1256,10 +1546,12 @@ class Agent(object):
             self.reap()
         for proc in procs:
             signal_tree(proc.pid, signal.SIGKILL)
-        try:
-            self.sock.close()
-        except OSError:
-            pass
+        self.close_linger()
+        if self.sock is not None:
+            try:
+                self.sock.close()
+            except OSError:
+                pass
 
 
 class NotRegular(Exception):
@@ -1280,6 +1572,68 @@ def file_kind(mode):
     if stat_module.S_ISSOCK(mode):
         return "socket"
     return "special file"
+
+
+def peer_pid(sock):
+    """The pid of the process at the other end of a connected Unix socket (0 when outside our pid namespace)."""
+    return struct.unpack("3i", sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i")))[0]
+
+
+def recv_exactly(sock, size):
+    data = b""
+    while len(data) < size:
+        chunk = sock.recv(size - len(data))
+        if not chunk:
+            raise ValueError("connection closed")
+        data += chunk
+    return data
+
+
+def bridge(stream, path, pid):
+    """`--stdio --resume PID`: when the agent that lingers on `path` is process `pid`, carries bytes
+    between our stdio and it until either side ends, and returns True; False when there is none.
+
+    The pid is checked (SO_PEERCRED) so that a process of the sandbox that
+    bound the path itself is never taken for the agent; the agent in turn
+    wants the executor's auth frame (its resume_key) before anything else.
+    """
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        sock.settimeout(RESUME_AUTH_SECONDS)
+        sock.connect(path)
+        peer = peer_pid(sock)
+    except OSError as err:
+        log("no agent lingers on %s (%s); starting afresh" % (path, err))
+        sock.close()
+        return False
+    if peer != pid:
+        log("%s is held by process %d, not the agent %d; starting afresh" % (path, peer, pid))
+        sock.close()
+        return False
+    sock.settimeout(None)
+    sel = selectors.DefaultSelector()
+    sel.register(stream.in_fd, selectors.EVENT_READ, "in")
+    sel.register(sock, selectors.EVENT_READ, "sock")
+    done = False
+    while not done:
+        for key, _ in sel.select():
+            try:
+                if key.data == "in":
+                    data = os.read(stream.in_fd, 1 << 16)
+                    if data:
+                        sock.sendall(data)
+                else:
+                    data = sock.recv(1 << 16)
+                    if data:
+                        stream.sendall(data)
+            except OSError:
+                data = b""
+            if not data:
+                done = True
+                break
+    sock.close()
+    stream.close()
+    return True
 
 
 def take_token(path):
@@ -1305,6 +1659,17 @@ def make_undumpable():
             log("prctl(PR_SET_DUMPABLE) failed: errno %d" % ctypes.get_errno())
     except Exception as err:
         log("cannot make the agent non-dumpable: %s" % err)
+
+
+def survive_parent():
+    """Stdio mode: the process that started us may be killed once our stream drops; we stay (best effort)."""
+    try:
+        import ctypes
+        pr_set_pdeathsig = 1
+        ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, 0, 0, 0, 0)
+    except Exception as err:
+        log("cannot clear the parent-death signal: %s" % err)
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
 
 
 def become_subreaper():
@@ -1343,10 +1708,19 @@ def main():
         log("python %d.%d or newer required, this is %d.%d" % (MIN_PYTHON + tuple(sys.version_info[:2])))
         return 4
     make_undumpable()
-    if sys.argv[1:] == ["--stdio"]:
+    if sys.argv[1:2] == ["--stdio"]:
+        options = parse_stdio_options(sys.argv[2:])
+        if options is None:
+            log("usage: berth_agent.py --stdio [--linger PATH [--resume PID]]")
+            return 2
+        linger_path, resume_pid = options
         stream = take_stdio()
+        if resume_pid is not None and bridge(stream, linger_path, resume_pid):
+            return 0
+        if linger_path is not None:
+            survive_parent()
         become_subreaper()
-        Agent(stream, "").run()
+        Agent(stream, "", linger_path=linger_path).run()
         return 0
     path = sys.argv[1] if len(sys.argv) > 1 else os.environ.get("BERTH_AGENT_SOCKET", "/run/berth/agent.sock")
     token_path = sys.argv[2] if len(sys.argv) > 2 else os.path.join(os.path.dirname(path), "agent-token")
@@ -1360,8 +1734,29 @@ def main():
     except OSError as err:
         log(str(err))
         return 1
-    Agent(SocketStream(sock), token).run()
+    try:
+        first_peer = peer_pid(sock)
+    except OSError as err:
+        log("cannot tell who listens on %s (%s); a dropped stream will not be resumed" % (path, err))
+        first_peer = None
+    Agent(SocketStream(sock), token, redial_path=path if first_peer is not None else None, redial_peer=first_peer).run()
     return 0
+
+
+def parse_stdio_options(args):
+    """(linger path or None, resume pid or None) from what follows --stdio; None when malformed."""
+    linger_path = resume_pid = None
+    while args:
+        if args[0] == "--linger" and len(args) > 1 and os.path.isabs(args[1]):
+            linger_path = args[1]
+        elif args[0] == "--resume" and len(args) > 1 and args[1].isdigit():
+            resume_pid = int(args[1])
+        else:
+            return None
+        args = args[2:]
+    if resume_pid is not None and linger_path is None:
+        return None
+    return linger_path, resume_pid
 
 
 if __name__ == "__main__":

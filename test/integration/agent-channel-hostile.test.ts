@@ -26,6 +26,7 @@ import {
   MAX_INBOUND_FRAME_BYTES,
   encodeFrame,
 } from '../../services/executor/backends/shared/agent/agent-protocol.js';
+import { SandboxLostError } from '../../services/executor/backends/shared/sandbox-channel.js';
 import { realPython } from '../support/python-bin.js';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
@@ -300,5 +301,67 @@ describe('exec agent channel against a hostile peer', { timeout: 120_000 }, () =
       logLines.join('\n'),
     );
     await assertServing(healthy);
+  });
+
+  it('a dropped stream: the real agent dials in again and its background process carries on; a foreground one ends', async () => {
+    const t = await agentTask('task-R');
+    const id = randomBytes(4).toString('hex');
+    const marker = `berth-resume-${id}`;
+    // Bracketed so that the pattern does not match the command line of the shell that runs pgrep.
+    const count = async (pattern: string) => run(t.channel, `pgrep -f '${pattern}' | wc -l`);
+    let out = '';
+    const bg = await t.channel.spawn({
+      script: `echo up; read line; echo "got $line"; exec -a ${marker} sleep 300`,
+      cwd: '/',
+      keepStdin: true,
+      background: true,
+      onOutput: (chunk) => (out += chunk.toString('utf8')),
+    });
+    const fg = await t.channel.spawn({ script: `exec -a ${marker}-fg sleep 300`, cwd: '/', onOutput: () => undefined });
+    while (!out.includes('up')) await new Promise((r) => setTimeout(r, 20));
+    t.channel.dropStream();
+    await assert.rejects(fg.exited, SandboxLostError);
+    assert.equal(await t.channel.recover(), true);
+    assert.equal(t.channel.isLost, false);
+    await bg.write('after the drop\n');
+    while (!out.includes('got after the drop')) await new Promise((r) => setTimeout(r, 20));
+    assert.equal(await count(`^[b]erth-resume-${id} 300`), '1\n');
+    // The foreground command's caller got an error: the agent ended it (SIGTERM, SIGKILL a second later).
+    for (let i = 0; i < 200 && (await count(`^[b]erth-resume-${id}-fg`)) !== '0\n'; i++) {
+      await new Promise((r) => setTimeout(r, 50));
+    }
+    assert.equal(await count(`^[b]erth-resume-${id}-fg`), '0\n');
+    await bg.kill(1000);
+    assert.equal((await bg.exited).signal, 15);
+    await assertServing(healthy);
+  });
+
+  it('after a protocol fault no resumed hello is taken, whatever key it presents', async () => {
+    const a = await hostileTask('task-F', 'fault-then-resume');
+    await assert.rejects(a.channel.ping(), /task-F sent a malformed frame/);
+    await exitedOf(a.peer);
+    assert.equal(a.peerOut(), 'refused\n');
+    assert.equal(await a.channel.recover(), false);
+    await assertServing(healthy);
+  });
+
+  it('after a dropped stream only the resume key the agent gave is taken, once', async () => {
+    const a = await hostileTask('task-D', 'drop-then-resume');
+    const refusedBefore = a.listener.refusedConnections;
+    await assert.rejects(a.channel.ping(), /task-D disconnected/);
+    assert.equal(await a.channel.recover(), true);
+    await a.channel.ping();
+    assert.match(a.peerOut(), /^wrong key refused\nresume asked \[\]\n/);
+    assert.ok(a.listener.refusedConnections > refusedBefore, 'the wrong key was refused and counted');
+    // A live channel again: a further resumed hello is refused like any second hello.
+    const replay = net.connect(a.listener.socketPath);
+    replay.on('error', () => undefined);
+    const hello = encodeFrame({ op: 'hello', id: 0, token: '5'.repeat(32), version: AGENT_PROTOCOL_VERSION, pid: 1, python: 'x', resumed: true });
+    replay.on('connect', () => replay.write(hello));
+    await new Promise<void>((resolve) => replay.once('close', () => resolve()));
+    await a.channel.ping();
+    a.channel.close();
+    await exitedOf(a.peer);
+    assert.match(a.peerOut(), /done\n$/);
   });
 });

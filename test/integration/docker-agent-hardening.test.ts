@@ -7,7 +7,7 @@
  */
 import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
-import { mkdtemp, rm } from 'node:fs/promises';
+import { mkdtemp, readFile, rm } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { after, before, describe, it } from 'node:test';
@@ -46,18 +46,26 @@ describe('exec agent hardening (real engine)', { skip: unavailable, timeout: 300
   const run = (key: TaskKey, command: string, stdin?: string) =>
     envs.exec(key, { command, timeoutMs: 60_000, maxOutputChars: 100_000, ...(stdin !== undefined ? { stdin } : {}) });
 
-  /** The token the task's agent presented: what a command must not be able to find. */
-  async function tokenOf(key: TaskKey): Promise<string> {
+  /** The task's agent channel (started by a first command). */
+  async function channelOf(key: TaskKey): Promise<AgentChannel> {
     await run(key, 'true');
     const channel = backend.environmentOf(key)?.container.channel;
     assert.ok(channel instanceof AgentChannel, 'the task runs through the exec agent');
+    return channel;
+  }
+
+  /** The token the task's agent presented: what a command must not be able to find. */
+  async function tokenOf(key: TaskKey): Promise<string> {
+    const channel = await channelOf(key);
     assert.match(channel.hello.token, /^[0-9a-f]{32}$/);
     return channel.hello.token;
   }
 
-  it('a command finds the token in no environment, command line, file of /run/berth or the agent\'s memory', async () => {
+  it('a command finds the token and the resume key in no environment, command line, file of /run/berth or the agent\'s memory', async () => {
     const key = newKey();
     const token = await tokenOf(key);
+    const { resumeKey } = (await channelOf(key)).hello;
+    assert.match(resumeKey, /^[0-9a-f]{32}$/);
     // The token reaches the probe on stdin and sits in a file outside /run/berth, so the probe's own command
     // lines never hold it.
     const r = await run(
@@ -76,7 +84,8 @@ describe('exec agent hardening (real engine)', { skip: unavailable, timeout: 300
         'python3 -c "import ctypes,sys; l=ctypes.CDLL(None,use_errno=True); r=l.ptrace(16,int(sys.argv[1]),0,0); print(\'ptrace\', r, ctypes.get_errno())" $agent',
         'rm -f /tmp/needle',
       ].join('\n'),
-      token,
+      // One needle a line: either found is a leak.
+      `${token}\n${resumeKey}\n`,
     );
     assert.equal(r.exitCode, 0, r.output);
     const lines = r.output.trim().split('\n');
@@ -109,6 +118,65 @@ describe('exec agent hardening (real engine)', { skip: unavailable, timeout: 300
     );
     assert.equal(r.output, 'closed\n', r.output);
     assert.equal((await run(key, 'echo still mine')).output, 'still mine\n');
+  });
+
+  it('a protocol fault on the agent stream still replaces the container: background processes stop, with a notice', async () => {
+    const key = newKey();
+    const channel = await channelOf(key);
+    const before = backend.environmentOf(key)?.container.id;
+    const started = await envs.startBackground(key, { command: 'echo bg-up; sleep 300' });
+    const poll = async () => JSON.parse(await envs.process(key, { action: 'poll', sessionId: started.sessionId })) as { status: string; exit_code?: number };
+    // Bytes that are no frame: "GET " read as a length prefix is over the cap.
+    channel.receiveForTest(Buffer.from('GET / HTTP/1.1\r\n\r\n'));
+    assert.equal(channel.isLost, true);
+    assert.equal(await channel.recover(), false, 'a faulted channel is never resumed');
+    const r = await run(key, 'echo after');
+    assert.equal(r.output, 'after\n');
+    assert.ok(r.notices.some((n) => /a new container was started: background processes were stopped/.test(n)), JSON.stringify(r.notices));
+    assert.notEqual(backend.environmentOf(key)?.container.id, before);
+    for (let i = 0; i < 100 && (await poll()).status !== 'exited'; i++) await new Promise((res) => setTimeout(res, 50));
+    assert.deepEqual(await poll().then((p) => [p.status, p.exit_code]), ['exited', -9]);
+  });
+
+  it('a command listening in place of the executor\'s socket never hears the resume key; the container is replaced', async () => {
+    const key = newKey();
+    const channel = await channelOf(key);
+    const env = backend.environmentOf(key);
+    assert.ok(env);
+    const before = env.container.id;
+    const log = path.join(env.container.hostDir, 'impostor.log');
+    // Moves the executor's socket aside (the directory is the sandbox user's) and listens at its path.
+    await envs.startBackground(key, {
+      command: [
+        'mv /run/berth/agent.sock /run/berth/moved.sock',
+        'exec python3 -c \'',
+        'import socket',
+        's = socket.socket(socket.AF_UNIX); s.bind("/run/berth/agent.sock"); s.listen(8)',
+        'while True:',
+        '    c, _ = s.accept(); c.settimeout(2); got = b""',
+        '    try:',
+        '        while True:',
+        '            d = c.recv(65536)',
+        '            if not d: break',
+        '            got += d',
+        '    except OSError: pass',
+        '    open("/run/berth/impostor.log", "a").write("conn %d\\n" % len(got)); c.close()',
+        '\'',
+      ].join('\n'),
+    });
+    const moved = await run(key, 'for i in $(seq 100); do [ -S /run/berth/agent.sock ] && [ -S /run/berth/moved.sock ] && break; sleep 0.05; done; ls /run/berth');
+    assert.match(moved.output, /moved\.sock/);
+    channel.dropStream();
+    const conns = async () => (await readFile(log, 'utf8').catch(() => '')).split('\n').filter(Boolean);
+    for (let i = 0; i < 200 && (await conns()).length < 2; i++) await new Promise((r) => setTimeout(r, 50));
+    const seen = await conns();
+    assert.ok(seen.length >= 2, `the agent redialled the path: ${JSON.stringify(seen)}`);
+    assert.deepEqual([...new Set(seen)], ['conn 0'], 'the agent said nothing to a listener that is not the executor');
+    // Nobody came back to the executor's socket: the container counts as lost and is replaced.
+    const r = await run(key, 'echo after');
+    assert.equal(r.output, 'after\n');
+    assert.ok(r.notices.some((n) => /a new container was started/.test(n)), JSON.stringify(r.notices));
+    assert.notEqual(backend.environmentOf(key)?.container.id, before);
   });
 
   it('an output flood through the agent is capped and costs the executor bounded memory', async (t) => {

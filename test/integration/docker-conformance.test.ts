@@ -9,6 +9,7 @@ import { silentLogger } from '../../services/common/logging.js';
 import type { BackendEnvironment } from '../../services/executor/backend.js';
 import { DockerBackend } from '../../services/executor/backends/docker/docker-backend.js';
 import { DockerEnvironment } from '../../services/executor/backends/docker/docker-environment.js';
+import { AgentChannel } from '../../services/executor/backends/shared/agent/agent-channel.js';
 import { runBackendConformance } from '../support/backend-conformance.js';
 import { SANDBOX_IMAGE, cleanupDocker, containerState, dockerUnavailableReason } from '../support/docker-fixtures.js';
 
@@ -36,12 +37,14 @@ if (unavailable) {
       sharedHost: false,
       tenant,
       timeScale: 2,
-      // A lost agent connection is a lost container to the docker backend: it is replaced, its processes with it.
+      // The agent (PID 1) keeps its background processes and dials in again; the channel binds them anew.
       dropAgentStream: async (env: BackendEnvironment) => {
         if (!(env instanceof DockerEnvironment)) throw new Error(`not a docker environment: ${env.description}`);
-        env.container.channel.close();
+        const channel = env.container.channel;
+        if (!(channel instanceof AgentChannel)) throw new Error(`no exec agent in ${env.description}`);
+        channel.dropStream();
       },
-      backgroundAfterDrop: 'ends',
+      backgroundAfterDrop: 'survives',
       executeCode: true,
       environmentExists: async (env: BackendEnvironment) => {
         if (!(env instanceof DockerEnvironment)) throw new Error(`not a docker environment: ${env.description}`);

@@ -125,7 +125,7 @@ describe('singularity backend: commands through the exec agent', { skip, timeout
   it('starts one agent per task with apptainer exec, and sends it every command and file operation', async () => {
     assert.equal(backend.transportOf(key), 'agent');
     const before = (await execCalls()).length;
-    assert.match((await execCalls()).pop() ?? '', / instance:\/\/berth-[0-9a-f]{6}-[0-9a-f]{16} python3 \/berth\/agent\/berth_agent\.py --stdio $/);
+    assert.match((await execCalls()).pop() ?? '', / instance:\/\/berth-[0-9a-f]{6}-[0-9a-f]{16} python3 \/berth\/agent\/berth_agent\.py --stdio --linger \/berth\/state\/agent\/linger\.sock $/);
     const parents: string[] = [];
     for (let i = 0; i < 3; i++) parents.push((await run(env, 'echo $PPID')).output.trim());
     await env.writeFile('/workspace/agent-file', Buffer.from('through the agent'));
@@ -133,7 +133,7 @@ describe('singularity backend: commands through the exec agent', { skip, timeout
     assert.equal((await env.stat('/workspace/agent-file')).sizeBytes, 17);
     // The commands ran as children of the one agent, and no new apptainer exec was started for them.
     assert.deepEqual(parents, [String(env.agentPid), String(env.agentPid), String(env.agentPid)]);
-    assert.equal((await run(env, 'tr "\\0" " " < /proc/$PPID/cmdline')).output, 'python3 /berth/agent/berth_agent.py --stdio ');
+    assert.equal((await run(env, 'tr "\\0" " " < /proc/$PPID/cmdline')).output, 'python3 /berth/agent/berth_agent.py --stdio --linger /berth/state/agent/linger.sock ');
     assert.equal((await execCalls()).length, before);
   });
 

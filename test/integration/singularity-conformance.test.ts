@@ -38,12 +38,12 @@ if (skip) {
     {
       sharedHost: false,
       timeScale: 2,
-      // Ending the agent's stdin is what a broken stream looks like from inside: the agent stops what it started.
+      // The agent keeps its background processes on its linger socket; the next start bridges to it.
       dropAgentStream: async (env) => {
         if (!(env instanceof SingularityAgentEnvironment)) throw new Error(`no exec agent in ${env.description}`);
-        env.agentChannel.close();
+        env.agentChannel.dropStream();
       },
-      backgroundAfterDrop: 'ends',
+      backgroundAfterDrop: 'survives',
       executeCode: true,
       environmentExists: async (env) => {
         const name = env.description.replace(/^singularity:/, '');

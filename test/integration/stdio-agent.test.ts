@@ -9,7 +9,9 @@
 import assert from 'node:assert/strict';
 import { spawn, execFileSync } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { chmod, copyFile, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
+import { existsSync } from 'node:fs';
+import { chmod, copyFile, mkdtemp, readFile, rm, stat, writeFile } from 'node:fs/promises';
+import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import { after, before, describe, it } from 'node:test';
@@ -18,7 +20,12 @@ import { fileURLToPath } from 'node:url';
 import Dockerode from 'dockerode';
 import { createLogger, silentLogger } from '../../services/common/logging.js';
 import type { AgentChannel } from '../../services/executor/backends/shared/agent/agent-channel.js';
-import { FILE_CHUNK_BYTES, foregroundExitCode } from '../../services/executor/backends/shared/agent/agent-protocol.js';
+import {
+  FILE_CHUNK_BYTES,
+  FrameDecoder,
+  encodeFrame,
+  foregroundExitCode,
+} from '../../services/executor/backends/shared/agent/agent-protocol.js';
 import {
   AgentUnavailableError,
   startStdioAgent,
@@ -206,6 +213,32 @@ function operations(name: string, open: () => Promise<AgentChannel>): void {
   });
 }
 
+/** The header of the next frame on `stream`. */
+function readFrame(stream: NodeJS.ReadableStream): Promise<Record<string, unknown>> {
+  const decoder = new FrameDecoder();
+  return new Promise((resolve, reject) => {
+    const onData = (chunk: Buffer) => {
+      const [frame] = decoder.push(chunk);
+      if (!frame) return;
+      stream.off('data', onData);
+      resolve(frame.header as Record<string, unknown>);
+    };
+    stream.on('data', onData);
+    stream.once('end', () => reject(new Error('ended before a frame')));
+  });
+}
+
+/** Connects to `socketPath`, sends `payload` and collects what comes back until the peer closes. */
+function talk(socketPath: string, payload: Buffer): Promise<Buffer> {
+  return new Promise((resolve) => {
+    const chunks: Buffer[] = [];
+    const socket = net.connect(socketPath, () => socket.write(payload));
+    socket.on('data', (c: Buffer) => chunks.push(c));
+    socket.on('error', () => undefined);
+    socket.on('close', () => resolve(Buffer.concat(chunks)));
+  });
+}
+
 async function waitFor(check: () => boolean | Promise<boolean>, timeoutMs = 20_000): Promise<void> {
   const until = Date.now() + timeoutMs;
   while (!(await check())) {
@@ -218,6 +251,109 @@ describe('exec agent over stdio, local child process', { timeout: 120_000 }, () 
   operations('python3 on this host', () =>
     startStdioAgent({ spawn: localSpawn, python: PYTHON, agentPath: AGENT, description: 'this host', logger: silentLogger() }),
   );
+
+  it('a dropped stream with --linger: the agent waits on its socket, the next start bridges to it, background work carries on', async () => {
+    const dir = await mkdtemp(path.join(os.tmpdir(), 'berth-linger-'));
+    const lingerPath = path.join(dir, 'agent', 'linger.sock');
+    const starts: string[][] = [];
+    const channel = await startStdioAgent({
+      spawn: (argv) => {
+        starts.push([...argv.slice(2)]);
+        return localSpawn(argv);
+      },
+      python: PYTHON,
+      agentPath: AGENT,
+      description: 'this host',
+      lingerPath,
+    });
+    try {
+      let out = '';
+      const marker = `berth-linger-${randomBytes(4).toString('hex')}`;
+      const bg = await channel.spawn({
+        script: `echo up; read line; echo "got $line"; exec -a ${marker} sleep 300`,
+        cwd: '/tmp',
+        keepStdin: true,
+        background: true,
+        onOutput: (c) => (out += c.toString('utf8')),
+      });
+      await waitFor(() => out.includes('up'));
+      channel.dropStream();
+      assert.equal(await channel.recover(), true);
+      assert.deepEqual(starts, [
+        ['--stdio', '--linger', lingerPath],
+        ['--stdio', '--linger', lingerPath, '--resume', String(channel.hello.pid)],
+      ]);
+      await bg.write('again\n');
+      await waitFor(() => out.includes('got again'));
+      // The commands still run under the first agent: it was found again, not replaced.
+      assert.equal((await run(channel, `ps -o ppid= -p $(pgrep -f '^[b]erth-linger-${marker.slice(13)}')`)).out.trim(), String(channel.hello.pid));
+      await bg.kill(1000);
+      assert.equal((await bg.exited).signal, 15);
+    } finally {
+      channel.close();
+      await rm(dir, { recursive: true, force: true });
+    }
+  });
+
+  it('a lingering agent answers only the resume key it gave, and ends everything on bye', async () => {
+    const dir = await mkdtemp(path.join(os.tmpdir(), 'berth-linger-'));
+    const lingerPath = path.join(dir, 'agent', 'linger.sock');
+    const child = spawn(PYTHON, [AGENT, '--stdio', '--linger', lingerPath], { stdio: ['pipe', 'pipe', 'ignore'] });
+    try {
+      const first = await readFrame(child.stdout!);
+      assert.equal(first.op, 'hello');
+      assert.match(String(first.resume_key), /^[0-9a-f]{32}$/);
+      child.stdin!.end();
+      await waitFor(() => existsSync(lingerPath));
+      assert.equal((await stat(lingerPath)).mode & 0o777, 0o600);
+      assert.equal((await stat(path.dirname(lingerPath))).mode & 0o777, 0o700);
+      // Wrong key: closed without a word.
+      const wrong = await talk(lingerPath, encodeFrame({ op: 'auth', id: 0, key: 'f'.repeat(32) }));
+      assert.equal(wrong.length, 0);
+      // Something that is not an auth frame: the same.
+      assert.equal((await talk(lingerPath, encodeFrame({ op: 'ping', id: 1 }))).length, 0);
+      // The right key: a resumed hello from the same agent.
+      const socket = net.connect(lingerPath);
+      socket.write(encodeFrame({ op: 'auth', id: 0, key: String(first.resume_key) }));
+      const again = await readFrame(socket);
+      assert.deepEqual([again.op, again.resumed, again.pid], ['hello', true, first.pid]);
+      const exited = new Promise<number | null>((resolve) => child.once('exit', (code) => resolve(code)));
+      socket.end(encodeFrame({ op: 'bye', id: 0 }));
+      assert.equal(await exited, 0);
+      assert.equal(existsSync(lingerPath), false, 'the linger socket is gone with the agent');
+    } finally {
+      child.kill('SIGKILL');
+      await rm(dir, { recursive: true, force: true });
+    }
+  });
+
+  it('--resume never bridges to a socket held by another process than the agent: it starts afresh, and says nothing there', async () => {
+    const dir = await mkdtemp(path.join(os.tmpdir(), 'berth-linger-'));
+    const lingerPath = path.join(dir, 'linger.sock');
+    let heard = 0;
+    let closedOnce!: () => void;
+    const closed = new Promise<void>((resolve) => (closedOnce = resolve));
+    // This test process is no agent: a socket a command of the sandbox bound in the agent's place.
+    const impostor = net.createServer((socket) => {
+      socket.on('data', (c: Buffer) => (heard += c.length));
+      socket.on('error', () => undefined);
+      socket.on('close', () => closedOnce());
+    });
+    await new Promise<void>((resolve) => impostor.listen(lingerPath, resolve));
+    const child = spawn(PYTHON, [AGENT, '--stdio', '--linger', lingerPath, '--resume', '1'], { stdio: ['pipe', 'pipe', 'ignore'] });
+    try {
+      child.stdin!.write(encodeFrame({ op: 'auth', id: 0, key: 'a'.repeat(32) }));
+      const hello = await readFrame(child.stdout!);
+      assert.deepEqual([hello.op, hello.resumed], ['hello', false], 'a fresh agent');
+      // It looked, and hung up having sent nothing.
+      await closed;
+      assert.equal(heard, 0);
+    } finally {
+      child.kill('SIGKILL');
+      await new Promise<void>((resolve) => impostor.close(() => resolve()));
+      await rm(dir, { recursive: true, force: true });
+    }
+  });
 
   it('reports a host without python3 as a typed error to fall back on', async () => {
     const empty = await mkdtemp(path.join(os.tmpdir(), 'berth-nopython-'));

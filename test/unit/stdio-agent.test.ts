@@ -23,10 +23,20 @@ const frame = (header: Record<string, unknown>, body = Buffer.alloc(0)): Frame =
 describe('parseHello', () => {
   test('reads transport and capabilities, and defaults them for older agents', () => {
     const hello = parseHello(frame({ token: '', version: 2, pid: 9, python: '3.8.10', transport: 'stdio', capabilities: ['pty', 7] }));
-    assert.deepEqual(hello, { token: '', version: 2, pid: 9, python: '3.8.10', transport: 'stdio', capabilities: ['pty'] });
+    assert.deepEqual(hello, {
+      token: '',
+      version: 2,
+      pid: 9,
+      python: '3.8.10',
+      transport: 'stdio',
+      capabilities: ['pty'],
+      resumeKey: '',
+      resumed: false,
+    });
     const old = parseHello(frame({ token: 'abc', version: 2, pid: 1, python: '3.6.9' }));
     assert.equal(old?.transport, 'socket');
     assert.deepEqual(old?.capabilities, []);
+    assert.equal(old?.resumeKey, '', 'an agent older than resume has no key: a dropped stream loses it, as before');
   });
 
   test('refuses what is not a hello', () => {

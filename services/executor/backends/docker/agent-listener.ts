@@ -15,13 +15,20 @@
  * connection is refused unread and logged; before that, a connection gets
  * {@link MAX_HELLO_FRAME_BYTES} and {@link HELLO_TIMEOUT_MS} to say hello, and
  * at most {@link MAX_WAITING_CONNECTIONS} may be waiting at once.
+ *
+ * One exception: when the agent's stream dropped (EOF or reset, never after
+ * a protocol fault, which closes the channel for good), its channel asks for
+ * the agent again, and while it waits one connection is accepted whose hello
+ * says `resumed` and presents the resume key that agent gave in its first
+ * hello (never written anywhere; the token file's token is not enough).
+ * Still at most one live channel per container start.
  */
 import { createHash, timingSafeEqual } from 'node:crypto';
 import { chmod, chown, rm } from 'node:fs/promises';
 import { createServer, type Server, type Socket } from 'node:net';
 import { FailedPreconditionError, UnavailableError } from '../../../common/errors.js';
 import type { Logger } from '../../../common/logging.js';
-import { AgentChannel, type AgentChannelOptions } from '../shared/agent/agent-channel.js';
+import { AgentChannel, type AgentChannelOptions, type AgentStream } from '../shared/agent/agent-channel.js';
 import {
   AGENT_PROTOCOL_VERSION,
   FrameDecoder,
@@ -43,9 +50,12 @@ const REFUSALS_LOG_EVERY = 100;
 
 interface Waiter {
   readonly token: string;
-  readonly resolve: (channel: AgentChannel) => void;
+  readonly resolve: (stream: AgentStream) => void;
   readonly reject: (err: Error) => void;
 }
+
+/** How often a wait for a redialling agent asks whether its container still runs. */
+const LIVENESS_POLL_MS = 500;
 
 export class AgentListener {
   readonly socketPath: string;
@@ -54,6 +64,13 @@ export class AgentListener {
   readonly #logger: Logger | undefined;
   readonly #channelOptions: AgentChannelOptions;
   #waiter: Waiter | undefined;
+  /** Set while the agent's channel waits for it to dial in again after a dropped stream. */
+  #resumeWaiter: Waiter | undefined;
+  /**
+   * Whether the container still runs (set once it exists): a wait for a
+   * redialling agent ends early when it does not.
+   */
+  isAlive: (() => Promise<boolean>) | undefined;
   #closed = false;
   /** Set once an agent's hello was accepted: this container start has its agent. */
   #accepted = false;
@@ -112,7 +129,48 @@ export class AgentListener {
    * expectation. Rejects after `timeoutMs`, or when `signal` aborts.
    */
   expect(token: string, timeoutMs: number, signal?: AbortSignal): Promise<AgentChannel> {
-    return new Promise<AgentChannel>((resolve, reject) => {
+    return this.#wait('first', token, timeoutMs, signal).then((first) => {
+      const channel = new AgentChannel(first.stream, first.decoder, first.hello, this.#description, this.#logger, {
+        ...this.#channelOptions,
+        reattach: (previous, stop) => this.#expectResume(previous.resumeKey, stop),
+      });
+      channel.drainBuffered(first.buffered);
+      return channel;
+    });
+  }
+
+  /** The same agent dialling in again after its stream dropped, presenting `resumeKey`. */
+  async #expectResume(resumeKey: string, signal: AbortSignal): Promise<AgentStream> {
+    if (this.#closed) throw new UnavailableError(`the agent socket of ${this.#description} is closed`);
+    const stop = new AbortController();
+    const both = AbortSignal.any([signal, stop.signal]);
+    const isAlive = this.isAlive;
+    if (isAlive) {
+      void (async () => {
+        while (!both.aborted) {
+          await new Promise((r) => setTimeout(r, LIVENESS_POLL_MS));
+          if (both.aborted) return;
+          if (!(await isAlive().catch(() => true))) {
+            stop.abort(new UnavailableError(`${this.#description} stopped`));
+            return;
+          }
+        }
+      })();
+    }
+    try {
+      // The channel bounds the wait (it races this with its own timeout and aborts `signal`).
+      return await this.#wait('resume', resumeKey, 24 * 60 * 60 * 1000, both);
+    } finally {
+      stop.abort();
+    }
+  }
+
+  #wait(kind: 'first' | 'resume', token: string, timeoutMs: number, signal?: AbortSignal): Promise<AgentStream> {
+    return new Promise<AgentStream>((resolve, reject) => {
+      if (signal?.aborted) {
+        reject(signal.reason instanceof Error ? signal.reason : new UnavailableError('stopped waiting for the exec agent'));
+        return;
+      }
       const timer = setTimeout(() => {
         done();
         reject(new UnavailableError(`the exec agent of ${this.#description} did not connect within ${timeoutMs} ms`));
@@ -125,19 +183,21 @@ export class AgentListener {
         clearTimeout(timer);
         signal?.removeEventListener('abort', onAbort);
         if (this.#waiter === waiter) this.#waiter = undefined;
+        if (this.#resumeWaiter === waiter) this.#resumeWaiter = undefined;
       };
       const waiter: Waiter = {
         token,
-        resolve: (channel) => {
+        resolve: (stream) => {
           done();
-          resolve(channel);
+          resolve(stream);
         },
         reject: (err) => {
           done();
           reject(err);
         },
       };
-      this.#waiter = waiter;
+      if (kind === 'first') this.#waiter = waiter;
+      else this.#resumeWaiter = waiter;
       signal?.addEventListener('abort', onAbort, { once: true });
     });
   }
@@ -165,7 +225,7 @@ export class AgentListener {
       socket.destroy();
       return;
     }
-    if (this.#accepted) {
+    if (this.#accepted && !this.#resumeWaiter) {
       this.#refuse(socket, 'this container start has its agent already (a second hello is never accepted)');
       return;
     }
@@ -204,6 +264,18 @@ export class AgentListener {
       if (!settle()) return;
       const [first, ...rest] = frames;
       const hello = parseHello(first!);
+      const resume = this.#resumeWaiter;
+      if (this.#accepted && resume && hello?.resumed && sameToken(hello.token, resume.token)) {
+        if (hello.version !== AGENT_PROTOCOL_VERSION) {
+          this.#refuse(socket, 'a resumed agent of another protocol version');
+          return;
+        }
+        // Paused until the channel has its listeners on it: nothing is read before.
+        socket.pause();
+        socket.on('error', () => undefined);
+        resume.resolve({ stream: socket, decoder, hello, buffered: rest });
+        return;
+      }
       const waiter = this.#waiter;
       if (this.#accepted) {
         this.#refuse(socket, 'this container start has its agent already (a second hello is never accepted)');
@@ -224,9 +296,9 @@ export class AgentListener {
         return;
       }
       this.#accepted = true;
-      const channel = new AgentChannel(socket, decoder, hello, this.#description, this.#logger, this.#channelOptions);
-      channel.drainBuffered(rest);
-      waiter.resolve(channel);
+      socket.pause();
+      socket.on('error', () => undefined);
+      waiter.resolve({ stream: socket, decoder, hello, buffered: rest });
     };
     const onError = () => {
       if (settle()) socket.destroy();
@@ -241,6 +313,7 @@ export class AgentListener {
   async close(): Promise<void> {
     if (this.#closed) return;
     this.#closed = true;
+    this.#resumeWaiter?.reject(new UnavailableError(`the agent socket of ${this.#description} was closed`));
     // Stops accepting; a connected agent keeps its socket until its channel is closed.
     this.#server.close();
     await rm(this.socketPath, { force: true }).catch(() => undefined);

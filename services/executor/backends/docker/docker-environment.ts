@@ -9,6 +9,12 @@
  * restart), the next operation starts a new one under the same name and the
  * same host directory, so the shell snapshot survives, and says so in a
  * notice with the next command's result.
+ *
+ * A dropped agent stream (EOF or reset, no protocol fault) is not a lost
+ * container: the agent, PID 1, keeps its background processes and dials in
+ * again, and the channel binds them to the new stream (agent-channel.ts);
+ * only a foreground command that was running ends (137, with a notice).
+ * When the agent does not come back in time, the container is replaced.
  */
 import { posix } from 'node:path';
 import { rm } from 'node:fs/promises';
@@ -201,6 +207,8 @@ export class DockerEnvironment implements BackendEnvironment {
   #recreate(lost: SandboxContainer, during: string): Promise<SandboxContainer> {
     if (this.#container !== lost && !this.#recreating) return Promise.resolve(this.#container);
     this.#recreating ??= (async () => {
+      // A dropped stream whose agent dialled in again: same container, nothing to replace.
+      if (await lost.channel.recover?.()) return lost;
       const fate = await lost.fate().catch(() => undefined);
       this.#o.logger.warn({ container: lost.name, fate }, 'task container lost; starting a new one');
       await lost.remove().catch((err: unknown) => {
@@ -274,8 +282,15 @@ export class DockerEnvironment implements BackendEnvironment {
 
     const outcome = await awaitForeground(proc, options, this.#o.killGraceMs);
     if (!outcome.exit) {
-      // The container went away under the command: nothing of it runs any more.
+      // The container (or only the stream to its agent) went away under the command: nothing of it runs any more.
       if (this.#disposing) throw outcome.lost;
+      if (await container.channel.recover?.()) {
+        this.#notices.push(
+          "The connection to the container's exec agent dropped while the command ran; the command was stopped " +
+            '(the container and its background processes were kept).',
+        );
+        return outcome.deadline.result(137);
+      }
       await this.#recreate(container, ' while the command ran');
       return outcome.deadline.result(137);
     }
@@ -292,6 +307,7 @@ export class DockerEnvironment implements BackendEnvironment {
         ...(options.env ? { env: options.env } : {}),
         ...(options.pty ? { pty: true } : {}),
         keepStdin: true,
+        background: true,
         onOutput: (chunk) => deliverOutput(options.onOutput, chunk, this.#o.logger),
       }),
     );

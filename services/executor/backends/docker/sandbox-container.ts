@@ -342,6 +342,14 @@ export class ContainerFactory {
           await o.networkFor(params.tenant, true);
         }
       }
+      const started = container;
+      listener.isAlive = async () => {
+        try {
+          return (await started.inspect()).State.Running;
+        } catch (err) {
+          return !isNotFound(err);
+        }
+      };
       const channel = await this.#connect(container, params, agent, signal);
       // The agent removed it before dialling in; gone for certain now (and for the docker exec fallback).
       await rm(tokenFile, { force: true });

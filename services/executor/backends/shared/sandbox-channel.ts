@@ -20,6 +20,12 @@ export interface SpawnOptions {
   readonly stdin?: Uint8Array | string;
   /** Keep stdin open for {@link SandboxProcess.write}; otherwise it is closed after `stdin`. */
   readonly keepStdin?: boolean;
+  /**
+   * A background process: where the channel can survive a dropped stream
+   * (the exec agent's resume), it keeps running and is found again; a
+   * foreground one ends with the stream.
+   */
+  readonly background?: boolean;
   /** stdout and stderr, in arrival order. */
   readonly onOutput: (chunk: Buffer) => void;
 }
@@ -67,6 +73,12 @@ export interface SandboxChannel {
   stat(absPath: string): Promise<SandboxStat>;
   /** Stops using the channel; running operations fail with {@link SandboxLostError}. */
   close(): void;
+  /**
+   * After a {@link SandboxLostError}: resolves true once the channel has
+   * its stream back (a dropped stream was resumed, same sandbox, background
+   * processes kept), false when it is lost for good. Absent: never recovers.
+   */
+  recover?(): Promise<boolean>;
 }
 
 /** The container (or its agent) went away under an operation. */

@@ -7,10 +7,14 @@
  * its own session inside the instance; a timeout or interrupt makes the
  * agent SIGTERM, then SIGKILL, its whole process group there.
  *
- * When the agent goes away while the instance runs (a command killed it,
- * its `apptainer exec` process died), the next operation starts a new one
- * and says so in a notice; a command that was running when it went away
- * reports 137.
+ * When only the stream to the agent drops (EOF, reset: no protocol fault),
+ * the agent keeps its background processes and waits on a private socket;
+ * the channel starts a bridge to it and binds them again (stdio-agent.ts), so
+ * they are still polled, fed and killed; a foreground command that was
+ * running ends (137, with a notice). When the agent itself goes away (a
+ * command killed it, or it cannot be found again), the next operation
+ * starts a new one and says so in a notice; a command that was running when
+ * it went away reports 137.
  *
  * execute_code runs its script here too ({@link rpcRelay}): the agent makes
  * the run dir and `rpc.sock` under the task's state directory inside the
@@ -98,6 +102,8 @@ export class SingularityAgentEnvironment implements BackendEnvironment {
   #reconnect(lost: AgentChannel, during: string): Promise<AgentChannel> {
     if (this.#channel !== lost && !this.#reconnecting) return Promise.resolve(this.#channel);
     this.#reconnecting ??= (async () => {
+      // A dropped stream whose agent was found again: same agent, nothing to start.
+      if (await lost.recover()) return lost;
       this.#setup.logger?.warn({ pid: lost.hello.pid }, 'lost the exec agent of the instance; starting a new one');
       const next = await this.#setup.connect();
       if (this.#disposing) {
@@ -156,13 +162,20 @@ export class SingularityAgentEnvironment implements BackendEnvironment {
     if (outcome.exit) return outcome.result;
     // The agent went away under the command: its process group went with it (or is no longer ours to see).
     if (this.#disposing) throw outcome.lost;
+    if (await channel.recover()) {
+      this.#notices.push(
+        `The connection to the exec agent in ${this.description} dropped while the command ran; the command was stopped ` +
+          '(background processes were kept).',
+      );
+      return outcome.deadline.result(137);
+    }
     await this.#reconnect(channel, ' while a command ran');
     return outcome.deadline.result(137);
   }
 
   async startBackground(options: BackgroundOptions): Promise<BackgroundHandle> {
     assertNotReleased(this, this.#disposing);
-    const proc = await this.#withChannel((channel) => channel.spawn(this.#spawnOptions(options, { keepStdin: true })));
+    const proc = await this.#withChannel((channel) => channel.spawn(this.#spawnOptions(options, { keepStdin: true, background: true })));
     return backgroundHandle(proc, options, this.#setup.killGraceMs, this.#setup.logger);
   }
 

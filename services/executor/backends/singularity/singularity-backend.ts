@@ -79,6 +79,9 @@ import { runCli, spawnCli, stderrTail, type Cli } from './singularity-cli.js';
 
 export { STATE_DIR, WORKSPACE_DIR } from './singularity-argv.js';
 
+/** Where the exec agent waits to be found again after its stream dropped (inside the instance). */
+export const AGENT_LINGER_PATH = `${STATE_DIR}/agent/linger.sock`;
+
 export interface SingularityBackendOptions {
   /** The runtime binary; resolved from PATH (apptainer, then singularity) when absent. */
   readonly binary?: string;
@@ -302,6 +305,8 @@ export class SingularityBackend implements Backend {
         ...(logger ? { logger } : {}),
         // The fallback is a property of the image: said once per image, not per task.
         fallbackLogKey: `singularity image ${o.image}`,
+        // Under the task's private state dir: a dropped stream leaves the agent (and background processes) here.
+        lingerPath: AGENT_LINGER_PATH,
       });
     const killGraceMs = o.killGraceMs ?? 1000;
     let environment: TaskEnvironment;

@@ -3,7 +3,15 @@
  * multiplexed by id over one byte stream (see agent-protocol.ts). The
  * stream is whatever the backend has: the Unix socket the agent dialled,
  * or the stdin/stdout of `python3 berth_agent.py --stdio` (stdio-agent.ts).
+ *
+ * The channel can outlive one stream: when a stream drops (EOF, reset; never
+ * after a protocol fault, which loses the channel for good) and the backend
+ * gave a way to find the agent again ({@link AgentChannelOptions.reattach}),
+ * foreground work fails, background processes stay, and once the agent is
+ * back on a new stream they are bound to it (`resume`), so their output,
+ * stdin, exit and kill carry on.
  */
+import { timingSafeEqual } from 'node:crypto';
 import type { Duplex } from 'node:stream';
 import { FailedPreconditionError, ResourceExhaustedError } from '../../../../common/errors.js';
 import type { Logger } from '../../../../common/logging.js';
@@ -61,10 +69,43 @@ export const MAX_OPEN_REQUESTS = 1024;
  */
 export const REQUEST_TIMEOUT_MS = 60_000;
 
+/**
+ * How long the channel waits for its agent to come back after the stream
+ * dropped (the agent redials, or a new stdio start finds it) before it
+ * counts the agent as lost.
+ */
+export const REATTACH_TIMEOUT_MS = 15_000;
+
+/** A stream to an agent, just past its hello. */
+export interface AgentStream {
+  readonly stream: Duplex;
+  /** Holds whatever followed the hello in the same read. */
+  readonly decoder: FrameDecoder;
+  readonly hello: AgentHello;
+  /** Frames that arrived together with the hello. */
+  readonly buffered: readonly Frame[];
+}
+
+/**
+ * Finds the agent of `previous` again after its stream dropped: resolves
+ * with a new stream whose hello says `resumed`; rejects when it cannot
+ * (the sandbox is gone, nobody dialled in). `signal` aborts when the
+ * channel stops waiting.
+ */
+export type AgentReattach = (previous: AgentHello, signal: AbortSignal) => Promise<AgentStream>;
+
 /** Tuning of one channel; defaults are the production values. */
 export interface AgentChannelOptions {
   /** {@link REQUEST_TIMEOUT_MS} unless set (tests shorten it). */
   readonly requestTimeoutMs?: number;
+  /**
+   * How a dropped stream (EOF, reset: no protocol fault) is survived:
+   * background processes are kept and bound to the new stream. Absent, or
+   * an agent without the `resume` capability: a drop loses the channel.
+   */
+  readonly reattach?: AgentReattach;
+  /** {@link REATTACH_TIMEOUT_MS} unless set. */
+  readonly reattachTimeoutMs?: number;
 }
 
 interface Pending {
@@ -77,6 +118,23 @@ interface ProcEntry {
   readonly started: Pending;
   readonly exit: Pending;
   isStarted: boolean;
+  /** Outlives a dropped stream (the agent keeps it running); a foreground process does not. */
+  readonly background: boolean;
+}
+
+/**
+ * The ids a `resumed` answer names, or undefined when it is malformed: each
+ * must be one the executor asked about, so no more than were asked.
+ */
+export function parseResumed(frame: Frame, asked: ReadonlySet<number>): Set<number> | undefined {
+  const procs = frame.header.procs;
+  if (frame.header.op !== 'resumed' || !Array.isArray(procs) || procs.length > asked.size) return undefined;
+  const alive = new Set<number>();
+  for (const id of procs) {
+    if (typeof id !== 'number' || !asked.has(id)) return undefined;
+    alive.add(id);
+  }
+  return alive;
 }
 
 export type { AgentHello } from './agent-protocol.js';
@@ -93,8 +151,15 @@ export interface AgentSocketRelay {
 export class AgentChannel implements SandboxChannel {
   readonly kind = 'agent' as const;
   readonly hello: AgentHello;
-  readonly #socket: Duplex;
-  readonly #decoder: FrameDecoder;
+  #socket!: Duplex;
+  #decoder!: FrameDecoder;
+  /** The current stream ended (or failed) without a protocol fault; set until a new one is bound. */
+  #streamDown = false;
+  /** Finding the agent again after a dropped stream; requests wait for it. */
+  #reattaching: Promise<void> | undefined;
+  readonly #reattachAbort = new AbortController();
+  #closing = false;
+  readonly #options: AgentChannelOptions;
   readonly #logger: Logger | undefined;
   readonly #description: string;
   readonly #pending = new Map<number, Pending & { readonly timer: NodeJS.Timeout }>();
@@ -118,22 +183,151 @@ export class AgentChannel implements SandboxChannel {
     options: AgentChannelOptions = {},
   ) {
     this.#requestTimeoutMs = options.requestTimeoutMs ?? REQUEST_TIMEOUT_MS;
-    this.#socket = socket;
-    this.#decoder = decoder;
+    this.#options = options;
     this.hello = hello;
     this.#description = description;
     this.#logger = logger;
+    this.#bind(socket, decoder);
+  }
+
+  /** Makes `socket` the channel's stream. */
+  #bind(socket: Duplex, decoder: FrameDecoder): void {
+    this.#socket = socket;
+    this.#decoder = decoder;
+    this.#streamDown = false;
+    const description = this.#description;
     (socket as { setNoDelay?: (noDelay: boolean) => void }).setNoDelay?.(true);
-    const disconnected = () => this.#fail(new SandboxLostError(`the exec agent of ${description} disconnected`));
-    socket.on('data', (chunk: Buffer) => this.#onData(chunk));
-    socket.on('error', (err) => this.#fail(new SandboxLostError(`lost the exec agent of ${description}: ${err.message}`)));
+    const current = () => this.#socket === socket && !this.#streamDown && !this.#lost;
+    const disconnected = () => {
+      if (current()) this.#onDrop(new SandboxLostError(`the exec agent of ${description} disconnected`));
+    };
+    socket.on('data', (chunk: Buffer) => {
+      if (current()) this.#onData(chunk);
+    });
+    socket.on('error', (err) => {
+      if (current()) this.#onDrop(new SandboxLostError(`lost the exec agent of ${description}: ${err.message}`));
+    });
     // A stream made of two pipes may end its readable side without ever closing as a whole.
     socket.on('end', disconnected);
     socket.on('close', disconnected);
+    // A stream handed over paused (so that nothing was read before these listeners) flows from here.
+    socket.resume();
+    if (socket.destroyed) disconnected();
   }
 
   get isLost(): boolean {
     return this.#lost !== undefined;
+  }
+
+  /** The stream dropped and the agent is being looked for again; requests wait meanwhile. */
+  get isReattaching(): boolean {
+    return this.#reattaching !== undefined;
+  }
+
+  /**
+   * After a {@link SandboxLostError}: waits until the channel has its agent
+   * again (a dropped stream was resumed); false when the channel is lost.
+   */
+  async recover(): Promise<boolean> {
+    try {
+      await this.#attached();
+      return true;
+    } catch {
+      return false;
+    }
+  }
+
+  /** Resolves once the channel has a stream (at once unless a dropped one is being replaced); throws once lost. */
+  async #attached(): Promise<void> {
+    if (this.#reattaching) await this.#reattaching;
+    if (this.#lost) throw this.#lost;
+  }
+
+  /**
+   * The stream ended or failed, with no protocol fault. With a way to
+   * reattach, foreground work fails now (the agent ends it) and background
+   * processes wait for the agent to be found again; otherwise the channel
+   * is lost.
+   */
+  #onDrop(err: SandboxLostError): void {
+    if (this.#lost || this.#streamDown) return;
+    this.#streamDown = true;
+    const reattach = this.#options.reattach;
+    const canResume = reattach !== undefined && this.hello.capabilities.includes('resume') && this.hello.resumeKey !== '';
+    if (!canResume || this.#closing || this.#reattaching) {
+      // A drop while resuming ends it: the agent is unreachable or not answering.
+      this.#fail(err);
+      return;
+    }
+    this.#socket.destroy();
+    for (const p of this.#pending.values()) {
+      clearTimeout(p.timer);
+      p.reject(err);
+    }
+    this.#pending.clear();
+    for (const [id, proc] of this.#procs) {
+      if (proc.background && proc.isStarted) continue;
+      if (!proc.isStarted) proc.started.reject(err);
+      proc.exit.reject(err);
+      this.#procs.delete(id);
+    }
+    for (const relay of this.#relays.values()) relay.closeAll();
+    this.#relays.clear();
+    this.#logger?.warn({ background: this.#procs.size }, 'the stream to the exec agent dropped; finding it again');
+    this.#reattaching = this.#reattach(reattach, err).finally(() => {
+      this.#reattaching = undefined;
+    });
+    this.#reattaching.catch(() => undefined);
+  }
+
+  async #reattach(reattach: AgentReattach, cause: SandboxLostError): Promise<void> {
+    const timeoutMs = this.#options.reattachTimeoutMs ?? REATTACH_TIMEOUT_MS;
+    let timer: NodeJS.Timeout | undefined;
+    try {
+      const next = await Promise.race([
+        reattach(this.hello, this.#reattachAbort.signal),
+        new Promise<never>((_, reject) => {
+          timer = setTimeout(() => reject(new Error(`not found again within ${timeoutMs} ms`)), timeoutMs);
+          timer.unref();
+        }),
+      ]);
+      clearTimeout(timer);
+      if (this.#lost) {
+        dismiss(next.stream);
+        throw this.#lost;
+      }
+      const h = next.hello;
+      if (!h.resumed || h.pid !== this.hello.pid || h.version !== this.hello.version || !sameKey(h.resumeKey, this.hello.resumeKey)) {
+        dismiss(next.stream);
+        throw new Error(`another agent answered (pid ${h.pid}, resumed ${h.resumed})`);
+      }
+      this.#bind(next.stream, next.decoder);
+      for (const frame of next.buffered) this.#dispatch(frame);
+      const asked = new Set(this.#procs.keys());
+      const answer = await this.#send1('resume', { procs: [...asked] });
+      const alive = parseResumed(answer, asked);
+      if (!alive) {
+        const err = new SandboxLostError(`the exec agent of ${this.#description} answered resume with a malformed frame`);
+        this.#fail(err);
+        throw err;
+      }
+      for (const id of asked) {
+        if (alive.has(id)) continue;
+        this.#procs.get(id)?.exit.reject(cause);
+        this.#procs.delete(id);
+      }
+      this.#logger?.info({ background: alive.size, ended: asked.size - alive.size }, 'the exec agent was found again after its stream dropped');
+    } catch (err) {
+      clearTimeout(timer);
+      const lost =
+        err instanceof SandboxLostError
+          ? err
+          : new SandboxLostError(
+              `the stream to the exec agent of ${this.#description} dropped and the agent could not be reached again: ${(err as Error).message}`,
+            );
+      this.#fail(lost);
+      throw lost;
+    }
   }
 
   /** Calls `listener` once when the connection is lost (at once if it is). */
@@ -142,14 +336,36 @@ export class AgentChannel implements SandboxChannel {
     else this.#lostListeners.push(listener);
   }
 
+  /** Ends the channel; the agent is told to end everything it started (it does not wait to be found again). */
   close(): void {
+    this.#closing = true;
     this.#fail(new SandboxLostError(`the connection to the exec agent of ${this.#description} was closed`));
+  }
+
+  /**
+   * For tests: the stream breaks as a lost connection would (no goodbye, no
+   * protocol fault), and the channel knows it at once.
+   */
+  dropStream(): void {
+    if (this.#lost || this.#streamDown) return;
+    this.#onDrop(new SandboxLostError(`the stream to the exec agent of ${this.#description} broke`));
+  }
+
+  /**
+   * For tests: handles `chunk` as if the agent had sent it on the current
+   * stream (a protocol fault from a real sandbox, which no command there
+   * can cause: the agent's stream is private to it).
+   */
+  receiveForTest(chunk: Buffer): void {
+    if (!this.#lost && !this.#streamDown) this.#onData(chunk);
   }
 
   #fail(err: Error): void {
     if (this.#lost) return;
     this.#lost = err;
-    this.#socket.destroy();
+    this.#reattachAbort.abort(err);
+    if (this.#closing && !this.#streamDown) dismiss(this.#socket);
+    else this.#socket.destroy();
     for (const p of this.#pending.values()) {
       clearTimeout(p.timer);
       p.reject(err);
@@ -227,6 +443,7 @@ export class AgentChannel implements SandboxChannel {
 
   #send(header: FrameHeader, body?: Uint8Array): void {
     if (this.#lost) throw this.#lost;
+    if (this.#streamDown) throw new SandboxLostError(`the stream to the exec agent of ${this.#description} dropped`);
     if (this.#socket.writableLength > MAX_UNSENT_BYTES) {
       this.#logger?.error({ unsentBytes: this.#socket.writableLength }, 'exec agent stopped reading; closing its channel');
       this.#fail(
@@ -249,13 +466,19 @@ export class AgentChannel implements SandboxChannel {
     }
   }
 
-  #request(
+  async #request(
     op: string,
     fields: Record<string, unknown>,
     body?: Uint8Array,
     extraTimeoutMs = 0,
     presetId?: number,
   ): Promise<Frame> {
+    await this.#attached();
+    return this.#send1(op, fields, body, extraTimeoutMs, presetId);
+  }
+
+  /** Sends one request on the current stream and waits for its answer. */
+  #send1(op: string, fields: Record<string, unknown>, body?: Uint8Array, extraTimeoutMs = 0, presetId?: number): Promise<Frame> {
     if (this.#lost) return Promise.reject(this.#lost);
     const timeoutMs = this.#requestTimeoutMs + extraTimeoutMs;
     try {
@@ -287,7 +510,7 @@ export class AgentChannel implements SandboxChannel {
   }
 
   async spawn(options: SpawnOptions): Promise<SandboxProcess> {
-    if (this.#lost) throw this.#lost;
+    await this.#attached();
     this.#assertRoom();
     const id = this.#nextId++;
     let startedResolve!: (f: Frame) => void;
@@ -310,6 +533,7 @@ export class AgentChannel implements SandboxChannel {
       started: { resolve: startedResolve, reject: startedReject },
       exit: { resolve: exitResolve, reject: exitReject },
       isStarted: false,
+      background: options.background ?? false,
     });
     const stdin = options.stdin === undefined ? undefined : Buffer.from(options.stdin);
     try {
@@ -322,6 +546,7 @@ export class AgentChannel implements SandboxChannel {
           cwd: options.cwd,
           pty: options.pty ?? false,
           keep_stdin: options.keepStdin ?? false,
+          ...(options.background ? { background: true } : {}),
         },
         stdin,
       );
@@ -446,7 +671,7 @@ export class AgentChannel implements SandboxChannel {
         `the exec agent of ${this.#description} cannot relay a socket (an older berth_agent.py); run the one shipped with this executor`,
       );
     }
-    if (this.#lost) throw this.#lost;
+    await this.#attached();
     const id = this.#nextId++;
     const relay = new RelayListener(id, (header, body) => this.#send(header, body), onConnection, this.#logger);
     this.#relays.set(id, relay);
@@ -481,6 +706,25 @@ export class AgentChannel implements SandboxChannel {
     if (err instanceof AgentOpError) return fileErrnoError(err.errno, absPath, err.message, op);
     return err instanceof Error ? err : new Error(String(err));
   }
+}
+
+/** Tells the agent on `stream` to end everything and closes the stream once that is written. */
+function dismiss(stream: Duplex): void {
+  if (stream.destroyed) return;
+  try {
+    stream.end(encodeFrame({ op: 'bye', id: 0 }));
+  } catch {
+    stream.destroy();
+    return;
+  }
+  // A peer that does not read is not waited for.
+  setTimeout(() => stream.destroy(), 2000).unref();
+}
+
+function sameKey(a: string, b: string): boolean {
+  const ab = Buffer.from(a, 'utf8');
+  const bb = Buffer.from(b, 'utf8');
+  return ab.length === bb.length && ab.length > 0 && timingSafeEqual(ab, bb);
 }
 
 function replyError(header: FrameHeader): AgentOpError {

@@ -35,7 +35,9 @@ export const MAX_HELLO_FRAME_BYTES = 4 * 1024;
 
 /**
  * Protocol version the agent announces in its hello. 2: file content in
- * chunks, the 1 MiB inbound cap, the token read from a file.
+ * chunks, the 1 MiB inbound cap, the token read from a file. (A dropped
+ * stream's resume is the `resume` capability, not a new version: an agent
+ * without it is still spoken to, and a drop loses it as before.)
  */
 export const AGENT_PROTOCOL_VERSION = 2;
 
@@ -51,7 +53,18 @@ export interface AgentHello {
   readonly transport: string;
   /** What the agent can do (`spawn`, `pty`, `files`, ...); empty for agents older than the field. */
   readonly capabilities: readonly string[];
+  /**
+   * The agent's secret for finding it again after a dropped stream (32 hex
+   * digits; empty when it has none): a redialling agent presents it as its
+   * token, and a stdio resume must send it before the agent answers.
+   */
+  readonly resumeKey: string;
+  /** This hello comes from an agent found again after a dropped stream, not a fresh start. */
+  readonly resumed: boolean;
 }
+
+/** What a resume key looks like; anything else is taken as none. */
+const RESUME_KEY = /^[0-9a-f]{32}$/;
 
 /**
  * The agent's hello, or undefined when `frame` is not one: a hello is a
@@ -70,6 +83,8 @@ export function parseHello(frame: Frame): AgentHello | undefined {
     python: typeof h.python === 'string' ? h.python.slice(0, 64) : '',
     transport: typeof h.transport === 'string' ? h.transport.slice(0, 16) : 'socket',
     capabilities,
+    resumeKey: typeof h.resume_key === 'string' && RESUME_KEY.test(h.resume_key) ? h.resume_key : '',
+    resumed: h.resumed === true,
   };
 }
 

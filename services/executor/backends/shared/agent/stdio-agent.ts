@@ -9,18 +9,28 @@
  * No token on this transport: the stream is the pipe pair of the process
  * the executor itself started, which nothing else in the sandbox holds (the
  * agent moves it off fd 0/1 before running anything, and is not dumpable).
+ *
+ * A dropped stream (with {@link StartStdioAgentOptions.lingerPath}): the
+ * agent keeps its background processes and listens on that private socket
+ * (0700 directory, 0600 socket); the channel then starts `--stdio --linger
+ * PATH --resume PID`, which finds the agent there (checking its pid with
+ * SO_PEERCRED) and carries bytes between its stdio and it. The executor's
+ * first frame on that stream is `auth` with the agent's resume key, which
+ * the agent wants before it says anything.
  */
 import { Duplex, type Readable, type Writable } from 'node:stream';
 import { UnavailableError } from '../../../../common/errors.js';
 import type { Logger } from '../../../../common/logging.js';
-import { AgentChannel, type AgentChannelOptions } from './agent-channel.js';
+import { AgentChannel, type AgentChannelOptions, type AgentStream } from './agent-channel.js';
 import {
   AGENT_PROTOCOL_VERSION,
   FrameDecoder,
   FrameError,
   MAX_HELLO_FRAME_BYTES,
+  encodeFrame,
   parseHello,
   versionMismatchMessage,
+  type AgentHello,
   type Frame,
 } from './agent-protocol.js';
 
@@ -105,6 +115,12 @@ export interface StartStdioAgentOptions {
    */
   readonly fallbackLogKey?: string;
   readonly channelOptions?: AgentChannelOptions;
+  /**
+   * Where the agent waits to be found again when its stream drops (an
+   * absolute path in a directory private to the task, inside the sandbox);
+   * absent, a dropped stream ends the agent and everything it started.
+   */
+  readonly lingerPath?: string;
 }
 
 /** Fallback keys already logged in this process: the line is said once, not per task. */
@@ -119,7 +135,16 @@ const MAX_FALLBACK_KEYS = 10_000;
 export async function startStdioAgent(options: StartStdioAgentOptions): Promise<AgentChannel> {
   const python = options.python ?? 'python3';
   try {
-    return await connect(options, python);
+    const first = await connect(options, python, undefined);
+    const { lingerPath } = options;
+    const channel = new AgentChannel(first.stream, first.decoder, first.hello, options.description, options.logger, {
+      ...options.channelOptions,
+      ...(lingerPath !== undefined
+        ? { reattach: (previous: AgentHello) => connect(options, python, { lingerPath, previous }) }
+        : {}),
+    });
+    channel.drainBuffered(first.buffered);
+    return channel;
   } catch (err) {
     if (err instanceof AgentUnavailableError && err.canFallBack) {
       const key = options.fallbackLogKey ?? options.description;
@@ -136,13 +161,24 @@ export async function startStdioAgent(options: StartStdioAgentOptions): Promise<
   }
 }
 
-function connect(options: StartStdioAgentOptions, python: string): Promise<AgentChannel> {
+/** Finding a lingering agent again: where it listens, and the hello it first said. */
+interface Resume {
+  readonly lingerPath: string;
+  readonly previous: AgentHello;
+}
+
+/** Starts the agent (or, with `resume`, a bridge to the lingering one) and resolves past its hello, paused. */
+function connect(options: StartStdioAgentOptions, python: string, resume: Resume | undefined): Promise<AgentStream> {
   const { description, logger } = options;
   const helloTimeoutMs = options.helloTimeoutMs ?? STDIO_HELLO_TIMEOUT_MS;
-  return new Promise<AgentChannel>((resolve, reject) => {
+  const argv = [python, options.agentPath, '--stdio'];
+  const lingerPath = resume?.lingerPath ?? options.lingerPath;
+  if (lingerPath !== undefined) argv.push('--linger', lingerPath);
+  if (resume) argv.push('--resume', String(resume.previous.pid));
+  return new Promise<AgentStream>((resolve, reject) => {
     let child: AgentProcess;
     try {
-      child = options.spawn([python, options.agentPath, '--stdio']);
+      child = options.spawn(argv);
     } catch (err) {
       reject(startFailure(err as Error, python, description));
       return;
@@ -157,6 +193,8 @@ function connect(options: StartStdioAgentOptions, python: string): Promise<Agent
     let settled = false;
     const decoder = new FrameDecoder();
     const stream = new PipePair(stdout, stdin);
+    // The lingering agent answers only after this (a fresh one ignores it).
+    if (resume) stream.write(encodeFrame({ op: 'auth', id: 0, key: resume.previous.resumeKey }));
 
     const fail = (err: AgentUnavailableError) => {
       if (settled) return;
@@ -220,18 +258,18 @@ function connect(options: StartStdioAgentOptions, python: string): Promise<Agent
       settled = true;
       clearTimeout(timer);
       stream.off('data', onData);
+      // Paused until the channel has its listeners on it: nothing is read before.
+      stream.pause();
       child.stderr?.off('data', onStderr);
       if (child.stderr) logStderr(child.stderr, logger, description);
-      // Synchronous from here to the channel's own listener: no chunk can arrive in between.
-      const channel = new AgentChannel(stream, decoder, hello, description, logger, options.channelOptions);
-      channel.onLost(() => {
-        // Ending its stdin ends the agent (it kills what it started and exits); a kill if it does not.
+      stream.once('close', () => {
+        // The agent exits once told to (bye) or once its stdin ends without a linger socket; the process
+        // that carried the stream (a bridge, or one whose agent lingers in the sandbox) is ended after a grace.
         const killer = setTimeout(() => child.kill('SIGKILL'), EXIT_GRACE_MS);
         killer.unref();
         child.once('close', () => clearTimeout(killer));
       });
-      channel.drainBuffered(rest);
-      resolve(channel);
+      resolve({ stream, decoder, hello, buffered: rest });
     };
     stream.on('data', onData);
   });
