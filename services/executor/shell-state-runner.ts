@@ -98,9 +98,10 @@ const MAX_MARKER_BODY_BYTES = 16 * 1024;
 /**
  * Streaming filter that removes cwd marker lines from output and remembers
  * the last one seen. A marker is `\n`, start, `+` (state saved) or `-` (the
- * save failed), the cwd as `pwd` prints it (newline included), end, `\n`;
- * `\r\n` is accepted too, for PTYs. Only bytes that could begin a marker
- * are held back, so live output keeps flowing.
+ * save failed), the cwd as `pwd` prints it (newline included), optionally the
+ * directory the command started in, resolved (`pwd -P`) and followed by a
+ * newline, then end, `\n`; `\r\n` is accepted too, for PTYs. Only bytes that
+ * could begin a marker are held back, so live output keeps flowing.
  */
 export class CwdMarkerFilter {
   readonly #start: Buffer;
@@ -108,6 +109,7 @@ export class CwdMarkerFilter {
   readonly #prefixes: readonly Buffer[];
   #pending: Buffer = Buffer.alloc(0);
   #cwd: string | undefined;
+  #startCwd: string | undefined;
   #saved: boolean | undefined;
 
   constructor(marker: CwdMarker) {
@@ -119,6 +121,11 @@ export class CwdMarkerFilter {
   /** The cwd carried by the last complete marker, if any. */
   get cwd(): string | undefined {
     return this.#cwd;
+  }
+
+  /** The resolved start directory carried by the marker that gave {@link cwd}, if it had one. */
+  get startCwd(): string | undefined {
+    return this.#startCwd;
   }
 
   /** Whether the last complete marker said the state was saved; undefined when none arrived. */
@@ -180,7 +187,10 @@ export class CwdMarkerFilter {
       if (data[after] === CR && data[after + 1] === LF) after += 2;
       else if (data[after] === LF) after += 1;
       const body = parseMarkerBody(data.subarray(bodyStart, e));
-      if (body.cwd !== undefined) this.#cwd = body.cwd;
+      if (body.cwd !== undefined) {
+        this.#cwd = body.cwd;
+        this.#startCwd = body.startCwd;
+      }
       this.#saved = body.saved;
       out.push(data.subarray(0, r));
       data = data.subarray(after);
@@ -191,20 +201,27 @@ export class CwdMarkerFilter {
 
 /**
  * The marker body is the save flag, then `pwd`'s output: the path plus its
- * newline (`\r\n` under a PTY). The cwd is undefined when the body is not
- * one absolute path: a process of the command that outlived a kill (say
- * `yes` on a timeout) can write into the middle of the marker, and that text
- * must not become the task's directory.
+ * newline (`\r\n` under a PTY), then (from scripts that record it) the
+ * resolved directory the command started in, on a line of its own, empty
+ * when it could not be resolved. The cwd is undefined when the body is not
+ * one or two lines of absolute paths: a process of the command that outlived
+ * a kill (say `yes` on a timeout) can write into the middle of the marker,
+ * and that text must not become the task's directory. A path with a newline
+ * in it is not taken either.
  */
-export function parseMarkerBody(body: Buffer): { saved: boolean; cwd: string | undefined } {
+export function parseMarkerBody(body: Buffer): { saved: boolean; cwd: string | undefined; startCwd: string | undefined } {
   let text = body.toString('utf8');
   const saved = text.startsWith('+');
   if (text.startsWith('+') || text.startsWith('-')) text = text.slice(1);
   if (text.endsWith('\r\n')) text = text.slice(0, -2);
   else if (text.endsWith('\n')) text = text.slice(0, -1);
+  const lines = text.split(/\r?\n/);
+  if (lines.length > 2) return { saved, cwd: undefined, startCwd: undefined };
+  const [end = '', start] = lines;
+  const startCwd = start !== undefined && start.startsWith('/') ? start : undefined;
   // Empty: the directory was deleted under the shell (pwd failed and $PWD is unset).
-  if (text === '') return { saved, cwd: '' };
-  return { saved, cwd: text.startsWith('/') && !text.includes('\n') ? text : undefined };
+  if (end === '') return { saved, cwd: '', startCwd };
+  return end.startsWith('/') ? { saved, cwd: end, startCwd } : { saved, cwd: undefined, startCwd: undefined };
 }
 
 /** What the script does with the task's state. */
@@ -252,9 +269,17 @@ export function buildRunScript(spec: RunScriptSpec): string {
     spec.remove && spec.remove.length > 0
       ? `\\command rm -f -- ${spec.remove.map(shellQuote).join(' ')} 2>/dev/null;`
       : '';
+  // The second line is where the command started, resolved (see `resolveStart`), for the result's `cwd` comparison.
   const mark =
     `\\builtin printf '\\n%s%s' ${shellQuote(spec.marker.start)} "$__berth_f"; ` +
-    `\\builtin pwd -P 2>/dev/null || \\builtin printf '%s\\n' "$PWD"; \\builtin printf '%s\\n' ${shellQuote(spec.marker.end)};`;
+    `\\builtin pwd -P 2>/dev/null || \\builtin printf '%s\\n' "$PWD"; ` +
+    `\\builtin printf '%s\\n%s\\n' "\${__berth_start-}" ${shellQuote(spec.marker.end)};`;
+  /**
+   * Records the start directory with symlinks resolved, without a fork: `cd -P .` sets $PWD to the
+   * physical path; then back to `dir` so the command sees $PWD as it was given.
+   */
+  const resolveStart = (dir: string) =>
+    `__berth_start=; \\builtin cd -P . 2>/dev/null && __berth_start=$PWD; \\builtin cd -- ${shellQuote(dir)} 2>/dev/null;`;
   /**
    * Saving runs once: inline after the command, or from our EXIT trap when
    * the command calls `exit`. The inline path leaves the trap in place so a
@@ -301,6 +326,7 @@ export function buildRunScript(spec: RunScriptSpec): string {
           ` \\builtin printf 'berth: cannot run the command: the working directory %s no longer exists. ` +
           `The working directory has been reset to %s; run the command again.\\n' ${shellQuote(mode.cwd)} "$__berth_to";` +
           ' \\builtin exit 126; }',
+        resolveStart(mode.cwd),
       );
       const finish = finishers(`${remove} ${save(saveTo())} ${mark}`);
       lines.push(`\\builtin trap ${shellQuote(finish.trap)} EXIT`, evalLine, finish.inline);
@@ -308,7 +334,10 @@ export function buildRunScript(spec: RunScriptSpec): string {
     }
     case 'workdir': {
       // The marker reports the save; its cwd is the workdir's, which the task does not keep.
-      lines.push(cdOrFail(mode.workdir, `berth: cannot run the command: workdir ${mode.workdir} is not a directory.`));
+      lines.push(
+        cdOrFail(mode.workdir, `berth: cannot run the command: workdir ${mode.workdir} is not a directory.`),
+        resolveStart(mode.workdir),
+      );
       const finish = finishers(`${remove} ${save(saveTo())} ${mark}`);
       lines.push(`\\builtin trap ${shellQuote(finish.trap)} EXIT`, evalLine, finish.inline);
       break;
@@ -393,6 +422,14 @@ export interface ShellRunResult extends ExecResult {
   readonly cwd: string;
   /** Set when the saved cwd had vanished and was reset to this directory. */
   readonly cwdResetTo?: string;
+  /**
+   * Where the command started (the task cwd or the workdir) and where it
+   * ended, both with symlinks resolved (`pwd -P`) where the shell could
+   * resolve them. Set only when the command reported where it ended: it ran
+   * to its end (or `exit`), was not timed out or interrupted, and ran in
+   * `task` or `workdir` mode.
+   */
+  readonly cwdReport?: { readonly start: string; readonly end: string };
 }
 
 export interface ShellBackgroundRequest {
@@ -575,11 +612,16 @@ export class ShellStateRunner {
       }
     }
 
-    if (mode.kind !== 'task') return { ...result, cwd: this.#cwd };
+    // A killed command's marker, if any came, is not its own report of where it ended.
+    const observed =
+      mode.kind !== 'stateless' && !result.timedOut && !result.interrupted && filter.cwd !== undefined && filter.cwd !== ''
+        ? { cwdReport: { start: filter.startCwd ?? (mode.kind === 'task' ? mode.cwd : mode.workdir), end: filter.cwd } }
+        : {};
+    if (mode.kind !== 'task') return { ...result, cwd: this.#cwd, ...observed };
     // An empty cwd means the directory was deleted under the shell; the next call resets it.
     if (filter.cwd !== undefined && filter.cwd !== '') {
       this.#cwd = filter.cwd;
-      return { ...result, cwd: this.#cwd };
+      return { ...result, cwd: this.#cwd, ...observed };
     }
     // 126 without a marker: the script could not cd. Confirm before resetting the task cwd.
     if (result.exitCode === 126 && !result.timedOut && !result.interrupted && this.#cwd === startCwd) {

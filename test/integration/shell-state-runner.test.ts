@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict';
 import { existsSync, readdirSync } from 'node:fs';
-import { mkdir, mkdtemp, realpath, rm, writeFile } from 'node:fs/promises';
+import { mkdir, mkdtemp, realpath, rm, symlink, writeFile } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { after, before, beforeEach, describe, it } from 'node:test';
@@ -13,6 +13,7 @@ import {
   buildRunScript,
   CwdMarkerFilter,
   cwdMarker,
+  parseMarkerBody,
   ShellStateRunner,
   type ShellRunRequest,
 } from '../../services/executor/shell-state-runner.js';
@@ -75,6 +76,22 @@ describe('CwdMarkerFilter', () => {
     assert.equal(out, 'out\n');
     const twice = feed(Buffer.from(`a${markerLine('/one')}b${markerLine('/two')}`), 5);
     assert.deepEqual(twice, { out: 'ab', cwd: '/two' });
+  });
+
+  it('reads the resolved start directory from a second line of the body', () => {
+    const both = (end: string, start: string, nl = '\n') =>
+      `${nl}${marker.start}+${end}${nl}${start}${nl}${marker.end}${nl}`;
+    for (const nl of ['\n', '\r\n']) {
+      const filter = new CwdMarkerFilter(marker);
+      const out = Buffer.concat([filter.push(Buffer.from(`out${both('/end', '/start', nl)}`)), filter.end()]);
+      assert.equal(out.toString(), 'out');
+      assert.deepEqual([filter.cwd, filter.startCwd], ['/end', '/start']);
+    }
+    // An unresolved start (empty line) is no start; a body of three lines is nobody's cwd.
+    assert.deepEqual(parseMarkerBody(Buffer.from('+/end\n\n')), { saved: true, cwd: '/end', startCwd: undefined });
+    assert.deepEqual(parseMarkerBody(Buffer.from('+/a\n/b\n/c\n')), { saved: true, cwd: undefined, startCwd: undefined });
+    assert.deepEqual(parseMarkerBody(Buffer.from('-flood\n/b\n')), { saved: false, cwd: undefined, startCwd: undefined });
+    assert.deepEqual(parseMarkerBody(Buffer.from('+\n/b\n')), { saved: true, cwd: '', startCwd: '/b' });
   });
 
   it('lets a marker with a wrong nonce through', () => {
@@ -221,15 +238,32 @@ describe('ShellStateRunner', () => {
   it('runs in workdir for one call, keeping the task cwd but saving variables', async () => {
     const r = await sh('pwd; export FROM_WORKDIR=1; cd /', { workdir: '/usr' });
     assert.deepEqual([r.output, r.cwd], ['/usr\n', workDir]);
+    // Where it started and ended is reported (for the terminal's `cwd` key); the task cwd is kept.
+    assert.deepEqual(r.cwdReport, { start: '/usr', end: '/' });
+    const stay = await sh('pwd');
+    assert.deepEqual(stay.cwdReport, { start: workDir, end: workDir });
     assert.equal((await sh('pwd; echo "$FROM_WORKDIR"')).output, `${workDir}\n1\n`);
     const missing = await sh('echo never', { workdir: path.join(root, 'missing') });
     assert.equal(missing.exitCode, 126);
     assert.match(missing.output, /workdir .*missing is not a directory/);
   });
 
+  it('shows a workdir named through a symlink as given, and reports its start resolved', async () => {
+    const link = path.join(root, 'work-link');
+    await symlink(workDir, link);
+    try {
+      const r = await sh('echo "$PWD"; pwd', { workdir: link });
+      assert.equal(r.output, `${link}\n${link}\n`);
+      assert.deepEqual(r.cwdReport, { start: workDir, end: workDir });
+    } finally {
+      await rm(link);
+    }
+  });
+
   it('saves nothing in stateless mode', async () => {
     const r = await sh('pwd; cd /; export STATELESS=1', { stateless: true });
     assert.deepEqual([r.output, r.cwd], [`${workDir}\n`, workDir]);
+    assert.equal(r.cwdReport, undefined);
     assert.equal((await sh('pwd; echo "${STATELESS-unset}"')).output, `${workDir}\nunset\n`);
   });
 
