@@ -29,6 +29,19 @@ export interface TerminalForegroundResult {
   /** null when the command ran; a refusal message otherwise. */
   readonly error: string | null;
   readonly status?: 'error' | 'blocked' | 'pending_approval' | (string & {});
+  /**
+   * Where the command left the shell, when that differs (symlinks resolved)
+   * from where it started: the `workdir`, else the task's working directory.
+   * Absent after a timeout or an interrupt. With `workdir` the task's own
+   * working directory stays as it was.
+   */
+  readonly cwd?: string;
+  /**
+   * Present when the task's container or sandbox had to be replaced: a fixed
+   * warning that background processes and unpersisted files may be gone. The
+   * output's `[Note: …]` line says what happened.
+   */
+  readonly environment_recreated?: string;
   readonly exit_code_meaning?: string;
   /** A recovery hint for a known failure shape, or a warning that exit code 0 probably masks a failure. */
   readonly hint?: string;

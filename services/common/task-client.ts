@@ -33,6 +33,19 @@ export interface TaskExecResult {
   readonly interrupted: boolean;
   /** Things the user should know, e.g. "environment was recreated". */
   readonly notices: readonly string[];
+  /**
+   * Where the command started (the workdir, else the task's cwd) and where it
+   * ended, with symlinks resolved. Both present only when the command itself
+   * reported where it ended (not timed out, not interrupted, not stateless).
+   */
+  readonly startCwd?: string;
+  readonly endCwd?: string;
+  /**
+   * True when the task's container or sandbox was replaced (lost, renewed, or
+   * released while idle) since the previous command: background processes and
+   * files outside persisted paths may be gone. `notices` says what happened.
+   */
+  readonly environmentRecreated?: boolean;
 }
 
 export interface TaskFile {

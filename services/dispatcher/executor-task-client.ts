@@ -77,6 +77,11 @@ export class ExecutorTaskClient implements TaskClient {
             timedOut: e.value.timedOut,
             interrupted: e.value.interrupted,
             notices: e.value.notices,
+            // Both or neither: an executor that predates the fields sends two empty strings.
+            ...(e.value.startCwd !== '' && e.value.endCwd !== ''
+              ? { startCwd: e.value.startCwd, endCwd: e.value.endCwd }
+              : {}),
+            ...(e.value.environmentRecreated ? { environmentRecreated: true } : {}),
           };
         }
       }

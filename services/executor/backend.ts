@@ -129,6 +129,14 @@ export interface BackendEnvironment {
    * once with the next command's result. Optional.
    */
   takeNotices?(): string[];
+  /**
+   * True once after the environment replaced the task's container or sandbox
+   * (the old one was gone or had to be renewed), so background processes and
+   * files outside persisted paths may be lost; the flag is cleared by the
+   * call. Taken with {@link takeNotices}, whose text says what happened.
+   * Optional: environments that never replace themselves leave it out.
+   */
+  takeRecreated?(): boolean;
 
   exec(options: ExecOptions): Promise<ExecResult>;
   startBackground(options: BackgroundOptions): Promise<BackgroundHandle>;

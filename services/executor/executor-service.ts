@@ -69,6 +69,9 @@ export function createExecutorService(
                 timedOut: result.timedOut,
                 interrupted: result.interrupted,
                 notices: [...result.notices],
+                startCwd: result.startCwd ?? '',
+                endCwd: result.endCwd ?? '',
+                environmentRecreated: result.environmentRecreated ?? false,
               },
             },
           });

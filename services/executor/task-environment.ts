@@ -87,6 +87,8 @@ interface TaskState {
   idleTimer: NodeJS.Timeout | undefined;
   /** Notices for the first exec after creation. */
   pendingNotices: string[];
+  /** The environment replaces one released while idle; told to the first exec. */
+  pendingRecreated: boolean;
   /** See {@link ForegroundTask.companion}. */
   readonly companions: Map<string, Promise<TaskCompanion>>;
   /** Set when release begins: no new companions after that. */
@@ -171,6 +173,8 @@ export class TaskEnvironments {
       const live = request.onOutput;
       const decoder = live ? new StringDecoder('utf8') : undefined;
       const notices = state.pendingNotices.splice(0);
+      let recreated = state.pendingRecreated;
+      state.pendingRecreated = false;
       try {
         const result = await state.runner.run({
           command: request.command,
@@ -193,6 +197,7 @@ export class TaskEnvironments {
           if (rest) live(rest);
         }
         notices.push(...(state.env.takeNotices?.() ?? []));
+        if (state.env.takeRecreated?.() === true) recreated = true;
         if (result.cwdResetTo !== undefined) {
           notices.push(`The working directory no longer existed; it was reset to ${result.cwdResetTo}.`);
         }
@@ -204,6 +209,8 @@ export class TaskEnvironments {
           timedOut: result.timedOut,
           interrupted: result.interrupted,
           notices,
+          ...(result.cwdReport ? { startCwd: result.cwdReport.start, endCwd: result.cwdReport.end } : {}),
+          ...(recreated ? { environmentRecreated: true } : {}),
         };
       } finally {
         state.foreground.delete(controller);
@@ -284,6 +291,9 @@ export class TaskEnvironments {
     return this.#withTask(key, async (state) => {
       const controller = new AbortController();
       state.foreground.add(controller);
+      // The notices go to this operation's result; so does the flag that goes with them (execute_code shows no flag).
+      state.pendingRecreated = false;
+      state.env.takeRecreated?.();
       try {
         return await fn({
           env: state.env,
@@ -444,7 +454,8 @@ export class TaskEnvironments {
       logger,
     });
     const pendingNotices: string[] = [];
-    if (this.#reaped.delete(id)) {
+    const reaped = this.#reaped.delete(id);
+    if (reaped) {
       pendingNotices.push(
         `The task's environment had been idle for more than ${Math.round(this.#lifetimeMs / 1000)}s and was recreated: ` +
           'the working directory, environment variables and background processes were reset.',
@@ -461,6 +472,7 @@ export class TaskEnvironments {
       inFlight: 0,
       idleTimer: undefined,
       pendingNotices,
+      pendingRecreated: reaped,
       companions: new Map(),
       released: false,
     };

@@ -14,7 +14,11 @@ import type {
 } from '../../services/common/task-client.js';
 import type { ToolArgs, ToolContext, ToolRegistration } from '../../services/dispatcher/tool-types.js';
 import { processToolRegistration } from '../../services/dispatcher/tools/process-tool.js';
-import { SILENT_BACKGROUND_HINT, terminalToolRegistration } from '../../services/dispatcher/tools/terminal-tool.js';
+import {
+  ENVIRONMENT_RECREATED_NOTE,
+  SILENT_BACKGROUND_HINT,
+  terminalToolRegistration,
+} from '../../services/dispatcher/tools/terminal-tool.js';
 
 /**
  * A TaskClient that records every call and answers exec, startBackground and
@@ -252,6 +256,81 @@ void describe('terminal foreground', () => {
     const task = new RecordingTaskClientDouble({ output: 'ok', notices: ['environment was recreated'] });
     assert.deepEqual(await call(terminal, { command: 'ls' }, task), {
       output: 'ok\n[Note: environment was recreated]',
+      exit_code: 0,
+      error: null,
+    });
+  });
+});
+
+void describe('terminal cwd and environment_recreated keys', () => {
+  void it('gives the reference tool its exact environment_recreated text', () => {
+    assert.equal(
+      ENVIRONMENT_RECREATED_NOTE,
+      'The execution environment was recreated while running this command (the previous container/sandbox was gone). ' +
+        'Persistent files were restored where the backend supports it, but background processes and any files outside ' +
+        'persisted paths from earlier commands may be lost — verify state before relying on prior work.',
+    );
+  });
+
+  void it('echoes the end directory when it differs from the start, after error and before the other keys', async () => {
+    const task = new RecordingTaskClientDouble({
+      output: 'grep: x: No such file or directory',
+      exitCode: 2,
+      startCwd: '/work',
+      endCwd: '/work/sub',
+      environmentRecreated: true,
+      notices: ["The task's container was removed; a new container was started."],
+    });
+    const approval = () => Promise.resolve({ allowed: true as const, note: 'approved by the user' });
+    const raw = await terminal.handler({ command: 'cd sub && grep -r x x' }, contextFor(task, { approval }));
+    const result = JSON.parse(raw) as Record<string, unknown>;
+    assert.deepEqual(Object.keys(result), ['output', 'exit_code', 'error', 'cwd', 'environment_recreated', 'approval']);
+    assert.equal(result.cwd, '/work/sub');
+    assert.equal(result.environment_recreated, ENVIRONMENT_RECREATED_NOTE);
+    // Berth's own note, which says what happened, stays in the output.
+    assert.equal(
+      result.output,
+      "grep: x: No such file or directory\n[Note: The task's container was removed; a new container was started.]",
+    );
+  });
+
+  void it('puts cwd ahead of exit_code_meaning and hint', async () => {
+    const meaning = new RecordingTaskClientDouble({ exitCode: 1, startCwd: '/a', endCwd: '/' });
+    const withMeaning = (await call(terminal, { command: 'cd / && grep x y' }, meaning)) as Record<string, unknown>;
+    assert.deepEqual(Object.keys(withMeaning), ['output', 'exit_code', 'error', 'cwd', 'exit_code_meaning']);
+    const hinted = new RecordingTaskClientDouble({ output: 'bash: nosuch: command not found', exitCode: 127, startCwd: '/a', endCwd: '/' });
+    const withHint = (await call(terminal, { command: 'cd / && nosuch' }, hinted)) as Record<string, unknown>;
+    assert.deepEqual(Object.keys(withHint), ['output', 'exit_code', 'error', 'cwd', 'hint']);
+  });
+
+  void it('leaves cwd out when the directory did not change or was not reported', async () => {
+    for (const fields of [{ startCwd: '/w', endCwd: '/w' }, {}, { startCwd: '/w' }, { endCwd: '/w' }]) {
+      const task = new RecordingTaskClientDouble({ output: 'ok', ...fields });
+      assert.deepEqual(await call(terminal, { command: 'ls' }, task), { output: 'ok', exit_code: 0, error: null });
+    }
+  });
+
+  void it('leaves cwd out after a timeout or an interrupt', async () => {
+    for (const fields of [{ timedOut: true, exitCode: 124 }, { interrupted: true, exitCode: 130 }]) {
+      const task = new RecordingTaskClientDouble({ startCwd: '/w', endCwd: '/', ...fields });
+      const result = (await call(terminal, { command: 'cd / && sleep 9' }, task)) as Record<string, unknown>;
+      assert.equal(result.cwd, undefined);
+      assert.ok(!('cwd' in result), Object.keys(result).join());
+    }
+  });
+
+  void it('does not echo a directory that is not one plausible absolute path', async () => {
+    for (const endCwd of ['relative/dir', '/a\nb', '/x\0y', `/${'d'.repeat(5000)}`]) {
+      const task = new RecordingTaskClientDouble({ startCwd: '/w', endCwd });
+      const result = (await call(terminal, { command: 'cd elsewhere' }, task)) as Record<string, unknown>;
+      assert.equal(result.cwd, undefined, JSON.stringify(endCwd));
+    }
+  });
+
+  void it('leaves environment_recreated out unless the environment was replaced', async () => {
+    const task = new RecordingTaskClientDouble({ environmentRecreated: false, notices: ['a limit was hit'] });
+    assert.deepEqual(await call(terminal, { command: 'ls' }, task), {
+      output: '[Note: a limit was hit]',
       exit_code: 0,
       error: null,
     });

@@ -182,6 +182,33 @@ function readStringList(raw: unknown): string[] | undefined {
 }
 
 /**
+ * The reference tool's `environment_recreated` text, given when the task's
+ * container or sandbox was replaced before or while the command ran. Berth's
+ * own notice, in the output, says which backend did what.
+ */
+export const ENVIRONMENT_RECREATED_NOTE =
+  'The execution environment was recreated while running this command (the previous container/sandbox was gone). ' +
+  'Persistent files were restored where the backend supports it, but background processes and any files outside ' +
+  'persisted paths from earlier commands may be lost — verify state before relying on prior work.';
+
+/** Longest directory the result echoes; the executor's marker is bounded, this bounds what reaches the model. */
+const MAX_CWD_CHARS = 4096;
+
+/**
+ * The `cwd` key: where the command ended, when that differs from where it
+ * started (the workdir, else the task's cwd). The executor reports both with
+ * symlinks resolved, as the reference tool compares `realpath`s, and only when
+ * the command reported it itself (not timed out or interrupted).
+ */
+function changedCwd(result: TaskExecResult): string | undefined {
+  const { startCwd, endCwd } = result;
+  if (result.timedOut || result.interrupted || startCwd === undefined || endCwd === undefined) return undefined;
+  const plausible = (dir: string) => dir.startsWith('/') && dir.length <= MAX_CWD_CHARS && !/[\0\n\r]/.test(dir);
+  if (!plausible(startCwd) || !plausible(endCwd)) return undefined;
+  return startCwd === endCwd ? undefined : endCwd;
+}
+
+/**
  * The foreground result. As in the reference tool the status suffix follows
  * the output as printed, and the whole text is then stripped of surrounding
  * whitespace, so a command that printed nothing reads
@@ -215,10 +242,14 @@ function foregroundResult(
   // An approved command that was then interrupted must not read as if it ran to completion.
   const approvalNote =
     approval !== undefined && result.interrupted ? `${approval.replace(/\.+$/, '')}, then interrupted.` : approval;
+  const cwd = changedCwd(result);
+  // Optional keys in the reference tool's order: cwd, environment_recreated, approval, exit_code_meaning, hint.
   return JSON.stringify({
     output,
     exit_code: exitCode,
     error: null,
+    ...(cwd === undefined ? {} : { cwd }),
+    ...(result.environmentRecreated === true ? { environment_recreated: ENVIRONMENT_RECREATED_NOTE } : {}),
     ...(approvalNote === undefined ? {} : { approval: approvalNote }),
     ...(meaning === undefined ? {} : { exit_code_meaning: meaning }),
     ...(hint === undefined ? {} : { hint }),

@@ -87,6 +87,7 @@ export class DaytonaEnvironment implements BackendEnvironment {
   #channel: PingableChannel;
   #reconnecting: Promise<PingableChannel> | undefined;
   #notices: string[] = [];
+  #recreated = false;
   #disposing: Promise<void> | undefined;
   readonly #keepalive: NodeJS.Timeout;
 
@@ -125,6 +126,13 @@ export class DaytonaEnvironment implements BackendEnvironment {
     return this.#notices.splice(0);
   }
 
+  /** Whether a new sandbox replaced a deleted one since the last call (a new exec agent alone does not count). */
+  takeRecreated(): boolean {
+    const recreated = this.#recreated;
+    this.#recreated = false;
+    return recreated;
+  }
+
   async #ready(): Promise<PingableChannel> {
     assertNotReleased(this, this.#disposing);
     if (this.#reconnecting) return this.#reconnecting;
@@ -143,6 +151,7 @@ export class DaytonaEnvironment implements BackendEnvironment {
       }
       this.#channel = next.channel;
       if (next.notice) {
+        this.#recreated = true;
         this.#notices.push(next.notice);
         await this.init();
       } else {

@@ -106,6 +106,7 @@ export class DockerEnvironment implements BackendEnvironment {
   #container: SandboxContainer;
   #recreating: Promise<SandboxContainer> | undefined;
   #notices: string[] = [];
+  #recreated = false;
   #disposing: Promise<void> | undefined;
   /** Counter values when last looked at; undefined where the container has no such file. */
   readonly #counters = new Map<CgroupCounter, number | undefined>();
@@ -132,6 +133,13 @@ export class DockerEnvironment implements BackendEnvironment {
   /** Notices gathered since the last call: a replaced container, a limit that killed a command. */
   takeNotices(): string[] {
     return this.#notices.splice(0);
+  }
+
+  /** Whether a new container replaced a lost one since the last call. */
+  takeRecreated(): boolean {
+    const recreated = this.#recreated;
+    this.#recreated = false;
+    return recreated;
   }
 
   /** Adds a notice for the next result (the backend's word on how the environment began). */
@@ -229,6 +237,7 @@ export class DockerEnvironment implements BackendEnvironment {
         assertNotReleased(this, this.#disposing);
       }
       this.#container = next;
+      this.#recreated = true;
       this.#o.onReplaced?.();
       await this.init().catch(() => undefined);
       const kept = this.#o.persistentVolumes

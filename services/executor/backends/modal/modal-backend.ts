@@ -472,6 +472,7 @@ class ModalEnvironment implements BackendEnvironment {
   #live: LiveSandbox;
   #replacing: Promise<LiveSandbox> | undefined;
   #notices: string[] = [];
+  #recreated = false;
   #disposing: Promise<void> | undefined;
   /**
    * execute_code runs in the sandbox itself: the agent makes the run dir and
@@ -513,6 +514,13 @@ class ModalEnvironment implements BackendEnvironment {
 
   takeNotices(): string[] {
     return this.#notices.splice(0);
+  }
+
+  /** Whether a new sandbox replaced the old one (lost or renewed) since the last call. */
+  takeRecreated(): boolean {
+    const recreated = this.#recreated;
+    this.#recreated = false;
+    return recreated;
   }
 
   addNotice(text: string): void {
@@ -574,6 +582,7 @@ class ModalEnvironment implements BackendEnvironment {
         assertNotReleased(this, this.#disposing);
       }
       this.#live = next;
+      this.#recreated = true;
       logger?.warn({ sandbox: next.sandbox.sandboxId, why }, 'task sandbox replaced');
       this.#notices.push(what);
       if (opened.notice) this.#notices.push(opened.notice);

@@ -91,6 +91,18 @@ export interface ExecExit {
   timedOut: boolean;
   interrupted: boolean;
   notices: string[];
+  /**
+   * Where the command started (the workdir, else the task's cwd) and where it
+   * ended, symlinks resolved. Both empty unless the command reported where it
+   * ended itself (not timed out, not interrupted, not stateless).
+   */
+  startCwd: string;
+  endCwd: string;
+  /**
+   * The task's container or sandbox was replaced since the previous command
+   * (a notice says how); background processes and unpersisted files may be gone.
+   */
+  environmentRecreated: boolean;
 }
 
 export interface StartBackgroundRequest {
@@ -763,7 +775,16 @@ export const ExecOutput: MessageFns<ExecOutput> = {
 };
 
 function createBaseExecExit(): ExecExit {
-  return { output: "", exitCode: 0, timedOut: false, interrupted: false, notices: [] };
+  return {
+    output: "",
+    exitCode: 0,
+    timedOut: false,
+    interrupted: false,
+    notices: [],
+    startCwd: "",
+    endCwd: "",
+    environmentRecreated: false,
+  };
 }
 
 export const ExecExit: MessageFns<ExecExit> = {
@@ -782,6 +803,15 @@ export const ExecExit: MessageFns<ExecExit> = {
     }
     for (const v of message.notices) {
       writer.uint32(42).string(v!);
+    }
+    if (message.startCwd !== "") {
+      writer.uint32(50).string(message.startCwd);
+    }
+    if (message.endCwd !== "") {
+      writer.uint32(58).string(message.endCwd);
+    }
+    if (message.environmentRecreated !== false) {
+      writer.uint32(64).bool(message.environmentRecreated);
     }
     return writer;
   },
@@ -839,6 +869,30 @@ export const ExecExit: MessageFns<ExecExit> = {
             message.notices.push(reader.string());
             continue;
           }
+          case 6: {
+            if (tag !== 50) {
+              break;
+            }
+
+            message.startCwd = reader.string();
+            continue;
+          }
+          case 7: {
+            if (tag !== 58) {
+              break;
+            }
+
+            message.endCwd = reader.string();
+            continue;
+          }
+          case 8: {
+            if (tag !== 64) {
+              break;
+            }
+
+            message.environmentRecreated = reader.bool();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -866,6 +920,21 @@ export const ExecExit: MessageFns<ExecExit> = {
         : false,
       interrupted: isSet(object.interrupted) ? globalThis.Boolean(object.interrupted) : false,
       notices: globalThis.Array.isArray(object?.notices) ? object.notices.map((e: any) => globalThis.String(e)) : [],
+      startCwd: isSet(object.startCwd)
+        ? globalThis.String(object.startCwd)
+        : isSet(object.start_cwd)
+        ? globalThis.String(object.start_cwd)
+        : "",
+      endCwd: isSet(object.endCwd)
+        ? globalThis.String(object.endCwd)
+        : isSet(object.end_cwd)
+        ? globalThis.String(object.end_cwd)
+        : "",
+      environmentRecreated: isSet(object.environmentRecreated)
+        ? globalThis.Boolean(object.environmentRecreated)
+        : isSet(object.environment_recreated)
+        ? globalThis.Boolean(object.environment_recreated)
+        : false,
     };
   },
 
@@ -886,6 +955,15 @@ export const ExecExit: MessageFns<ExecExit> = {
     if (message.notices?.length) {
       obj.notices = message.notices;
     }
+    if (message.startCwd !== "") {
+      obj.startCwd = message.startCwd;
+    }
+    if (message.endCwd !== "") {
+      obj.endCwd = message.endCwd;
+    }
+    if (message.environmentRecreated !== false) {
+      obj.environmentRecreated = message.environmentRecreated;
+    }
     return obj;
   },
 
@@ -899,6 +977,9 @@ export const ExecExit: MessageFns<ExecExit> = {
     message.timedOut = object.timedOut ?? false;
     message.interrupted = object.interrupted ?? false;
     message.notices = object.notices?.map((e) => e) || [];
+    message.startCwd = object.startCwd ?? "";
+    message.endCwd = object.endCwd ?? "";
+    message.environmentRecreated = object.environmentRecreated ?? false;
     return message;
   },
 };

@@ -1,0 +1,183 @@
+/**
+ * The `terminal` tool's optional `cwd` and `environment_recreated` keys as a
+ * model reads them, over a real local backend's task environment (the shared
+ * shell-state runner every backend uses). The reference tool
+ * (tools/terminal_tool_result.py) echoes `cwd` when the directory a command
+ * ended in differs, symlinks resolved, from where it started (the workdir,
+ * else the session's cwd), and never lets a workdir become the session's cwd.
+ */
+import assert from 'node:assert/strict';
+import { mkdir, mkdtemp, realpath, rm, symlink } from 'node:fs/promises';
+import os from 'node:os';
+import path from 'node:path';
+import { after, afterEach, before, describe, it } from 'node:test';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { silentLogger } from '../../services/common/logging.js';
+import type { TaskClient } from '../../services/common/task-client.js';
+import type { ToolContext } from '../../services/dispatcher/tool-types.js';
+import { ENVIRONMENT_RECREATED_NOTE, terminalToolRegistration } from '../../services/dispatcher/tools/terminal-tool.js';
+import type { TaskKey } from '../../services/executor/backend.js';
+import { LocalBackend } from '../../services/executor/backends/local/local-backend.js';
+import { TaskEnvironments } from '../../services/executor/task-environment.js';
+
+type Json = Record<string, unknown>;
+
+let root: string;
+let work: string;
+let backend: LocalBackend;
+let envs: TaskEnvironments;
+let taskNo = 0;
+const keys: TaskKey[] = [];
+
+before(async () => {
+  root = await realpath(await mkdtemp(path.join(os.tmpdir(), 'berth-terminal-cwd-')));
+  work = path.join(root, 'work');
+  await mkdir(path.join(work, 'sub'), { recursive: true });
+  // A symlinked name for the work dir and one for its subdirectory.
+  await symlink(work, path.join(root, 'work-link'));
+  await symlink(path.join(work, 'sub'), path.join(root, 'sub-link'));
+  backend = new LocalBackend({ stateRoot: path.join(root, 'state'), initialCwd: work });
+  envs = new TaskEnvironments({ backend, logger: silentLogger() });
+});
+
+afterEach(async () => {
+  for (const key of keys.splice(0)) await envs.release(key);
+});
+
+after(async () => {
+  await envs.closeAll();
+  await backend.close();
+  await rm(root, { recursive: true, force: true });
+});
+
+/** A fresh task on `environments`; `terminal(args)` calls the tool as the dispatcher does. */
+function task(environments: TaskEnvironments = envs) {
+  const key: TaskKey = { tenant: 'tenant', taskId: `cwd-task-${++taskNo}` };
+  if (environments === envs) keys.push(key);
+  const client: TaskClient = {
+    exec: (request) => environments.exec(key, request),
+    readFile: (p) => environments.readFile(key, p),
+    writeFile: (p, content) => environments.writeFile(key, p, content),
+    stat: (p) => environments.stat(key, p),
+    startBackground: (request) => environments.startBackground(key, request),
+    process: (request) => environments.process(key, request),
+  };
+  const context: ToolContext = {
+    tenant: key.tenant,
+    taskId: key.taskId,
+    sessionId: 'session',
+    task: client,
+    signal: new AbortController().signal,
+    logger: silentLogger(),
+  };
+  const terminal = terminalToolRegistration();
+  return {
+    async terminal(args: Json): Promise<Json> {
+      return JSON.parse(await terminal.handler(args, context)) as Json;
+    },
+  };
+}
+
+describe('terminal cwd key over a local task', () => {
+  it('echoes the new directory after a cd, in the key order of the reference tool', async () => {
+    const t = task();
+    const result = await t.terminal({ command: 'cd /tmp && echo moved' });
+    assert.deepEqual(Object.keys(result), ['output', 'exit_code', 'error', 'cwd']);
+    assert.deepEqual(result, { output: 'moved', exit_code: 0, error: null, cwd: await realpath('/tmp') });
+    // The task stays there, and a command that does not move says nothing about the cwd.
+    assert.deepEqual(await t.terminal({ command: 'pwd' }), { output: await realpath('/tmp'), exit_code: 0, error: null });
+  });
+
+  it('leaves cwd out when the command did not change directory', async () => {
+    const t = task();
+    assert.deepEqual(await t.terminal({ command: 'true' }), { output: '', exit_code: 0, error: null });
+    // A cd that comes back where it started is no change.
+    assert.deepEqual(await t.terminal({ command: 'cd / && cd - >/dev/null' }), { output: '', exit_code: 0, error: null });
+  });
+
+  it('puts cwd before exit_code_meaning for a failing command that moved', async () => {
+    const result = await task().terminal({ command: 'cd / && grep -q nothing-here /dev/null' });
+    assert.deepEqual(Object.keys(result), ['output', 'exit_code', 'error', 'cwd', 'exit_code_meaning']);
+    assert.equal(result.cwd, '/');
+  });
+
+  it('compares directories with symlinks resolved and reports the resolved one', async () => {
+    const t = task();
+    // The task starts in `work`: a cd to a symlink naming it is no move.
+    assert.equal((await t.terminal({ command: `cd ${path.join(root, 'work-link')}` })).cwd, undefined);
+    // A cd through a symlink to elsewhere reports the real directory.
+    assert.equal((await t.terminal({ command: `cd ${path.join(root, 'sub-link')}` })).cwd, path.join(work, 'sub'));
+    // A workdir given by its symlinked name, where the command stays, is no move either.
+    assert.deepEqual(await t.terminal({ command: 'true', workdir: path.join(root, 'work-link') }), {
+      output: '',
+      exit_code: 0,
+      error: null,
+    });
+  });
+
+  it('compares with the workdir, and a workdir never becomes the task cwd', async () => {
+    const t = task();
+    const tmp = await realpath('/tmp');
+    assert.deepEqual(await t.terminal({ command: 'pwd', workdir: '/tmp' }), { output: tmp, exit_code: 0, error: null });
+    assert.deepEqual(await t.terminal({ command: 'pwd' }), { output: work, exit_code: 0, error: null });
+    assert.deepEqual(await t.terminal({ command: 'cd / && echo moved', workdir: '/tmp' }), {
+      output: 'moved',
+      exit_code: 0,
+      error: null,
+      cwd: '/',
+    });
+    // The cd inside the workdir command did not move the task either.
+    assert.deepEqual(await t.terminal({ command: 'pwd' }), { output: work, exit_code: 0, error: null });
+  });
+
+  it('reports the new directory under a PTY too', async () => {
+    assert.deepEqual(await task().terminal({ command: 'cd / && echo moved', pty: true }), {
+      output: 'moved',
+      exit_code: 0,
+      error: null,
+      cwd: '/',
+    });
+  });
+
+  it('reports the directory a command that calls exit left the shell in', async () => {
+    const result = await task().terminal({ command: 'cd / && exit 3' });
+    assert.deepEqual(result, { output: '', exit_code: 3, error: null, cwd: '/' });
+  });
+
+  it('leaves cwd out after a timeout', async () => {
+    const result = await task().terminal({ command: 'cd / && sleep 30', timeout: 1 });
+    assert.equal(result.exit_code, 124);
+    assert.equal(result.output, '[Command timed out after 1s]');
+    assert.equal(result.cwd, undefined);
+  });
+});
+
+describe('terminal environment_recreated key over a local task', () => {
+  it('is absent for a task whose environment was never replaced', async () => {
+    const t = task();
+    assert.equal((await t.terminal({ command: 'true' })).environment_recreated, undefined);
+    assert.equal((await t.terminal({ command: 'true' })).environment_recreated, undefined);
+  });
+
+  it("carries the reference tool's warning after an idle release, once, next to Berth's own note", async () => {
+    const reaping = new TaskEnvironments({ backend, logger: silentLogger(), lifetimeSeconds: 1 });
+    try {
+      const t = task(reaping);
+      assert.deepEqual(await t.terminal({ command: 'cd / && echo first' }), {
+        output: 'first',
+        exit_code: 0,
+        error: null,
+        cwd: '/',
+      });
+      await sleep(1500); // past the 1 s idle lifetime: the environment is released
+      const result = await t.terminal({ command: 'pwd' });
+      assert.deepEqual(Object.keys(result), ['output', 'exit_code', 'error', 'environment_recreated']);
+      assert.equal(result.environment_recreated, ENVIRONMENT_RECREATED_NOTE);
+      assert.match(String(result.output), new RegExp(`^${work}\\n\\[Note: The task's environment had been idle`));
+      const again = await t.terminal({ command: 'true' });
+      assert.equal(again.environment_recreated, undefined);
+    } finally {
+      await reaping.closeAll();
+    }
+  });
+});
