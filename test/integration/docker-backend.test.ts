@@ -19,6 +19,9 @@ import { fileURLToPath, pathToFileURL } from 'node:url';
 import Dockerode from 'dockerode';
 import { BerthError } from '../../services/common/errors.js';
 import { silentLogger } from '../../services/common/logging.js';
+import type { TaskClient } from '../../services/common/task-client.js';
+import type { ToolContext } from '../../services/dispatcher/tool-types.js';
+import { ENVIRONMENT_RECREATED_NOTE, terminalToolRegistration } from '../../services/dispatcher/tools/terminal-tool.js';
 import type { TaskKey } from '../../services/executor/backend.js';
 import { LABEL, taskContainerName } from '../../services/executor/backends/docker/container-spec.js';
 import { DockerBackend, type DockerBackendOptions } from '../../services/executor/backends/docker/docker-backend.js';
@@ -273,9 +276,40 @@ describe('docker backend (real engine)', { skip: unavailable }, () => {
     assert.equal(r.exitCode, 0, r.output);
     assert.equal(r.output, 'yes\n/tmp\n');
     assert.ok(r.notices.some((n) => /was removed.*new container was started/.test(n)), JSON.stringify(r.notices));
+    assert.equal(r.environmentRecreated, true);
     assert.equal(await containerState(docker, taskContainerName(key)), 'running');
     const again = await run(envs, key, 'true');
     assert.deepEqual(again.notices, []);
+    assert.equal(again.environmentRecreated, undefined);
+  });
+
+  it("the terminal's next result after a removed container carries environment_recreated and the note", async () => {
+    const key = newKey();
+    const client: TaskClient = {
+      exec: (request) => envs.exec(key, request),
+      readFile: (p) => envs.readFile(key, p),
+      writeFile: (p, content) => envs.writeFile(key, p, content),
+      stat: (p) => envs.stat(key, p),
+      startBackground: (request) => envs.startBackground(key, request),
+      process: (request) => envs.process(key, request),
+    };
+    const context: ToolContext = {
+      tenant: key.tenant,
+      taskId: key.taskId,
+      sessionId: 'session',
+      task: client,
+      signal: new AbortController().signal,
+      logger: silentLogger(),
+    };
+    const terminal = terminalToolRegistration();
+    const call = async (command: string) => JSON.parse(await terminal.handler({ command }, context)) as Record<string, unknown>;
+    assert.deepEqual(await call('cd /tmp && echo before'), { output: 'before', exit_code: 0, error: null, cwd: '/tmp' });
+    await docker.getContainer(backendEnvOf(backend, key).container.id).remove({ force: true });
+    const result = await call('pwd');
+    assert.deepEqual(Object.keys(result), ['output', 'exit_code', 'error', 'environment_recreated']);
+    assert.equal(result.environment_recreated, ENVIRONMENT_RECREATED_NOTE);
+    assert.match(String(result.output), /^\/tmp\n\[Note: The task's container was removed.*a new container was started/);
+    assert.deepEqual(await call('true'), { output: '', exit_code: 0, error: null });
   });
 
   it('a container removed while a command runs: the command ends, the next call works', async () => {
@@ -288,6 +322,7 @@ describe('docker backend (real engine)', { skip: unavailable }, () => {
     const r = await pending;
     assert.equal(r.exitCode, 137);
     assert.ok(r.notices.some((n) => /while the command ran/.test(n)), JSON.stringify(r.notices));
+    assert.equal(r.environmentRecreated, true);
     assert.equal((await run(envs, key, 'echo ok')).output, 'ok\n');
   });
 
