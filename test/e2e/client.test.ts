@@ -7,7 +7,7 @@
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFile } from 'node:child_process';
-import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, realpathSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
 import { createServer as createNetServer, type AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -94,9 +94,12 @@ describe('berth/client against a real berth serve', () => {
     const task = berth.task('client-typed');
     const cd = await task.terminal({ command: `cd ${dir} && export CLIENT_VAR=kept` });
     assert.equal(cd.exit_code, 0);
+    // The executor's report of where the command started and ended crosses the gRPC hop: `cwd` when it moved.
+    assert.equal(cd.cwd, realpathSync(dir));
     const pwd = await task.terminal({ command: 'pwd; echo $CLIENT_VAR' });
     assert.equal(pwd.output, `${dir}\nkept`);
     assert.equal(pwd.error, null);
+    assert.ok(!('cwd' in pwd), JSON.stringify(pwd));
 
     const written = await task.writeFile({ path: join(dir, 'hello.txt'), content: 'one\ntwo\n' });
     assert.ok(!isToolError(written), JSON.stringify(written));
