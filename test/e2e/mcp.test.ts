@@ -7,7 +7,7 @@
  */
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdtempSync, realpathSync, rmSync, writeFileSync } from 'node:fs';
 import { request } from 'node:http';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -114,7 +114,8 @@ describe('berth mcp against a real berth serve', () => {
 
       const pwd = await client.callTool({ name: 'terminal', arguments: { command: `cd ${dir} && echo hi` } });
       assert.equal(pwd.isError, undefined);
-      assert.deepEqual(JSON.parse(text(pwd)), { output: 'hi', exit_code: 0, error: null });
+      // `cwd`: the command left the shell somewhere other than where it started.
+      assert.deepEqual(JSON.parse(text(pwd)), { output: 'hi', exit_code: 0, error: null, cwd: realpathSync(dir) });
       // Same task between calls: the cwd persisted.
       assert.equal(JSON.parse(text(await client.callTool({ name: 'terminal', arguments: { command: 'pwd' } }))).output, dir);
 
