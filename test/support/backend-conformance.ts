@@ -206,6 +206,23 @@ export function runBackendConformance(
         assert.deepEqual([r.exitCode, r.output], [3, 'before\n']);
         const after3 = await exec(key, 'pwd; echo "$BERTH_EXIT_VAR"');
         assert.equal(after3.output, '/\nkept\n');
+        // Where each command started and ended, for the terminal's `cwd` key: resolved, and both from the shell.
+        assert.equal(r.endCwd, '/');
+        assert.equal(typeof r.startCwd, 'string');
+        assert.deepEqual([after3.startCwd, after3.endCwd], ['/', '/']);
+      });
+
+      it('reports where a workdir command started and ended, and keeps the task cwd', { timeout: testTimeoutMs }, async () => {
+        const key = newTask();
+        await exec(key, 'cd /');
+        const r = await envs.exec(key, { command: 'cd /tmp', workdir: '/', timeoutMs: 30_000 * scale });
+        assert.equal(r.exitCode, 0, r.output);
+        assert.equal(r.startCwd, '/');
+        assert.match(r.endCwd ?? '', /^\/.*tmp$/);
+        assert.equal((await exec(key, 'pwd')).output, '/\n');
+        const timedOut = await envs.exec(key, { command: 'cd /tmp && sleep 30', timeoutMs: 1000 });
+        assert.equal(timedOut.timedOut, true);
+        assert.deepEqual([timedOut.startCwd, timedOut.endCwd], [undefined, undefined]);
       });
 
       it('merges stderr, passes stdin and reports signals as 128+n', { timeout: testTimeoutMs }, async () => {
