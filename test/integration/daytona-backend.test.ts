@@ -155,6 +155,8 @@ describe('daytona backend through the SDK against the stand-in', { skip, timeout
     const r = await run(env, 'cat /workspace/old.txt 2>/dev/null || echo gone');
     assert.equal(r.output, 'gone\n');
     assert.match(env.takeNotices?.().join('\n') ?? '', /Daytona sandbox was deleted; a new sandbox was started: files written in the old one are gone/);
+    // The typed flag behind the terminal's environment_recreated key, handed out once.
+    assert.deepEqual([env.takeRecreated?.(), env.takeRecreated?.()], [true, false]);
     assert.notEqual((await client.get(sandboxName(key))).id, before.id);
     await env.dispose();
   });
@@ -196,6 +198,8 @@ describe('daytona backend through the SDK against the stand-in', { skip, timeout
       }
       assert.equal(left, 'none\n', 'the old session kept its processes');
       assert.match(env.takeNotices?.().join('\n') ?? '', /lost its exec agent; a new one was started: background processes were stopped/);
+      // Same sandbox, files kept: not a recreated environment.
+      assert.equal(env.takeRecreated?.(), false);
       await env.dispose();
       await backend.close();
       backends.splice(backends.indexOf(backend), 1);

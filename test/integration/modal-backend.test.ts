@@ -135,6 +135,8 @@ describe('modal backend', { skip: unavailable }, () => {
     assert.equal(r.output.trim().split('\n').pop(), 'still-works');
     assert.notEqual(sandboxIdOf(env), lostId);
     assert.match(env.takeNotices?.().join(' ') ?? '', /a new sandbox was started: background processes were stopped/);
+    // The typed flag behind the terminal's environment_recreated key, handed out once.
+    assert.deepEqual([env.takeRecreated?.(), env.takeRecreated?.()], [true, false]);
     await env.dispose();
   });
 
@@ -148,6 +150,7 @@ describe('modal backend', { skip: unavailable }, () => {
     assert.equal((await run(env, 'cat ~/renewal.txt')).output, 'survives\n');
     assert.notEqual(sandboxIdOf(env), oldId);
     assert.match(env.takeNotices?.().join(' ') ?? '', /reached the end of its 30-second lifetime; a new sandbox was started from a snapshot/);
+    assert.equal(env.takeRecreated?.(), true);
     assert.deepEqual(await containersOf(oldId), []);
     await env.dispose();
   });
