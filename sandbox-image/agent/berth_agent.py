@@ -48,10 +48,19 @@ executor -> agent
            Regular files only (errno ENOTREG, message: what it is);
            a file over `max` bytes is refused (errno EFBIG, message: its
            size). The executor reads a file as a series of these.
-    write  {id, path, offset}  body: up to FILE_CHUNK bytes of content.
-           offset 0 creates parent directories and creates or truncates the
-           file; later chunks write at their offset. Regular files only
-           -> ok | error
+    write  {id, path, offset, last, write}  body: up to FILE_CHUNK bytes of
+           content. Atomic (capability "atomic-write"): offset 0 creates
+           parent directories and a temp file `.NAME.berth-XXXXXX` beside
+           the file (beside a symlink's target: a write goes through the
+           link), 0600 while written -> ok {id, write} where `write` names
+           this write for the next chunks; each later chunk carries it and
+           its offset (in order). The chunk with `last` set (the only chunk
+           of a small file) fsyncs the temp file, gives it the old file's
+           mode (and owner when allowed; a new file: 0666 less the umask)
+           and renames it over the file -> ok. Regular files only, and an
+           existing file must be writable, as for an in-place write. Any
+           error removes the temp file; so do abort and a dropped stream.
+    abort  {id, write}  drop write `write` and its temp file -> ok
     stat   {id, path}  -> stat {id, exists, is_dir, size, uid}
     ping   {id}  -> pong {id}
 
@@ -172,12 +181,19 @@ VERSION = 2
 # The oldest Python this file is written for (and tested against the syntax of).
 MIN_PYTHON = (3, 8)
 # What this agent can do, announced in its hello; the executor may check for an item before using it.
-CAPABILITIES = ["spawn", "pty", "background", "files", "counters", "prestart", "relay", "resume"]
+CAPABILITIES = ["spawn", "pty", "background", "files", "counters", "prestart", "relay", "resume", "atomic-write"]
 # Largest frame accepted from the executor, and sent to it (its own cap).
 MAX_FRAME = 16 * 1024 * 1024
 MAX_SEND_FRAME = 1024 * 1024
 # File content per read reply / write request.
 FILE_CHUNK = 256 * 1024
+# Writes between their first and last chunk at once (the executor has one per file call in flight).
+MAX_PENDING_WRITES = 64
+# Bytes of a file's name kept in its temp file's name (`.NAME.berth-XXXXXX` stays under NAME_MAX).
+TEMP_STEM_BYTES = 200
+TEMP_ALPHABET = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789"
+# Symlinks followed from a write's path (the kernel's own limit).
+MAX_SYMLINK_HOPS = 40
 # Error messages are cut to this many characters, so an error frame stays small.
 MAX_ERROR_MESSAGE = 4096
 READ_CHUNK = 64 * 1024
@@ -522,6 +538,8 @@ class Agent(object):
         self.counters = find_counters()
         self.ready = None  # a pre-started shell (Ready), or None
         self.listeners = {}  # listen request id -> Listener
+        self.writes = {}  # write number -> PendingWrite (an atomic write between its first and last chunk)
+        self.next_write = 1
         self.next_conn = 1
         self.out_budget = float(OUTPUT_BURST)
         self.out_stamp = time.monotonic()
@@ -671,6 +689,11 @@ class Agent(object):
                 self.op_read(req_id, header)
             elif op == "write":
                 self.op_write(req_id, header, body)
+            elif op == "abort":
+                pending = self.writes.pop(header.get("write"), None)
+                if pending is not None:
+                    pending.abort()
+                self.send({"op": "ok", "id": req_id})
             elif op == "stat":
                 self.op_stat(req_id, header["path"])
             elif op == "ping":
@@ -1128,33 +1151,40 @@ class Agent(object):
         self.send({"op": "data", "id": req_id, "eof": len(data) < length}, data)
 
     def op_write(self, req_id, header, body):
-        path = header["path"]
         offset = max(0, int(header.get("offset", 0)))
+        last = header.get("last", True) is not False
         if offset == 0:
-            parent = os.path.dirname(path)
-            if parent and not os.path.isdir(parent):
-                os.makedirs(parent, exist_ok=True)
-        flags = os.O_WRONLY | (os.O_CREAT if offset == 0 else 0)
-        try:
-            fd, _ = self.open_regular(path, flags)
-        except NotRegular as err:
-            self.send_error(req_id, "ENOTREG", err.kind)
-            return
-        except OSError as err:
-            if err.errno == errno.ENXIO:  # a socket, or a FIFO nobody reads
-                self.send_error(req_id, "ENOTREG", "socket" if stat_module.S_ISSOCK(os.stat(path).st_mode) else "FIFO")
+            if len(self.writes) >= MAX_PENDING_WRITES:
+                raise OSError(errno.EBUSY, "too many writes in progress")
+            try:
+                pending = PendingWrite.begin(header["path"])
+            except NotRegular as err:
+                self.send_error(req_id, "ENOTREG", err.kind)
                 return
-            raise
+            number = self.next_write
+            self.next_write += 1
+        else:
+            number = header.get("write")
+            pending = self.writes.pop(number, None)
+            if pending is None:
+                raise OSError(errno.EBADF, "no such write in progress")
         try:
-            if offset == 0:
-                os.ftruncate(fd, 0)
-            view = memoryview(body)
-            written = 0
-            while written < len(view):
-                written += os.pwrite(fd, view[written:], offset + written)
-        finally:
-            os.close(fd)
-        self.send({"op": "ok", "id": req_id})
+            if offset != pending.size:
+                raise OSError(errno.EINVAL, "write chunk out of order")
+            pending.append(body)
+            if last:
+                pending.commit()
+            else:
+                self.writes[number] = pending
+        except BaseException:
+            pending.abort()
+            raise
+        self.send({"op": "ok", "id": req_id, "write": number})
+
+    def abort_writes(self):
+        for pending in list(self.writes.values()):
+            pending.abort()
+        self.writes.clear()
 
     def op_stat(self, req_id, path):
         try:
@@ -1353,6 +1383,7 @@ class Agent(object):
         self.sock.close()
         self.sock = None
         self.inbuf = bytearray()
+        self.abort_writes()  # their last chunks went with the stream
         if self.redial_path is None and self.linger_path is None:
             self.running = False  # nowhere to be found again: end everything, as before
             return
@@ -1534,6 +1565,7 @@ class Agent(object):
     # --- shutdown --------------------------------------------------------
 
     def shutdown(self):
+        self.abort_writes()
         for listener in list(self.listeners.values()):
             self.close_listener(listener)
         self.drop_ready()
@@ -1550,6 +1582,111 @@ class Agent(object):
         if self.sock is not None:
             try:
                 self.sock.close()
+            except OSError:
+                pass
+
+
+def write_target(path):
+    """The file a write to `path` lands on: symlinks in its last component are followed, so the temp file and the
+    rename happen beside the link's target and the link stays a link. A missing path (or a dangling link's missing
+    target) is returned as is."""
+    current = path
+    for _ in range(MAX_SYMLINK_HOPS + 1):
+        try:
+            info = os.lstat(current)
+        except FileNotFoundError:
+            return current
+        if not stat_module.S_ISLNK(info.st_mode):
+            return current
+        current = os.path.normpath(os.path.join(os.path.dirname(current), os.readlink(current)))
+    raise OSError(errno.ELOOP, "too many levels of symbolic links")
+
+
+class PendingWrite:
+    """One atomic write: a temp file beside the target, renamed over it once complete."""
+
+    def __init__(self, target, existing, fd, temp, mode):
+        self.target = target
+        self.existing = existing
+        self.fd = fd
+        self.temp = temp
+        self.mode = mode
+        self.size = 0
+
+    @staticmethod
+    def begin(path):
+        parent = os.path.dirname(path)
+        if parent and not os.path.isdir(parent):
+            os.makedirs(parent, exist_ok=True)
+        target = write_target(path)
+        try:
+            existing = os.stat(target)
+        except FileNotFoundError:
+            existing = None
+        if existing is not None:
+            if stat_module.S_ISDIR(existing.st_mode):
+                raise OSError(errno.EISDIR, "is a directory")
+            if not stat_module.S_ISREG(existing.st_mode):
+                raise NotRegular(file_kind(existing.st_mode))
+            if not os.access(target, os.W_OK):
+                raise OSError(errno.EACCES, "permission denied")
+        directory, name = os.path.split(target)
+        stem = os.fsdecode(os.fsencode(name)[:TEMP_STEM_BYTES])
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+        for attempt in range(8):
+            suffix = "".join(TEMP_ALPHABET[b % len(TEMP_ALPHABET)] for b in os.urandom(6))
+            temp = os.path.join(directory, ".%s.berth-%s" % (stem, suffix))
+            try:
+                # A new file: what the umask makes of 0666 is its mode; it is written as 0600 meanwhile.
+                fd = os.open(temp, flags, 0o600 if existing is not None else 0o666)
+                break
+            except FileExistsError:
+                if attempt == 7:
+                    raise
+        try:
+            if existing is not None:
+                mode = stat_module.S_IMODE(existing.st_mode)
+            else:
+                mode = stat_module.S_IMODE(os.fstat(fd).st_mode)
+                os.fchmod(fd, 0o600)
+        except BaseException:
+            os.close(fd)
+            os.unlink(temp)
+            raise
+        return PendingWrite(target, existing, fd, temp, mode)
+
+    def append(self, data):
+        view = memoryview(data)
+        written = 0
+        while written < len(view):
+            written += os.write(self.fd, view[written:])
+        self.size += len(view)
+
+    def commit(self):
+        os.fsync(self.fd)
+        existing = self.existing
+        if existing is not None and (existing.st_uid != os.geteuid() or existing.st_gid != os.getegid()):
+            try:
+                os.fchown(self.fd, existing.st_uid, existing.st_gid)
+            except OSError:
+                pass  # only root (or the owner, for its own groups) may: the new file is the writer's
+        os.fchmod(self.fd, self.mode)
+        fd, self.fd = self.fd, -1
+        os.close(fd)
+        os.rename(self.temp, self.target)
+        self.temp = None
+
+    def abort(self):
+        if self.fd >= 0:
+            fd, self.fd = self.fd, -1
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        if self.temp is not None:
+            temp, self.temp = self.temp, None
+            try:
+                os.unlink(temp)
             except OSError:
                 pass
 

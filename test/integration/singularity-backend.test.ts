@@ -207,6 +207,13 @@ describe('singularity backend on an image without python3', { skip, timeout: 300
     assert.equal(await execCalls(), before + 2);
     await env.writeFile('/workspace/f', Buffer.from('per command'));
     assert.equal((await env.readFile('/workspace/f')).toString(), 'per command');
+    // Atomically, as through the agent: a new inode with the old mode, nothing left beside it.
+    const inode = (await run(env, 'chmod 754 /workspace/f && stat -c %i /workspace/f')).output;
+    await env.writeFile('/workspace/f', Buffer.from('again'));
+    const after = (await run(env, "stat -c '%a %i' /workspace/f; cat /workspace/f; ls -A /workspace | grep -c berth-")).output;
+    assert.equal(after.split('\n')[0]?.split(' ')[0], '754');
+    assert.notEqual(`${after.split('\n')[0]?.split(' ')[1]}\n`, inode);
+    assert.equal(after.split('\n').slice(1).join('\n'), 'again0\n');
     const said = logLines.filter((l) => l.includes('the exec agent cannot run here'));
     assert.equal(said.length, 1, said.join(''));
     assert.match(said[0] ?? '', /"reason":"no-python"/);

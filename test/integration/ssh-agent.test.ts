@@ -14,7 +14,7 @@ import { Writable } from 'node:stream';
 import { after, afterEach, before, describe, it } from 'node:test';
 import { runDoctor } from '../../services/cli/doctor.js';
 import { parseConfig } from '../../services/common/config.js';
-import { UnavailableError } from '../../services/common/errors.js';
+import { BerthError, UnavailableError } from '../../services/common/errors.js';
 import { createLogger, silentLogger } from '../../services/common/logging.js';
 import type { TaskKey } from '../../services/executor/backend.js';
 import { findAgentScript } from '../../services/executor/backends/shared/agent/agent-script.js';
@@ -247,6 +247,32 @@ describe('ssh backend on a host without python3', { timeout: 300_000 }, () => {
       assert.match(backend.agentUnusable ?? '', /has no usable python3/);
       const said = records.filter((r) => r.level === 40 && /exec agent cannot run here/.test(r.msg));
       assert.equal(said.length, 1, JSON.stringify(records));
+    } finally {
+      await envs.closeAll();
+      await backend.close();
+    }
+  });
+
+  it('writes over SFTP atomically: mode kept, new inode, through a symlink; a failed write leaves the file and no temp file', async () => {
+    const backend = new SshBackend(f.options({}));
+    const envs = new TaskEnvironments({ backend, logger: silentLogger(), lifetimeSeconds: 0 });
+    const key = { tenant: 'nopython', taskId: 'atomic' };
+    const sh = async (command: string) => (await envs.exec(key, { command, timeoutMs: 20_000 })).output;
+    try {
+      const dir = (await sh('mktemp -d')).trim();
+      assert.equal(backend.environmentOf(key)?.usesAgent, false);
+      await envs.writeFile(key, `${dir}/f.txt`, 'old\n');
+      const inode = (await sh(`cd ${dir} && chmod 754 f.txt && ln -s f.txt link && stat -c %i f.txt`)).trim();
+      await envs.writeFile(key, `${dir}/link`, 'new\n');
+      const after = (await sh(`cd ${dir} && [ -L link ] && stat -c '%a %i' f.txt && cat f.txt`)).split('\n');
+      assert.equal(after[0]?.split(' ')[0], '754');
+      assert.notEqual(after[0]?.split(' ')[1], inode);
+      assert.equal(after[1], 'new');
+      // The temp file cannot be made beside the file (a directory the user may not write).
+      assert.equal(await sh(`cd ${dir} && mkdir locked && echo kept > locked/g.txt && chmod 555 locked && [ "$(id -u)" != 0 ] && echo locked`), 'locked\n');
+      await assert.rejects(envs.writeFile(key, `${dir}/locked/g.txt`, 'new\n'), (err: unknown) => err instanceof BerthError && err.code === 'PERMISSION_DENIED');
+      assert.equal(await sh(`cat ${dir}/locked/g.txt; ls -A ${dir}/locked ${dir} | grep -c berth-`), 'kept\n0\n');
+      await sh(`chmod 755 ${dir}/locked && rm -rf ${dir}`);
     } finally {
       await envs.closeAll();
       await backend.close();

@@ -10,7 +10,7 @@ import assert from 'node:assert/strict';
 import { spawn, execFileSync } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { existsSync } from 'node:fs';
-import { chmod, copyFile, mkdtemp, readFile, rm, stat, writeFile } from 'node:fs/promises';
+import { chmod, copyFile, mkdtemp, readFile, readdir, rm, stat, writeFile } from 'node:fs/promises';
 import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
@@ -455,6 +455,85 @@ describe('exec agent over stdio, local child process', { timeout: 120_000 }, () 
       assert.equal(err.reason, 'version-mismatch');
       assert.equal(err.canFallBack, false);
       assert.match(err.message, /speaks protocol version 1, this executor speaks version 2/);
+    } finally {
+      await rm(dir, { recursive: true, force: true });
+    }
+  });
+
+  it('an atomic write: the file changes only with its last chunk; abort, an error or a dropped stream removes the temp file', async () => {
+    const dir = await mkdtemp(path.join(os.tmpdir(), 'berth-atomic-'));
+    const agent = spawn(PYTHON, [AGENT, '--stdio'], { stdio: ['pipe', 'pipe', 'ignore'] });
+    const decoder = new FrameDecoder();
+    const waiting = new Map<number, (frame: { header: Record<string, unknown>; body: Buffer }) => void>();
+    let hello: (() => void) | undefined;
+    const helloSeen = new Promise<void>((resolve) => (hello = resolve));
+    agent.stdout.on('data', (chunk: Buffer) => {
+      for (const frame of decoder.push(chunk)) {
+        if (frame.header.op === 'hello') hello?.();
+        else waiting.get(Number(frame.header.id))?.(frame);
+      }
+    });
+    let nextId = 1;
+    const request = (header: { op: string } & Record<string, unknown>, body: Buffer = Buffer.alloc(0)) =>
+      new Promise<Record<string, unknown>>((resolve) => {
+        const id = nextId++;
+        waiting.set(id, (frame) => resolve(frame.header));
+        agent.stdin.write(encodeFrame({ ...header, id }, body));
+      });
+    const temps = async () => (await readdir(dir)).filter((n) => n.includes('.berth-'));
+    const file = path.join(dir, 'f.txt');
+    try {
+      await helloSeen;
+      await writeFile(file, 'old\n');
+      await chmod(file, 0o640);
+      const first = await request({ op: 'write', path: file, offset: 0, last: false }, Buffer.from('new '));
+      assert.equal(first.op, 'ok', JSON.stringify(first));
+      const write = first.write;
+      assert.equal(typeof write, 'number');
+      assert.match((await temps()).join(','), /^\.f\.txt\.berth-[A-Za-z0-9]{6}$/);
+      assert.equal(await readFile(file, 'utf8'), 'old\n', 'the file is untouched until the last chunk');
+      const second = await request({ op: 'write', path: file, offset: 4, last: true, write }, Buffer.from('content\n'));
+      assert.equal(second.op, 'ok', JSON.stringify(second));
+      assert.equal(await readFile(file, 'utf8'), 'new content\n');
+      assert.equal((await stat(file)).mode & 0o7777, 0o640);
+      assert.deepEqual(await temps(), []);
+
+      // Aborted: the temp file goes, the file stays.
+      const started = await request({ op: 'write', path: file, offset: 0, last: false }, Buffer.from('x'));
+      assert.equal((await temps()).length, 1);
+      assert.equal((await request({ op: 'abort', write: started.write })).op, 'ok');
+      assert.deepEqual(await temps(), []);
+      // A chunk out of order fails the write and removes its temp file.
+      const again = await request({ op: 'write', path: file, offset: 0, last: false }, Buffer.from('x'));
+      const skipped = await request({ op: 'write', path: file, offset: 5, last: true, write: again.write }, Buffer.from('y'));
+      assert.equal(skipped.op, 'error');
+      assert.equal(skipped.errno, 'EINVAL');
+      assert.deepEqual(await temps(), []);
+      // A stream that ends halfway: the agent removes the temp file as it exits.
+      await request({ op: 'write', path: file, offset: 0, last: false }, Buffer.from('x'));
+      assert.equal((await temps()).length, 1);
+      const exited = new Promise((resolve) => agent.once('exit', resolve));
+      agent.stdin.end();
+      await exited;
+      assert.deepEqual(await temps(), []);
+      assert.equal(await readFile(file, 'utf8'), 'new content\n');
+    } finally {
+      agent.kill('SIGKILL');
+      await rm(dir, { recursive: true, force: true });
+    }
+  });
+
+  it('refuses to write through an agent without atomic writes', async () => {
+    const dir = await mkdtemp(path.join(os.tmpdir(), 'berth-oldagent-'));
+    try {
+      const old = path.join(dir, 'berth_agent.py');
+      await writeFile(old, (await readFile(AGENT, 'utf8')).replace(', "atomic-write"]', ']'));
+      const channel = await startStdioAgent({ spawn: localSpawn, python: PYTHON, agentPath: old, description: 'old host' });
+      try {
+        await assert.rejects(channel.writeFile(path.join(dir, 'f.txt'), Buffer.from('x')), /cannot write files atomically/);
+      } finally {
+        channel.close();
+      }
     } finally {
       await rm(dir, { recursive: true, force: true });
     }

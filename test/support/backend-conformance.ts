@@ -470,6 +470,56 @@ open("from-script.txt", "w").write("from script ${runId}")
         assert.equal((await exec(key, `sha256sum < ${dir}/from-shell.bin`)).output.split(' ')[0], sha256(fromShell));
       });
 
+      it('writes atomically: a new inode with the old mode, through a symlink', { timeout: testTimeoutMs }, async () => {
+        const key = newTask();
+        const dir = await tempDir(key);
+        await envs.writeFile(key, `${dir}/f.txt`, 'old\n');
+        const before = await exec(key, `cd ${dir} && chmod 754 f.txt && ln -s f.txt link && ln f.txt hard && stat -c %i f.txt`);
+        assert.equal(before.exitCode, 0, before.output);
+        const written = await envs.writeFile(key, `${dir}/f.txt`, 'new content\n');
+        assert.deepEqual(written, { absPath: `${dir}/f.txt`, bytesWritten: 12, dirsCreated: false });
+        const after = await exec(key, `cd ${dir} && stat -c '%a %i' f.txt && cat f.txt hard`);
+        const [mode, inode] = after.output.split('\n')[0]!.split(' ');
+        assert.equal(mode, '754');
+        assert.notEqual(inode, before.output.trim(), 'the write replaced the file (rename), not rewrote it in place');
+        // A hard link keeps the old file: the rename gives the path a new inode (as upstream's mv -f does).
+        assert.equal(after.output.split('\n').slice(1).join('\n'), 'new content\nold\n');
+
+        // Through a symlink: the link's target is replaced, the link stays a link to it.
+        await envs.writeFile(key, `${dir}/link`, 'via link\n');
+        const link = await exec(key, `cd ${dir} && [ -L link ] && readlink link && cat f.txt && stat -c %a f.txt`);
+        assert.equal(link.output, 'f.txt\nvia link\n754\n');
+        // A dangling link: the file is made where it points.
+        await exec(key, `cd ${dir} && mkdir sub && ln -s sub/made.txt dangling`);
+        await envs.writeFile(key, `${dir}/dangling`, 'made\n');
+        assert.equal((await exec(key, `cd ${dir} && [ -L dangling ] && cat sub/made.txt`)).output, 'made\n');
+        assert.equal((await exec(key, `ls -A ${dir} ${dir}/sub | grep -c berth-`)).output, '0\n', 'no temp file is left');
+      });
+
+      it('a write that fails leaves the old content and no temp file', { timeout: testTimeoutMs }, async () => {
+        const key = newTask();
+        const dir = await tempDir(key);
+        await envs.writeFile(key, `${dir}/locked/f.txt`, 'old\n');
+        // The temp file cannot be made beside the file: a directory we may not write (root ignores
+        // the mode bits, so as root it is made immutable instead).
+        const lock = await exec(
+          key,
+          `cd ${dir} && if [ "$(id -u)" = 0 ]; then chattr +i locked; else chmod 555 locked; fi && echo locked`,
+        );
+        assert.equal(lock.output, 'locked\n', `cannot lock a directory in ${name}: ${lock.output}`);
+        try {
+          await assert.rejects(envs.writeFile(key, `${dir}/locked/f.txt`, 'new\n'), (err: unknown) => {
+            assert.ok(err instanceof BerthError, String(err));
+            assert.equal(err.code, 'PERMISSION_DENIED', err.message);
+            assert.equal(err.message, `Permission denied: ${dir}/locked/f.txt`);
+            return true;
+          });
+          assert.equal((await exec(key, `cat ${dir}/locked/f.txt; ls -A ${dir}/locked`)).output, 'old\nf.txt\n');
+        } finally {
+          await exec(key, `cd ${dir} && if [ "$(id -u)" = 0 ]; then chattr -i locked; else chmod 755 locked; fi`);
+        }
+      });
+
       /** Asserts that `promise` is refused with INVALID_ARGUMENT and a message matching `pattern`. */
       const refused = (promise: Promise<unknown>, pattern: RegExp) =>
         assert.rejects(promise, (err: unknown) => {

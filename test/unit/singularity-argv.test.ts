@@ -1,6 +1,7 @@
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
 import { mkdtemp, readdir, rm, writeFile } from 'node:fs/promises';
+import { chmodSync, lstatSync, mkdirSync, readFileSync, readdirSync, statSync, symlinkSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { describe, it } from 'node:test';
@@ -8,6 +9,7 @@ import { SifCache } from '../../services/executor/backends/singularity/sif-cache
 import {
   buildSifArgv,
   envFlagValue,
+  FILE_EXIT,
   execArgv,
   groupCommand,
   instanceListArgv,
@@ -145,6 +147,60 @@ describe('singularity argv', () => {
       assert.equal(sh(statCommand(`${dir}/a b/c.txt`)).stdout, 'file 4\n');
       assert.match(sh(statCommand(dir)).stdout, /^dir \d+\n$/);
       assert.equal(sh(statCommand(`${dir}/missing`)).stdout, 'missing\n');
+    } finally {
+      await rm(dir, { recursive: true, force: true });
+    }
+  });
+});
+
+describe('the atomic write helper (singularity, docker exec)', () => {
+  it('replaces the file through a temp file: mode kept, new inode, symlinks written through, nothing left behind', async () => {
+    const dir = await mkdtemp(path.join(os.tmpdir(), 'berth-write-script-'));
+    const sh = (argv: string[], input?: string) => spawnSync(argv[0] ?? 'bash', argv.slice(1), { input, encoding: 'utf8' });
+    const temps = () => readdirSync(dir).filter((n) => n.includes('.berth-'));
+    try {
+      const file = path.join(dir, 'f.txt');
+      writeFileSync(file, 'old\n');
+      chmodSync(file, 0o754);
+      symlinkSync('f.txt', path.join(dir, 'link'));
+      const inode = statSync(file).ino;
+      assert.equal(sh(writeFileCommand(file), 'new\n').status, 0);
+      assert.equal(readFileSync(file, 'utf8'), 'new\n');
+      assert.equal(statSync(file).mode & 0o7777, 0o754);
+      assert.notEqual(statSync(file).ino, inode);
+      assert.equal(sh(writeFileCommand(path.join(dir, 'link')), 'via link\n').status, 0);
+      assert.ok(lstatSync(path.join(dir, 'link')).isSymbolicLink());
+      assert.equal(readFileSync(file, 'utf8'), 'via link\n');
+      // A dangling link: made where it points. A new file: 0666 less the umask, as `cat >` made it.
+      symlinkSync(path.join(dir, 'made.txt'), path.join(dir, 'dangling'));
+      const made = sh(['bash', '-c', 'umask 027; exec "$@"', 'x', ...writeFileCommand(path.join(dir, 'dangling'))], 'made\n');
+      assert.equal(made.status, 0, made.stderr);
+      assert.equal(readFileSync(path.join(dir, 'made.txt'), 'utf8'), 'made\n');
+      assert.equal(statSync(path.join(dir, 'made.txt')).mode & 0o7777, 0o640);
+      // A name near NAME_MAX still gets a temp file of a legal name.
+      const long = path.join(dir, 'n'.repeat(250));
+      assert.equal(sh(writeFileCommand(long), 'long\n').status, 0);
+      assert.equal(readFileSync(long, 'utf8'), 'long\n');
+      assert.deepEqual(temps(), []);
+
+      // No temp file can be made beside it (as root: an immutable directory): refused, old content kept, no temp.
+      mkdirSync(path.join(dir, 'locked'));
+      writeFileSync(path.join(dir, 'locked', 'g.txt'), 'kept\n');
+      const root = process.getuid?.() === 0;
+      const lock = sh(['bash', '-c', root ? 'chattr +i "$1"' : 'chmod 555 "$1"', 'x', path.join(dir, 'locked')]);
+      assert.equal(lock.status, 0, lock.stderr);
+      try {
+        assert.equal(sh(writeFileCommand(path.join(dir, 'locked', 'g.txt')), 'new\n').status, FILE_EXIT.denied);
+        assert.equal(readFileSync(path.join(dir, 'locked', 'g.txt'), 'utf8'), 'kept\n');
+        assert.deepEqual(readdirSync(path.join(dir, 'locked')), ['g.txt']);
+      } finally {
+        sh(['bash', '-c', root ? 'chattr -i "$1"' : 'chmod 755 "$1"', 'x', path.join(dir, 'locked')]);
+      }
+      // A failing input (stdin is a directory: cat's read fails): the temp file goes, the file stays.
+      const cut = spawnSync('bash', ['-c', 'exec "$@" < /', 'x', ...writeFileCommand(file)], { encoding: 'utf8' });
+      assert.notEqual(cut.status, 0);
+      assert.equal(readFileSync(file, 'utf8'), 'via link\n');
+      assert.deepEqual(temps(), []);
     } finally {
       await rm(dir, { recursive: true, force: true });
     }

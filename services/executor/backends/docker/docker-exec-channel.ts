@@ -15,6 +15,7 @@ import { FailedPreconditionError } from '../../../common/errors.js';
 import { fileTooLargeError } from '../shared/file-errors.js';
 import { MAX_READ_FILE_BYTES } from '../shared/file-limits.js';
 import { deliverOutput } from '../shared/guards.js';
+import { atomicWriteScript } from '../shared/write-script.js';
 import { killGroupArgv } from '../shared/process-group.js';
 import type { Logger } from '../../../common/logging.js';
 import { SANDBOX_GID, SANDBOX_UID } from './container-spec.js';
@@ -51,10 +52,8 @@ const READ_SCRIPT =
   '[ -e "$1" ] || exit 66; [ -d "$1" ] && exit 67; [ -f "$1" ] || { stat -L -c %F -- "$1" >&2; exit 70; }; ' +
   `[ -r "$1" ] || exit 68; s=$(stat -L -c %s -- "$1"); [ "$s" -le ${MAX_READ_FILE_BYTES} ] || { echo "$s" >&2; exit 71; }; ` +
   `exec head -c ${MAX_READ_FILE_BYTES + 1} -- "$1"`;
-const WRITE_SCRIPT =
-  'd=$(dirname -- "$1"); if [ ! -d "$d" ]; then mkdir -p -- "$d" 2>/dev/null || exit 69; fi; ' +
-  '[ -d "$1" ] && exit 67; if [ -e "$1" ] && [ ! -f "$1" ]; then stat -L -c %F -- "$1" >&2; exit 70; fi; ' +
-  'cat > "$1" 2>/dev/null || exit 68';
+/** Atomic: a temp file beside the file, renamed over it (write-script.ts). */
+const WRITE_SCRIPT = atomicWriteScript({ isDirectory: 67, notDirectory: 69, denied: 68, notRegular: 70 });
 /** stderr kept from a helper: a message, not a stream. */
 const RUN_MAX_STDERR_BYTES = 64 * 1024;
 const STAT_SCRIPT = 'if [ -e "$1" ]; then stat -L -c "%F|%s|%u" -- "$1"; else echo missing; fi';

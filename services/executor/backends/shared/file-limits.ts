@@ -6,7 +6,9 @@
  * size, so no backend ever holds more than the cap for one read. The
  * refusals themselves are in file-errors.ts.
  */
+import { randomBytes } from 'node:crypto';
 import { constants as fsConstants } from 'node:fs';
+import { posix } from 'node:path';
 
 /**
  * The largest file a file call reads: 8 MiB. It is the most write_file can
@@ -57,4 +59,21 @@ const KINDS_BY_NAME: Readonly<Record<string, SpecialFileKind>> = {
  */
 export function specialFileKindFromStat(text: string): SpecialFileKind {
   return KINDS_BY_NAME[text.trim()] ?? 'special file';
+}
+
+/** Bytes of the target's name kept in a temp file's name: with the rest it stays under NAME_MAX (255). */
+const TEMP_STEM_BYTES = 200;
+const TEMP_ALPHABET = 'ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789';
+
+/**
+ * A fresh name for the temp file of an atomic write to `target`, in the same
+ * directory: `.NAME.berth-XXXXXX` (a hidden file; a long NAME is cut to
+ * {@link TEMP_STEM_BYTES} bytes on a character boundary). The exec agent
+ * and the shell helpers name theirs the same way.
+ */
+export function writeTempPath(target: string): string {
+  let stem = posix.basename(target);
+  while (Buffer.byteLength(stem) > TEMP_STEM_BYTES) stem = Array.from(stem).slice(0, -1).join('');
+  const suffix = Array.from(randomBytes(6), (b) => TEMP_ALPHABET[b % TEMP_ALPHABET.length]).join('');
+  return posix.join(posix.dirname(target), `.${stem}.berth-${suffix}`);
 }

@@ -4,9 +4,10 @@
  * calls (see file-limits.ts), with the errors from file-errors.ts.
  */
 import { constants as fsConstants, type Stats } from 'node:fs';
-import { open, stat, type FileHandle } from 'node:fs/promises';
-import { fileErrorFromNode, fileTooLargeError, notRegularFileError, type FileOp } from './file-errors.js';
-import { MAX_READ_FILE_BYTES, specialFileKind } from './file-limits.js';
+import { access, lstat, open, readlink, rename, stat, unlink, type FileHandle } from 'node:fs/promises';
+import path from 'node:path';
+import { errnoName, fileErrorFromNode, fileTooLargeError, notRegularFileError, type FileOp } from './file-errors.js';
+import { MAX_READ_FILE_BYTES, specialFileKind, writeTempPath } from './file-limits.js';
 
 /**
  * Opens without blocking (a FIFO with no writer, or for writing with no
@@ -63,22 +64,90 @@ export async function readRegularFile(absPath: string, maxBytes = MAX_READ_FILE_
   }
 }
 
+/** Symlinks followed from a write's path before giving up (the kernel's own limit). */
+const MAX_SYMLINK_HOPS = 40;
+
 /**
- * Writes a regular file on this machine (created when missing, truncated
- * otherwise). A device, FIFO or socket in its place is refused untouched.
+ * The file a write to `absPath` lands on: symlinks in its last component are
+ * followed (a write goes through a link, as open(2) would), so the temp file
+ * and the rename happen beside the link's target and the link stays a link.
+ * A missing path, or a dangling link's missing target, is returned as is.
+ */
+async function writeTarget(absPath: string): Promise<string> {
+  let current = absPath;
+  for (let hops = 0; hops <= MAX_SYMLINK_HOPS; hops++) {
+    let info: Stats;
+    try {
+      info = await lstat(current);
+    } catch (err) {
+      if (errnoName(err) === 'ENOENT') return current;
+      throw err;
+    }
+    if (!info.isSymbolicLink()) return current;
+    current = path.resolve(path.dirname(current), await readlink(current));
+  }
+  throw Object.assign(new Error(`ELOOP: too many symbolic links: ${absPath}`), { code: 'ELOOP' });
+}
+
+/** Creates the temp file beside `target`, exclusively and never through a link; retried on a name clash. */
+async function createTemp(target: string, mode: number): Promise<{ handle: FileHandle; tempPath: string }> {
+  const flags = fsConstants.O_WRONLY | fsConstants.O_CREAT | fsConstants.O_EXCL | fsConstants.O_NOFOLLOW;
+  for (let attempt = 0; ; attempt++) {
+    const tempPath = writeTempPath(target);
+    try {
+      return { handle: await open(tempPath, flags, mode), tempPath };
+    } catch (err) {
+      if (errnoName(err) !== 'EEXIST' || attempt >= 7) throw err;
+    }
+  }
+}
+
+/**
+ * Writes a regular file on this machine atomically: the content goes to a
+ * temp file in the target's directory (0600 while written, fsynced), which
+ * then takes the old file's mode (and owner, when allowed) and is renamed
+ * over it, so a reader sees the old file or the new one, never a part. A
+ * new file gets the mode open(2) gives it under the umask. A device, FIFO,
+ * socket or directory in its place is refused untouched, and so is an
+ * existing file we may not write (as the in-place write did). Whatever
+ * fails, the temp file is removed.
  */
 export async function writeRegularFile(absPath: string, data: Uint8Array): Promise<void> {
-  const { handle } = await openRegular(absPath, fsConstants.O_WRONLY | fsConstants.O_CREAT, 'write');
+  let tempPath: string | undefined;
+  let handle: FileHandle | undefined;
   try {
-    await handle.truncate(0);
+    const target = await writeTarget(absPath);
+    const existing = await stat(target).catch((err: unknown) => {
+      if (errnoName(err) === 'ENOENT') return undefined;
+      throw err;
+    });
+    if (existing !== undefined) {
+      if (!existing.isFile()) throw notRegularFileError(absPath, specialFileKind(existing.mode), 'write');
+      await access(target, fsConstants.W_OK);
+    }
+    ({ handle, tempPath } = await createTemp(target, existing === undefined ? 0o666 : 0o600));
+    // A new file: what the umask made of 0666 is its mode; write it as 0600 meanwhile.
+    const mode = existing === undefined ? (await handle.stat()).mode & 0o7777 : existing.mode & 0o7777;
+    if (existing === undefined) await handle.chmod(0o600);
     let written = 0;
     while (written < data.byteLength) {
       const { bytesWritten } = await handle.write(data, written, data.byteLength - written, written);
       written += bytesWritten;
     }
+    await handle.sync();
+    if (existing !== undefined && (existing.uid !== process.getuid?.() || existing.gid !== process.getgid?.())) {
+      // Only root (or the owner, for a group it is in) may; otherwise the new file is the writer's.
+      await handle.chown(existing.uid, existing.gid).catch(() => undefined);
+    }
+    await handle.chmod(mode);
+    await handle.close();
+    handle = undefined;
+    await rename(tempPath, target);
+    tempPath = undefined;
   } catch (err) {
     throw fileErrorFromNode(err, absPath, 'write');
   } finally {
-    await handle.close().catch(() => undefined);
+    await handle?.close().catch(() => undefined);
+    if (tempPath !== undefined) await unlink(tempPath).catch(() => undefined);
   }
 }

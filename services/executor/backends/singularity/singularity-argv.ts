@@ -11,6 +11,7 @@ import { createHash } from 'node:crypto';
 import path from 'node:path';
 import type { TaskKey } from '../../backend.js';
 import { taskKeyString } from '../../backend.js';
+import { atomicWriteScript } from '../shared/write-script.js';
 
 /** Where the task's directories appear inside the instance. */
 export const WORKSPACE_DIR = '/workspace';
@@ -204,17 +205,9 @@ export function readFileCommand(absPath: string, maxBytes: number): string[] {
   return ['bash', '-c', script, 'berth', absPath];
 }
 
-/** Writes stdin to the file, creating parent directories. */
+/** Writes stdin to the file atomically, creating parent directories (write-script.ts). */
 export function writeFileCommand(absPath: string): string[] {
-  const script = [
-    'd=$(dirname -- "$1")',
-    `if [ -e "$d" ] && [ ! -d "$d" ]; then exit ${FILE_EXIT.notDirectory}; fi`,
-    `mkdir -p -- "$d" 2>/dev/null || exit ${FILE_EXIT.notDirectory}`,
-    `[ -d "$1" ] && exit ${FILE_EXIT.isDirectory}`,
-    `if [ -e "$1" ] && [ ! -f "$1" ]; then stat -L -c %F -- "$1" >&2; exit ${FILE_EXIT.notRegular}; fi`,
-    `exec cat > "$1" || exit ${FILE_EXIT.denied}`,
-  ].join('\n');
-  return ['bash', '-c', script, 'berth', absPath];
+  return ['bash', '-c', atomicWriteScript(FILE_EXIT), 'berth', absPath];
 }
 
 /** Prints `missing`, or `dir SIZE` / `file SIZE` (following symlinks). */

@@ -14,7 +14,7 @@ import {
   parentNotDirectoryError,
   type FileOp,
 } from '../shared/file-errors.js';
-import { MAX_READ_FILE_BYTES, specialFileKind } from '../shared/file-limits.js';
+import { MAX_READ_FILE_BYTES, specialFileKind, writeTempPath } from '../shared/file-limits.js';
 
 /** SFTP status codes (draft-ietf-secsh-filexfer-02 §7). */
 const SFTP_NO_SUCH_FILE = 2;
@@ -147,37 +147,132 @@ async function mkdirp(sftp: SFTPWrapper, dir: string): Promise<void> {
   }
 }
 
-/** Writes a whole file (truncating), creating parent directories. */
+/** Symlinks followed from a write's path before giving up (the kernel's own limit). */
+const MAX_SYMLINK_HOPS = 40;
+
+/**
+ * The file a write to `absPath` lands on: symlinks in its last component are
+ * followed, so the temp file and the rename happen beside the link's target
+ * and the link stays a link. A missing path is returned as is.
+ */
+async function sftpWriteTarget(sftp: SFTPWrapper, absPath: string): Promise<string> {
+  let current = absPath;
+  for (let hops = 0; hops <= MAX_SYMLINK_HOPS; hops++) {
+    let info: Stats;
+    try {
+      info = await call<Stats>((cb) => sftp.lstat(current, cb));
+    } catch (err) {
+      if (sftpCode(err) === SFTP_NO_SUCH_FILE) return current;
+      throw err;
+    }
+    if (!info.isSymbolicLink()) return current;
+    const link = await call<string>((cb) => sftp.readlink(current, cb));
+    current = posix.resolve(posix.dirname(current), link);
+  }
+  throw new UnavailableError(`too many levels of symbolic links: ${absPath}`);
+}
+
+/** ssh2's words for an extension the server lacks (thrown before anything is sent). */
+const isUnsupportedExtension = (err: unknown) => err instanceof Error && /does not support this extended request/.test(err.message);
+
+/** Writes `bytes` through `handle`, {@link IN_FLIGHT} chunks at a time. */
+async function writeAll(sftp: SFTPWrapper, handle: Buffer, bytes: Buffer): Promise<void> {
+  let next = 0;
+  const worker = async () => {
+    while (next < bytes.length) {
+      const position = next;
+      next += CHUNK_BYTES;
+      const length = Math.min(CHUNK_BYTES, bytes.length - position);
+      await call<void>((cb) => sftp.write(handle, bytes, position, length, position, (err) => cb(err, undefined)));
+    }
+  };
+  await Promise.all(Array.from({ length: IN_FLIGHT }, worker));
+}
+
+const closeHandle = (sftp: SFTPWrapper, handle: Buffer) =>
+  call<void>((cb) => sftp.close(handle, (err) => cb(err, undefined))).catch(() => undefined);
+
+/**
+ * Writes a whole file atomically, creating parent directories: the content
+ * goes to a temp file beside the file (exclusive, 0600 while written,
+ * fsynced when the server can), which takes the old file's mode (and owner
+ * when allowed) and is renamed over the file (posix-rename@openssh.com), so
+ * nobody sees a half-written file. A new file gets the mode the server's
+ * umask gives it, as before. An existing file must be writable, as for an
+ * in-place write. A server without posix-rename gets the in-place write for
+ * an existing file (its plain rename will not replace one). Whatever fails,
+ * the temp file is removed.
+ */
 export async function sftpWriteFile(sftp: SFTPWrapper, absPath: string, data: Uint8Array, where: string): Promise<void> {
-  let handle: Buffer;
+  const bytes = Buffer.from(data.buffer, data.byteOffset, data.byteLength);
+  let target: string;
+  let existing: Stats | undefined;
   try {
     const parent = posix.dirname(absPath);
-    const existing = await statPath(sftp, absPath).catch(() => undefined);
+    existing = await statPath(sftp, absPath).catch(() => undefined);
     if (existing && !existing.isFile()) throw notRegularFileError(absPath, specialFileKind(existing.mode), 'write');
     const parentInfo = await statPath(sftp, parent).catch(() => undefined);
     if (!parentInfo) await mkdirp(sftp, parent);
     else if (!parentInfo.isDirectory()) {
       throw parentNotDirectoryError(absPath);
     }
-    handle = await call<Buffer>((cb) => sftp.open(absPath, 'w', cb));
+    target = await sftpWriteTarget(sftp, absPath);
+    if (existing) {
+      // Writable, as an in-place write needed it to be (opened without truncating, closed again).
+      await closeHandle(sftp, await call<Buffer>((cb) => sftp.open(target, 'r+', cb)));
+    }
   } catch (err) {
     throw sftpError(err, absPath, 'write', where);
   }
+  let tempPath: string | undefined = writeTempPath(target);
+  let handle: Buffer | undefined;
   try {
-    const bytes = Buffer.from(data.buffer, data.byteOffset, data.byteLength);
-    let next = 0;
-    const worker = async () => {
-      while (next < bytes.length) {
-        const position = next;
-        next += CHUNK_BYTES;
-        const length = Math.min(CHUNK_BYTES, bytes.length - position);
-        await call<void>((cb) => sftp.write(handle, bytes, position, length, position, (err) => cb(err, undefined)));
+    handle = await call<Buffer>((cb) => sftp.open(tempPath!, 'wx', existing ? { mode: 0o600 } : {}, cb));
+    // A new file: what the server's umask made of 0666 is its mode; write it as 0600 meanwhile.
+    const mode = (existing ?? (await call<Stats>((cb) => sftp.fstat(handle!, cb)))).mode & 0o7777;
+    if (!existing) await call<void>((cb) => sftp.fchmod(handle!, 0o600, (err) => cb(err, undefined)));
+    await writeAll(sftp, handle, bytes);
+    await call<void>((cb) => sftp.ext_openssh_fsync(handle!, (err) => cb(err, undefined))).catch((err: unknown) => {
+      if (!isUnsupportedExtension(err)) throw err;
+    });
+    if (existing) {
+      const { uid, gid } = existing;
+      // Only root (or the owner, for its own groups) may; otherwise the new file is the writer's.
+      await call<void>((cb) => sftp.fchown(handle!, uid, gid, (err) => cb(err, undefined))).catch(() => undefined);
+    }
+    await call<void>((cb) => sftp.fchmod(handle!, mode, (err) => cb(err, undefined)));
+    await call<void>((cb) => sftp.close(handle!, (err) => cb(err, undefined)));
+    handle = undefined;
+    try {
+      await call<void>((cb) => sftp.ext_openssh_rename(tempPath!, target, (err) => cb(err, undefined)));
+      tempPath = undefined;
+    } catch (err) {
+      if (!isUnsupportedExtension(err)) throw err;
+      if (existing) {
+        // The temp file is removed below.
+        await sftpWriteInPlace(sftp, target, bytes);
+      } else {
+        await call<void>((cb) => sftp.rename(tempPath!, target, (e) => cb(e, undefined)));
+        tempPath = undefined;
       }
-    };
-    await Promise.all(Array.from({ length: IN_FLIGHT }, worker));
+    }
   } catch (err) {
     throw sftpError(err, absPath, 'write', where);
   } finally {
-    await call<void>((cb) => sftp.close(handle, (err) => cb(err, undefined))).catch(() => undefined);
+    if (handle) await closeHandle(sftp, handle);
+    if (tempPath !== undefined) {
+      const stale = tempPath;
+      await call<void>((cb) => sftp.unlink(stale, (err) => cb(err, undefined))).catch(() => undefined);
+    }
+  }
+}
+
+/** The write of a server without posix-rename: truncate and rewrite the file in place. */
+async function sftpWriteInPlace(sftp: SFTPWrapper, absPath: string, bytes: Buffer): Promise<void> {
+  const handle = await call<Buffer>((cb) => sftp.open(absPath, 'w', cb));
+  try {
+    await writeAll(sftp, handle, bytes);
+  } finally {
+    await closeHandle(sftp, handle);
   }
 }

@@ -629,16 +629,43 @@ export class AgentChannel implements SandboxChannel {
     return Buffer.concat(chunks, total);
   }
 
-  /** Writes in {@link FILE_CHUNK_BYTES} chunks: the first creates or truncates, the rest append at their offset. */
+  /**
+   * Writes atomically in {@link FILE_CHUNK_BYTES} chunks: the agent puts them
+   * in a temp file beside the file and renames it over the file with the
+   * last one, so nobody sees a half-written file. The first chunk's answer
+   * names the write for the rest; a write that fails halfway is aborted (the
+   * agent removes its temp file; it also does when the stream drops).
+   */
   async writeFile(absPath: string, data: Uint8Array): Promise<void> {
+    if (!this.hello.capabilities.includes('atomic-write')) {
+      throw new FailedPreconditionError(
+        `the exec agent of ${this.#description} cannot write files atomically (an older berth_agent.py); run the one shipped with this executor`,
+      );
+    }
+    let write: number | undefined;
     try {
       let offset = 0;
       do {
         const end = Math.min(offset + FILE_CHUNK_BYTES, data.byteLength);
-        await this.#request('write', { path: absPath, offset }, data.subarray(offset, end));
+        const last = end >= data.byteLength;
+        const frame = await this.#request(
+          'write',
+          { path: absPath, offset, last, ...(write !== undefined ? { write } : {}) },
+          data.subarray(offset, end),
+        );
+        if (last) write = undefined;
+        else if (write === undefined) {
+          const named = frame.header.write;
+          if (typeof named !== 'number' || !Number.isSafeInteger(named)) {
+            this.#fail(new SandboxLostError(`the exec agent of ${this.#description} did not name its write`));
+            throw this.#lost;
+          }
+          write = named;
+        }
         offset = end;
       } while (offset < data.byteLength);
     } catch (err) {
+      if (write !== undefined && !this.#lost) await this.#request('abort', { write }).catch(() => undefined);
       throw this.#fileError(err, absPath, 'write');
     }
   }
