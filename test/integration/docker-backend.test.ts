@@ -19,8 +19,6 @@ import { fileURLToPath, pathToFileURL } from 'node:url';
 import Dockerode from 'dockerode';
 import { BerthError } from '../../services/common/errors.js';
 import { silentLogger } from '../../services/common/logging.js';
-import type { TaskClient } from '../../services/common/task-client.js';
-import type { ToolContext } from '../../services/dispatcher/tool-types.js';
 import { ENVIRONMENT_RECREATED_NOTE, terminalToolRegistration } from '../../services/dispatcher/tools/terminal-tool.js';
 import type { TaskKey } from '../../services/executor/backend.js';
 import { LABEL, taskContainerName } from '../../services/executor/backends/docker/container-spec.js';
@@ -36,6 +34,7 @@ import {
   hasRuntime,
   slowStartDockerProxy,
 } from '../support/docker-fixtures.js';
+import { taskClientOf, toolContextOf } from '../support/tool-tasks.js';
 
 const docker = new Dockerode();
 const unavailable = await dockerUnavailableReason(docker);
@@ -285,22 +284,7 @@ describe('docker backend (real engine)', { skip: unavailable }, () => {
 
   it("the terminal's next result after a removed container carries environment_recreated and the note", async () => {
     const key = newKey();
-    const client: TaskClient = {
-      exec: (request) => envs.exec(key, request),
-      readFile: (p) => envs.readFile(key, p),
-      writeFile: (p, content) => envs.writeFile(key, p, content),
-      stat: (p) => envs.stat(key, p),
-      startBackground: (request) => envs.startBackground(key, request),
-      process: (request) => envs.process(key, request),
-    };
-    const context: ToolContext = {
-      tenant: key.tenant,
-      taskId: key.taskId,
-      sessionId: 'session',
-      task: client,
-      signal: new AbortController().signal,
-      logger: silentLogger(),
-    };
+    const context = toolContextOf(key, taskClientOf(envs, key));
     const terminal = terminalToolRegistration();
     const call = async (command: string) => JSON.parse(await terminal.handler({ command }, context)) as Record<string, unknown>;
     assert.deepEqual(await call('cd /tmp && echo before'), { output: 'before', exit_code: 0, error: null, cwd: '/tmp' });

@@ -5,65 +5,20 @@
  * shapes are upstream hermes-agent's (tools/process_registry.py).
  */
 import assert from 'node:assert/strict';
-import { mkdtemp, realpath, rm } from 'node:fs/promises';
-import os from 'node:os';
-import path from 'node:path';
-import { after, afterEach, before, describe, it } from 'node:test';
-import { silentLogger } from '../../services/common/logging.js';
-import type { TaskClient } from '../../services/common/task-client.js';
-import type { ToolContext } from '../../services/dispatcher/tool-types.js';
+import { describe, it } from 'node:test';
 import { processToolRegistration } from '../../services/dispatcher/tools/process-tool.js';
 import { terminalToolRegistration } from '../../services/dispatcher/tools/terminal-tool.js';
-import type { TaskKey } from '../../services/executor/backend.js';
-import { LocalBackend } from '../../services/executor/backends/local/local-backend.js';
-import { TaskEnvironments } from '../../services/executor/task-environment.js';
+import { localToolTasks } from '../support/tool-tasks.js';
 
 type Json = Record<string, unknown>;
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
-let root: string;
-let backend: LocalBackend;
-let envs: TaskEnvironments;
-let taskNo = 0;
-const keys: TaskKey[] = [];
-
-before(async () => {
-  root = await realpath(await mkdtemp(path.join(os.tmpdir(), 'berth-process-tool-')));
-  backend = new LocalBackend({ stateRoot: path.join(root, 'state'), initialCwd: root });
-  envs = new TaskEnvironments({ backend, logger: silentLogger() });
-});
-
-afterEach(async () => {
-  for (const key of keys.splice(0)) await envs.release(key);
-});
-
-after(async () => {
-  await envs.closeAll();
-  await backend.close();
-  await rm(root, { recursive: true, force: true });
-});
+const tasks = localToolTasks('process-tool');
 
 /** One task: calls `terminal` and `process` the way the dispatcher does. */
 function task() {
-  const key: TaskKey = { tenant: 'tenant', taskId: `tool-task-${++taskNo}` };
-  keys.push(key);
-  const client: TaskClient = {
-    exec: (request) => envs.exec(key, request),
-    readFile: (p) => envs.readFile(key, p),
-    writeFile: (p, content) => envs.writeFile(key, p, content),
-    stat: (p) => envs.stat(key, p),
-    startBackground: (request) => envs.startBackground(key, request),
-    process: (request) => envs.process(key, request),
-  };
-  const context: ToolContext = {
-    tenant: key.tenant,
-    taskId: key.taskId,
-    sessionId: 'session',
-    task: client,
-    signal: new AbortController().signal,
-    logger: silentLogger(),
-  };
+  const { key, context } = tasks.newTask();
   const terminal = terminalToolRegistration();
   const processTool = processToolRegistration();
   return {

@@ -5,22 +5,19 @@
  * (the default) and off. The fake credentials are assembled at run time.
  */
 import assert from 'node:assert/strict';
-import { mkdtemp, realpath, rm, writeFile } from 'node:fs/promises';
-import os from 'node:os';
+import { writeFile } from 'node:fs/promises';
 import path from 'node:path';
-import { after, afterEach, before, describe, it } from 'node:test';
+import { describe, it } from 'node:test';
 import { parseConfig } from '../../services/common/config.js';
 import { silentLogger } from '../../services/common/logging.js';
 import type { TaskClient, TaskCodeRunRequest } from '../../services/common/task-client.js';
 import { ToolRegistry } from '../../services/dispatcher/registry.js';
 import { registerBuiltinTools } from '../../services/dispatcher/tools/builtin-tools.js';
-import type { ToolContext, ToolRegistration } from '../../services/dispatcher/tool-types.js';
+import type { ToolRegistration } from '../../services/dispatcher/tool-types.js';
 import { fileToolRegistrations } from '../../services/dispatcher/tools/file-tools.js';
 import { processToolRegistration } from '../../services/dispatcher/tools/process-tool.js';
 import { terminalToolRegistration } from '../../services/dispatcher/tools/terminal-tool.js';
-import type { TaskKey } from '../../services/executor/backend.js';
-import { LocalBackend } from '../../services/executor/backends/local/local-backend.js';
-import { TaskEnvironments } from '../../services/executor/task-environment.js';
+import { localToolTasks, toolContextOf } from '../support/tool-tasks.js';
 
 type Json = Record<string, unknown>;
 
@@ -31,58 +28,15 @@ const OPENAI_MASK = 'sk-aaa...aaaa';
 const GITHUB_KEY = 'ghp_' + 'B7'.repeat(18);
 const OPAQUE = 'q7W'.repeat(8);
 
-let root: string;
-let backend: LocalBackend;
-let envs: TaskEnvironments;
-let taskNo = 0;
-const keys: TaskKey[] = [];
-
-before(async () => {
-  root = await realpath(await mkdtemp(path.join(os.tmpdir(), 'berth-redaction-')));
-  backend = new LocalBackend({ stateRoot: path.join(root, 'state'), initialCwd: root });
-  envs = new TaskEnvironments({ backend, logger: silentLogger() });
+const tasks = localToolTasks('redaction', async (root) => {
   await writeFile(path.join(root, 'notes.txt'), `deploy key: ${GITHUB_KEY}\nnothing else\n`);
   await writeFile(path.join(root, '.env'), `DB_PASSWORD=${OPAQUE}\nMAX_TOKENS=100\n`);
   await writeFile(path.join(root, 'settings.txt'), `DB_PASSWORD=${OPAQUE}\n`);
 });
 
-afterEach(async () => {
-  for (const key of keys.splice(0)) await envs.release(key);
-});
-
-after(async () => {
-  await envs.closeAll();
-  await backend.close();
-  await rm(root, { recursive: true, force: true });
-});
-
-function taskClient(key: TaskKey): TaskClient {
-  return {
-    exec: (request) => envs.exec(key, request),
-    readFile: (p) => envs.readFile(key, p),
-    writeFile: (p, content) => envs.writeFile(key, p, content),
-    stat: (p) => envs.stat(key, p),
-    startBackground: (request) => envs.startBackground(key, request),
-    process: (request) => envs.process(key, request),
-  };
-}
-
-function toolContext(key: TaskKey, client: TaskClient): ToolContext {
-  return {
-    tenant: key.tenant,
-    taskId: key.taskId,
-    sessionId: 'session',
-    task: client,
-    signal: new AbortController().signal,
-    logger: silentLogger(),
-  };
-}
-
 /** One task with the four tools registered as builtin-tools registers them, redaction on or off. */
 function task(redactSecrets: boolean) {
-  const key: TaskKey = { tenant: 'tenant', taskId: `redaction-task-${++taskNo}` };
-  keys.push(key);
-  const context = toolContext(key, taskClient(key));
+  const { context } = tasks.newTask();
   const tools = new Map<string, ToolRegistration>(
     [
       terminalToolRegistration({ redactSecrets }),
@@ -175,12 +129,11 @@ describe('secret redaction of tool results (local backend)', () => {
   it('execute_code: tool calls of a script and its printed output are masked through the registry', async () => {
     const registry = new ToolRegistry({ logger: silentLogger() });
     registerBuiltinTools(registry, parseConfig({}));
-    const key: TaskKey = { tenant: 'tenant', taskId: `redaction-task-${++taskNo}` };
-    keys.push(key);
+    const { key, context: plain } = tasks.newTask();
     const answers: string[] = [];
     // The script runner is stood in for: it makes the calls a hermes_tools script would and prints a key.
     const client: TaskClient = {
-      ...taskClient(key),
+      ...plain.task,
       runCode: async (request: TaskCodeRunRequest) => {
         answers.push(await request.onToolCall({ tool: 'terminal', argsJson: JSON.stringify({ command: `echo ${OPENAI_KEY}` }) }));
         answers.push(await request.onToolCall({ tool: 'read_file', argsJson: JSON.stringify({ path: 'notes.txt' }) }));
@@ -196,7 +149,7 @@ describe('secret redaction of tool results (local backend)', () => {
         };
       },
     };
-    const result = JSON.parse(await registry.dispatch('execute_code', { code: 'print(1)' }, toolContext(key, client))) as Json;
+    const result = JSON.parse(await registry.dispatch('execute_code', { code: 'print(1)' }, toolContextOf(key, client))) as Json;
     assert.equal(result.output, `printed ${OPENAI_MASK}\n`);
     assert.equal((JSON.parse(answers[0] ?? '{}') as Json).output, OPENAI_MASK);
     assert.equal((JSON.parse(answers[1] ?? '{}') as Json).content, '1|deploy key: «redacted:ghp_…»\n2|nothing else');

@@ -7,69 +7,42 @@
  * else the session's cwd), and never lets a workdir become the session's cwd.
  */
 import assert from 'node:assert/strict';
-import { mkdir, mkdtemp, realpath, rm, symlink } from 'node:fs/promises';
-import os from 'node:os';
+import { mkdir, realpath, symlink } from 'node:fs/promises';
 import path from 'node:path';
-import { after, afterEach, before, describe, it } from 'node:test';
+import { describe, it } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { silentLogger } from '../../services/common/logging.js';
-import type { TaskClient } from '../../services/common/task-client.js';
 import type { ToolContext } from '../../services/dispatcher/tool-types.js';
 import { ENVIRONMENT_RECREATED_NOTE, terminalToolRegistration } from '../../services/dispatcher/tools/terminal-tool.js';
 import type { TaskKey } from '../../services/executor/backend.js';
-import { LocalBackend } from '../../services/executor/backends/local/local-backend.js';
 import { TaskEnvironments } from '../../services/executor/task-environment.js';
+import { localToolTasks, taskClientOf, toolContextOf } from '../support/tool-tasks.js';
 
 type Json = Record<string, unknown>;
 
 let root: string;
 let work: string;
-let backend: LocalBackend;
-let envs: TaskEnvironments;
-let taskNo = 0;
-const keys: TaskKey[] = [];
+let otherTasks = 0;
 
-before(async () => {
-  root = await realpath(await mkdtemp(path.join(os.tmpdir(), 'berth-terminal-cwd-')));
+const tasks = localToolTasks('terminal-cwd', async (dir) => {
+  root = dir;
   work = path.join(root, 'work');
   await mkdir(path.join(work, 'sub'), { recursive: true });
   // A symlinked name for the work dir and one for its subdirectory.
   await symlink(work, path.join(root, 'work-link'));
   await symlink(path.join(work, 'sub'), path.join(root, 'sub-link'));
-  backend = new LocalBackend({ stateRoot: path.join(root, 'state'), initialCwd: work });
-  envs = new TaskEnvironments({ backend, logger: silentLogger() });
+  return { initialCwd: work };
 });
 
-afterEach(async () => {
-  for (const key of keys.splice(0)) await envs.release(key);
-});
-
-after(async () => {
-  await envs.closeAll();
-  await backend.close();
-  await rm(root, { recursive: true, force: true });
-});
-
-/** A fresh task on `environments`; `terminal(args)` calls the tool as the dispatcher does. */
-function task(environments: TaskEnvironments = envs) {
-  const key: TaskKey = { tenant: 'tenant', taskId: `cwd-task-${++taskNo}` };
-  if (environments === envs) keys.push(key);
-  const client: TaskClient = {
-    exec: (request) => environments.exec(key, request),
-    readFile: (p) => environments.readFile(key, p),
-    writeFile: (p, content) => environments.writeFile(key, p, content),
-    stat: (p) => environments.stat(key, p),
-    startBackground: (request) => environments.startBackground(key, request),
-    process: (request) => environments.process(key, request),
-  };
-  const context: ToolContext = {
-    tenant: key.tenant,
-    taskId: key.taskId,
-    sessionId: 'session',
-    task: client,
-    signal: new AbortController().signal,
-    logger: silentLogger(),
-  };
+/** A fresh task (on `environments` when given; the caller releases those); `terminal(args)` calls the tool as the dispatcher does. */
+function task(environments?: TaskEnvironments) {
+  let context: ToolContext;
+  if (environments === undefined) {
+    context = tasks.newTask().context;
+  } else {
+    const key: TaskKey = { tenant: 'tenant', taskId: `terminal-cwd-other-${++otherTasks}` };
+    context = toolContextOf(key, taskClientOf(environments, key));
+  }
   const terminal = terminalToolRegistration();
   return {
     async terminal(args: Json): Promise<Json> {
@@ -160,7 +133,7 @@ describe('terminal environment_recreated key over a local task', () => {
   });
 
   it("carries the reference tool's warning after an idle release, once, next to Berth's own note", async () => {
-    const reaping = new TaskEnvironments({ backend, logger: silentLogger(), lifetimeSeconds: 1 });
+    const reaping = new TaskEnvironments({ backend: tasks.backend, logger: silentLogger(), lifetimeSeconds: 1 });
     try {
       const t = task(reaping);
       assert.deepEqual(await t.terminal({ command: 'cd / && echo first' }), {

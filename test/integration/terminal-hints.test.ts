@@ -6,62 +6,17 @@
  * tools/terminal_hints.py).
  */
 import assert from 'node:assert/strict';
-import { mkdtemp, realpath, rm } from 'node:fs/promises';
-import os from 'node:os';
-import path from 'node:path';
-import { after, afterEach, before, describe, it } from 'node:test';
-import { silentLogger } from '../../services/common/logging.js';
-import type { TaskClient } from '../../services/common/task-client.js';
-import type { ToolContext } from '../../services/dispatcher/tool-types.js';
+import { describe, it } from 'node:test';
 import { terminalToolRegistration } from '../../services/dispatcher/tools/terminal-tool.js';
-import type { TaskKey } from '../../services/executor/backend.js';
-import { LocalBackend } from '../../services/executor/backends/local/local-backend.js';
-import { TaskEnvironments } from '../../services/executor/task-environment.js';
+import { localToolTasks } from '../support/tool-tasks.js';
 
 type Json = Record<string, unknown>;
 
-let root: string;
-let backend: LocalBackend;
-let envs: TaskEnvironments;
-let taskNo = 0;
-const keys: TaskKey[] = [];
-
-before(async () => {
-  root = await realpath(await mkdtemp(path.join(os.tmpdir(), 'berth-terminal-hints-')));
-  backend = new LocalBackend({ stateRoot: path.join(root, 'state'), initialCwd: root });
-  envs = new TaskEnvironments({ backend, logger: silentLogger() });
-});
-
-afterEach(async () => {
-  for (const key of keys.splice(0)) await envs.release(key);
-});
-
-after(async () => {
-  await envs.closeAll();
-  await backend.close();
-  await rm(root, { recursive: true, force: true });
-});
+const tasks = localToolTasks('terminal-hints');
 
 /** A fresh task; `terminal(args)` calls the tool as the dispatcher does. */
 function task() {
-  const key: TaskKey = { tenant: 'tenant', taskId: `hint-task-${++taskNo}` };
-  keys.push(key);
-  const client: TaskClient = {
-    exec: (request) => envs.exec(key, request),
-    readFile: (p) => envs.readFile(key, p),
-    writeFile: (p, content) => envs.writeFile(key, p, content),
-    stat: (p) => envs.stat(key, p),
-    startBackground: (request) => envs.startBackground(key, request),
-    process: (request) => envs.process(key, request),
-  };
-  const context: ToolContext = {
-    tenant: key.tenant,
-    taskId: key.taskId,
-    sessionId: 'session',
-    task: client,
-    signal: new AbortController().signal,
-    logger: silentLogger(),
-  };
+  const { context } = tasks.newTask();
   const terminal = terminalToolRegistration();
   return {
     async terminal(args: Json): Promise<Json> {
@@ -103,7 +58,7 @@ describe('terminal hints over a local task', () => {
 
   it('reads the output before the exit code: a script without the execute bit is a permission problem', async () => {
     const t = task();
-    const result = await t.terminal({ command: `printf 'echo hi\\n' > ${root}/plain.sh && ${root}/plain.sh` });
+    const result = await t.terminal({ command: `printf 'echo hi\\n' > ${tasks.root}/plain.sh && ${tasks.root}/plain.sh` });
     assert.equal(result.exit_code, 126);
     assert.equal(
       result.hint,
@@ -137,7 +92,7 @@ describe('terminal hints over a local task', () => {
   });
 
   it('gives no hint where the exit code has a meaning', async () => {
-    assert.deepEqual(await task().terminal({ command: `grep -q needle ${root}/missing-file 2>/dev/null; test -e /nope` }), {
+    assert.deepEqual(await task().terminal({ command: `grep -q needle ${tasks.root}/missing-file 2>/dev/null; test -e /nope` }), {
       output: '',
       exit_code: 1,
       error: null,
