@@ -162,7 +162,7 @@ describe('the compose stack', async () => {
       JSON.parse(tools.toolsJson).map((x: { function: { name: string } }) => x.function.name).sort(),
       ['patch', 'process_manage', 'read_file', 'search_files', 'terminal', 'write_file'],
     );
-    assert.deepEqual(await sh(t, 'cd /tmp && export FOO=bar'), { output: '', exit_code: 0, error: null });
+    assert.deepEqual(await sh(t, 'cd /tmp && export FOO=bar'), { output: '', exit_code: 0, error: null, cwd: '/tmp' });
     assert.deepEqual(await sh(t, 'pwd; echo $FOO'), { output: '/tmp\nbar', exit_code: 0, error: null });
     const grep = await sh(t, 'grep -r nothing-here /etc/hostname');
     assert.equal(grep.exit_code, 1);
