@@ -1,8 +1,10 @@
 import { describe, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { parse as parseYaml } from 'yaml';
 import { ConfigError, hashApiKey, loadConfig, parseConfig } from '../../services/common/config.js';
 
 /** Runs `fn` with a config file holding `text`, in a directory removed afterwards. */
@@ -187,5 +189,27 @@ describe('config', () => {
       assert.throws(() => loadConfig(file, { BERTH_TENANTS: 'id: acme' }), /BERTH_TENANTS must hold a YAML list/);
       assert.throws(() => loadConfig(file, { BERTH_TENANTS: '- id: acme\n  api_key_sha256: short\n' }), /api_key_sha256/);
     });
+  });
+});
+
+describe('deploy/config.example.yaml', () => {
+  const example = join(fileURLToPath(new URL('../../..', import.meta.url)), 'deploy', 'config.example.yaml');
+
+  test('loads as it stands and names every key a config can set (lists and maps whole)', () => {
+    const loaded = loadConfig(example);
+    const raw = parseYaml(readFileSync(example, 'utf8')) as Record<string, unknown>;
+    const missing: string[] = [];
+    const walk = (defaults: Record<string, unknown>, written: unknown, at: string) => {
+      for (const [key, value] of Object.entries(defaults)) {
+        const here = written !== null && typeof written === 'object' && key in written ? (written as Record<string, unknown>)[key] : undefined;
+        if (here === undefined) missing.push(`${at}${key}`);
+        else if (value !== null && typeof value === 'object' && !Array.isArray(value) && Object.keys(value).length > 0) {
+          walk(value as Record<string, unknown>, here, `${at}${key}.`);
+        }
+      }
+    };
+    walk(parseConfig({}) as unknown as Record<string, unknown>, raw, '');
+    assert.deepEqual(missing, []);
+    assert.deepEqual(loaded, parseConfig(raw));
   });
 });
