@@ -122,6 +122,11 @@ export class DaytonaEnvironment implements BackendEnvironment {
     if (exit.code !== 0) throw new FailedPreconditionError(`cannot create ${dirs} in ${this.description}`);
   }
 
+  /** The current exec agent's channel (tests drop its stream). */
+  get agentChannel(): PingableChannel {
+    return this.#channel;
+  }
+
   takeNotices(): string[] {
     return this.#notices.splice(0);
   }
