@@ -44,15 +44,15 @@ if (unavailable) {
       sharedHost: false,
       tenant: `daytona-conformance-${randomBytes(4).toString('hex')}`,
       timeScale: 2,
-      // A PTY has no half-close: the agent cannot tell a dropped stream from a quiet one, and the session is
-      // killed (the agent with everything it started) once the stream is gone, so the agent does not linger here.
+      // A PTY has no end of file: the agent learns that its stream broke from the next start's bridge (SIGUSR1),
+      // then lingers on its socket with its background processes, and the bridge carries the new stream to it.
       dropAgentStream: async (env) => {
         if (!(env instanceof DaytonaEnvironment)) throw new Error(`not a daytona environment: ${env.description}`);
         const channel = env.agentChannel;
         if (!(channel instanceof AgentChannel)) throw new Error(`no exec agent in ${env.description}`);
         channel.dropStream();
       },
-      backgroundAfterDrop: 'ends',
+      backgroundAfterDrop: 'survives',
       // Scripts run inside the sandbox through the agent's relay.
       executeCode: true,
     },

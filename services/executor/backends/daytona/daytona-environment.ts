@@ -147,6 +147,8 @@ export class DaytonaEnvironment implements BackendEnvironment {
   #reconnect(lost: SandboxChannel, during: string): Promise<PingableChannel> {
     if (this.#channel !== lost && !this.#reconnecting) return Promise.resolve(this.#channel);
     this.#reconnecting ??= (async () => {
+      // A dropped stream whose agent was found again (it lingered): same agent, background processes kept.
+      if (lost === this.#channel && (await lost.recover?.())) return this.#channel;
       this.#o.logger?.warn({ sandbox: this.description }, 'lost the exec agent of a Daytona sandbox; opening a new one');
       lost.close();
       const next = await this.#o.reconnect();
@@ -209,6 +211,13 @@ export class DaytonaEnvironment implements BackendEnvironment {
     if (!outcome.exit) {
       // The agent went away under the command: the command went with it.
       if (this.#disposing) throw outcome.lost;
+      if (await channel.recover?.()) {
+        this.#notices.push(
+          `The connection to the exec agent in ${this.description} dropped while the command ran; the command was stopped ` +
+            '(background processes were kept).',
+        );
+        return outcome.deadline.result(137);
+      }
       await this.#reconnect(channel, ' while the command ran');
       return outcome.deadline.result(137);
     }
@@ -224,6 +233,8 @@ export class DaytonaEnvironment implements BackendEnvironment {
         ...(options.env ? { env: options.env } : {}),
         ...(options.pty ? { pty: true } : {}),
         keepStdin: true,
+        // Kept by the agent (paused) when its stream drops, and found again on the resumed one.
+        background: true,
         onOutput: (chunk) => deliverOutput(options.onOutput, chunk, this.#o.logger),
       }),
     );
