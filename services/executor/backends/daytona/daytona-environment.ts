@@ -56,7 +56,7 @@ export interface Connection {
 /**
  * How often an idle channel is pinged: proxies in front of the toolbox close
  * WebSockets that carry nothing for a while, and a closed one costs the
- * task its background processes.
+ * task its foreground command and a resume (the agent is found again).
  */
 export const KEEPALIVE_MS = 30_000;
 
