@@ -116,7 +116,12 @@ memory stays bounded). Then, for at most LINGER_SECONDS:
     0700, socket 0600). `--stdio --linger PATH --resume PID` connects there
     and, when the peer is process PID (SO_PEERCRED), carries bytes between
     its stdio and the agent until either ends; otherwise it starts as a
-    fresh agent. The lingering agent takes a connection only if its first
+    fresh agent. A stream that broke without the agent seeing it end (a
+    PTY has no end of file; an SDK exec outlives its client) is told by the
+    bridge: finding no socket, it sends SIGUSR1 to PID when PID's command
+    line names this linger path, and the agent treats that as its stream
+    dropping; the bridge then waits up to RESUME_KICK_SECONDS for the
+    socket. The lingering agent takes a connection only if its first
     frame (within RESUME_AUTH_SECONDS, at most MAX_AUTH_FRAME bytes) is
       auth {id: 0, key}  key = resume_key (a fresh agent ignores it)
     and then says hello (resumed = true) on it.
@@ -224,6 +229,8 @@ RELAY_MAX_QUEUE = 64 * 1024 * 1024
 LINGER_SECONDS = 600.0
 REDIAL_INTERVAL = 0.5
 RESUME_AUTH_SECONDS = 2.0
+# How long a `--resume` bridge waits for the socket of an agent it told that its stream is gone (SIGUSR1).
+RESUME_KICK_SECONDS = 3.0
 MAX_AUTH_FRAME = 4096
 COUNTERS = {
     "oom_kill": (("/sys/fs/cgroup/memory.events", "/sys/fs/cgroup/memory/memory.oom_control"), "oom_kill"),
@@ -553,11 +560,19 @@ class Agent(object):
         signal.signal(signal.SIGCHLD, lambda *_: None)
         signal.signal(signal.SIGTERM, self.on_term)
         signal.signal(signal.SIGINT, self.on_term)
+        # Stdio mode with a linger path: SIGUSR1 from a `--resume` bridge says the stream broke unseen.
+        # (Commands run as our user and could send it; they could as well kill us. It costs a resume.)
+        self.stale = False
+        if linger_path is not None:
+            signal.signal(signal.SIGUSR1, self.on_stale)
         self.sel.register(self.sock, selectors.EVENT_READ, ("sock", None))
         self.sel.register(self.wake_r, selectors.EVENT_READ, ("wake", None))
 
     def on_term(self, *_):
         self.running = False
+
+    def on_stale(self, *_):
+        self.stale = True
 
     # --- sending ---------------------------------------------------------
 
@@ -621,6 +636,10 @@ class Agent(object):
                     self.on_linger()
                 if not self.running:
                     break
+            if self.stale:
+                self.stale = False
+                log("told that the stream broke (SIGUSR1); detaching")
+                self.detach()
             self.reap()
             self.on_timers()
         self.shutdown()
@@ -1734,14 +1753,11 @@ def bridge(stream, path, pid):
     bound the path itself is never taken for the agent; the agent in turn
     wants the executor's auth frame (its resume_key) before anything else.
     """
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
-        sock.settimeout(RESUME_AUTH_SECONDS)
-        sock.connect(path)
+        sock = connect_linger(path, pid)
         peer = peer_pid(sock)
     except OSError as err:
         log("no agent lingers on %s (%s); starting afresh" % (path, err))
-        sock.close()
         return False
     if peer != pid:
         log("%s is held by process %d, not the agent %d; starting afresh" % (path, peer, pid))
@@ -1771,6 +1787,43 @@ def bridge(stream, path, pid):
     sock.close()
     stream.close()
     return True
+
+
+def connect_linger(path, pid):
+    """A connection to the linger socket; when there is none yet and process `pid` is an agent with this
+    linger path (its stream broke without it seeing an end), tells it so and waits for its socket."""
+    deadline = None
+    while True:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            sock.settimeout(RESUME_AUTH_SECONDS)
+            sock.connect(path)
+            sock.settimeout(None)
+            return sock
+        except OSError as err:
+            sock.close()
+            if deadline is None:
+                if not lingers_on(pid, path):
+                    raise
+                try:
+                    os.kill(pid, signal.SIGUSR1)
+                except OSError:
+                    raise err
+                deadline = time.monotonic() + RESUME_KICK_SECONDS
+            elif time.monotonic() >= deadline:
+                raise
+            time.sleep(0.05)
+
+
+def lingers_on(pid, path):
+    """Whether process `pid`'s command line has `--linger PATH` (so a signal reaches an agent, not a reused pid)."""
+    try:
+        with open("/proc/%d/cmdline" % pid, "rb") as f:
+            args = f.read(1 << 16).split(b"\0")
+    except OSError:
+        return False
+    want = path.encode("utf-8", "surrogateescape")
+    return any(args[i] == b"--linger" and args[i + 1] == want for i in range(len(args) - 1))
 
 
 def take_token(path):

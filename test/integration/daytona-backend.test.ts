@@ -181,25 +181,32 @@ describe('daytona backend through the SDK against the stand-in', { skip, timeout
     await env.dispose();
   });
 
-  it('a dropped PTY connection: a new agent, a notice, and the old session killed with its processes', async () => {
+  it('a dropped PTY connection: the agent is found again with its background processes, stdin and output still flowing', async () => {
     // In process, so the test can drop the stand-in's WebSockets as an idle-closing proxy would.
     const local = new DaytonaStandIn({ apiKey: 'local-key' });
     await local.listen();
     try {
       const backend = await start({ apiKey: 'local-key', apiUrl: local.apiUrl });
       const env = await backend.createEnvironment(newKey());
-      await env.startBackground({ script: 'sleep 876543', onOutput: () => undefined, onExit: () => undefined });
+      let out = '';
+      let exit: number | null | undefined;
+      const bg = await env.startBackground({
+        script: 'echo up; read line; echo "got $line"; sleep 876543',
+        onOutput: (chunk) => (out += chunk.toString('utf8')),
+        onExit: (code) => (exit = code),
+      });
+      for (let i = 0; i < 100 && !out.includes('up'); i++) await sleep(100);
       local.dropPtyClients();
-      let left = '';
-      for (let i = 0; i < 100; i++) {
-        left = (await run(env, 'pgrep -f "sleep 87654[3]" >/dev/null && echo running || echo none')).output;
-        if (left === 'none\n') break;
-        await sleep(200);
-      }
-      assert.equal(left, 'none\n', 'the old session kept its processes');
-      assert.match(env.takeNotices?.().join('\n') ?? '', /lost its exec agent; a new one was started: background processes were stopped/);
-      // Same sandbox, files kept: not a recreated environment.
+      // The next call finds the agent again (it never saw its PTY end: the bridge tells it).
+      assert.equal((await run(env, 'pgrep -f "sleep 87654[3]" >/dev/null && echo running || echo none')).output, 'running\n');
+      await bg.write('again\n');
+      for (let i = 0; i < 100 && !out.includes('got again'); i++) await sleep(100);
+      assert.match(out, /got again/);
+      assert.equal(exit, undefined);
+      assert.deepEqual(env.takeNotices?.() ?? [], []);
       assert.equal(env.takeRecreated?.(), false);
+      await bg.kill();
+      assert.equal((await run(env, 'pgrep -f "sleep 87654[3]" >/dev/null && echo running || echo none')).output, 'none\n');
       await env.dispose();
       await backend.close();
       backends.splice(backends.indexOf(backend), 1);

@@ -9,6 +9,8 @@ import { after, before, describe } from 'node:test';
 import Dockerode from 'dockerode';
 import { silentLogger } from '../../services/common/logging.js';
 import { DaytonaBackend } from '../../services/executor/backends/daytona/daytona-backend.js';
+import { DaytonaEnvironment } from '../../services/executor/backends/daytona/daytona-environment.js';
+import { AgentChannel } from '../../services/executor/backends/shared/agent/agent-channel.js';
 import { runBackendConformance } from '../support/backend-conformance.js';
 import { SANDBOX_IMAGE, dockerUnavailableReason } from '../support/docker-fixtures.js';
 import { startDaytonaStandIn, type RunningStandIn } from '../support/daytona-standin.js';
@@ -42,6 +44,15 @@ if (unavailable) {
       sharedHost: false,
       tenant: `daytona-conformance-${randomBytes(4).toString('hex')}`,
       timeScale: 2,
+      // A PTY has no end of file: the agent learns that its stream broke from the next start's bridge (SIGUSR1),
+      // then lingers on its socket with its background processes, and the bridge carries the new stream to it.
+      dropAgentStream: async (env) => {
+        if (!(env instanceof DaytonaEnvironment)) throw new Error(`not a daytona environment: ${env.description}`);
+        const channel = env.agentChannel;
+        if (!(channel instanceof AgentChannel)) throw new Error(`no exec agent in ${env.description}`);
+        channel.dropStream();
+      },
+      backgroundAfterDrop: 'survives',
       // Scripts run inside the sandbox through the agent's relay.
       executeCode: true,
     },

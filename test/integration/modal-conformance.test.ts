@@ -10,7 +10,7 @@ import path from 'node:path';
 import { after, describe } from 'node:test';
 import Dockerode from 'dockerode';
 import { silentLogger } from '../../services/common/logging.js';
-import { ModalBackend } from '../../services/executor/backends/modal/modal-backend.js';
+import { ModalBackend, ModalEnvironment } from '../../services/executor/backends/modal/modal-backend.js';
 import { runBackendConformance } from '../support/backend-conformance.js';
 import { SANDBOX_IMAGE, dockerUnavailableReason } from '../support/docker-fixtures.js';
 import { startModalStandin, type StandinProcess } from '../support/modal-standin-process.js';
@@ -34,6 +34,12 @@ if (unavailable) {
     {
       sharedHost: false,
       timeScale: 2,
+      // The exec's stdin is closed from the executor's side; the agent lingers on its socket and the next exec bridges to it.
+      dropAgentStream: async (env) => {
+        if (!(env instanceof ModalEnvironment)) throw new Error(`not a modal environment: ${env.description}`);
+        env.agentChannel.dropStream();
+      },
+      backgroundAfterDrop: 'survives',
       // Scripts run inside the sandbox through the agent's relay.
       executeCode: true,
       environmentExists: async (env) => {

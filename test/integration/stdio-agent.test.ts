@@ -327,6 +327,49 @@ describe('exec agent over stdio, local child process', { timeout: 120_000 }, () 
     }
   });
 
+  it('--resume finds an agent whose stream broke without an end (a PTY, an SDK exec): it is told, lingers, and resumes', async () => {
+    const dir = await mkdtemp(path.join(os.tmpdir(), 'berth-linger-'));
+    const lingerPath = path.join(dir, 'agent', 'linger.sock');
+    // Its stdin stays open and unread: the agent cannot see that nobody is there any more.
+    const agent = spawn(PYTHON, [AGENT, '--stdio', '--linger', lingerPath], { stdio: ['pipe', 'pipe', 'ignore'] });
+    let bridge: ReturnType<typeof spawn> | undefined;
+    try {
+      // A resume names the pid its hello gave (the agent listens for the signal from then on).
+      const first = await readFrame(agent.stdout!);
+      assert.equal(existsSync(lingerPath), false, 'no linger socket while the stream is up');
+      bridge = spawn(PYTHON, [AGENT, '--stdio', '--linger', lingerPath, '--resume', String(first.pid)], { stdio: ['pipe', 'pipe', 'ignore'] });
+      bridge.stdin!.write(encodeFrame({ op: 'auth', id: 0, key: String(first.resume_key) }));
+      const again = await readFrame(bridge.stdout!);
+      assert.deepEqual([again.op, again.resumed, again.pid, again.resume_key], ['hello', true, first.pid, first.resume_key]);
+      const exited = new Promise<number | null>((resolve) => agent.once('exit', (code) => resolve(code)));
+      bridge.stdin!.end(encodeFrame({ op: 'bye', id: 1 }));
+      assert.equal(await exited, 0);
+    } finally {
+      agent.kill('SIGKILL');
+      bridge?.kill('SIGKILL');
+      await rm(dir, { recursive: true, force: true });
+    }
+  });
+
+  it('--resume signals no process whose command line does not name the linger path: it starts afresh', async () => {
+    const dir = await mkdtemp(path.join(os.tmpdir(), 'berth-linger-'));
+    const lingerPath = path.join(dir, 'linger.sock');
+    // SIGUSR1 would end it (the default action): a process that took a dead agent's pid.
+    const other = spawn('sleep', ['60'], { stdio: 'ignore' });
+    const child = spawn(PYTHON, [AGENT, '--stdio', '--linger', lingerPath, '--resume', String(other.pid)], { stdio: ['pipe', 'pipe', 'ignore'] });
+    try {
+      const hello = await readFrame(child.stdout!);
+      assert.deepEqual([hello.op, hello.resumed], ['hello', false], 'a fresh agent');
+      assert.equal(other.exitCode, null);
+      assert.equal(other.signalCode, null);
+      assert.equal(other.kill(0), true, 'the other process still runs');
+    } finally {
+      child.kill('SIGKILL');
+      other.kill('SIGKILL');
+      await rm(dir, { recursive: true, force: true });
+    }
+  });
+
   it('--resume never bridges to a socket held by another process than the agent: it starts afresh, and says nothing there', async () => {
     const dir = await mkdtemp(path.join(os.tmpdir(), 'berth-linger-'));
     const lingerPath = path.join(dir, 'linger.sock');

@@ -75,8 +75,21 @@ describe('the agent bootstrap', () => {
     assert.equal(r.stdout, "('__main__', ['berth_agent.py', '--stdio'])|FRAMES|/tmp");
   });
 
+  it('hands the agent the options after -c CODE (a linger socket, a pid to resume), unchanged', () => {
+    const source = Buffer.from('import sys\nsys.stdout.write(repr(sys.argv))\n');
+    const argv = ['--stdio', '--linger', '/tmp/berth-state-0a1b/agent/linger.sock', '--resume', '42'];
+    const r = spawnSync(realPython(), ['-c', bootstrapCode(source.length), ...argv], { input: source, encoding: 'utf8' });
+    assert.equal(r.stderr, '');
+    assert.equal(r.stdout, repr(['berth_agent.py', ...argv]));
+  });
+
   it('exits 3 when stdin ends before the source does', () => {
     const r = spawnSync(realPython(), ['-c', bootstrapCode(100), '--stdio'], { input: 'short' });
     assert.equal(r.status, 3);
   });
 });
+
+/** A list of strings as Python's repr() writes it. */
+function repr(items: readonly string[]): string {
+  return `[${items.map((i) => `'${i}'`).join(', ')}]`;
+}

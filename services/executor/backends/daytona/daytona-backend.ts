@@ -41,7 +41,7 @@ import type { Logger } from '../../../common/logging.js';
 import type { Backend, BackendCapabilities, BackendEnvironment, TaskKey } from '../../backend.js';
 import { taskKeyString } from '../../backend.js';
 import { startStdioAgent } from '../shared/agent/stdio-agent.js';
-import { DaytonaEnvironment, type Connection } from './daytona-environment.js';
+import { DaytonaEnvironment, SANDBOX_STATE_DIR, type Connection } from './daytona-environment.js';
 import { ptyAgentSpawn, type SandboxDirs } from './pty-agent.js';
 
 /** Where the agent's file goes in the sandbox. */
@@ -304,6 +304,8 @@ export class DaytonaBackend implements Backend {
       const channel = await startStdioAgent({
         spawn,
         agentPath: this.#agentPath,
+        // The task's state dir (0700; one sandbox per task): the agent waits there when its stream drops.
+        lingerPath: `${SANDBOX_STATE_DIR}/agent/linger.sock`,
         description,
         fallbackLogKey: `daytona:${this.#o.image}`,
         ...(this.#o.logger ? { logger: this.#o.logger } : {}),

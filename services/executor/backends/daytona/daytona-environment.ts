@@ -56,7 +56,7 @@ export interface Connection {
 /**
  * How often an idle channel is pinged: proxies in front of the toolbox close
  * WebSockets that carry nothing for a while, and a closed one costs the
- * task its background processes.
+ * task its foreground command and a resume (the agent is found again).
  */
 export const KEEPALIVE_MS = 30_000;
 
@@ -122,6 +122,11 @@ export class DaytonaEnvironment implements BackendEnvironment {
     if (exit.code !== 0) throw new FailedPreconditionError(`cannot create ${dirs} in ${this.description}`);
   }
 
+  /** The current exec agent's channel (tests drop its stream). */
+  get agentChannel(): PingableChannel {
+    return this.#channel;
+  }
+
   takeNotices(): string[] {
     return this.#notices.splice(0);
   }
@@ -142,6 +147,8 @@ export class DaytonaEnvironment implements BackendEnvironment {
   #reconnect(lost: SandboxChannel, during: string): Promise<PingableChannel> {
     if (this.#channel !== lost && !this.#reconnecting) return Promise.resolve(this.#channel);
     this.#reconnecting ??= (async () => {
+      // A dropped stream whose agent was found again (it lingered): same agent, background processes kept.
+      if (lost === this.#channel && (await lost.recover?.())) return this.#channel;
       this.#o.logger?.warn({ sandbox: this.description }, 'lost the exec agent of a Daytona sandbox; opening a new one');
       lost.close();
       const next = await this.#o.reconnect();
@@ -204,6 +211,13 @@ export class DaytonaEnvironment implements BackendEnvironment {
     if (!outcome.exit) {
       // The agent went away under the command: the command went with it.
       if (this.#disposing) throw outcome.lost;
+      if (await channel.recover?.()) {
+        this.#notices.push(
+          `The connection to the exec agent in ${this.description} dropped while the command ran; the command was stopped ` +
+            '(background processes were kept).',
+        );
+        return outcome.deadline.result(137);
+      }
       await this.#reconnect(channel, ' while the command ran');
       return outcome.deadline.result(137);
     }
@@ -219,6 +233,8 @@ export class DaytonaEnvironment implements BackendEnvironment {
         ...(options.env ? { env: options.env } : {}),
         ...(options.pty ? { pty: true } : {}),
         keepStdin: true,
+        // Kept by the agent (paused) when its stream drops, and found again on the resumed one.
+        background: true,
         onOutput: (chunk) => deliverOutput(options.onOutput, chunk, this.#o.logger),
       }),
     );

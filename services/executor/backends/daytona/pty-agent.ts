@@ -92,8 +92,12 @@ class PtyAgentProcess extends EventEmitter implements AgentProcess {
   #preamble = Buffer.alloc(0);
   #handle: PtyHandleLike | undefined;
   #ready: Promise<PtyHandleLike>;
+  readonly #sourceSent: Promise<PtyHandleLike>;
+  #onSourceSent: (handle: PtyHandleLike) => void = () => undefined;
   #closed = false;
   #markerTimer: NodeJS.Timeout | undefined;
+  /** The agent lingers on a socket when its stream is gone: a dropped connection must not kill its session. */
+  readonly #lingers: boolean;
 
   constructor(
     private readonly openPty: OpenPty,
@@ -103,9 +107,11 @@ class PtyAgentProcess extends EventEmitter implements AgentProcess {
     private readonly logger: Logger | undefined,
   ) {
     super();
+    this.#lingers = argv.includes('--linger');
     this.stdin = new Writable({
+      // After the agent's source: the shell reads exactly that much first (a resume writes auth at once).
       write: (chunk: Buffer, _encoding, callback) => {
-        this.#ready.then((h) => sendInChunks(h, chunk)).then(() => callback(), callback);
+        this.#sourceSent.then((h) => sendInChunks(h, chunk)).then(() => callback(), callback);
       },
       final: (callback) => {
         // The agent ends when its stdin ends; a PTY has no half-close, so the session is killed.
@@ -114,6 +120,12 @@ class PtyAgentProcess extends EventEmitter implements AgentProcess {
     });
     this.#ready = this.#start();
     this.#ready.catch(() => undefined);
+    this.#sourceSent = new Promise<PtyHandleLike>((resolve, reject) => {
+      this.#onSourceSent = resolve;
+      this.#ready.catch(reject);
+      this.once('close', () => reject(new Error('the PTY session ended before the agent started')));
+    });
+    this.#sourceSent.catch(() => undefined);
   }
 
   async #start(): Promise<PtyHandleLike> {
@@ -182,7 +194,11 @@ class PtyAgentProcess extends EventEmitter implements AgentProcess {
     this.#preamble = Buffer.alloc(0);
     this.#phase = 'agent';
     // The shell now reads exactly the agent's length from the stream; the agent's bytes follow.
-    void sendInChunks(this.#handle!, this.agentSource).catch((err: unknown) => this.#emitError(err as Error));
+    const handle = this.#handle!;
+    void sendInChunks(handle, this.agentSource).then(
+      () => this.#onSourceSent(handle),
+      (err: unknown) => this.#emitError(err as Error),
+    );
     if (rest.length > 0) this.stdout.write(rest);
   }
 
@@ -202,8 +218,9 @@ class PtyAgentProcess extends EventEmitter implements AgentProcess {
     clearTimeout(this.#markerTimer);
     this.stdout.end();
     // No exit status: the connection dropped (a proxy, the network) while the session lives on in
-    // the daemon, with the agent and its processes. It is killed, as an exited process would be gone.
-    if (code === null) void this.#killSession();
+    // the daemon, with the agent and its processes. It is killed, as an exited process would be gone,
+    // unless the agent lingers: the next start's bridge tells it that its stream is gone and finds it.
+    if (code === null && !this.#lingers) void this.#killSession();
     else void this.#handle?.disconnect().catch(() => undefined);
     // After the stdout end is seen, as a child process's 'close' comes after its streams end.
     setImmediate(() => this.emit('close', code, null));
@@ -224,6 +241,20 @@ class PtyAgentProcess extends EventEmitter implements AgentProcess {
       await handle.disconnect().catch(() => undefined);
     })();
     return this.#killing;
+  }
+
+  /**
+   * The stream is gone but the agent did not exit: it lingers (its session
+   * is its process, so killing the session would end it and what it keeps).
+   * Only the WebSocket is closed; the session ends when the agent exits.
+   */
+  abandon(): void {
+    if (!this.#lingers) {
+      this.kill();
+      return;
+    }
+    if (this.#phase !== 'closed') this.#phase = 'closed';
+    void this.#handle?.disconnect().catch(() => undefined);
   }
 
   kill(): boolean {

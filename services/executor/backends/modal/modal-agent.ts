@@ -18,7 +18,7 @@ import type { AgentProcess } from '../shared/agent/stdio-agent.js';
 /**
  * Python (2-compatible syntax, so an old interpreter reaches the agent's own
  * version message) that reads `length` bytes of source from fd 0 and runs
- * them as the agent's main module with `--stdio`.
+ * them as the agent's main module, with the arguments that follow `-c CODE`.
  */
 export function bootstrapCode(length: number): string {
   return [
@@ -32,7 +32,8 @@ export function bootstrapCode(length: number): string {
     '    b += c',
     // Where the exec started (the image's working directory): commands read it to find the task's start directory.
     "os.environ['BERTH_SANDBOX_WORKDIR'] = os.getcwd()",
-    "sys.argv = ['berth_agent.py', '--stdio']",
+    // The agent's own options (--stdio, --linger PATH, --resume PID) follow `-c CODE` on the exec's argv.
+    "sys.argv = ['berth_agent.py'] + sys.argv[1:]",
     "exec(compile(b, 'berth_agent.py', 'exec'), {'__name__': '__main__', '__file__': 'berth_agent.py'})",
   ].join('\n');
 }
@@ -49,6 +50,8 @@ export class ModalAgentProcess extends EventEmitter implements AgentProcess {
   readonly stderr = new PassThrough();
   #closed = false;
   #abort = new AbortController();
+  /** Settles once the exec's stdin was closed (or could not be): the agent sees its stream end. */
+  readonly stdinEnded: Promise<void>;
 
   /** `start` runs the exec; `prefix` is written to its stdin before anything else. */
   constructor(start: Promise<ContainerProcess>, prefix: Uint8Array) {
@@ -60,14 +63,24 @@ export class ModalAgentProcess extends EventEmitter implements AgentProcess {
     });
     // Errors surface through the process's 'error' or 'close' below.
     writer.catch(() => undefined);
+    let ending: Promise<void> | undefined;
+    // Once, whether the channel ended its stream or dropped it (destroyed it unended).
+    const endStdin = () => (ending ??= writer.then((w) => w.close()));
     this.stdin = new Writable({
       writev: (chunks, callback) => {
         const data = Buffer.concat(chunks.map((c) => c.chunk as Buffer));
         writer.then((w) => w.write(data)).then(() => callback(), (err: Error) => callback(err));
       },
       final: (callback) => {
-        writer.then((w) => w.close()).then(() => callback(), (err: Error) => callback(err));
+        endStdin().then(() => callback(), (err: Error) => callback(err));
       },
+    });
+    let stdinEnded!: () => void;
+    this.stdinEnded = new Promise<void>((resolve) => (stdinEnded = resolve));
+    // The exec outlives its client on Modal: a stream the channel dropped must still end the agent's stdin,
+    // or the agent never learns it is gone (it then ends everything, or lingers with a linger path).
+    this.stdin.once('close', () => {
+      endStdin().then(stdinEnded, stdinEnded);
     });
     start.then(
       (proc) => this.#attach(proc),
@@ -112,12 +125,12 @@ export class ModalAgentProcess extends EventEmitter implements AgentProcess {
 
   /**
    * The SDK cannot signal an exec. Ending its stdin ends the agent (it kills
-   * what it started and exits); this also stops reading, so the process
-   * counts as gone for the caller.
+   * what it started and exits, or lingers when it has a linger path); this
+   * also stops reading, so the process counts as gone for the caller.
    */
   kill(): boolean {
     if (this.#closed) return false;
-    this.stdin.end();
+    this.stdin.destroy();
     this.#abort.abort();
     this.#close(null, 'SIGKILL');
     return true;
@@ -126,10 +139,13 @@ export class ModalAgentProcess extends EventEmitter implements AgentProcess {
 
 /**
  * Starts the agent in `sandbox` (an AgentSpawn for startStdioAgent: argv is
- * `python, path, --stdio`); `source` is berth_agent.py's content (loadAgentScript).
+ * `python, path, --stdio [--linger PATH [--resume PID]]`); `source` is
+ * berth_agent.py's content (loadAgentScript). With `after`, the exec starts
+ * once it settled (the previous exec's stdin closed, so the agent there
+ * already knows its stream is gone when the resume looks for it).
  */
-export function spawnModalAgent(sandbox: Sandbox, argv: readonly string[], source: Buffer): ModalAgentProcess {
+export function spawnModalAgent(sandbox: Sandbox, argv: readonly string[], source: Buffer, after?: Promise<void>): ModalAgentProcess {
   const python = argv[0] ?? 'python3';
-  const start = sandbox.exec([python, '-c', bootstrapCode(source.length), '--stdio'], { mode: 'binary', stdout: 'pipe', stderr: 'pipe' });
-  return new ModalAgentProcess(start, source);
+  const exec = () => sandbox.exec([python, '-c', bootstrapCode(source.length), ...argv.slice(2)], { mode: 'binary', stdout: 'pipe', stderr: 'pipe' });
+  return new ModalAgentProcess(after ? after.then(exec) : exec(), source);
 }

@@ -50,7 +50,7 @@ import { AgentUnavailableError, startStdioAgent } from '../shared/agent/stdio-ag
 import { interruptedBeforeStart } from '../shared/exec-deadline.js';
 import { assertNotReleased, deliverOutput } from '../shared/guards.js';
 import { SandboxLostError, type SandboxChannel, type SandboxProcess } from '../shared/sandbox-channel.js';
-import { spawnModalAgent } from './modal-agent.js';
+import { spawnModalAgent, type ModalAgentProcess } from './modal-agent.js';
 import { modalNetwork, tenantModalPolicy, type ModalNetworkPolicy } from './modal-network.js';
 import { SnapshotStore } from './snapshot-store.js';
 
@@ -355,11 +355,19 @@ export class ModalBackend implements Backend {
   async attach(sandbox: ModalSdk.Sandbox, key: TaskKey, logger: Logger | undefined, createdAt: number): Promise<LiveSandbox> {
     const description = `modal:${sandboxName(key)} (${sandbox.sandboxId})`;
     const agent = await loadAgentScript();
+    // The task's private directory in the sandbox (made 0700 below); the agent waits in it after a dropped stream.
+    const stateDir = `/tmp/berth-state-${randomBytes(8).toString('hex')}`;
+    let previous: ModalAgentProcess | undefined;
     let channel: AgentChannel;
     try {
       channel = await startStdioAgent({
-        spawn: (argv) => spawnModalAgent(sandbox, argv, agent.content),
+        spawn: (argv) => {
+          // A resume starts once the dropped exec's stdin is closed: its agent is then on its way to the linger socket.
+          previous = spawnModalAgent(sandbox, argv, agent.content, previous?.stdinEnded);
+          return previous;
+        },
         agentPath: 'berth_agent.py',
+        lingerPath: `${stateDir}/agent/linger.sock`,
         description,
         fallbackLogKey: `modal image ${this.#o.image}`,
         ...(logger ? { logger } : {}),
@@ -375,7 +383,6 @@ export class ModalBackend implements Backend {
       throw modalError(err, `starting the exec agent in ${description}`, this.#o.image);
     }
     try {
-      const stateDir = `/tmp/berth-state-${randomBytes(8).toString('hex')}`;
       const out = await runSmall(
         channel,
         `rm -rf ${SANDBOX_CODE_DIR} && mkdir -p -m 700 ${stateDir} ${SANDBOX_CODE_DIR} && printf '%s\\n%s\\n' "$HOME" "$BERTH_SANDBOX_WORKDIR"`,
@@ -465,7 +472,7 @@ function renewMarginMs(timeoutMs: number): number {
   return Math.min(5 * 60_000, Math.floor(timeoutMs / 4));
 }
 
-class ModalEnvironment implements BackendEnvironment {
+export class ModalEnvironment implements BackendEnvironment {
   readonly #backend: ModalBackend;
   readonly #key: TaskKey;
   readonly #s: EnvironmentSettings;
@@ -507,6 +514,10 @@ class ModalEnvironment implements BackendEnvironment {
   get stateDir(): string {
     return this.#live.stateDir;
   }
+  /** The current sandbox's exec agent (tests drop its stream). */
+  get agentChannel(): AgentChannel {
+    return this.#live.channel;
+  }
   /** The current sandbox (tests look at it). */
   get sandboxId(): string {
     return this.#live.sandbox.sandboxId;
@@ -545,6 +556,8 @@ class ModalEnvironment implements BackendEnvironment {
   #replace(old: LiveSandbox, why: 'lost' | 'renew', during = ''): Promise<LiveSandbox> {
     if (this.#live !== old && !this.#replacing) return Promise.resolve(this.#live);
     this.#replacing ??= (async () => {
+      // A dropped stream whose agent was found again (it lingered): same sandbox, background processes kept.
+      if (why === 'lost' && (await old.channel.recover())) return old;
       const logger = this.#s.logger;
       let image: ModalSdk.Image | undefined;
       let what: string;
@@ -628,8 +641,15 @@ class ModalEnvironment implements BackendEnvironment {
     }
     const outcome = await awaitForeground(proc, options, this.#s.killGraceMs);
     if (!outcome.exit) {
-      // The sandbox went away under the command: nothing of it runs any more.
       if (this.#disposing) throw outcome.lost;
+      if (await live.channel.recover()) {
+        this.#notices.push(
+          `The connection to the exec agent in ${live.description} dropped while the command ran; the command was stopped ` +
+            '(the sandbox and its background processes were kept).',
+        );
+        return outcome.deadline.result(137);
+      }
+      // The sandbox went away under the command: nothing of it runs any more.
       await this.#replace(live, 'lost', ' while the command ran');
       return outcome.deadline.result(137);
     }
@@ -645,6 +665,8 @@ class ModalEnvironment implements BackendEnvironment {
         ...(options.env ? { env: options.env } : {}),
         ...(options.pty ? { pty: true } : {}),
         keepStdin: true,
+        // Kept by the agent (paused) when its stream drops, and found again on the resumed one.
+        background: true,
         onOutput: (chunk) => deliverOutput(options.onOutput, chunk, this.#s.logger),
       }),
     );

@@ -65,6 +65,12 @@ export interface AgentProcess {
   /** The process could not be started (ChildProcess 'error', e.g. ENOENT). */
   once(event: 'error', listener: (err: Error) => void): this;
   kill(signal?: NodeJS.Signals): boolean;
+  /**
+   * The stream ended after the hello and the agent did not exit: let go of
+   * the transport without ending what runs in the sandbox (a lingering
+   * agent lives in it). Absent, {@link kill} is used.
+   */
+  abandon?(): void;
 }
 
 /** Starts `argv` in the sandbox with piped stdin, stdout and stderr. */
@@ -265,7 +271,10 @@ function connect(options: StartStdioAgentOptions, python: string, resume: Resume
       stream.once('close', () => {
         // The agent exits once told to (bye) or once its stdin ends without a linger socket; the process
         // that carried the stream (a bridge, or one whose agent lingers in the sandbox) is ended after a grace.
-        const killer = setTimeout(() => child.kill('SIGKILL'), EXIT_GRACE_MS);
+        const killer = setTimeout(() => {
+          if (lingerPath !== undefined && child.abandon) child.abandon();
+          else child.kill('SIGKILL');
+        }, EXIT_GRACE_MS);
         killer.unref();
         child.once('close', () => clearTimeout(killer));
       });
