@@ -9,10 +9,9 @@
  * by Daytona's auto-stop or by hand), the next operation opens a new one
  * (starting the sandbox again if it stopped) and says so in a notice.
  */
-import { awaitForeground, backgroundHandle } from '../shared/channel-commands.js';
-import { posix } from 'node:path';
+import { ChannelOperations, awaitForeground } from '../shared/channel-commands.js';
 import type { Duplex } from 'node:stream';
-import { FailedPreconditionError, InvalidArgumentError } from '../../../common/errors.js';
+import { FailedPreconditionError } from '../../../common/errors.js';
 import type { Logger } from '../../../common/logging.js';
 import type {
   BackendEnvironment,
@@ -84,6 +83,12 @@ export class DaytonaEnvironment implements BackendEnvironment {
    */
   readonly rpcRelay: RpcRelay;
   readonly #o: DaytonaEnvironmentOptions;
+  readonly #ops = new ChannelOperations({
+    withChannel: (fn) => this.#withChannel(fn),
+    cwd: () => this.initialCwd,
+    killGraceMs: () => this.#o.killGraceMs,
+    logger: () => this.#o.logger,
+  });
   #channel: PingableChannel;
   #reconnecting: Promise<PingableChannel> | undefined;
   #notices: string[] = [];
@@ -224,37 +229,21 @@ export class DaytonaEnvironment implements BackendEnvironment {
     return outcome.result;
   }
 
-  async startBackground(options: BackgroundOptions): Promise<BackgroundHandle> {
+  startBackground(options: BackgroundOptions): Promise<BackgroundHandle> {
     assertNotReleased(this, this.#disposing);
-    const proc = await this.#withChannel((channel) =>
-      channel.spawn({
-        script: options.script,
-        cwd: this.initialCwd,
-        ...(options.env ? { env: options.env } : {}),
-        ...(options.pty ? { pty: true } : {}),
-        keepStdin: true,
-        // Kept by the agent (paused) when its stream drops, and found again on the resumed one.
-        background: true,
-        onOutput: (chunk) => deliverOutput(options.onOutput, chunk, this.#o.logger),
-      }),
-    );
-    return backgroundHandle(proc, options, this.#o.killGraceMs, this.#o.logger);
+    return this.#ops.startBackground(options);
   }
 
-  async readFile(absPath: string): Promise<Buffer> {
-    assertAbsolute(absPath);
-    return this.#withChannel((channel) => channel.readFile(absPath));
+  readFile(absPath: string): Promise<Buffer> {
+    return this.#ops.readFile(absPath);
   }
 
-  async writeFile(absPath: string, data: Uint8Array): Promise<void> {
-    assertAbsolute(absPath);
-    return this.#withChannel((channel) => channel.writeFile(absPath, data));
+  writeFile(absPath: string, data: Uint8Array): Promise<void> {
+    return this.#ops.writeFile(absPath, data);
   }
 
-  async stat(absPath: string): Promise<FileStat> {
-    assertAbsolute(absPath);
-    const s = await this.#withChannel((channel) => channel.stat(absPath));
-    return { exists: s.exists, isDirectory: s.isDirectory, sizeBytes: s.sizeBytes };
+  stat(absPath: string): Promise<FileStat> {
+    return this.#ops.stat(absPath);
   }
 
   dispose(): Promise<void> {
@@ -268,6 +257,3 @@ export class DaytonaEnvironment implements BackendEnvironment {
   }
 }
 
-function assertAbsolute(absPath: string): void {
-  if (!posix.isAbsolute(absPath)) throw new InvalidArgumentError(`path must be absolute: ${absPath}`);
-}

@@ -16,9 +16,7 @@
  * only a foreground command that was running ends (137, with a notice).
  * When the agent does not come back in time, the container is replaced.
  */
-import { posix } from 'node:path';
 import { rm } from 'node:fs/promises';
-import { InvalidArgumentError } from '../../../common/errors.js';
 import type { Logger } from '../../../common/logging.js';
 import type {
   BackendEnvironment,
@@ -29,7 +27,7 @@ import type {
   FileStat,
   TaskKey,
 } from '../../backend.js';
-import { awaitForeground, backgroundHandle } from '../shared/channel-commands.js';
+import { ChannelOperations, awaitForeground } from '../shared/channel-commands.js';
 import { interruptedBeforeStart } from '../shared/exec-deadline.js';
 import { assertNotReleased, deliverOutput } from '../shared/guards.js';
 import { buildPreparedSnapshot } from '../../shell-state-runner.js';
@@ -103,6 +101,12 @@ export class DockerEnvironment implements BackendEnvironment {
   readonly rpcDir: { readonly hostPath: string; readonly sandboxPath: string };
   readonly containerName: string;
   readonly #o: DockerEnvironmentOptions;
+  readonly #ops = new ChannelOperations({
+    withChannel: (fn) => this.#withChannel(fn),
+    cwd: () => this.initialCwd,
+    killGraceMs: () => this.#o.killGraceMs,
+    logger: () => this.#o.logger,
+  });
   #container: SandboxContainer;
   #recreating: Promise<SandboxContainer> | undefined;
   #notices: string[] = [];
@@ -307,36 +311,21 @@ export class DockerEnvironment implements BackendEnvironment {
     return outcome.result;
   }
 
-  async startBackground(options: BackgroundOptions): Promise<BackgroundHandle> {
+  startBackground(options: BackgroundOptions): Promise<BackgroundHandle> {
     assertNotReleased(this, this.#disposing);
-    const proc = await this.#withChannel((channel) =>
-      channel.spawn({
-        script: options.script,
-        cwd: this.initialCwd,
-        ...(options.env ? { env: options.env } : {}),
-        ...(options.pty ? { pty: true } : {}),
-        keepStdin: true,
-        background: true,
-        onOutput: (chunk) => deliverOutput(options.onOutput, chunk, this.#o.logger),
-      }),
-    );
-    return backgroundHandle(proc, options, this.#o.killGraceMs, this.#o.logger);
+    return this.#ops.startBackground(options);
   }
 
-  async readFile(absPath: string): Promise<Buffer> {
-    assertAbsolute(absPath);
-    return this.#withChannel((channel) => channel.readFile(absPath));
+  readFile(absPath: string): Promise<Buffer> {
+    return this.#ops.readFile(absPath);
   }
 
-  async writeFile(absPath: string, data: Uint8Array): Promise<void> {
-    assertAbsolute(absPath);
-    return this.#withChannel((channel) => channel.writeFile(absPath, data));
+  writeFile(absPath: string, data: Uint8Array): Promise<void> {
+    return this.#ops.writeFile(absPath, data);
   }
 
-  async stat(absPath: string): Promise<FileStat> {
-    assertAbsolute(absPath);
-    const s = await this.#withChannel((channel) => channel.stat(absPath));
-    return { exists: s.exists, isDirectory: s.isDirectory, sizeBytes: s.sizeBytes };
+  stat(absPath: string): Promise<FileStat> {
+    return this.#ops.stat(absPath);
   }
 
   dispose(): Promise<void> {
@@ -354,6 +343,3 @@ export class DockerEnvironment implements BackendEnvironment {
   }
 }
 
-function assertAbsolute(absPath: string): void {
-  if (!posix.isAbsolute(absPath)) throw new InvalidArgumentError(`path must be absolute: ${absPath}`);
-}

@@ -11,7 +11,7 @@ import { createRequire } from 'node:module';
 import os from 'node:os';
 import path from 'node:path';
 import type * as NodePty from 'node-pty';
-import { FailedPreconditionError, InvalidArgumentError, UnavailableError, type BerthError } from '../../../common/errors.js';
+import { FailedPreconditionError, UnavailableError, type BerthError } from '../../../common/errors.js';
 import type { Logger } from '../../../common/logging.js';
 import type {
   Backend,
@@ -28,7 +28,7 @@ import { taskKeyString } from '../../backend.js';
 import { partialPrefixLength } from '../../output.js';
 import { ExecDeadline, interruptedBeforeStart } from '../shared/exec-deadline.js';
 import { errnoName, fileErrorFromNode } from '../shared/file-errors.js';
-import { assertNotReleased, deliverExit, deliverOutput } from '../shared/guards.js';
+import { assertAbsolute, assertNotReleased, deliverExit, deliverOutput } from '../shared/guards.js';
 import { readRegularFile, writeRegularFile } from '../shared/host-files.js';
 import { isProviderSecretName } from '../../shell-state-runner.js';
 import { defaultStateRoot } from '../shared/state-root.js';
@@ -100,9 +100,6 @@ async function terminateGroup(pgid: number, graceMs: number): Promise<void> {
   while (Date.now() < killDeadline && signalGroup(pgid, 0)) await sleep(10);
 }
 
-function assertAbsolute(absPath: string): void {
-  if (!path.isAbsolute(absPath)) throw new InvalidArgumentError(`path must be absolute: ${absPath}`);
-}
 
 type NodePtyModule = typeof NodePty;
 let ptyModule: { module?: NodePtyModule; error?: string } | undefined;

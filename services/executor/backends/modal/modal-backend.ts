@@ -23,7 +23,7 @@
  *   MODAL_SERVER_URL, ~/.modal.toml) from the executor's environment; the
  *   sandbox's environment never gets them.
  */
-import { awaitForeground, backgroundHandle } from '../shared/channel-commands.js';
+import { ChannelOperations, awaitForeground } from '../shared/channel-commands.js';
 import { createHash, randomBytes } from 'node:crypto';
 import { posix } from 'node:path';
 import type { Duplex } from 'node:stream';
@@ -476,6 +476,12 @@ export class ModalEnvironment implements BackendEnvironment {
   readonly #backend: ModalBackend;
   readonly #key: TaskKey;
   readonly #s: EnvironmentSettings;
+  readonly #ops = new ChannelOperations({
+    withChannel: (fn) => this.#withChannel(fn),
+    cwd: () => this.initialCwd,
+    killGraceMs: () => this.#s.killGraceMs,
+    logger: () => this.#s.logger,
+  });
   #live: LiveSandbox;
   #replacing: Promise<LiveSandbox> | undefined;
   #notices: string[] = [];
@@ -656,37 +662,21 @@ export class ModalEnvironment implements BackendEnvironment {
     return outcome.result;
   }
 
-  async startBackground(options: BackgroundOptions): Promise<BackgroundHandle> {
+  startBackground(options: BackgroundOptions): Promise<BackgroundHandle> {
     assertNotReleased(this, this.#disposing);
-    const proc = await this.#withChannel((channel) =>
-      channel.spawn({
-        script: options.script,
-        cwd: this.initialCwd,
-        ...(options.env ? { env: options.env } : {}),
-        ...(options.pty ? { pty: true } : {}),
-        keepStdin: true,
-        // Kept by the agent (paused) when its stream drops, and found again on the resumed one.
-        background: true,
-        onOutput: (chunk) => deliverOutput(options.onOutput, chunk, this.#s.logger),
-      }),
-    );
-    return backgroundHandle(proc, options, this.#s.killGraceMs, this.#s.logger);
+    return this.#ops.startBackground(options);
   }
 
-  async readFile(absPath: string): Promise<Buffer> {
-    assertAbsolute(absPath);
-    return this.#withChannel((channel) => channel.readFile(absPath));
+  readFile(absPath: string): Promise<Buffer> {
+    return this.#ops.readFile(absPath);
   }
 
-  async writeFile(absPath: string, data: Uint8Array): Promise<void> {
-    assertAbsolute(absPath);
-    return this.#withChannel((channel) => channel.writeFile(absPath, data));
+  writeFile(absPath: string, data: Uint8Array): Promise<void> {
+    return this.#ops.writeFile(absPath, data);
   }
 
-  async stat(absPath: string): Promise<FileStat> {
-    assertAbsolute(absPath);
-    const s = await this.#withChannel((channel) => channel.stat(absPath));
-    return { exists: s.exists, isDirectory: s.isDirectory, sizeBytes: s.sizeBytes };
+  stat(absPath: string): Promise<FileStat> {
+    return this.#ops.stat(absPath);
   }
 
   /** Stops the agent (and what it runs), snapshots in persistent mode, terminates the sandbox. */
@@ -717,6 +707,3 @@ export class ModalEnvironment implements BackendEnvironment {
   }
 }
 
-function assertAbsolute(absPath: string): void {
-  if (!posix.isAbsolute(absPath)) throw new InvalidArgumentError(`path must be absolute: ${absPath}`);
-}

@@ -7,11 +7,17 @@
  */
 import { FailedPreconditionError } from '../../../common/errors.js';
 import type { Logger } from '../../../common/logging.js';
-import type { BackgroundHandle, BackgroundOptions, ExecOptions, ExecResult } from '../../backend.js';
+import type { BackgroundHandle, BackgroundOptions, ExecOptions, ExecResult, FileStat } from '../../backend.js';
 import { backgroundExitCode, foregroundExitCode } from './agent/agent-protocol.js';
 import { ExecDeadline } from './exec-deadline.js';
-import { deliverExit } from './guards.js';
-import { SandboxLostError, type ProcessExit, type SandboxProcess } from './sandbox-channel.js';
+import { assertAbsolute, deliverExit, deliverOutput } from './guards.js';
+import {
+  SandboxLostError,
+  type ProcessExit,
+  type SandboxChannel,
+  type SandboxProcess,
+  type SpawnOptions,
+} from './sandbox-channel.js';
 
 /** How a foreground command ended: its exit, or the loss of the sandbox (or its channel) under it. */
 export type ForegroundOutcome =
@@ -74,4 +80,65 @@ export function backgroundHandle(
       await Promise.race([exitReported, new Promise((r) => setTimeout(r, EXIT_REPORT_WAIT_MS))]);
     },
   };
+}
+
+/** What a command asks of a channel: its script, cwd, env and PTY, its output to `options.onOutput`. */
+export function spawnOptionsOf(
+  options: ExecOptions | BackgroundOptions,
+  cwd: string,
+  logger: Logger | undefined,
+  extra: Partial<SpawnOptions> = {},
+): SpawnOptions {
+  return {
+    script: options.script,
+    cwd,
+    ...(options.env ? { env: options.env } : {}),
+    ...(options.pty ? { pty: true } : {}),
+    ...extra,
+    onOutput: (chunk) => deliverOutput(options.onOutput, chunk, logger),
+  };
+}
+
+/** How an environment reaches its channel, reconnecting or replacing its sandbox as its backend does. */
+export interface ChannelAccess {
+  withChannel<T>(fn: (channel: SandboxChannel) => Promise<T>): Promise<T>;
+  /** Where commands start. */
+  cwd(): string;
+  killGraceMs(): number;
+  logger(): Logger | undefined;
+}
+
+/**
+ * What every environment on a sandbox channel does the same way: background
+ * starts (kept by an agent across a dropped stream) and file operations.
+ */
+export class ChannelOperations {
+  readonly #access: ChannelAccess;
+
+  constructor(access: ChannelAccess) {
+    this.#access = access;
+  }
+
+  async startBackground(options: BackgroundOptions): Promise<BackgroundHandle> {
+    const access = this.#access;
+    const spawn = spawnOptionsOf(options, access.cwd(), access.logger(), { keepStdin: true, background: true });
+    const proc = await access.withChannel((channel) => channel.spawn(spawn));
+    return backgroundHandle(proc, options, access.killGraceMs(), access.logger());
+  }
+
+  readFile(absPath: string): Promise<Buffer> {
+    assertAbsolute(absPath);
+    return this.#access.withChannel((channel) => channel.readFile(absPath));
+  }
+
+  writeFile(absPath: string, data: Uint8Array): Promise<void> {
+    assertAbsolute(absPath);
+    return this.#access.withChannel((channel) => channel.writeFile(absPath, data));
+  }
+
+  async stat(absPath: string): Promise<FileStat> {
+    assertAbsolute(absPath);
+    const s = await this.#access.withChannel((channel) => channel.stat(absPath));
+    return { exists: s.exists, isDirectory: s.isDirectory, sizeBytes: s.sizeBytes };
+  }
 }

@@ -4,8 +4,14 @@
  * output or of an exit code that throws is logged, never allowed to kill the
  * executor or stop the process being read.
  */
-import { FailedPreconditionError } from '../../../common/errors.js';
+import { posix } from 'node:path';
+import { FailedPreconditionError, InvalidArgumentError } from '../../../common/errors.js';
 import type { Logger } from '../../../common/logging.js';
+
+/** File operations take absolute paths inside the sandbox only. */
+export function assertAbsolute(absPath: string): void {
+  if (!posix.isAbsolute(absPath)) throw new InvalidArgumentError(`path must be absolute: ${absPath}`);
+}
 
 /** Throws once the environment is being (or was) released. */
 export function assertNotReleased(environment: { readonly description: string }, released: unknown): void {

@@ -21,7 +21,6 @@
  * instance and relays each connection over its stream to the executor, as
  * on ssh; the script's open() sees what terminal() wrote.
  */
-import { InvalidArgumentError } from '../../../common/errors.js';
 import type { Logger } from '../../../common/logging.js';
 import type {
   BackendEnvironment,
@@ -33,10 +32,10 @@ import type {
   RpcRelay,
 } from '../../backend.js';
 import type { AgentChannel } from '../shared/agent/agent-channel.js';
-import { awaitForeground, backgroundHandle } from '../shared/channel-commands.js';
+import { ChannelOperations, awaitForeground, spawnOptionsOf } from '../shared/channel-commands.js';
 import { interruptedBeforeStart } from '../shared/exec-deadline.js';
-import { assertNotReleased, deliverOutput } from '../shared/guards.js';
-import { SandboxLostError, type SandboxProcess, type SpawnOptions } from '../shared/sandbox-channel.js';
+import { assertNotReleased } from '../shared/guards.js';
+import { SandboxLostError, type SandboxProcess } from '../shared/sandbox-channel.js';
 import { STATE_DIR, WORKSPACE_DIR } from './singularity-argv.js';
 
 export interface AgentEnvironmentSetup {
@@ -60,6 +59,12 @@ export class SingularityAgentEnvironment implements BackendEnvironment {
   readonly rpcRelay: RpcRelay;
 
   readonly #setup: AgentEnvironmentSetup;
+  readonly #ops = new ChannelOperations({
+    withChannel: (fn) => this.#withChannel(fn),
+    cwd: () => this.initialCwd,
+    killGraceMs: () => this.#setup.killGraceMs,
+    logger: () => this.#setup.logger,
+  });
   #channel: AgentChannel;
   #reconnecting: Promise<AgentChannel> | undefined;
   readonly #notices: string[] = [];
@@ -133,22 +138,12 @@ export class SingularityAgentEnvironment implements BackendEnvironment {
     }
   }
 
-  #spawnOptions(options: ExecOptions | BackgroundOptions, extra: Partial<SpawnOptions>): SpawnOptions {
-    return {
-      script: options.script,
-      cwd: this.initialCwd,
-      ...(options.env ? { env: options.env } : {}),
-      ...(options.pty ? { pty: true } : {}),
-      ...extra,
-      onOutput: (chunk) => deliverOutput(options.onOutput, chunk, this.#setup.logger),
-    };
-  }
 
   async exec(options: ExecOptions): Promise<ExecResult> {
     assertNotReleased(this, this.#disposing);
     const early = interruptedBeforeStart(options);
     if (early) return early;
-    const spawn = this.#spawnOptions(options, options.stdin !== undefined ? { stdin: options.stdin } : {});
+    const spawn = spawnOptionsOf(options, this.initialCwd, this.#setup.logger, options.stdin !== undefined ? { stdin: options.stdin } : {});
     let channel = await this.#ready();
     let proc: SandboxProcess;
     try {
@@ -173,26 +168,21 @@ export class SingularityAgentEnvironment implements BackendEnvironment {
     return outcome.deadline.result(137);
   }
 
-  async startBackground(options: BackgroundOptions): Promise<BackgroundHandle> {
+  startBackground(options: BackgroundOptions): Promise<BackgroundHandle> {
     assertNotReleased(this, this.#disposing);
-    const proc = await this.#withChannel((channel) => channel.spawn(this.#spawnOptions(options, { keepStdin: true, background: true })));
-    return backgroundHandle(proc, options, this.#setup.killGraceMs, this.#setup.logger);
+    return this.#ops.startBackground(options);
   }
 
-  async readFile(absPath: string): Promise<Buffer> {
-    assertAbsolute(absPath);
-    return this.#withChannel((channel) => channel.readFile(absPath));
+  readFile(absPath: string): Promise<Buffer> {
+    return this.#ops.readFile(absPath);
   }
 
-  async writeFile(absPath: string, data: Uint8Array): Promise<void> {
-    assertAbsolute(absPath);
-    return this.#withChannel((channel) => channel.writeFile(absPath, data));
+  writeFile(absPath: string, data: Uint8Array): Promise<void> {
+    return this.#ops.writeFile(absPath, data);
   }
 
-  async stat(absPath: string): Promise<FileStat> {
-    assertAbsolute(absPath);
-    const s = await this.#withChannel((channel) => channel.stat(absPath));
-    return { exists: s.exists, isDirectory: s.isDirectory, sizeBytes: s.sizeBytes };
+  stat(absPath: string): Promise<FileStat> {
+    return this.#ops.stat(absPath);
   }
 
   dispose(): Promise<void> {
@@ -206,6 +196,3 @@ export class SingularityAgentEnvironment implements BackendEnvironment {
   }
 }
 
-function assertAbsolute(absPath: string): void {
-  if (!absPath.startsWith('/')) throw new InvalidArgumentError(`path must be absolute: ${absPath}`);
-}

@@ -5,7 +5,7 @@
  * that cannot run the agent. See ssh-backend.ts for the whole picture.
  */
 import { posix } from 'node:path';
-import { InvalidArgumentError, UnavailableError } from '../../../common/errors.js';
+import { UnavailableError } from '../../../common/errors.js';
 import type { Logger } from '../../../common/logging.js';
 import type {
   BackendEnvironment,
@@ -19,7 +19,7 @@ import type {
 import type { AgentChannel } from '../shared/agent/agent-channel.js';
 import { foregroundExitCode } from '../shared/agent/agent-protocol.js';
 import { ExecDeadline, interruptedBeforeStart } from '../shared/exec-deadline.js';
-import { assertNotReleased, deliverOutput } from '../shared/guards.js';
+import { assertAbsolute, assertNotReleased, deliverOutput } from '../shared/guards.js';
 import { SandboxLostError, type ProcessExit } from '../shared/sandbox-channel.js';
 import { BackgroundProcesses, runShort, type ShortResult } from './ssh-background.js';
 import { execOnChannel, killAfterDrop, lostWhileRunning, type ChannelExecHost } from './ssh-channel-exec.js';
@@ -273,6 +273,3 @@ export class SshEnvironment implements BackendEnvironment {
   }
 }
 
-function assertAbsolute(absPath: string): void {
-  if (!posix.isAbsolute(absPath)) throw new InvalidArgumentError(`path must be absolute: ${absPath}`);
-}
