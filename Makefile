@@ -1,9 +1,9 @@
 # The verbs people type. Each target does the set-up it needs first.
 SHELL := /bin/bash
 .DEFAULT_GOAL := help
-TS_SOURCES := $(shell find services test -name '*.ts' -not -path '*/node_modules/*' 2>/dev/null)
+TS_SOURCES := $(shell find services test examples -name '*.ts' -not -path '*/node_modules/*' -not -path '*/dist/*' 2>/dev/null)
 
-.PHONY: help setup build run test test-unit lint proto proto-check proto-python proto-python-check client-gen client-check image deploy-image bench clean
+.PHONY: help setup build run test test-setup test-unit lint proto proto-check proto-python proto-python-check client-gen client-check config-doc config-doc-check image deploy-image bench clean
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -19,17 +19,33 @@ dist/.built: node_modules/.package-lock.json tsconfig.json $(TS_SOURCES)
 	npx tsc -p tsconfig.json
 	$(CLIENT_GEN)
 	npx tsc -p tsconfig.json
+	scripts/build-examples.sh
 	@touch $@
 
-setup: dist/.built ## Install dependencies and build (bin/berth works after this)
+# The exec agent as the one archive backends ship into sandboxes (a deterministic zipapp: same sources, same hash).
+AGENT_SOURCES := $(shell find sandbox-image/agent -name '*.py' -not -path '*/tests/*' -not -path '*/__pycache__/*' 2>/dev/null)
+AGENT_ARCHIVE := dist/agent/berth_agent.pyz
 
-build: dist/.built ## Compile TypeScript to dist/
+# The package's directory too: a module removed or renamed changes it, not any remaining file.
+$(AGENT_ARCHIVE): $(AGENT_SOURCES) sandbox-image/agent/berth_agent
+	python3 sandbox-image/agent/build.py $@
 
-run: setup ## Start berth serve: dispatcher + local executor on 127.0.0.1:7700
-	bin/berth serve
+setup: dist/.built $(AGENT_ARCHIVE) ## Install dependencies and build (bin/berth works after this)
 
-test: setup image ## Run every test tier (starts Docker, builds the sandbox image first); non-zero on any failure
-	bash test/run.sh
+build: dist/.built $(AGENT_ARCHIVE) ## Compile TypeScript to dist/ and build the exec agent's archive
+
+# Agents' commands on the local backend run where new tasks start: a workspace of their own, never this checkout.
+WORKSPACE ?= $(HOME)/berth-workspace
+
+run: setup ## Start berth serve: dispatcher + local executor on 127.0.0.1:7700; tasks start in WORKSPACE (~/berth-workspace)
+	mkdir -p "$(WORKSPACE)"
+	TERMINAL_CWD="$(WORKSPACE)" bin/berth serve
+
+test: setup image test-setup ## Run every test tier (Docker, the sandbox image and the tools first); non-zero on any failure or leftover
+	BERTH_TEST_REQUIRE_TOOLS=1 bash test/run.sh
+
+test-setup: ## Install (as root on Debian/Ubuntu) or name with the fix every tool the test tiers need
+	scripts/test-setup.sh
 
 test-unit: setup ## Unit tests only (fast)
 	bash test/run.sh unit
@@ -61,14 +77,23 @@ client-gen: dist/.built ## Regenerate services/client/generated from the tool sc
 client-check: client-gen ## Fail if the committed client tool methods differ from the tool schemas
 	@git diff --exit-code --stat -- services/client/generated || { echo "services/client/generated is stale: run 'make client-gen' and commit"; exit 1; }
 
+config-doc: dist/.built ## Regenerate the configuration reference in docs/configuration.md from the config schema
+	node dist/services/common/config-reference-main.js docs/configuration.md
+
+config-doc-check: config-doc ## Fail if docs/configuration.md's reference differs from the config schema
+	@git diff --exit-code --stat -- docs/configuration.md || { echo "docs/configuration.md is stale: run 'make config-doc' and commit"; exit 1; }
+
 image: ## Build the sandbox image (starts Docker and builds its base without a registry where needed)
 	scripts/build-image.sh
 
 deploy-image: ## Build the Berth image (deploy/Dockerfile) and the compose stack's Prometheus image, without a registry
 	scripts/build-deploy-image.sh
 
-bench: setup ## Benchmarks beside their baselines into test/bench/results/ (BENCH_FLAGS=--quick)
-	bin/berth bench $(BENCH_FLAGS)
+# The test doubles the bench measures some backends against live with the tests: named here, never looked up by the bench.
+BENCH_DOUBLES = BERTH_BENCH_STANDINS=dist/test/standins/main.js BERTH_BENCH_APPTAINER=test/fixtures/apptainer-double/apptainer
+
+bench: setup ## Benchmarks beside their baselines into bench-results/ (BENCH_FLAGS=--quick)
+	$(BENCH_DOUBLES) bin/berth bench $(BENCH_FLAGS)
 
 clean: ## Remove build output
-	rm -rf dist
+	rm -rf dist examples/*/dist

@@ -1,8 +1,9 @@
 // Lint runs with type information so promise and import rules can see types.
 import tseslint from 'typescript-eslint';
+import { layeringConfig } from './eslint-layers.js';
 
 export default tseslint.config(
-  { ignores: ['dist/**', 'node_modules/**', 'services/gen/**', 'eslint.config.js'] },
+  { ignores: ['dist/**', 'examples/*/dist/**', 'node_modules/**', 'services/gen/**', 'eslint.config.js', 'eslint-layers.js'] },
   ...tseslint.configs.recommended,
   {
     languageOptions: {
@@ -27,4 +28,6 @@ export default tseslint.config(
     files: ['test/**/*.ts', 'services/cli/**/*.ts'],
     rules: { 'no-console': 'off' },
   },
+  // No import cycles, and the layers of services/ (eslint-layers.js).
+  ...layeringConfig(),
 );

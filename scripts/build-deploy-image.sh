@@ -37,7 +37,7 @@ if [[ ${BERTH_DEPLOY_NO_TSC:-} != 1 ]]; then
   log "compiling TypeScript ..."
   (cd "$root" && npx tsc -p tsconfig.json)
 fi
-[[ -f $root/dist/services/cli/main.js ]] || die "dist/ is not built; run 'make build'"
+[[ -f $root/dist/services/cli/main.js && -f $root/dist/agent/berth_agent.pyz ]] || die "dist/ is not built; run 'make build'"
 
 
 mkdir -p "$ctx/app"
@@ -55,7 +55,7 @@ log "staging the build context in $ctx ..."
 rm -rf "$ctx/app"
 mkdir -p "$ctx/app/dist" "$ctx/app/services/gen"
 cp -a "$root/bin" "$root/package.json" "$ctx/app/"
-cp -a "$root/dist/services" "$ctx/app/dist/"
+cp -a "$root/dist/services" "$root/dist/agent" "$ctx/app/dist/"
 cp -a "$root/services/gen/descriptor.binpb" "$ctx/app/services/gen/"
 cp -a "$root/sandbox-image" "$ctx/app/"
 cp "$node_bin" "$ctx/node"

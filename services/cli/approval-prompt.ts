@@ -23,6 +23,8 @@ export interface PromptOutput {
 export interface PromptIo {
   readonly input: PromptInput;
   readonly output: PromptOutput;
+  /** Said after the denial when there is no terminal: what would work instead. */
+  readonly noTerminalHint?: string;
 }
 
 const KEYS: Readonly<Record<string, string>> = { o: 'once', s: 'session', a: 'always', d: 'deny', n: 'deny', '\u0003': 'deny' };
@@ -42,7 +44,7 @@ export function promptApproval(request: ApprovalRequest, io: PromptIo, signal: A
   const choices = request.choices.length > 0 ? request.choices : ['once', 'session', 'always', 'deny'];
   output.write(`\n⚠  Approval needed: ${request.description}\n   ${request.command.replace(/\n/g, '\n   ')}\n`);
   if (input.isTTY !== true || typeof input.setRawMode !== 'function') {
-    output.write('   No terminal to ask on: denied.\n');
+    output.write(`   No terminal to ask on: denied${io.noTerminalHint ? `; ${io.noTerminalHint}` : ''}.\n`);
     return Promise.resolve('deny');
   }
   if (signal.aborted) return Promise.resolve(undefined);

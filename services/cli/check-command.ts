@@ -4,17 +4,10 @@
  * line and exits with a code a CI lint step can branch on.
  */
 import { homedir } from 'node:os';
-import { checkCommand } from '../dispatcher/approval/detect.js';
+import { checkCommand } from '../dispatcher/approval/detection/detect.js';
 
 /** Exit codes: distinct from 1 (error) and 2 (usage), so scripts can tell them apart. */
 export const CHECK_EXIT = { allow: 0, approve: 3, block: 4 } as const;
-
-export const CHECK_COMMAND_HELP = `  berth check-command [--home DIR] 'COMMAND' | -
-      Classify a command as the approval guard would, without a server and
-      without running it ('-' reads it from stdin). Prints one JSON line:
-      {"verdict":"allow"|"approve"|"block","pattern_key":...,"description":...}
-      Exit 0 allow, 3 approve (needs approval), 4 block (hardline), 2 usage error.
-      --home DIR: home directory folded to ~ before matching (default: yours).`;
 
 export interface CheckCommandIo {
   readonly stdout: { write(text: string): unknown };

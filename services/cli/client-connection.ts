@@ -5,67 +5,17 @@
  * a TLS server is told the server speaks TLS, and so on.
  */
 import { BerthError } from '../client/errors.js';
-import { ClientError, Status, createChannel, createClient, type Channel } from 'nice-grpc';
-import { CHANNEL_OPTIONS } from '../common/grpc-server.js';
-import { clientTls, diagnoseTls, TlsMaterialError, type ClientTlsFiles, type TlsFailure } from '../common/tls.js';
+import type { Channel } from 'nice-grpc';
+import { ClientError, Status, createChannel, createClient } from '../common/nice-grpc-cjs.js';
+import { CHANNEL_OPTIONS } from '../common/channel-options.js';
+import { clientTls, diagnoseTls, TlsMaterialError, type TlsFailure } from '../common/tls.js';
 import { DispatcherDefinition, type DispatcherClient } from '../gen/berth/v1/dispatcher.js';
-
-export const DEFAULT_SERVER = '127.0.0.1:7700';
+import { ClientTlsError, type ClientTarget } from './client-options.js';
 
 /** Details grpc-js gives when no connection could be made (as opposed to a status the server sent). */
 const CONNECTION_FAILURE = /No connection established|Failed to connect|Connection dropped|ECONNREFUSED|ECONNRESET|ENOTFOUND|EAI_AGAIN/i;
 
-/** parseArgs options shared by every command that talks to a server. */
-export const CLIENT_OPTIONS = {
-  server: { type: 'string' },
-  'api-key': { type: 'string' },
-  'tls-ca': { type: 'string' },
-  'tls-cert': { type: 'string' },
-  'tls-key': { type: 'string' },
-} as const;
-
-export const CLIENT_HELP = `Client options (tools, call, shell):
-  --server ADDR     dispatcher address (env BERTH_SERVER, default ${DEFAULT_SERVER})
-  --api-key KEY     sent as 'authorization: Bearer KEY' (env BERTH_API_KEY)
-  --tls-ca FILE     connect with TLS and trust the server by this CA certificate
-                    (env BERTH_TLS_CA); any --tls-* flag turns TLS on, and
-                    without --tls-ca the system's CAs are trusted
-  --tls-cert FILE   client certificate, for a server with server.tls.client_ca_file
-  --tls-key FILE    its private key (env BERTH_TLS_CERT, BERTH_TLS_KEY)`;
-
-export interface ClientTarget {
-  readonly address: string;
-  /** Undefined: plaintext. */
-  readonly tls: ClientTlsFiles | undefined;
-}
-
-/** A failure to use the TLS flags' files; the CLI exits 2 as for other usage errors. */
-export class ClientTlsError extends Error {}
-
-export interface ClientFlags {
-  readonly server?: string | undefined;
-  readonly 'tls-ca'?: string | undefined;
-  readonly 'tls-cert'?: string | undefined;
-  readonly 'tls-key'?: string | undefined;
-}
-
-/** Flags first, then the environment. */
-export function clientTarget(values: ClientFlags, env: NodeJS.ProcessEnv): ClientTarget {
-  const pick = (flag: string | undefined, name: string) => flag ?? (env[name] || undefined);
-  const caFile = pick(values['tls-ca'], 'BERTH_TLS_CA');
-  const certFile = pick(values['tls-cert'], 'BERTH_TLS_CERT');
-  const keyFile = pick(values['tls-key'], 'BERTH_TLS_KEY');
-  const address = values.server ?? (env.BERTH_SERVER || DEFAULT_SERVER);
-  if (caFile === undefined && certFile === undefined && keyFile === undefined) return { address, tls: undefined };
-  return {
-    address,
-    tls: {
-      ...(caFile === undefined ? {} : { caFile }),
-      ...(certFile === undefined ? {} : { certFile }),
-      ...(keyFile === undefined ? {} : { keyFile }),
-    },
-  };
-}
+export { CLIENT_OPTIONS, ClientTlsError, DEFAULT_SERVER, clientTarget, type ClientFlags, type ClientTarget } from './client-options.js';
 
 export function openClient(target: ClientTarget): { channel: Channel; client: DispatcherClient } {
   let tls: ReturnType<typeof clientTls> | undefined;

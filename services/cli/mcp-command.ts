@@ -13,21 +13,6 @@ import { isInitializeRequest } from '@modelcontextprotocol/sdk/types.js';
 import { BerthClient, type BerthClientOptions } from '../client/berth-client.js';
 import { McpBridge } from './mcp-bridge.js';
 
-export const MCP_HELP = `  berth mcp [--task ID] [--session ID] [--toolsets a,b] [--disable a,b]
-      MCP server over stdio for a desktop client: one Berth task (ID, or a
-      generated mcp-XXXXXXXX), ended when the client disconnects. Exposes the
-      tools 'berth tools' lists. Commands that need approval are asked through
-      the client's elicitation support; without it the server's
-      approvals.non_interactive rule decides.
-  berth mcp --listen HOST:PORT [--toolsets a,b] [--disable a,b]
-      The same over streamable HTTP at http://HOST:PORT/mcp, one Berth task per
-      MCP session. A request's 'Authorization: Bearer KEY' is used as the Berth
-      API key of its session (else --api-key).
-      Claude Desktop (claude_desktop_config.json):
-        {"mcpServers": {"berth": {"command": "berth",
-          "args": ["mcp", "--server", "127.0.0.1:7700", "--task", "desktop"],
-          "env": {"BERTH_API_KEY": "..."}}}}`;
-
 export interface McpCommandOptions {
   readonly server: string;
   readonly apiKey: string | undefined;
@@ -39,6 +24,37 @@ export interface McpCommandOptions {
   readonly stderr: NodeJS.WritableStream;
   /** TLS towards the dispatcher, as the client takes it. */
   readonly tls?: BerthClientOptions['tls'];
+  /** List the agent-loop tools too (see McpBridgeOptions.agentLoopTools). */
+  readonly agentLoopTools?: boolean;
+  /** The CLI's one line for a failed call (server unreachable, TLS mismatch). */
+  readonly describeFailure?: (err: unknown) => Promise<string | undefined>;
+}
+
+/**
+ * The server's backend for the session's instructions, asked once before the
+ * session starts; an unreachable server is said on stderr (the desktop
+ * client's log) and the session starts anyway, since Berth may come up later.
+ */
+async function learnBackend(client: BerthClient, options: McpCommandOptions, warn: (message: string) => void): Promise<string | undefined> {
+  try {
+    return (await client.listTools({ toolsets: options.toolsets, disable: options.disable })).backend;
+  } catch (err) {
+    const explained = await options.describeFailure?.(err).catch(() => undefined);
+    warn(explained ?? (err as Error).message);
+    return undefined;
+  }
+}
+
+/** The bridge options every session shares. */
+function bridgeOptions(options: McpCommandOptions, warn: (message: string) => void) {
+  return {
+    toolsets: options.toolsets,
+    disable: options.disable,
+    version: options.version,
+    warn,
+    ...(options.agentLoopTools ? { agentLoopTools: true } : {}),
+    ...(options.describeFailure ? { describeFailure: options.describeFailure } : {}),
+  };
 }
 
 function newClient(options: McpCommandOptions, apiKey: string | undefined): BerthClient {
@@ -53,14 +69,13 @@ export async function runMcpStdio(options: McpCommandOptions): Promise<number> {
   const client = newClient(options, options.apiKey);
   const taskId = options.taskId ?? `mcp-${randomBytes(4).toString('hex')}`;
   const warn = (message: string) => options.stderr.write(`berth mcp: ${message}\n`);
+  const backend = await learnBackend(client, options, warn);
   const bridge = new McpBridge({
     client,
     taskId,
     ...(options.sessionId === undefined ? {} : { sessionId: options.sessionId }),
-    toolsets: options.toolsets,
-    disable: options.disable,
-    version: options.version,
-    warn,
+    ...(backend === undefined ? {} : { backend }),
+    ...bridgeOptions(options, warn),
   });
   const transport = new StdioServerTransport();
   let onGone = () => {};
@@ -166,14 +181,13 @@ export async function startMcpHttp(options: McpCommandOptions, listen: { host: s
       return jsonRpcError(res, 400, 'no mcp-session-id header: start with an initialize request');
     }
     const client = newClient(options, bearer(req) ?? options.apiKey);
+    const backend = await learnBackend(client, options, warn);
     const bridge = new McpBridge({
       client,
       // Per MCP session; the MCP session id itself is a bearer credential, so it stays out of task ids and logs.
       taskId: `mcp-${randomBytes(6).toString('hex')}`,
-      toolsets: options.toolsets,
-      disable: options.disable,
-      version: options.version,
-      warn,
+      ...(backend === undefined ? {} : { backend }),
+      ...bridgeOptions(options, warn),
     });
     const transport: StreamableHTTPServerTransport = new StreamableHTTPServerTransport({
       sessionIdGenerator: () => randomUUID(),

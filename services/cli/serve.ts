@@ -9,7 +9,7 @@
 import type { BerthConfig } from '../common/config.js';
 import type { Logger } from '../common/logging.js';
 import { startWithMetrics, type MetricsEndpoint } from '../common/metrics-server.js';
-import { startTracing } from '../common/tracing/tracing.js';
+import { startTracing } from '../common/tracing/start-tracing.js';
 import { startDispatcher, type RunningDispatcher } from '../dispatcher/dispatcher-main.js';
 import { startExecutor, type RunningExecutor } from '../executor/executor-main.js';
 

@@ -6,6 +6,7 @@
  */
 import type { Metadata } from 'nice-grpc';
 import { SessionStream, type ApprovalChoice, type ApprovalEvent } from '../client/session.js';
+import type { BackgroundEvent } from '../client/task-events.js';
 import type { ApprovalRequest, DispatcherClient } from '../gen/berth/v1/dispatcher.js';
 
 export { BerthError as SessionCallError } from '../client/errors.js';
@@ -25,6 +26,8 @@ export interface SessionHandlers {
    */
   readonly onApproval: (request: ApprovalRequest, signal: AbortSignal) => Promise<string | undefined>;
   readonly onOutput?: (callId: string, text: string) => void;
+  /** Background-process events of the tasks this stream has called. */
+  readonly onEvent?: (event: BackgroundEvent) => void;
 }
 
 export class SessionConnection {
@@ -33,7 +36,14 @@ export class SessionConnection {
 
   constructor(client: DispatcherClient, handlers: SessionHandlers, options: { metadata?: Metadata; signal?: AbortSignal } = {}) {
     this.#handlers = handlers;
-    this.#stream = new SessionStream(client, options);
+    const stream = new SessionStream(client, options);
+    this.#stream = stream;
+    const onEvent = handlers.onEvent;
+    if (onEvent !== undefined) {
+      void (async () => {
+        for await (const event of stream.events()) onEvent(event);
+      })();
+    }
   }
 
   async #approve(event: ApprovalEvent, signal: AbortSignal): Promise<void> {

@@ -3,24 +3,23 @@
  * Session stream. Each line is `TOOL [ARGS_JSON]` (or `!COMMAND` for the
  * terminal tool); the task id is kept between lines, live output is shown as
  * it comes, then the result JSON. Approval requests are asked on the
- * terminal; without one they are denied.
+ * terminal; without one they are denied. Background-process events of the
+ * tasks called (notify_on_complete, watch_patterns, heartbeats) are printed
+ * between commands, with the text the agent would get.
  */
 import { createInterface, type Interface } from 'node:readline';
 import type { Metadata } from 'nice-grpc';
 import type { DispatcherClient } from '../gen/berth/v1/dispatcher.js';
 import { promptApproval, type PromptInput } from './approval-prompt.js';
+import type { BackgroundEvent } from '../client/task-events.js';
 import { SessionConnection } from './session-connection.js';
-
-export const SHELL_HELP = `  berth shell [--task ID] [--session ID] [--yolo]
-      Interactive prompt for trying tools by hand: type TOOL [ARGS_JSON], or
-      !COMMAND for terminal. /task ID, /session ID, /yolo on|off, /help, /quit.
-      Commands that need approval are asked about on the terminal.`;
 
 const LINE_HELP = `TOOL [ARGS_JSON]     run a tool, e.g. read_file {"path":"/etc/hostname"}
 !COMMAND             run COMMAND with the terminal tool
 /task ID             switch task (environment: cwd, variables, processes)
 /session ID          switch session (approvals given "for this session")
 /yolo on|off         run this session's commands without approval prompts (hardline still blocks)
+/events              print background-process events that arrived (also shown before each prompt)
 /help  /quit`;
 
 export type ShellLine =
@@ -30,6 +29,7 @@ export type ShellLine =
   | { readonly kind: 'task'; readonly id: string }
   | { readonly kind: 'session'; readonly id: string }
   | { readonly kind: 'yolo'; readonly enabled: boolean }
+  | { readonly kind: 'events' }
   | { readonly kind: 'call'; readonly name: string; readonly argumentsJson: string }
   | { readonly kind: 'error'; readonly message: string };
 
@@ -51,6 +51,8 @@ export function parseShellLine(line: string): ShellLine {
         return { kind: 'quit' };
       case 'help':
         return { kind: 'help' };
+      case 'events':
+        return { kind: 'events' };
       case 'task':
       case 'session':
         if (arg === '') return { kind: 'error', message: `/${word} needs an id` };
@@ -107,6 +109,13 @@ export async function runShell(options: ShellOptions): Promise<number> {
   let connection: SessionConnection | undefined;
   let yolo = options.yolo;
   const print = (text: string) => output.write(text.endsWith('\n') ? text : `${text}\n`);
+  /** Events that arrived since the last prompt; printed between commands, never into a running one's output. */
+  let pending: BackgroundEvent[] = [];
+  const printEvents = () => {
+    const events = pending;
+    pending = [];
+    for (const event of events) print(`\n[event ${event.type} · task ${event.taskId}${event.id ? ` · id ${event.id}` : ''}]\n${event.text}`);
+  };
 
   const connect = (): SessionConnection => {
     if (connection !== undefined) return connection;
@@ -115,6 +124,7 @@ export async function runShell(options: ShellOptions): Promise<number> {
       {
         onApproval: (request, signal) => promptApproval(request, { input, output }, signal),
         onOutput: (_callId, text) => output.write(text),
+        onEvent: (event) => pending.push(event),
       },
       { metadata },
     );
@@ -131,6 +141,10 @@ export async function runShell(options: ShellOptions): Promise<number> {
         return false;
       case 'help':
         print(LINE_HELP);
+        return true;
+      case 'events':
+        connect();
+        if (pending.length === 0) print('no new events');
         return true;
       case 'error':
         print(`berth: ${line.message}`);
@@ -167,14 +181,17 @@ export async function runShell(options: ShellOptions): Promise<number> {
     if (input.isTTY === true) {
       const history: string[] = [];
       for (;;) {
+        printEvents();
         const line = await readTtyLine(input, output, `berth:${taskId}> `, history);
         if (line === null || !(await run(parseShellLine(line)))) break;
       }
     } else {
       const rl = createInterface({ input, terminal: false });
       for await (const line of rl) {
+        printEvents();
         if (!(await run(parseShellLine(line)))) break;
       }
+      printEvents();
       rl.close();
     }
   } finally {

@@ -10,6 +10,8 @@ import { BerthError, toBerthError } from './errors.js';
 import { withRetry, type RetryOptions } from './retry.js';
 import { BerthSession, SessionStream, parseResult, type ApprovalChoice } from './session.js';
 import { ToolMethods } from './generated/tools.js';
+import { BerthSnapshots } from './snapshots.js';
+import { TaskEventStream, type TaskEventsOptions } from './task-events.js';
 import type { ToolCallOptions } from './tool-results.js';
 
 /** Metadata key telling the server nobody will answer approval requests (then `approvals.non_interactive` decides). */
@@ -87,6 +89,8 @@ export interface ToolListing {
   readonly unknownToolsets: string[];
   /** With `explain`: availability per toolset. */
   readonly availability?: ToolAvailability;
+  /** The backend the caller's tasks run on (`local`, `docker`, ...); '' from a server that predates it. */
+  readonly backend: string;
 }
 
 /** Options of {@link BerthClient.task}. */
@@ -170,7 +174,11 @@ export class BerthClient implements Disposable {
         this.callOptions(options),
       ),
     );
-    const listing = { tools: JSON.parse(response.toolsJson) as ToolDefinition[], unknownToolsets: response.unknownToolsets };
+    const listing = {
+      tools: JSON.parse(response.toolsJson) as ToolDefinition[],
+      unknownToolsets: response.unknownToolsets,
+      backend: response.backend,
+    };
     // A server without explain support answers ''.
     return response.availabilityJson === ''
       ? listing
@@ -180,6 +188,26 @@ export class BerthClient implements Disposable {
   /** A handle on one task: its environment (cwd, variables, processes, files) lives on the server. */
   task(taskId: string, options: TaskOptions = {}): BerthTask {
     return new BerthTask(this, taskId, options.sessionId ?? '');
+  }
+
+  /**
+   * The background-process events of a task (notify-on-complete
+   * completions, watch-pattern matches, heartbeats), for clients that use
+   * unary calls: every event the server still keeps after `after` (all of
+   * them by default), then new ones as they happen. Resumes by itself after
+   * UNAVAILABLE, from the last id it delivered.
+   *
+   * ```ts
+   * for await (const ev of berth.events('t1', { after: lastSeen })) console.log(ev.text);
+   * ```
+   */
+  events(taskId: string, options: TaskEventsOptions = {}): TaskEventStream {
+    return new TaskEventStream(this.rpc, taskId, () => this.callOptions(), options);
+  }
+
+  /** Snapshots and forks of this client's tasks (docs/lifecycle.md). */
+  get snapshots(): BerthSnapshots {
+    return new BerthSnapshots(this);
   }
 
   /** Closes the channel; calls in flight fail. */
@@ -254,6 +282,11 @@ export class BerthTask extends ToolMethods {
     return new BerthSession(stream, this.taskId, this.sessionId);
   }
 
+  /** This task's background-process events: {@link BerthClient.events}. */
+  events(options: TaskEventsOptions = {}): TaskEventStream {
+    return this.client.events(this.taskId, options);
+  }
+
   /**
    * Answers a call that a unary {@link BerthTask.call} left pending
    * (`approval_id` in its result) and resolves with that call's result string.
@@ -289,6 +322,29 @@ export class BerthTask extends ToolMethods {
       this.client.rpc.endTask({ taskId: this.taskId }, this.client.callOptions(options)),
     );
     return response.released;
+  }
+
+  /**
+   * Suspends the task's environment (docs/suspend.md): no CPU, memory freed
+   * as far as the backend can; files and shell state are kept and the next
+   * call resumes it. `suspended` is false when the task has no environment;
+   * `processesKept` false means its background processes ended. Rejects with
+   * FAILED_PRECONDITION while a call runs on the task, or on a backend that
+   * cannot suspend. Retried on UNAVAILABLE.
+   */
+  async suspend(options: { readonly signal?: AbortSignal } = {}): Promise<{ suspended: boolean; processesKept: boolean }> {
+    const r = await this.client.retrying('Suspend', options.signal, () =>
+      this.client.rpc.suspend({ taskId: this.taskId }, this.client.callOptions(options)),
+    );
+    return { suspended: r.suspended, processesKept: r.processesKept };
+  }
+
+  /** Resumes the task's suspended environment now; false when it has none or it was not suspended. Retried on UNAVAILABLE. */
+  async resume(options: { readonly signal?: AbortSignal } = {}): Promise<boolean> {
+    const r = await this.client.retrying('Resume', options.signal, () =>
+      this.client.rpc.resume({ taskId: this.taskId }, this.client.callOptions(options)),
+    );
+    return r.resumed;
   }
 }
 

@@ -1,4 +1,4 @@
-import { ClientError, Status } from 'nice-grpc';
+import { ClientError, Status } from '../common/nice-grpc-cjs.js';
 
 /**
  * A call that failed as a call, not as a tool (tool failures are results):

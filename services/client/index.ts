@@ -36,6 +36,13 @@ export {
   type SessionEvent,
   type SessionRun,
 } from './session.js';
+export {
+  TaskEventStream,
+  type BackgroundEvent,
+  type BackgroundEventType,
+  type TaskEventsOptions,
+} from './task-events.js';
+export { BerthSnapshots, type ForkSource, type SnapshotInfo } from './snapshots.js';
 export * from './tool-results.js';
 export * from './generated/tools.js';
 export { Status } from 'nice-grpc';

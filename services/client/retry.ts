@@ -1,4 +1,4 @@
-import { Status } from 'nice-grpc';
+import { Status } from '../common/nice-grpc-cjs.js';
 import { BerthError } from './errors.js';
 
 /**

@@ -3,10 +3,12 @@
  * on one stream, each one an async iterator of its live output, approval
  * requests to answer and, last, its result.
  */
-import { Status, type Metadata } from 'nice-grpc';
+import type { Metadata } from 'nice-grpc';
+import { Status } from '../common/nice-grpc-cjs.js';
 import { AsyncQueue } from '../common/async-queue.js';
 import type { CallToolRequest, DispatcherClient, SessionClientMessage } from '../gen/berth/v1/dispatcher.js';
 import { BerthError, statusFromName, toBerthError } from './errors.js';
+import { toBackgroundEvent, type BackgroundEvent } from './task-events.js';
 
 /** An approval choice the server offers: `once`, `session`, `always` or `deny`. */
 export type ApprovalChoice = 'once' | 'session' | 'always' | 'deny';
@@ -66,8 +68,8 @@ export function parseResult(resultJson: string): unknown {
   try {
     return JSON.parse(resultJson) as unknown;
   } catch {
-    // Some results carry a note after the JSON object (search_files appends
-    // "\n\n[Hint: Results truncated. ...]" as upstream does): the object is the result.
+    // Servers before the hint moved into the JSON (as upstream's #90322 did) put a note after
+    // a truncated search_files object ("\n\n[Hint: Results truncated. ...]"): the object is the result.
     const hint = resultJson.lastIndexOf(TRAILING_HINT);
     if (hint > 0) {
       try {
@@ -90,6 +92,10 @@ const TRAILING_HINT = '\n\n[Hint: ';
 export class SessionStream {
   readonly #requests = new AsyncQueue<SessionClientMessage>();
   readonly #runs = new Map<string, AsyncQueue<RunItem>>();
+  readonly #events = new AsyncQueue<BackgroundEvent>();
+  #eventsTaken = false;
+  /** Subscriptions asked for and not yet in place, by task id. */
+  readonly #pendingSubscriptions = new Map<string, Array<{ resolve: (v: { lastId: string }) => void; reject: (e: unknown) => void }>>();
   readonly #abort = new AbortController();
   readonly #done: Promise<void>;
   #failure: unknown;
@@ -111,6 +117,14 @@ export class SessionStream {
         for await (const m of responses) {
           const msg = m.message;
           if (msg === undefined) continue;
+          if (msg.$case === 'event') {
+            this.#events.push(toBackgroundEvent(msg.value));
+            continue;
+          }
+          if (msg.$case === 'eventsReady') {
+            this.#eventsReady(msg.value);
+            continue;
+          }
           const run = this.#runs.get(msg.value.callId);
           if (run === undefined) continue;
           if (msg.$case === 'output') run.push({ type: 'output', callId: msg.value.callId, text: msg.value.text });
@@ -132,8 +146,53 @@ export class SessionStream {
         this.#failAll(toBerthError(err));
       } finally {
         outer?.removeEventListener('abort', forward);
+        this.#events.close();
+        for (const waiters of this.#pendingSubscriptions.values()) {
+          for (const w of waiters) w.reject(new BerthError(Status.UNAVAILABLE, 'the session ended before the subscription was made'));
+        }
+        this.#pendingSubscriptions.clear();
       }
     })();
+  }
+
+  #eventsReady(value: { taskId: string; lastId: string; error: string }): void {
+    const waiters = this.#pendingSubscriptions.get(value.taskId) ?? [];
+    this.#pendingSubscriptions.delete(value.taskId);
+    if (value.error !== '') {
+      const error = new BerthError(Status.FAILED_PRECONDITION, value.error);
+      for (const w of waiters) w.reject(error);
+      this.#events.push({ taskId: value.taskId, id: '', type: 'events_error', event: { error: value.error }, text: value.error });
+      return;
+    }
+    for (const w of waiters) w.resolve({ lastId: value.lastId });
+  }
+
+  /**
+   * Background-process events of the tasks this session follows, in order,
+   * until the session ends: it follows every task it calls (from its first
+   * call there), and those given to {@link SessionStream.subscribeEvents}.
+   * Iterate it once; events queue until then.
+   */
+  events(): AsyncIterable<BackgroundEvent> {
+    if (this.#eventsTaken) throw new Error("a session's events can be iterated once");
+    this.#eventsTaken = true;
+    return this.#events;
+  }
+
+  /**
+   * Follows a task's events from after `after` (the last id seen before a
+   * reconnection; '' for every event the server keeps). Resolves once the
+   * server has the subscription.
+   */
+  subscribeEvents(taskId: string, after = ''): Promise<{ lastId: string }> {
+    const id = taskId === '' ? 'default' : taskId;
+    const promise = new Promise<{ lastId: string }>((resolve, reject) => {
+      const waiters = this.#pendingSubscriptions.get(id) ?? [];
+      waiters.push({ resolve, reject });
+      this.#pendingSubscriptions.set(id, waiters);
+    });
+    this.#requests.push({ message: { $case: 'subscribeEvents', value: { taskId, after } } });
+    return promise;
   }
 
   #approvalEvent(value: {
@@ -294,6 +353,20 @@ export class BerthSession implements AsyncDisposable {
         }
       },
     };
+  }
+
+  /**
+   * The task's background-process events on this stream (the session
+   * follows its task from its first call; {@link BerthSession.subscribeEvents}
+   * to follow it from before, or to resume after a reconnection).
+   */
+  events(): AsyncIterable<BackgroundEvent> {
+    return this.#stream.events();
+  }
+
+  /** Follows the task's events after `after` ('' for every event kept); resolves once in place. */
+  subscribeEvents(after = ''): Promise<{ lastId: string }> {
+    return this.#stream.subscribeEvents(this.#taskId, after);
   }
 
   /** Runs this session's commands without approval prompts, or stops doing so; hardline blocks still apply. */

@@ -60,8 +60,17 @@ export interface TerminalBackgroundResult {
   readonly pid: number;
   readonly exit_code: number;
   readonly error: null;
-  /** Present when neither `notify_on_complete` nor `watch_patterns` was set: nothing will say when it exits. */
+  /** Present when `notify` (or the older `notify_on_complete`/`watch_patterns`) was not set: nothing will say when it exits. */
   readonly hint?: string;
+  /** Set when `notify` (true), `heartbeat` or a promoted foreground call asked for a notice at exit. */
+  readonly notify_on_complete?: true;
+  /** The interval heartbeats got (at least 60). */
+  readonly heartbeat_seconds?: number;
+  readonly persist_on_release?: true;
+  /** The PTY was dropped for a command that reads piped input; write, then close. */
+  readonly pty_note?: string;
+  /** A foreground call over the timeout cap that was started in the background instead. */
+  readonly promoted_from_foreground?: string;
   readonly [key: string]: unknown;
 }
 
@@ -76,6 +85,11 @@ export interface ReadFileResult {
   readonly hint?: string;
   readonly is_binary?: boolean;
   readonly is_image?: boolean;
+  /** `"bytes"` when the page was cut at the 100,000-character budget; read on from `next_offset`. */
+  readonly truncated_by?: 'bytes';
+  readonly next_offset?: number;
+  /** Unresolved git merge-conflict blocks in the lines returned. */
+  readonly conflict_blocks?: number;
   readonly [key: string]: unknown;
 }
 
@@ -86,6 +100,8 @@ export interface WriteFileResult {
   readonly resolved_path?: string;
   readonly files_modified?: string[];
   readonly error?: string;
+  /** The file exists and this task has not seen all of its current content: read it, then write again. */
+  readonly stale_write_blocked?: true;
   readonly [key: string]: unknown;
 }
 

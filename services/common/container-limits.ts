@@ -24,7 +24,7 @@ export interface TaskContainerLimits {
 export const NO_CONTAINERS: ContainerLimits = Object.freeze({ containers: 0, memoryMb: 0, cpus: 0 });
 
 /** Backends whose task environments are containers limited by terminal.container_memory / container_cpu. */
-const CONTAINER_BACKENDS: ReadonlySet<BackendName> = new Set(['docker', 'singularity', 'modal', 'daytona']);
+const CONTAINER_BACKENDS: ReadonlySet<BackendName> = new Set(['docker', 'singularity', 'modal', 'daytona', 'kubernetes']);
 
 /** `codeContainers`: whether execute_code runs in per-task code containers there. */
 export function taskContainerLimits(

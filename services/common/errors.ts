@@ -93,12 +93,23 @@ export function fromSocketError(err: unknown, what: string): BerthError | undefi
 const INFRASTRUCTURE_CODES: ReadonlySet<ErrorCode> = new Set(['UNAVAILABLE', 'CANCELLED', 'ABORTED', 'UNAUTHENTICATED']);
 
 /**
+ * Settings whose refusal is the host's capacity, not the tool call's: a
+ * RESOURCE_EXHAUSTED whose message starts with `SETTING: ` reaches the
+ * caller as that gRPC status (as a quota does), not as a tool result. The
+ * message is what crosses the executor's gRPC boundary, so it carries the mark.
+ */
+export const CAPACITY_SETTINGS = ['docker.memory_overcommit', 'terminal.container_disk'] as const;
+
+/**
  * Failures of Berth's own machinery (executor unreachable, call cancelled,
  * credentials wrong) rather than of the tool call. These reach the caller as
  * a gRPC status it can act on (retry, reconnect), not as a tool result the
  * model would read.
  */
 export function isInfrastructureError(err: unknown): boolean {
-  if (err instanceof BerthError) return INFRASTRUCTURE_CODES.has(err.code);
+  if (err instanceof BerthError) {
+    if (err.code === 'RESOURCE_EXHAUSTED') return CAPACITY_SETTINGS.some((s) => err.message.startsWith(`${s}: `));
+    return INFRASTRUCTURE_CODES.has(err.code);
+  }
   return err instanceof Error && err.name === 'AbortError';
 }

@@ -9,12 +9,22 @@
  * lookups and an increment. Label values must be bounded: tool names the
  * registry knows, status codes, backend names, never task ids or secrets.
  */
-import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
+import { createRequire } from 'node:module';
+import type * as PromClient from 'prom-client';
+import type { Counter, Gauge, Histogram, Registry } from 'prom-client';
 
 export type { Registry } from 'prom-client';
 
+/**
+ * prom-client, loaded the first time a registry is made: a server with
+ * metrics off never makes one, and so never loads prom-client (nor the
+ * OpenTelemetry API it requires), which is memory every server would hold.
+ */
+export const promClient = (): typeof PromClient => createRequire(import.meta.url)('prom-client') as typeof PromClient;
+
 /** A registry with Node's default process metrics (CPU, memory, event loop lag, GC, handles). */
 export function createMetricsRegistry(options: { processMetrics?: boolean } = {}): Registry {
+  const { Registry, collectDefaultMetrics } = promClient();
   const registry = new Registry();
   if (options.processMetrics ?? true) collectDefaultMetrics({ register: registry });
   return registry;
@@ -32,18 +42,19 @@ function registered<M>(registry: Registry, name: string, make: () => M): M {
 }
 
 export function counter<L extends string>(registry: Registry, spec: MetricSpec<L>): Counter<L> {
-  return registered(registry, spec.name, () => new Counter({ ...spec, registers: [registry] }));
+  return registered(registry, spec.name, () => new (promClient().Counter)({ ...spec, registers: [registry] }));
 }
 
-export function gauge<L extends string>(registry: Registry, spec: MetricSpec<L>): Gauge<L> {
-  return registered(registry, spec.name, () => new Gauge({ ...spec, registers: [registry] }));
+/** `collect`: sets the gauge's values at each scrape (for levels read from elsewhere, e.g. a pool's size). */
+export function gauge<L extends string>(registry: Registry, spec: MetricSpec<L> & { readonly collect?: (this: Gauge<L>) => void }): Gauge<L> {
+  return registered(registry, spec.name, () => new (promClient().Gauge)({ ...spec, registers: [registry] }));
 }
 
 export function histogram<L extends string>(
   registry: Registry,
   spec: MetricSpec<L> & { readonly buckets: readonly number[] },
 ): Histogram<L> {
-  return registered(registry, spec.name, () => new Histogram({ ...spec, buckets: [...spec.buckets], registers: [registry] }));
+  return registered(registry, spec.name, () => new (promClient().Histogram)({ ...spec, buckets: [...spec.buckets], registers: [registry] }));
 }
 
 /**

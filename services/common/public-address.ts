@@ -5,7 +5,7 @@
  * written as IPv6 (`::ffff:127.0.0.1`, NAT64 `64:ff9b::7f00:1`) is judged as
  * the IPv4 address it carries, so the spelling cannot smuggle one past.
  */
-import { isIP } from 'node:net';
+import { isIP, type LookupFunction } from 'node:net';
 import { cidrContains, parseCidr, type Cidr } from './cidr.js';
 
 /** Ranges never fetched unless an operator allows them by name. */
@@ -67,4 +67,16 @@ export function nonPublicRange(address: string, allow: readonly Cidr[] = []): st
   if (v4 !== undefined) return nonPublicRange(v4, allow);
   if (cidrContains(NAT64_LOCAL, parsed)) return NAT64_LOCAL.text;
   return NON_PUBLIC.find((range) => cidrContains(range, parsed))?.text;
+}
+
+/**
+ * A socket lookup that answers with an already-checked address, whatever
+ * name it is asked for: the connection goes where the check said, and a
+ * second DNS answer cannot swap in another address.
+ */
+export function pinnedLookup(target: { readonly address: string; readonly family: 4 | 6 }): LookupFunction {
+  return ((_hostname: string, options: { all?: boolean }, callback: (...args: unknown[]) => void) => {
+    if (options.all === true) callback(null, [{ address: target.address, family: target.family }]);
+    else callback(null, target.address, target.family);
+  }) as LookupFunction;
 }

@@ -70,8 +70,18 @@ export interface TaskBackgroundRequest {
   readonly command: string;
   readonly workdir?: string;
   readonly pty?: boolean;
+  /**
+   * Keep stdin a pipe until process_manage `close` (commands that read piped
+   * input to its end). Otherwise a process without a PTY starts with its
+   * stdin at end of input, as upstream's do.
+   */
+  readonly pipeStdin?: boolean;
   readonly notifyOnComplete?: boolean;
   readonly watchPatterns?: readonly string[];
+  /** Heartbeat interval in seconds (at least 60; absent or 0: none). */
+  readonly heartbeatSeconds?: number;
+  /** Listed as `persist_on_release` by process_manage list. */
+  readonly persistOnRelease?: boolean;
 }
 
 export interface TaskProcessRequest {
@@ -129,6 +139,20 @@ export interface TaskCodeRunResult {
   readonly notices: readonly string[];
 }
 
+/** One request to an MCP server of the task (tools/list or tools/call), run where the task runs. */
+export interface TaskMcpRequest {
+  readonly serverName: string;
+  /** The server's `mcp_servers` entry as JSON. */
+  readonly serverJson: string;
+  readonly method: 'list_tools' | 'call_tool';
+  readonly tool?: string;
+  /** A JSON object. */
+  readonly argumentsJson?: string;
+}
+
+/** The server's answer (JSON), or why there is none, in words for the model. */
+export type TaskMcpResult = { readonly resultJson: string } | { readonly error: string };
+
 export interface TaskClient {
   exec(request: TaskExecRequest): Promise<TaskExecResult>;
   /** Rejects with NotFoundError when the file does not exist. */
@@ -141,4 +165,6 @@ export interface TaskClient {
   process(request: TaskProcessRequest): Promise<string>;
   /** Runs an execute_code script; absent where the environment cannot run scripts. */
   runCode?(request: TaskCodeRunRequest): Promise<TaskCodeRunResult>;
+  /** Runs one MCP server request; absent where the executor has no MCP support (test doubles). */
+  mcpRequest?(request: TaskMcpRequest): Promise<TaskMcpResult>;
 }

@@ -17,7 +17,8 @@ import { X509Certificate } from 'node:crypto';
 import { isIP } from 'node:net';
 import { connect as tlsConnect, createSecureContext, type ConnectionOptions, type SecureContextOptions } from 'node:tls';
 import { ChannelCredentials, ServerCredentials } from '@grpc/grpc-js';
-import { ConfigError, type ExecutorClientTlsConfig, type ServerTlsConfig } from './config.js';
+import type { ExecutorClientTlsConfig, ServerTlsConfig } from './config.js';
+import { ConfigError } from './config-error.js';
 import type { Logger } from './logging.js';
 
 /** Certificate files of a TLS server; with `clientCaFile`, clients must present a certificate it signed (mTLS). */

@@ -1,25 +1,26 @@
 /** Starts a dispatcher: tool registry, executor clients, the public gRPC server. */
 import { ConfigError, type BerthConfig, type BackendName } from '../common/config.js';
 import { taskContainerLimits } from '../common/container-limits.js';
-import { createBerthServer } from '../common/grpc-server.js';
+import { createBerthServer, listenOrExplain } from '../common/grpc-server.js';
 import type { Logger } from '../common/logging.js';
 import type { Registry } from '../common/metrics.js';
 import type { Tracing } from '../common/tracing/tracing.js';
 import { DispatcherDefinition } from '../gen/berth/v1/dispatcher.js';
 import { clientTls, reloadCertificates, serverCredentialsFor, TlsMaterialError, type ClientTlsFiles } from '../common/tls.js';
 import type { ExecutorClient } from '../gen/berth/v1/executor.js';
-import { ApprovalService } from './approval/approval-service.js';
-import { executeCodeLimitsFromConfig, executeCodeSchemaPatcher } from './code-execution/execute-code-tool.js';
+import { ApprovalService } from './approval/flow/approval-service.js';
+import { executeCodeLimitsFromConfig, executeCodeSchemaPatcher } from './tools/code-execution/execute-code-tool.js';
 import { Dispatcher } from './dispatcher.js';
 import { DispatcherMetrics } from './dispatcher-metrics.js';
 import { createDispatcherService } from './dispatcher-service.js';
-import { connectExecutor, type ExecutorConnection } from './executor-channel.js';
-import { ExecutorHealthWatcher, type WatchedExecutor } from './executor-health.js';
-import { ExecutorDiscovery, type AddressResolver, type DiscoverySource } from './executor-membership.js';
-import { ExecutorRouter, type ExecutorEndpoint } from './executor-router.js';
+import { connectExecutor, type ExecutorConnection } from './executors/executor-channel.js';
+import { ExecutorHealthWatcher, type WatchedExecutor } from './executors/executor-health.js';
+import { ExecutorDiscovery, type AddressResolver, type DiscoverySource } from './executors/executor-membership.js';
+import { ExecutorRouter, type ExecutorEndpoint } from './executors/executor-router.js';
 import { QuotaLedger, type QuotaKey } from './quotas/quota-ledger.js';
 import { anyQuota, quotaResolver } from './quotas/tenant-quotas.js';
-import { ToolRegistry } from './registry.js';
+import { ToolRegistry } from './registry/registry.js';
+import { McpServers } from './mcp/mcp-servers.js';
 import { TenantDirectory } from './tenants.js';
 import { ToolCallTracing } from './tool-call-tracing.js';
 import { registerBuiltinTools } from './tools/builtin-tools.js';
@@ -141,6 +142,8 @@ export async function startDispatcher(options: DispatcherStartOptions): Promise<
   const watched: WatchedExecutor[] = [];
   // Bad TLS files of an executor entry stop the start here, before anything listens.
   const credentials = serverCredentialsFor('server.tls', config.server.tls);
+  // MCP servers' toolsets first: tenants[].toolsets may name them. Clashing server names stop the start.
+  const mcp = new McpServers(config, logger);
   // Unknown names in tenants[].toolsets stop the start here too.
   const tenants = new TenantDirectory(config);
   // Likewise those of a discovery entry, rather than at the first executor that appears.
@@ -259,14 +262,19 @@ export async function startDispatcher(options: DispatcherStartOptions): Promise<
     ...(metrics ? { metrics } : {}),
     ...(options.tracing ? { tracing: new ToolCallTracing(options.tracing, (name) => registry.has(name)) } : {}),
     tenantTools: (tenant) => tenants.toolsFor(tenant),
+    mcp,
   });
 
   const shutdown = new AbortController();
+  const draining = new AbortController();
   const { server, health: serving } = createBerthServer(logger, shutdown.signal, [DispatcherDefinition.fullName], options.metricsRegistry);
   (options.tracing ? server.with(options.tracing.continueTrace) : server)
     .with(tenants.middleware())
-    .add(DispatcherDefinition, createDispatcherService(dispatcher, logger, shutdown.signal));
-  const port = await server.listen(`${options.host}:${options.port}`, credentials);
+    .add(DispatcherDefinition, createDispatcherService(dispatcher, logger, shutdown.signal, draining.signal));
+  const port = await listenOrExplain(server, `${options.host}:${options.port}`, credentials, {
+    name: 'the Dispatcher API',
+    portSetting: '--port N (server.port, BERTH_PORT)',
+  });
   const address = `${options.host}:${port}`;
   logger.info(
     { address, executors: members().map((e) => e.id), tls: credentials ? { serial: credentials.certificate.serial, mutual: config.server.tls?.client_ca_file !== undefined } : false },
@@ -297,6 +305,7 @@ export async function startDispatcher(options: DispatcherStartOptions): Promise<
       closing ??= (async () => {
         // Out of the load balancer's rotation, stop taking calls, give in-flight ones (and Session streams) the grace, then cancel them.
         serving.setStatus('unhealthy');
+        draining.abort();
         const graceful = server.shutdown();
         const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms).unref());
         await Promise.race([graceful, sleep(graceMs)]);

@@ -5,8 +5,7 @@
  */
 import { Status } from 'nice-grpc';
 import { statusOf } from '../common/grpc-errors.js';
-import { Gauge } from 'prom-client';
-import { counter, histogram, Series, type Registry } from '../common/metrics.js';
+import { counter, histogram, promClient, Series, type Registry } from '../common/metrics.js';
 import type { ApprovalDecisionSink } from './approval/approval-types.js';
 import { QUOTA_KEYS, type QuotaKey, type QuotaLedger } from './quotas/quota-ledger.js';
 
@@ -89,6 +88,7 @@ export class DispatcherMetrics {
     const labelNames = tenantLabels ? (['quota', 'tenant'] as const) : (['quota'] as const);
     // One dispatcher per registry; a second one (tests) keeps the first one's gauges.
     if (registry.getSingleMetric('berth_quota_usage') !== undefined) return (quota) => refusals.get(quota, '').inc();
+    const { Gauge } = promClient();
     new Gauge({
       name: 'berth_quota_usage',
       help:

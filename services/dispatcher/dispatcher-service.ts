@@ -11,11 +11,11 @@ import type {
   SessionClientMessage,
   SessionServerMessage,
 } from '../gen/berth/v1/dispatcher.js';
-import { INTERACTIVE_HEADER, isInteractive } from './approval/approval-service.js';
+import { INTERACTIVE_HEADER, isInteractive } from './approval/flow/approval-service.js';
 import type { ApprovalSurface } from './approval/approval-types.js';
-import { approveParkedCall } from './approval/approve-parked-call.js';
-import { StreamApprovals } from './approval/stream-approvals.js';
+import { StreamApprovals } from './approval/flow/stream-approvals.js';
 import type { Dispatcher } from './dispatcher.js';
+import { SessionEvents } from './session-events.js';
 import { toServerError } from '../common/grpc-errors.js';
 import type { TenantContext } from './tenants.js';
 
@@ -26,6 +26,8 @@ export function createDispatcherService(
   dispatcher: Dispatcher,
   logger: Logger,
   shutdownSignal: AbortSignal,
+  /** Aborted when a drain begins: event streams end at once (clients resume elsewhere with the last id). */
+  drainSignal: AbortSignal = shutdownSignal,
 ): DispatcherServiceImplementation<TenantContext> {
   const callSignal = (context: CallContext) => AbortSignal.any([context.signal, shutdownSignal]);
   const interactive = (context: CallContext) => {
@@ -41,7 +43,7 @@ export function createDispatcherService(
         request.disabledToolsets,
       );
       const availabilityJson = request.explain ? JSON.stringify(await dispatcher.availabilityReport(context.tenant)) : '';
-      return { toolsJson: JSON.stringify(tools), unknownToolsets, availabilityJson };
+      return { toolsJson: JSON.stringify(tools), unknownToolsets, availabilityJson, backend: dispatcher.backendFor(context.tenant) };
     },
 
     async callTool(request, context) {
@@ -79,6 +81,7 @@ export function createDispatcherService(
           },
         }),
       );
+      const events = new SessionEvents(dispatcher, context.tenant, AbortSignal.any([signal, drainSignal]), (m) => out.push(m), logger);
       const surfaceFor = (callId: string): ApprovalSurface =>
         interactive(context) ? { kind: 'ask', asker: approvals.askerFor(callId) } : { kind: 'none' };
 
@@ -89,6 +92,8 @@ export function createDispatcherService(
         let resultJson: string;
         let errorStatus = '';
         try {
+          // Before the call runs: an event it causes (a fast background exit) is not missed.
+          await events.ensure(req.taskId);
           resultJson = await dispatcher.callTool(
             context.tenant,
             { name: req.name, argumentsJson: req.argumentsJson, taskId: req.taskId, sessionId: req.sessionId },
@@ -147,6 +152,9 @@ export function createDispatcherService(
               case 'settings':
                 dispatcher.approvals?.setYolo(context.tenant, msg.value.sessionId, msg.value.yolo);
                 break;
+              case 'subscribeEvents':
+                events.subscribe(msg.value.taskId, msg.value.after);
+                break;
             }
           }
           // The client stopped sending: nobody can answer approval requests any more.
@@ -165,6 +173,7 @@ export function createDispatcherService(
       } finally {
         shutdownSignal.removeEventListener('abort', onShutdown);
         approvals.close();
+        events.close();
         if (shutdownSignal.aborted) pump.catch(() => undefined);
         else await pump;
       }
@@ -172,8 +181,7 @@ export function createDispatcherService(
     },
 
     async approve(request, context) {
-      const resultJson = await approveParkedCall(
-        dispatcher,
+      const resultJson = await dispatcher.approve(
         context.tenant,
         { approvalId: request.approvalId, choice: request.choice, taskId: request.taskId, sessionId: request.sessionId },
         callSignal(context),
@@ -185,8 +193,48 @@ export function createDispatcherService(
       return { interrupted: await dispatcher.interrupt(context.tenant, request.taskId) };
     },
 
+    async *taskEvents(request, context) {
+      const signal = AbortSignal.any([callSignal(context), drainSignal]);
+      const items = dispatcher.taskEvents(context.tenant, request.taskId, { after: request.after, signal });
+      for await (const item of items) {
+        yield item.kind === 'ready'
+          ? { message: { $case: 'ready' as const, value: { taskId: item.taskId, lastId: item.lastId, error: '' } } }
+          : { message: { $case: 'event' as const, value: item.event } };
+      }
+      if (drainSignal.aborted) throw new UnavailableError('Berth is shutting down; reconnect with the last event id you received');
+      // The executor's stream never ends while someone follows it, unless that executor stops.
+      if (!context.signal.aborted) {
+        throw new UnavailableError("the task's executor ended its event stream (restart or drain); reconnect with the last event id you received");
+      }
+    },
+
     async endTask(request, context) {
       return { released: await dispatcher.endTask(context.tenant, request.taskId) };
+    },
+
+    async suspend(request, context) {
+      return dispatcher.suspend(context.tenant, request.taskId);
+    },
+
+    async resume(request, context) {
+      return { resumed: await dispatcher.resume(context.tenant, request.taskId) };
+    },
+
+    async snapshot(request, context) {
+      return { snapshot: await dispatcher.snapshots.snapshot(context.tenant, request.taskId, request.label) };
+    },
+
+    async fork(request, context) {
+      const from = { snapshotId: request.snapshotId, taskId: request.sourceTaskId };
+      return dispatcher.snapshots.fork(context.tenant, from, request.taskId, request.label);
+    },
+
+    async listSnapshots(_request, context) {
+      return { snapshots: await dispatcher.snapshots.list(context.tenant) };
+    },
+
+    async deleteSnapshot(request, context) {
+      return { deleted: await dispatcher.snapshots.delete(context.tenant, request.snapshotId) };
     },
   };
 }

@@ -7,8 +7,8 @@ import type { Metadata, ServerMiddleware } from 'nice-grpc';
 import type { BackendName, BerthConfig } from '../common/config.js';
 import { ConfigError, hashApiKey } from '../common/config.js';
 import { UnauthenticatedError } from '../common/errors.js';
-import type { TenantPolicy } from './executor-router.js';
-import { knownToolsetNames, resolveToolsets } from './toolsets.js';
+import type { TenantPolicy } from './executors/executor-router.js';
+import { knownToolsetNames, resolveToolsets } from './registry/toolsets.js';
 
 export const DEFAULT_TENANT = 'default';
 

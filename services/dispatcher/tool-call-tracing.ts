@@ -88,6 +88,7 @@ export class ToolCallTracing {
       stat: (path) => task.stat(path),
       startBackground: (request) => task.startBackground(request),
       process: (request) => task.process(request),
+      ...(task.mcpRequest ? { mcpRequest: task.mcpRequest.bind(task) } : {}),
       runCode: (request: TaskCodeRunRequest): Promise<TaskCodeRunResult> =>
         inner({
           ...request,

@@ -4,21 +4,21 @@ import { composeServerMiddleware, type Server, type ServerMiddleware } from 'nic
 import type { BerthConfig } from '../common/config.js';
 import { taskContainerLimits } from '../common/container-limits.js';
 import { errorBoundary } from '../common/grpc-errors.js';
-import { createBerthServer, sharedSecretMiddleware, type BerthServer } from '../common/grpc-server.js';
+import { createBerthServer, listenOrExplain, sharedSecretMiddleware, type BerthServer } from '../common/grpc-server.js';
 import { createInProcessClient } from '../common/in-process-client.js';
 import { reloadCertificates, serverCredentialsFor } from '../common/tls.js';
 import type { Logger } from '../common/logging.js';
 import type { Registry } from '../common/metrics.js';
 import { SPAN_ATTRIBUTES, type Tracing } from '../common/tracing/tracing.js';
 import { ExecutorDefinition, type ExecutorClient } from '../gen/berth/v1/executor.js';
-import type { Backend } from './backend.js';
-import { createBackend } from './backends/create-backend.js';
-import { dockerOptionsFromConfig } from './backends/docker/docker-options.js';
-import type { CodeContainers } from './code-execution/code-containers.js';
+import type { CodeRunnerEnvironments } from './backend.js';
+import { createBackend, createCodeRunners } from './backends/create-backend.js';
 import { CodeRunner } from './code-execution/code-runner.js';
 import { createExecutorService } from './executor-service.js';
+import { egressPolicies } from './mcp/mcp-requests.js';
 import { ExecutorMetrics, type CodeRunOutcome } from './executor-metrics.js';
 import { TaskEnvironments } from './task-environment.js';
+import { TaskEventLog } from './task-event-log.js';
 import { traceBackend } from './traced-backend.js';
 
 export interface RunningExecutor {
@@ -63,18 +63,30 @@ export async function startExecutor(options: ExecutorStartOptions): Promise<Runn
   const metrics = options.metricsRegistry && new ExecutorMetrics(options.metricsRegistry, config.terminal.backend);
   const { tracing } = options;
   const created = await createBackend(config, logger, metrics?.containerStarted);
+  if (options.metricsRegistry && created.warmPoolStatus) {
+    ExecutorMetrics.observeWarmPool(options.metricsRegistry, config.terminal.backend, () => created.warmPoolStatus!());
+  }
   const backend = tracing ? traceBackend(created, tracing) : created;
-  let codeContainers: CodeContainers | undefined;
+  let codeContainers: CodeRunnerEnvironments | undefined;
   try {
-    codeContainers = await startCodeContainers(config, backend, logger, metrics);
+    codeContainers = await createCodeRunners(config, backend.capabilities, logger, metrics?.containerStarted);
   } catch (err) {
     await backend.close().catch(() => undefined);
     throw err;
   }
+  if (config.terminal.idle_suspend_after_s > 0 && !backend.capabilities.lifecycle?.suspend) {
+    logger.warn(
+      { idleSuspendAfterS: config.terminal.idle_suspend_after_s },
+      `terminal.idle_suspend_after_s is set, but the ${backend.capabilities.name} backend cannot suspend: idle tasks are only released after terminal.lifetime_seconds`,
+    );
+  }
+  const events = new TaskEventLog();
   const environments = new TaskEnvironments({
     backend,
     logger,
+    onProcessEvent: (key, event) => events.append(key, event),
     lifetimeSeconds: config.terminal.lifetime_seconds,
+    idleSuspendSeconds: config.terminal.idle_suspend_after_s,
     ...(metrics ? { metrics } : {}),
   });
   const codeRunner = new CodeRunner(environments, {
@@ -89,6 +101,8 @@ export async function startExecutor(options: ExecutorStartOptions): Promise<Runn
     shutdown.signal,
     codeRunner,
     taskContainerLimits(config, config.terminal.backend, codeContainers !== undefined),
+    { egressFor: egressPolicies(config), logger: logger.child({ component: 'mcp' }) },
+    events,
   );
   // The same error boundary as the gRPC server's, so callers see the same statuses either way.
   const boundary = errorBoundary(logger, shutdown.signal);
@@ -120,7 +134,10 @@ export async function startExecutor(options: ExecutorStartOptions): Promise<Runn
     const checked = server.with(countCalls).with(sharedSecretMiddleware(options.listen.sharedSecret));
     const spans = rpcSpans(false);
     (spans ? checked.with(spans) : checked).add(ExecutorDefinition, service);
-    port = await server.listen(`${options.listen.host}:${options.listen.port}`, credentials);
+    port = await listenOrExplain(server, `${options.listen.host}:${options.listen.port}`, credentials, {
+      name: 'the Executor API',
+      portSetting: '--port N (executor.port)',
+    });
     address = `${options.listen.host}:${port}`;
     logger.info({ address, tls: credentials ? { serial: credentials.certificate.serial, mutual: true } : false }, 'executor listening');
   }
@@ -145,6 +162,7 @@ export async function startExecutor(options: ExecutorStartOptions): Promise<Runn
           if (active > 0) logger.warn({ inFlight: active }, 'drain grace over; cancelling the calls still running');
         }
         shutdown.abort();
+        events.close();
         await environments.closeAll();
         await codeContainers?.close();
         await backend.close();
@@ -153,25 +171,4 @@ export async function startExecutor(options: ExecutorStartOptions): Promise<Runn
       return closing;
     },
   };
-}
-
-/**
- * execute_code's code containers, for a backend whose environments share no
- * directory with the executor (code_execution.code_container); loaded only
- * then, so other executors never load the Docker client for it.
- */
-async function startCodeContainers(
-  config: BerthConfig,
-  backend: Backend,
-  logger: Logger,
-  metrics: ExecutorMetrics | undefined,
-): Promise<CodeContainers | undefined> {
-  if (backend.capabilities.sharesRpcDir) return undefined;
-  const { CodeContainers } = await import('./code-execution/code-containers.js');
-  return CodeContainers.start({
-    setting: config.code_execution.code_container,
-    backend: backend.capabilities.name,
-    docker: dockerOptionsFromConfig(config, logger, metrics?.containerStarted),
-    logger,
-  });
 }

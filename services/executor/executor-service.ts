@@ -6,11 +6,23 @@ import type { CallContext } from 'nice-grpc';
 import { AsyncQueue } from '../common/async-queue.js';
 import { NO_CONTAINERS, type TaskContainerLimits } from '../common/container-limits.js';
 import { InvalidArgumentError } from '../common/errors.js';
-import type { ExecEvent, ExecutorServiceImplementation, TaskRef } from '../gen/berth/v1/executor.js';
-import type { TaskKey } from './backend.js';
+import { CALL_ID_HEADER } from '../common/interrupts.js';
+import type {
+  ExecEvent,
+  ExecutorServiceImplementation,
+  TaskRef,
+  TaskSnapshotRecord,
+  WatchTaskEventsResponse,
+} from '../gen/berth/v1/executor.js';
+import type { BackendSnapshot, TaskKey } from './backend.js';
+import { CallInterrupts } from './call-interrupts.js';
 import { CODE_CONTAINER, type CodeRunner } from './code-execution/code-runner.js';
 import { serveRunCode } from './code-execution/run-code-stream.js';
+import { serveMcpRequest } from './mcp/mcp-requests.js';
+import type { EgressPolicy } from './mcp/egress-fetch.js';
+import type { Logger } from '../common/logging.js';
 import type { TaskEnvironments } from './task-environment.js';
+import type { TaskEventItem, TaskEventLog } from './task-event-log.js';
 
 /** Longest a single Exec may run, whatever the request says (the terminal tool caps foreground at 600 s). */
 const MAX_EXEC_TIMEOUT_MS = 24 * 60 * 60 * 1000;
@@ -22,8 +34,33 @@ function keyOf(task: TaskRef | undefined): TaskKey {
   return { tenant: task.tenant, taskId: task.taskId };
 }
 
+function tenantOf(tenant: string): string {
+  if (tenant === '') throw new InvalidArgumentError('tenant is required');
+  return tenant;
+}
+
+/** A snapshot as the executor API carries it (the shell state stays with the backend). */
+function snapshotRecord(s: BackendSnapshot, backend: string): TaskSnapshotRecord {
+  return {
+    snapshotId: s.id,
+    tenant: s.tenant,
+    sourceTaskId: s.sourceTaskId,
+    label: s.label,
+    createdAtMs: s.createdAtMs,
+    sizeBytes: s.sizeBytes,
+    includesProcesses: s.includesProcesses,
+    backend,
+  };
+}
+
 export interface ExecutorIdentity {
   readonly executorId: string;
+}
+
+/** What McpRequest needs: each tenant's egress policy for HTTP servers, and a logger. */
+export interface McpRequestOptions {
+  readonly egressFor: (tenant: string) => EgressPolicy;
+  readonly logger: Logger;
 }
 
 const NONE: TaskContainerLimits = { perTask: NO_CONTAINERS, perCodeContainer: NO_CONTAINERS };
@@ -34,16 +71,32 @@ export function createExecutorService(
   shutdownSignal: AbortSignal,
   codeRunner: CodeRunner,
   limits: TaskContainerLimits = NONE,
+  mcp?: McpRequestOptions,
+  events?: TaskEventLog,
 ): ExecutorServiceImplementation {
   const callSignal = (context: CallContext) => AbortSignal.any([context.signal, shutdownSignal]);
+  const calls = new CallInterrupts();
+  /**
+   * Registers a call of the task before anything else happens, so an
+   * Interrupt (or the caller going away) reaches it whatever it waits for.
+   */
+  async function asCall<T>(task: TaskRef | undefined, context: CallContext, fn: (key: TaskKey, signal: AbortSignal) => Promise<T>): Promise<T> {
+    const key = keyOf(task);
+    const header = context.metadata.get(CALL_ID_HEADER);
+    const call = calls.begin(key, typeof header === 'string' ? header : '');
+    try {
+      return await fn(key, AbortSignal.any([callSignal(context), call.signal]));
+    } finally {
+      call.end();
+    }
+  }
 
   return {
     async *exec(request, context): AsyncGenerator<ExecEvent> {
-      const key = keyOf(request.task);
       const timeoutMs = Math.min(request.timeoutMs > 0 ? request.timeoutMs : 180_000, MAX_EXEC_TIMEOUT_MS);
       const events = new AsyncQueue<ExecEvent>();
-      const run = environments
-        .exec(key, {
+      const run = asCall(request.task, context, (key, signal) =>
+        environments.exec(key, {
           command: request.command,
           timeoutMs,
           ...(request.workdir ? { workdir: request.workdir } : {}),
@@ -51,14 +104,15 @@ export function createExecutorService(
           pty: request.pty,
           stateless: request.stateless,
           ...(request.maxOutputChars > 0 ? { maxOutputChars: request.maxOutputChars } : {}),
-          signal: callSignal(context),
+          signal,
           ...(request.streamOutput
             ? {
                 onOutput: (text: string) =>
                   events.push({ event: { $case: 'output', value: { data: Buffer.from(text, 'utf8') } } }),
               }
             : {}),
-        })
+        }),
+      )
         .then((result) => {
           events.push({
             event: {
@@ -81,20 +135,23 @@ export function createExecutorService(
       await run;
     },
 
-    async startBackground(request) {
-      const r = await environments.startBackground(keyOf(request.task), {
+    async startBackground(request, context) {
+      const r = await asCall(request.task, context, (key, signal) => environments.startBackground(key, {
         command: request.command,
         ...(request.workdir ? { workdir: request.workdir } : {}),
         pty: request.pty,
+        pipeStdin: request.pipeStdin,
         notifyOnComplete: request.notifyOnComplete,
         watchPatterns: request.watchPatterns,
-      });
+        heartbeatSeconds: request.heartbeatSeconds,
+        persistOnRelease: request.persistOnRelease,
+      }, signal));
       return { sessionId: r.sessionId, pid: r.pid };
     },
 
     async processAction(request, context) {
-      const resultJson = await environments.process(
-        keyOf(request.task),
+      const resultJson = await asCall(request.task, context, (key, signal) => environments.process(
+        key,
         {
           action: request.action,
           ...(request.sessionId ? { sessionId: request.sessionId } : {}),
@@ -103,28 +160,28 @@ export function createExecutorService(
           ...(request.hasOffset ? { offset: request.offset } : {}),
           ...(request.hasLimit ? { limit: request.limit } : {}),
         },
-        callSignal(context),
-      );
+        signal,
+      ));
       return { resultJson };
     },
 
-    async readFile(request) {
-      const r = await environments.readFile(keyOf(request.task), request.path);
+    async readFile(request, context) {
+      const r = await asCall(request.task, context, (key, signal) => environments.readFile(key, request.path, signal));
       return { absPath: r.absPath, content: r.content };
     },
 
-    async writeFile(request) {
-      const r = await environments.writeFile(keyOf(request.task), request.path, request.content);
+    async writeFile(request, context) {
+      const r = await asCall(request.task, context, (key, signal) => environments.writeFile(key, request.path, request.content, signal));
       return { absPath: r.absPath, bytesWritten: r.bytesWritten, dirsCreated: r.dirsCreated };
     },
 
-    async statFile(request) {
-      const r = await environments.stat(keyOf(request.task), request.path);
+    async statFile(request, context) {
+      const r = await asCall(request.task, context, (key, signal) => environments.stat(key, request.path, signal));
       return { absPath: r.absPath, exists: r.exists, isDirectory: r.isDirectory, sizeBytes: r.sizeBytes };
     },
 
     async interruptTask(request) {
-      return { interrupted: environments.interrupt(keyOf(request.task)) };
+      return { interrupted: calls.interrupt(keyOf(request.task), request.callIds) };
     },
 
     async releaseTask(request) {
@@ -132,7 +189,9 @@ export function createExecutorService(
     },
 
     runCode(requests, context) {
-      return serveRunCode(codeRunner, requests, callSignal(context));
+      const header = context.metadata.get(CALL_ID_HEADER);
+      const callId = typeof header === 'string' ? header : '';
+      return serveRunCode(codeRunner, requests, callSignal(context), (key) => calls.begin(key, callId));
     },
 
     async taskUsage() {
@@ -154,6 +213,53 @@ export function createExecutorService(
       };
     },
 
+    async mcpRequest(request, context) {
+      if (mcp === undefined) return { resultJson: '', error: 'this executor does not serve MCP servers' };
+      const outcome = await serveMcpRequest(
+        { environments, egressFor: mcp.egressFor, logger: mcp.logger },
+        keyOf(request.task),
+        {
+          serverName: request.serverName,
+          serverJson: request.serverJson,
+          method: request.method,
+          tool: request.tool,
+          argumentsJson: request.argumentsJson,
+        },
+        callSignal(context),
+      );
+      return 'error' in outcome ? { resultJson: '', error: outcome.error } : { resultJson: outcome.resultJson, error: '' };
+    },
+
+    async *watchTaskEvents(request, context): AsyncGenerator<WatchTaskEventsResponse> {
+      const key = keyOf(request.task);
+      if (!events) throw new InvalidArgumentError('this executor keeps no task events');
+      const items = events.follow(key, {
+        afterId: request.afterId,
+        fromLatest: request.fromLatest,
+        signal: callSignal(context),
+      });
+      for await (const item of items) yield { message: eventMessage(item) };
+    },
+
+    async snapshotTask(request) {
+      const key = keyOf(request.task);
+      return { snapshot: snapshotRecord(await environments.lifecycle.snapshot(key, request.label), environments.capabilities.name) };
+    },
+
+    async forkTask(request) {
+      const key = keyOf(request.task);
+      return { snapshot: snapshotRecord(await environments.lifecycle.fork(key, request.snapshotId), environments.capabilities.name) };
+    },
+
+    async listTaskSnapshots(request) {
+      const name = environments.capabilities.name;
+      return { snapshots: (await environments.lifecycle.list(tenantOf(request.tenant))).map((s) => snapshotRecord(s, name)) };
+    },
+
+    async deleteTaskSnapshot(request) {
+      return { deleted: await environments.lifecycle.delete(tenantOf(request.tenant), request.snapshotId) };
+    },
+
     async capabilities() {
       const caps = environments.capabilities;
       return {
@@ -163,5 +269,24 @@ export function createExecutorService(
         executorId: identity.executorId,
       };
     },
+
+    async suspendTask(request) {
+      return environments.suspend(keyOf(request.task));
+    },
+
+    async resumeTask(request) {
+      return { resumed: await environments.resume(keyOf(request.task)) };
+    },
   };
+}
+
+function eventMessage(item: TaskEventItem): WatchTaskEventsResponse['message'] {
+  switch (item.kind) {
+    case 'subscribed':
+      return { $case: 'subscribed', value: { lastId: item.lastId } };
+    case 'event':
+      return { $case: 'event', value: { id: item.id, eventJson: item.json } };
+    case 'dropped':
+      return { $case: 'dropped', value: { id: item.id, count: item.count } };
+  }
 }

@@ -10,23 +10,26 @@
  *
  * - list: `{"processes":[{"session_id","command"(first 200 chars),"cwd","pid","owner_task_id","started_at"
  *   (local time, seconds),"uptime_seconds","status":"running"|"exited","output_preview"(tail 200)}]}`, each
- *   entry plus `"watch_patterns","watch_hit"` while watching, `"notify_on_complete":true` and, once
- *   exited, `"exit_code"`.
+ *   entry plus `"watch_patterns","watch_hit"` while watching, `"notify_on_complete":true`,
+ *   `"persist_on_release":true` and, once exited, `"exit_code","exited_at"(seconds since the epoch),"completion_reason"`.
  * - poll: `{"session_id","command","status","pid","uptime_seconds","output_preview"(tail 1,000)}`, once
  *   exited plus `"exit_code","completion_reason","termination_source"`.
  * - log: `{"session_id","command","status","output","total_lines","showing":"N lines"}`: `limit` lines
  *   (default 200) from line `offset` (a Python slice `lines[offset:offset+limit]`; absent = the last
  *   `limit` lines).
- * - wait: exited `{"status":"exited","command","exit_code","completion_reason","termination_source","output"(tail 2,000)}`;
+ * - wait: exited `{"status":"exited","command","exit_code","completion_reason","termination_source","output"(tail 2,000)}`
+ *   plus `"output_cut"` (characters of the buffer before that tail) when there were any;
  *   timed out `{"status":"timeout","command","output"(tail 1,000),"process_running":true,"timeout_note"}`;
  *   interrupted `{"status":"interrupted","command","output"(tail 1,000),"note"}`. The wait is capped
  *   (default 180 s, also the default wait); a clamped request adds or prefixes `"timeout_note"`. A timeout
  *   of zero or less: `{"status":"error","error":"timeout must be positive (got T)"}`.
- * - kill: `{"status":"killed","session_id","completion_reason":"killed","termination_source":"process.kill","output"(tail 2,000)}`;
- *   on an exited process the wait-exited shape with `"status":"already_exited"`.
+ * - kill: `{"status":"killed","session_id","completion_reason":"killed","termination_source":"process.kill","output"(tail 2,000)}`
+ *   (+ `"output_cut"`); on an exited process the wait-exited shape with `"status":"already_exited"`.
  * - write / submit: `{"status":"ok","bytes_written"}` (characters); close: `{"status":"ok","message":"stdin closed"}`
  *   (`"EOF sent"` under a PTY); on an exited process `{"status":"already_exited","error":"Process has already finished"}`;
- *   stdin closed: `{"status":"error","error":"Process stdin not available (non-local backend or stdin closed)"}`.
+ *   stdin closed or never open: `{"status":"error","error":"Process stdin not available (non-local backend or stdin closed)"}`.
+ *   As upstream, a process starts with its stdin at end of input (a program reading it to the end finishes at once)
+ *   unless it runs under a PTY, or `pipeStdin` asks for a pipe that stays open until `close`.
  * - handoff: `{"error":"handoff is only available to a running subagent with a live parent; you are not one."}`.
  * - ids: the exact id, else a unique prefix (`proc_` optional, at least 4 characters after it); unknown,
  *   ambiguous or too short: `{"status":"not_found","error":"No process with ID X"}`. Missing id:
@@ -44,8 +47,24 @@ import {
   unknownProcessActionError,
   type ProcessAction,
 } from '../common/process-actions.js';
+import { effectiveHeartbeatSeconds, type ProcessNotification } from '../common/process-notification.js';
 import type { BackgroundHandle } from './backend.js';
-import { stripAnsi, truncateOutput } from './output.js';
+import { ProcessNotifier } from './process-notifier.js';
+import {
+  completionOutput,
+  exitSnapshot,
+  listEntry,
+  logResult,
+  outputTail,
+  pollResult,
+  RUNNING_TAIL_CHARS,
+  uptimeSeconds,
+  type Session,
+  type SessionView,
+  type TerminationSource,
+} from './process-session.js';
+import { ProcessWatch, type WatchLimits } from './process-watch.js';
+import { WatchBreaker } from './watch-breaker.js';
 
 /** Exit code reported for a process stopped with the `kill` action (SIGTERM). */
 export const KILLED_EXIT_CODE = -15;
@@ -71,8 +90,18 @@ export interface ProcessStartRequest {
   /** Directory shown by `list` (the workdir, or the task cwd at start). */
   readonly cwd?: string;
   readonly pty?: boolean;
+  /**
+   * Keep a stdin pipe open until `close` (commands that read piped input to
+   * its end, such as `gh auth login --with-token`). Without it, and without
+   * a PTY, stdin is at end of input from the start.
+   */
+  readonly pipeStdin?: boolean;
   readonly notifyOnComplete?: boolean;
   readonly watchPatterns?: readonly string[];
+  /** Report output every so many seconds while it runs (at least 60; 0 or absent: never). */
+  readonly heartbeatSeconds?: number;
+  /** Shown by `list`; a Berth task's processes still end with the task (EndTask). */
+  readonly persistOnRelease?: boolean;
 }
 
 export interface ProcessActionRequest {
@@ -85,30 +114,13 @@ export interface ProcessActionRequest {
 }
 
 /**
- * Reported to {@link ProcessRegistryOptions.onEvent} so the executor can
- * notify the agent. `completed` is sent for every process; consumers notify
- * only when `notifyOnComplete` is set.
+ * Reported to {@link ProcessRegistryOptions.onEvent} for the agent, in
+ * upstream's shapes (common/process-notification.ts): a completion only for
+ * a process with notify-on-complete whose end the model has not already
+ * taken (its own `kill`, or a `wait` that was waiting when it ended); watch
+ * matches and summaries within the rate limits; heartbeats.
  */
-export type ProcessEvent =
-  | {
-      readonly kind: 'watch_match';
-      readonly sessionId: string;
-      readonly command: string;
-      readonly pattern: string;
-      /** The output line that contained the pattern (ANSI stripped, at most 500 chars). */
-      readonly line: string;
-      /** Matches reported so far for this process, this one included. */
-      readonly hits: number;
-    }
-  | {
-      readonly kind: 'completed';
-      readonly sessionId: string;
-      readonly command: string;
-      readonly exitCode: number;
-      readonly notifyOnComplete: boolean;
-      /** The last 2,000 characters of output (ANSI stripped). */
-      readonly outputTail: string;
-    };
+export type ProcessEvent = ProcessNotification;
 
 export interface ProcessRegistryOptions {
   readonly launch: ProcessLauncher;
@@ -126,8 +138,15 @@ export interface ProcessRegistryOptions {
   readonly maxWaitMs?: number;
   /** Cap on `output` of log; default 50,000 characters. */
   readonly logOutputChars?: number;
-  /** Watch-pattern matches reported per process before watching stops; default 8. */
-  readonly maxWatchHits?: number;
+  /** Watch-pattern rate limits per process (upstream's defaults). */
+  readonly watch?: WatchLimits;
+  /**
+   * The breaker over watch matches of many processes; share one between
+   * the registries of a tenant. Absent: one of this registry's own.
+   */
+  readonly watchBreaker?: WatchBreaker;
+  /** How often heartbeats are checked for being due; default 5,000 ms (upstream's tick). */
+  readonly heartbeatTickMs?: number;
   /** Clock, for tests. */
   readonly now?: () => number;
   /** The part of a new id after `proc_` (default 12 random hex digits), for tests. */
@@ -136,91 +155,12 @@ export interface ProcessRegistryOptions {
   readonly logger?: Logger;
 }
 
-/** Why a process ended, as poll, wait and kill report it. */
-type CompletionReason = 'exited' | 'killed';
-
-/** Who ended a killed process: the `kill` action, or the task's release killing everything. */
-type TerminationSource = '' | 'process.kill' | 'kill_all';
-
-/** Tails of the buffer each result carries, in characters. */
-const LIST_PREVIEW_CHARS = 200;
-const POLL_PREVIEW_CHARS = 1000;
-const RUNNING_TAIL_CHARS = 1000;
-const EXIT_TAIL_CHARS = 2000;
-
 const WAIT_INTERRUPTED_NOTE = 'User sent a new message -- wait interrupted';
 
-/** Python's `str.splitlines()` separators: the log counts lines the way upstream does. */
-const LINE_BREAK = /\r\n|[\n\r\v\f\x1c\x1d\x1e\x85\u2028\u2029]/;
-
-interface Session {
-  readonly id: string;
-  readonly command: string;
-  readonly cwd: string | null;
-  readonly pty: boolean;
-  readonly startedAtMs: number;
-  readonly notifyOnComplete: boolean;
-  readonly watchPatterns: readonly string[];
-  pid: number | null;
-  handle: BackgroundHandle | undefined;
-  finishedAtMs: number | undefined;
-  exitCode: number | null;
-  completionReason: CompletionReason;
-  terminationSource: TerminationSource;
-  /** Set when a kill starts, so the exit it causes is recorded as a kill. */
-  killSource: TerminationSource | undefined;
-  stdinClosed: boolean;
-  readonly decoder: StringDecoder;
-  /** The last `bufferChars` characters of output. */
-  output: string;
-  watchCarry: string;
-  watchHits: number;
-  readonly exited: Promise<void>;
-  markExited: () => void;
-}
+/** Upstream's answer to write, submit or close when the process has no stdin (anymore). */
+const STDIN_UNAVAILABLE = 'Process stdin not available (non-local backend or stdin closed)';
 
 const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms));
-
-/** `YYYY-MM-DDTHH:MM:SS` in this machine's local time (upstream's `time.strftime` format). */
-function localTimestamp(ms: number): string {
-  const d = new Date(ms);
-  const two = (n: number) => String(n).padStart(2, '0');
-  return (
-    `${String(d.getFullYear()).padStart(4, '0')}-${two(d.getMonth() + 1)}-${two(d.getDate())}` +
-    `T${two(d.getHours())}:${two(d.getMinutes())}:${two(d.getSeconds())}`
-  );
-}
-
-/** Python's `str.splitlines()`: no empty last line for a trailing break, none at all for "". */
-function splitLines(text: string): string[] {
-  if (text === '') return [];
-  const lines = text.split(LINE_BREAK);
-  if (lines[lines.length - 1] === '') lines.pop();
-  return lines;
-}
-
-const isHighSurrogate = (code: number) => code >= 0xd800 && code <= 0xdbff;
-const isLowSurrogate = (code: number) => code >= 0xdc00 && code <= 0xdfff;
-
-/** The first `n` characters as Python counts them (code points, so no pair is split). */
-function headCodePoints(text: string, n: number): string {
-  if (text.length <= n) return text;
-  let end = 0;
-  for (let count = 0; count < n && end < text.length; count++) {
-    end += isHighSurrogate(text.charCodeAt(end)) && isLowSurrogate(text.charCodeAt(end + 1)) ? 2 : 1;
-  }
-  return text.slice(0, end);
-}
-
-/** The last `n` characters as Python counts them (code points, so no pair is split). */
-function tailCodePoints(text: string, n: number): string {
-  if (text.length <= n) return text;
-  let start = text.length;
-  for (let count = 0; count < n && start > 0; count++) {
-    start -= isLowSurrogate(text.charCodeAt(start - 1)) && isHighSurrogate(text.charCodeAt(start - 2)) ? 2 : 1;
-  }
-  return text.slice(start);
-}
 
 /** Seconds as the caller wrote them (whole seconds print without a fraction). */
 function seconds(ms: number): number {
@@ -230,34 +170,45 @@ function seconds(ms: number): number {
 /** Background processes of one task. */
 export class ProcessRegistry {
   readonly #launch: ProcessLauncher;
-  readonly #ownerTaskId: string;
   readonly #maxProcesses: number;
   readonly #bufferChars: number;
   readonly #finishedTtlMs: number;
   readonly #defaultWaitMs: number;
   readonly #maxWaitMs: number;
-  readonly #logOutputChars: number;
-  readonly #maxWatchHits: number;
+  readonly #watchLimits: WatchLimits;
+  readonly #notifier: ProcessNotifier;
   readonly #now: () => number;
   readonly #idSuffix: () => string;
-  readonly #onEvent: ((event: ProcessEvent) => void) | undefined;
   readonly #logger: Logger | undefined;
   readonly #sessions = new Map<string, Session>();
+  readonly #view: SessionView;
 
   constructor(options: ProcessRegistryOptions) {
     this.#launch = options.launch;
-    this.#ownerTaskId = options.ownerTaskId ?? '';
     this.#maxProcesses = options.maxProcesses ?? 64;
     this.#bufferChars = options.bufferChars ?? 200_000;
     this.#finishedTtlMs = options.finishedTtlMs ?? 1_800_000;
     this.#defaultWaitMs = options.defaultWaitMs ?? 180_000;
     this.#maxWaitMs = options.maxWaitMs ?? 180_000;
-    this.#logOutputChars = options.logOutputChars ?? 50_000;
-    this.#maxWatchHits = options.maxWatchHits ?? 8;
+    this.#watchLimits = options.watch ?? {};
     this.#now = options.now ?? Date.now;
     this.#idSuffix = options.idSuffix ?? (() => randomBytes(6).toString('hex'));
-    this.#onEvent = options.onEvent;
     this.#logger = options.logger;
+    this.#view = {
+      now: this.#now,
+      ownerTaskId: options.ownerTaskId ?? '',
+      logOutputChars: options.logOutputChars ?? 50_000,
+    };
+    this.#notifier = new ProcessNotifier({
+      ownerTaskId: this.#view.ownerTaskId,
+      breaker: options.watchBreaker ?? new WatchBreaker(),
+      now: this.#now,
+      onEvent: options.onEvent,
+      logger: options.logger,
+      heartbeatTickMs: options.heartbeatTickMs ?? 5000,
+      processes: () => this.#sessions.values(),
+      tail: (process, chars) => outputTail(process as Session, chars),
+    });
   }
 
   /** True while any process is still running (keeps the task from being reaped). */
@@ -279,14 +230,25 @@ export class ProcessRegistry {
     this.#makeRoom();
     let markExited = () => {};
     const exited = new Promise<void>((resolve) => (markExited = resolve));
+    const pty = request.pty ?? false;
+    const stdinNeverOpen = !pty && !request.pipeStdin;
+    const startedAtMs = this.#now();
     const session: Session = {
       id: this.#newId(),
       command: request.command,
       cwd: request.workdir ?? request.cwd ?? null,
-      pty: request.pty ?? false,
-      startedAtMs: this.#now(),
+      pty,
+      startedAtMs,
       notifyOnComplete: request.notifyOnComplete ?? false,
-      watchPatterns: (request.watchPatterns ?? []).filter((p) => p.length > 0),
+      watch: new ProcessWatch(request.watchPatterns ?? [], this.#watchLimits),
+      persistOnRelease: request.persistOnRelease ?? false,
+      heartbeatSeconds: effectiveHeartbeatSeconds(request.heartbeatSeconds ?? 0),
+      heartbeatLastMs: startedAtMs,
+      heartbeatTotalAtLast: 0,
+      heartbeatSeq: 0,
+      totalOutputChars: 0,
+      waiters: 0,
+      completionConsumed: false,
       pid: null,
       handle: undefined,
       finishedAtMs: undefined,
@@ -294,31 +256,44 @@ export class ProcessRegistry {
       completionReason: 'exited',
       terminationSource: '',
       killSource: undefined,
-      stdinClosed: false,
+      stdinClosed: stdinNeverOpen,
+      stdinNeverOpen,
       decoder: new StringDecoder('utf8'),
       output: '',
-      watchCarry: '',
-      watchHits: 0,
       exited,
       markExited,
     };
     // Reserve the slot before the launch awaits, so concurrent starts respect the limit.
     this.#sessions.set(session.id, session);
+    let handle: BackgroundHandle;
     try {
-      const handle = await this.#launch({
+      handle = await this.#launch({
         command: request.command,
         ...(request.workdir !== undefined ? { workdir: request.workdir } : {}),
-        ...(request.pty ? { pty: true } : {}),
+        ...(pty ? { pty: true } : {}),
         onOutput: (chunk) => this.#append(session, session.decoder.write(chunk)),
         onExit: (code) => this.#finish(session, code),
       });
-      session.handle = handle;
-      session.pid = handle.pid;
-      return { sessionId: session.id, pid: handle.pid };
     } catch (err) {
       this.#sessions.delete(session.id);
       throw err;
     }
+    session.handle = handle;
+    session.pid = handle.pid;
+    if (stdinNeverOpen) {
+      // Every backend gives a background process a stdin pipe; ending it at once is upstream's
+      // stdin=DEVNULL: a program that reads its input to the end finishes instead of waiting forever.
+      await handle.closeStdin().catch((err: unknown) => {
+        this.#logger?.warn({ err, sessionId: session.id }, 'closing the stdin of a new background process failed');
+      });
+    }
+    if (session.heartbeatSeconds > 0) this.#notifier.armHeartbeats();
+    return { sessionId: session.id, pid: handle.pid };
+  }
+
+  /** True while a running process watches its output for patterns (the tenant's breaker speaks to these). */
+  isWatching(): boolean {
+    return [...this.#sessions.values()].some((s) => s.finishedAtMs === undefined && s.watch.active);
   }
 
   /** Runs a `process` tool action; returns the result JSON. `signal` interrupts `wait`. */
@@ -329,9 +304,31 @@ export class ProcessRegistry {
 
   /** Kills every running process (task release, shutdown). */
   async closeAll(): Promise<void> {
+    this.#notifier.stop();
     await Promise.all(
       [...this.#sessions.values()].filter((s) => s.finishedAtMs === undefined).map((s) => this.#kill(s, 'kill_all')),
     );
+  }
+
+  /**
+   * For a suspension that may end every running process: from now on they
+   * end as killed with the whole task's processes (`kill_all`). `kept()`
+   * undoes that when the suspension kept them; `ended()` records those whose
+   * end the environment can no longer report as ended now, and says how many
+   * were running.
+   */
+  expectAllToEnd(): { kept(): void; ended(): number } {
+    const running = [...this.#sessions.values()].filter((s) => s.finishedAtMs === undefined && s.killSource === undefined);
+    for (const s of running) s.killSource = 'kill_all';
+    return {
+      kept: () => {
+        for (const s of running) if (s.finishedAtMs === undefined) s.killSource = undefined;
+      },
+      ended: () => {
+        for (const s of running) this.#finish(s, KILLED_EXIT_CODE);
+        return running.length;
+      },
+    };
   }
 
   /** A fresh id, unlike any tracked one. */
@@ -346,7 +343,7 @@ export class ProcessRegistry {
     const action = request.action;
     if (!(PROCESS_ACTIONS as readonly string[]).includes(action)) return { error: unknownProcessActionError(action) };
     this.#prune();
-    if (action === 'list') return { processes: [...this.#sessions.values()].map((s) => this.#listEntry(s)) };
+    if (action === 'list') return { processes: [...this.#sessions.values()].map((s) => listEntry(this.#view, s)) };
     const id = request.sessionId;
     if (!id) return { error: `session_id is required for ${action}` };
     if (action === 'handoff') return { error: HANDOFF_UNAVAILABLE_ERROR };
@@ -358,9 +355,9 @@ export class ProcessRegistry {
     if (!session) return { status: 'not_found', error: `No process with ID ${id}` };
     switch (action as Exclude<ProcessAction, 'list' | 'handoff'>) {
       case 'poll':
-        return this.#poll(session);
+        return pollResult(this.#view, session);
       case 'log':
-        return this.#log(session, request.offset, request.limit);
+        return logResult(this.#view, session, request.offset, request.limit);
       case 'wait':
         return this.#wait(session, request.timeoutMs, signal);
       case 'kill':
@@ -395,87 +392,6 @@ export class ProcessRegistry {
     return found;
   }
 
-  #status(session: Session): 'running' | 'exited' {
-    return session.finishedAtMs === undefined ? 'running' : 'exited';
-  }
-
-  /** Seconds since start; like upstream it keeps counting after the process ended. */
-  #uptimeSeconds(session: Session): number {
-    return Math.max(0, Math.floor((this.#now() - session.startedAtMs) / 1000));
-  }
-
-  /** Output as the model should see it: ANSI stripped, PTY line endings normalised. */
-  #clean(session: Session, text: string): string {
-    const stripped = stripAnsi(text);
-    return session.pty ? stripped.replaceAll('\r\n', '\n') : stripped;
-  }
-
-  /** The last `chars` characters of the buffer, cleaned. */
-  #tail(session: Session, chars: number): string {
-    return this.#clean(session, tailCodePoints(session.output, chars));
-  }
-
-  #exitFields(session: Session): Record<string, unknown> {
-    return {
-      exit_code: session.exitCode,
-      completion_reason: session.completionReason,
-      termination_source: session.terminationSource,
-    };
-  }
-
-  /** What wait and kill answer for a finished process: how it ended and the last 2,000 characters. */
-  #exitSnapshot(session: Session, status: 'exited' | 'already_exited'): Record<string, unknown> {
-    return { status, command: session.command, ...this.#exitFields(session), output: this.#tail(session, EXIT_TAIL_CHARS) };
-  }
-
-  #listEntry(session: Session): Record<string, unknown> {
-    const watching = session.watchPatterns.length > 0 && session.watchHits < this.#maxWatchHits;
-    return {
-      session_id: session.id,
-      command: headCodePoints(session.command, 200),
-      cwd: session.cwd,
-      pid: session.pid,
-      owner_task_id: this.#ownerTaskId,
-      started_at: localTimestamp(session.startedAtMs),
-      uptime_seconds: this.#uptimeSeconds(session),
-      status: this.#status(session),
-      output_preview: this.#tail(session, LIST_PREVIEW_CHARS),
-      ...(watching ? { watch_patterns: [...session.watchPatterns], watch_hit: session.watchHits > 0 } : {}),
-      ...(session.notifyOnComplete ? { notify_on_complete: true } : {}),
-      ...(session.finishedAtMs !== undefined ? { exit_code: session.exitCode } : {}),
-    };
-  }
-
-  /** Status and the last 1,000 characters; reads nothing away, so polling twice shows the same tail. */
-  #poll(session: Session): Record<string, unknown> {
-    return {
-      session_id: session.id,
-      command: session.command,
-      status: this.#status(session),
-      pid: session.pid,
-      uptime_seconds: this.#uptimeSeconds(session),
-      output_preview: this.#tail(session, POLL_PREVIEW_CHARS),
-      ...(session.finishedAtMs !== undefined ? this.#exitFields(session) : {}),
-    };
-  }
-
-  #log(session: Session, offset: number | undefined, limit: number | undefined): Record<string, unknown> {
-    const lines = splitLines(this.#clean(session, session.output));
-    const count = limit ?? 200;
-    // Python slice semantics, as upstream pages: no offset means the last `limit` lines,
-    // an explicit 0 means the first; negative numbers count from the end.
-    const start = offset === undefined && count > 0 ? -count : (offset ?? 0);
-    const selected = offset === undefined && count > 0 ? lines.slice(start) : lines.slice(start, start + count);
-    return {
-      session_id: session.id,
-      command: session.command,
-      status: this.#status(session),
-      output: truncateOutput(selected.join('\n'), this.#logOutputChars),
-      total_lines: lines.length,
-      showing: `${selected.length} lines`,
-    };
-  }
-
   async #wait(session: Session, timeoutMs: number | undefined, signal: AbortSignal | undefined): Promise<Record<string, unknown>> {
     const effectiveMs = Math.min(timeoutMs ?? this.#defaultWaitMs, this.#maxWaitMs);
     const clampNote =
@@ -486,6 +402,7 @@ export class ProcessRegistry {
 
     let timer: NodeJS.Timeout | undefined;
     let onAbort: (() => void) | undefined;
+    session.waiters += 1;
     const outcome = await Promise.race<'exited' | 'timeout' | 'interrupted'>([
       session.exited.then(() => 'exited' as const),
       new Promise<'timeout'>((resolve) => {
@@ -497,43 +414,46 @@ export class ProcessRegistry {
         signal?.addEventListener('abort', onAbort, { once: true });
       }),
     ]);
+    session.waiters -= 1;
     clearTimeout(timer);
     if (onAbort) signal?.removeEventListener('abort', onAbort);
 
     // An exit wins over a timeout or interrupt that raced it: the result is what the model needs.
-    if (session.finishedAtMs !== undefined) return withClampNote(this.#exitSnapshot(session, 'exited'));
+    if (session.finishedAtMs !== undefined) return withClampNote(exitSnapshot(session, 'exited'));
     if (outcome === 'interrupted') {
       return withClampNote({
         status: 'interrupted',
         command: session.command,
-        output: this.#tail(session, RUNNING_TAIL_CHARS),
+        output: outputTail(session, RUNNING_TAIL_CHARS),
         note: WAIT_INTERRUPTED_NOTE,
       });
     }
     const note =
       `Wait window of ${seconds(effectiveMs)}s elapsed — the process is still running. This is not an error.` +
-      ` Uptime: ${this.#uptimeSeconds(session)}s.` +
+      ` Uptime: ${uptimeSeconds(this.#view, session)}s.` +
       (session.notifyOnComplete
         ? ' notify_on_complete is set: you will be notified on exit — do more work instead of waiting again.'
         : ' Poll again later or use terminal(background=true, notify_on_complete=true) next time for automatic notification.');
     return {
       status: 'timeout',
       command: session.command,
-      output: this.#tail(session, RUNNING_TAIL_CHARS),
+      output: outputTail(session, RUNNING_TAIL_CHARS),
       process_running: true,
       timeout_note: clampNote ? `${clampNote}. ${note}` : note,
     };
   }
 
   async #killAction(session: Session): Promise<Record<string, unknown>> {
-    if (session.finishedAtMs !== undefined) return this.#exitSnapshot(session, 'already_exited');
+    if (session.finishedAtMs !== undefined) return exitSnapshot(session, 'already_exited');
+    // The model asked for this end and gets its output here: no completion notice besides.
+    session.completionConsumed = true;
     await this.#kill(session, 'process.kill');
     return {
       status: 'killed',
       session_id: session.id,
       completion_reason: session.completionReason,
       termination_source: session.terminationSource,
-      output: this.#tail(session, EXIT_TAIL_CHARS),
+      ...completionOutput(session),
     };
   }
 
@@ -551,9 +471,7 @@ export class ProcessRegistry {
 
   async #write(session: Session, data: string): Promise<Record<string, unknown>> {
     if (session.finishedAtMs !== undefined) return { status: 'already_exited', error: 'Process has already finished' };
-    if (session.stdinClosed || !session.handle) {
-      return { status: 'error', error: 'Process stdin not available (non-local backend or stdin closed)' };
-    }
+    if (session.stdinClosed || !session.handle) return { status: 'error', error: STDIN_UNAVAILABLE };
     try {
       await session.handle.write(data);
       // Characters (code points), as upstream's len(data) counts them.
@@ -565,6 +483,7 @@ export class ProcessRegistry {
 
   async #close(session: Session): Promise<Record<string, unknown>> {
     if (session.finishedAtMs !== undefined) return { status: 'already_exited', error: 'Process has already finished' };
+    if (session.stdinNeverOpen) return { status: 'error', error: STDIN_UNAVAILABLE };
     if (!session.stdinClosed) {
       session.stdinClosed = true;
       try {
@@ -579,39 +498,9 @@ export class ProcessRegistry {
   #append(session: Session, text: string): void {
     if (text.length === 0) return;
     session.output += text;
+    session.totalOutputChars += text.length;
     if (session.output.length > this.#bufferChars) session.output = session.output.slice(-this.#bufferChars);
-    this.#watch(session, text);
-  }
-
-  /** Reports the first watch pattern found in new output (a pattern split across chunks counts). */
-  #watch(session: Session, text: string): void {
-    if (session.watchPatterns.length === 0 || session.watchHits >= this.#maxWatchHits) return;
-    const window = session.watchCarry + text;
-    const carry = session.watchCarry.length;
-    const longest = Math.max(...session.watchPatterns.map((p) => p.length));
-    session.watchCarry = window.slice(-Math.max(0, longest - 1));
-    for (const pattern of session.watchPatterns) {
-      // Only matches that end in the new text; older ones were reported already.
-      const at = window.indexOf(pattern, Math.max(0, carry - pattern.length + 1));
-      if (at < 0) continue;
-      session.watchHits += 1;
-      // The line around the match comes from the buffer: the window may start mid-line.
-      const source = session.output;
-      const pos = source.length - (window.length - at);
-      const [text, matchAt] = pos >= 0 ? [source, pos] : [window, at];
-      const lineStart = text.lastIndexOf('\n', matchAt) + 1;
-      const lineEnd = text.indexOf('\n', matchAt + pattern.length);
-      const line = this.#clean(session, text.slice(lineStart, lineEnd < 0 ? undefined : lineEnd)).slice(0, 500);
-      this.#emit({
-        kind: 'watch_match',
-        sessionId: session.id,
-        command: session.command,
-        pattern,
-        line,
-        hits: session.watchHits,
-      });
-      return;
-    }
+    this.#notifier.output(session, text);
   }
 
   #finish(session: Session, code: number): void {
@@ -625,24 +514,10 @@ export class ProcessRegistry {
       session.exitCode = code;
     }
     session.finishedAtMs = this.#now();
+    // A wait in progress hands the model this end itself (upstream marks the completion consumed).
+    if (session.waiters > 0) session.completionConsumed = true;
     session.markExited();
-    this.#emit({
-      kind: 'completed',
-      sessionId: session.id,
-      command: session.command,
-      exitCode: session.exitCode,
-      notifyOnComplete: session.notifyOnComplete,
-      outputTail: this.#tail(session, EXIT_TAIL_CHARS),
-    });
-  }
-
-  #emit(event: ProcessEvent): void {
-    if (!this.#onEvent) return;
-    try {
-      this.#onEvent(event);
-    } catch (err) {
-      this.#logger?.warn({ err, event: event.kind }, 'process event consumer threw');
-    }
+    this.#notifier.finished(session, completionOutput(session));
   }
 
   #prune(): void {

@@ -15,6 +15,8 @@ const OPERATIONS: Readonly<Record<string, string>> = {
   readFile: 'read_file',
   writeFile: 'write_file',
   stat: 'stat',
+  suspend: 'suspend',
+  resume: 'resume',
 };
 
 export function traceBackend(backend: Backend, tracing: Tracing): Backend {
@@ -43,9 +45,18 @@ export function traceBackend(backend: Backend, tracing: Tracing): Backend {
       },
     });
 
+  const diagnose = backend.diagnose?.bind(backend);
+  const snapshot = backend.snapshot?.bind(backend);
+  const listSnapshots = backend.listSnapshots?.bind(backend);
+  const deleteSnapshot = backend.deleteSnapshot?.bind(backend);
   return {
     capabilities: backend.capabilities,
-    createEnvironment: (key) => operation('create_environment', async () => traceEnvironment(await backend.createEnvironment(key))),
+    createEnvironment: (key, options) =>
+      operation('create_environment', async () => traceEnvironment(await backend.createEnvironment(key, options))),
+    ...(snapshot ? { snapshot: (key, env, s) => operation('snapshot', () => snapshot(key, env, s)) } : {}),
+    ...(listSnapshots ? { listSnapshots } : {}),
+    ...(deleteSnapshot ? { deleteSnapshot } : {}),
+    ...(diagnose ? { diagnose } : {}),
     close: () => backend.close(),
   };
 }

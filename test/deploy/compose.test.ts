@@ -20,6 +20,7 @@ import { ClientError, Status, createChannel, createClient, type Channel } from '
 import { DispatcherDefinition, type DispatcherClient } from '../../services/gen/berth/v1/dispatcher.js';
 import { dockerUnavailableReason } from '../support/docker-fixtures.js';
 import { REPO_ROOT } from '../support/serve-process.js';
+import { toolsRequired } from '../support/require-tools.js';
 
 const run = promisify(execFile);
 const COMPOSE_FILE = join(REPO_ROOT, 'deploy', 'compose.yaml');
@@ -40,7 +41,7 @@ async function prerequisites(): Promise<string | undefined> {
     await run('docker-compose', ['version']);
   } catch {
     const missing = 'docker-compose is not installed (apt-get install docker-compose)';
-    if (process.env.CI) throw new Error(missing);
+    if (toolsRequired()) throw new Error(missing);
     return missing;
   }
   return undefined;
@@ -233,6 +234,10 @@ describe('the compose stack', async () => {
     const victim = where.get(tasks[0]!)!;
     // Any earlier task may live there too (placement is by hash): its sandbox is not drained either.
     for (const [t, holder] of await holders([...taskIds])) if (holder === victim) onKilledExecutor.add(t);
+    // The victim labels its sandboxes with its own container, so the others know it is gone the moment it exits.
+    const victimId = (await docker.getContainer(victim).inspect()).Id;
+    const labelled = await docker.listContainers({ filters: { label: [`berth.executor.container=${victimId}`] } });
+    assert.ok(labelled.length > 0, 'the executor labels its sandboxes with its container id');
     await run('docker', ['kill', victim]);
     for (const t of tasks) {
       if (where.get(t) === victim) {
@@ -250,6 +255,9 @@ describe('the compose stack', async () => {
         assert.deepEqual(await sh(t, 'echo $WHO'), { output: t, exit_code: 0, error: null });
       }
     }
+    // The executor taking a task over saw at once that the victim's container had exited: no call was told to
+    // retry until the victim's heartbeat went stale.
+    assert.doesNotMatch(await compose('logs', '--no-color', 'dispatcher'), /still counts as running/);
   });
 
   test('a killed dispatcher: the client reconnects through the port to the other replica and carries on', { skip }, async () => {

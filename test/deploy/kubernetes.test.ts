@@ -13,22 +13,30 @@ import { dirname, join, posix } from 'node:path';
 import { createRequire } from 'node:module';
 import { fileURLToPath } from 'node:url';
 import { parseAllDocuments, parse as parseYaml } from 'yaml';
-import { Namespace, ServiceAccount, ConfigMap, Service } from 'kubernetes-models/v1';
+import { Namespace, ServiceAccount, ConfigMap, Service, ResourceQuota, LimitRange } from 'kubernetes-models/v1';
 import { Deployment, StatefulSet } from 'kubernetes-models/apps/v1';
 import { PodDisruptionBudget } from 'kubernetes-models/policy/v1';
 import { HorizontalPodAutoscaler } from 'kubernetes-models/autoscaling/v2';
 import { NetworkPolicy } from 'kubernetes-models/networking.k8s.io/v1';
-import { applyEnvOverrides, hashApiKey, parseConfig } from '../../services/common/config.js';
+import { Role, RoleBinding } from 'kubernetes-models/rbac.authorization.k8s.io/v1';
+import { hashApiKey } from '../../services/common/config.js';
+import { applyEnvOverrides } from '../../services/common/config-env.js';
+import { parseConfig } from '../../services/common/config-load.js';
+import { kubernetesOptionsFromConfig } from '../../services/executor/backends/kubernetes/create-kubernetes-backend.js';
+import { networkPolicyManifests, policyLabelValue } from '../../services/executor/backends/kubernetes/network-policy.js';
+import { buildClaim, buildPod, claimNames } from '../../services/executor/backends/kubernetes/pod-spec.js';
+import { restrictedViolations } from '../support/pod-security.js';
+import { toolsRequired } from '../support/require-tools.js';
 
 const REPO_ROOT = fileURLToPath(new URL('../../../', import.meta.url));
 const KUBE_DIR = join(REPO_ROOT, 'deploy', 'kubernetes');
 
-/** Why the manifests cannot be rendered here; under CI a missing kubectl fails instead of skipping. */
+/** Why the manifests cannot be rendered here; under make test or CI a missing kubectl fails instead of skipping. */
 function kubectlUnavailableReason(): string | undefined {
   const r = spawnSync('kubectl', ['version', '--client'], { encoding: 'utf8' });
   if (r.status === 0 && /Kustomize Version/.test(r.stdout)) return undefined;
   const reason = `kubectl with Kustomize is needed to render deploy/kubernetes (${r.error?.message ?? (r.stderr.trim() || 'no Kustomize version')}): install kubectl`;
-  if (process.env.CI) throw new Error(reason);
+  if (toolsRequired()) throw new Error(reason);
   return reason;
 }
 
@@ -43,6 +51,10 @@ const MODELS: Record<string, { new (data: never): { validate(): void } }> = {
   'policy/v1/PodDisruptionBudget': PodDisruptionBudget,
   'autoscaling/v2/HorizontalPodAutoscaler': HorizontalPodAutoscaler,
   'networking.k8s.io/v1/NetworkPolicy': NetworkPolicy,
+  'v1/ResourceQuota': ResourceQuota,
+  'v1/LimitRange': LimitRange,
+  'rbac.authorization.k8s.io/v1/Role': Role,
+  'rbac.authorization.k8s.io/v1/RoleBinding': RoleBinding,
 };
 
 /* eslint-disable @typescript-eslint/no-explicit-any -- rendered manifests are untyped YAML, walked by hand */
@@ -75,6 +87,19 @@ const workloads = (r: Rendered) => r.objects.filter((o) => o.kind === 'Deploymen
 const containersOf = (w: Obj): Obj[] => [...(w.spec.template.spec.initContainers ?? []), ...w.spec.template.spec.containers];
 const matches = (selector: Obj, labels: Obj) => Object.entries(selector).every(([k, v]) => labels?.[k] === v);
 
+/** The overlay whose executors run the kubernetes backend, and the namespace of its task pods. */
+const KUBERNETES_BACKEND = 'overlays/kubernetes-backend';
+const SANDBOX_NS = 'berth-sandboxes';
+/** What the kubernetes backend calls, and so all its Role may hold: resource (with API group) -> verbs. */
+const BACKEND_VERBS: Record<string, string[]> = {
+  '/pods': ['create', 'delete', 'get', 'list', 'patch', 'watch'],
+  '/pods/exec': ['create', 'get'],
+  '/persistentvolumeclaims': ['create', 'delete', 'get', 'list'],
+  'networking.k8s.io/networkpolicies': ['create', 'get', 'list', 'patch', 'update'],
+};
+/** Objects of the kubernetes-backend overlay that belong in the sandbox namespace, not Berth's. */
+const SANDBOX_KINDS = ['Role', 'RoleBinding', 'ResourceQuota', 'LimitRange'];
+
 /** The documented exception: the rootless Docker engine sidecar of the docker-rootless option. */
 const isEngineSidecar = (r: Rendered, c: Obj) => r.name === 'overlays/docker-rootless' && c.name === 'docker';
 
@@ -95,7 +120,7 @@ function imageEnv(): Record<string, string> {
 
 /**
  * The Berth config a pod's first container would load: the ConfigMap's config.yaml, then the image's ENV,
- * the container's own variables, and stand-ins for Secret values shaped as the README tells users to make them.
+ * the container's own variables, and stand-ins for Secret values shaped as docs/deploying.md tells users to make them.
  */
 function configOf(r: Rendered, w: Obj): ReturnType<typeof parseConfig> {
   const volume = (w.spec.template.spec.volumes as Obj[]).find((v) => v.configMap);
@@ -195,6 +220,16 @@ const FIELD_TREE: Record<string, Record<string, string>> = {
   IoK8sApiNetworkingV1NetworkPolicyPeer: { ipBlock: 'IoK8sApiNetworkingV1IPBlock' },
   IoK8sApiNetworkingV1NetworkPolicyPort: {},
   IoK8sApiNetworkingV1IPBlock: {},
+  IoK8sApiCoreV1ResourceQuota: { metadata: META, spec: 'IoK8sApiCoreV1ResourceQuotaSpec' },
+  IoK8sApiCoreV1ResourceQuotaSpec: {},
+  IoK8sApiCoreV1LimitRange: { metadata: META, spec: 'IoK8sApiCoreV1LimitRangeSpec' },
+  IoK8sApiCoreV1LimitRangeSpec: { limits: 'IoK8sApiCoreV1LimitRangeItem' },
+  IoK8sApiCoreV1LimitRangeItem: {},
+  IoK8sApiRbacV1Role: { metadata: META, rules: 'IoK8sApiRbacV1PolicyRule' },
+  IoK8sApiRbacV1PolicyRule: {},
+  IoK8sApiRbacV1RoleBinding: { metadata: META, roleRef: 'IoK8sApiRbacV1RoleRef', subjects: 'IoK8sApiRbacV1Subject' },
+  IoK8sApiRbacV1RoleRef: {},
+  IoK8sApiRbacV1Subject: {},
   [META]: {},
 };
 
@@ -208,6 +243,10 @@ const ROOT_SCHEMA: Record<string, string> = {
   'policy/v1/PodDisruptionBudget': 'IoK8sApiPolicyV1PodDisruptionBudget',
   'autoscaling/v2/HorizontalPodAutoscaler': 'IoK8sApiAutoscalingV2HorizontalPodAutoscaler',
   'networking.k8s.io/v1/NetworkPolicy': 'IoK8sApiNetworkingV1NetworkPolicy',
+  'v1/ResourceQuota': 'IoK8sApiCoreV1ResourceQuota',
+  'v1/LimitRange': 'IoK8sApiCoreV1LimitRange',
+  'rbac.authorization.k8s.io/v1/Role': 'IoK8sApiRbacV1Role',
+  'rbac.authorization.k8s.io/v1/RoleBinding': 'IoK8sApiRbacV1RoleBinding',
 };
 
 /** Paths of fields the schema does not know, e.g. `spec.template.spec.containers[0].readinesProbe`. */
@@ -234,13 +273,16 @@ const DIRS = unavailable ? [] : ['base', ...readdirSync(join(KUBE_DIR, 'overlays
 const rendered = DIRS.map(render);
 
 describe('kubernetes manifests', { skip: unavailable }, () => {
-  test('every overlay the README promises exists and renders', () => {
-    assert.deepEqual(DIRS, ['base', 'overlays/docker-rootless', 'overlays/gvisor', 'overlays/remote-backend', 'overlays/tls']);
+  test('every overlay docs/deploying.md promises exists and renders', () => {
+    assert.deepEqual(DIRS, ['base', 'overlays/docker-rootless', 'overlays/gvisor', KUBERNETES_BACKEND, 'overlays/remote-backend', 'overlays/tls']);
     for (const r of rendered) {
       for (const kind of ['Namespace', 'ServiceAccount', 'ConfigMap', 'Deployment', 'StatefulSet', 'Service', 'PodDisruptionBudget', 'HorizontalPodAutoscaler', 'NetworkPolicy']) {
         assert.ok(find(r, kind).length > 0, `${r.name} renders no ${kind}`);
       }
-      for (const o of r.objects.filter((x) => x.kind !== 'Namespace')) assert.equal(o.metadata.namespace, 'berth', `${r.name} ${o.kind} ${o.metadata.name}`);
+      for (const o of r.objects.filter((x) => x.kind !== 'Namespace')) {
+        const sandboxSide = r.name === KUBERNETES_BACKEND && SANDBOX_KINDS.includes(o.kind);
+        assert.equal(o.metadata.namespace, sandboxSide ? SANDBOX_NS : 'berth', `${r.name} ${o.kind} ${o.metadata.name}`);
+      }
     }
   });
 
@@ -295,7 +337,9 @@ describe('kubernetes manifests', { skip: unavailable }, () => {
       for (const w of workloads(r)) {
         const spec = w.spec.template.spec;
         const where = `${r.name} ${w.kind} ${w.metadata.name}`;
-        assert.equal(spec.automountServiceAccountToken, false, `${where}: automountServiceAccountToken`);
+        // Only the kubernetes backend's executor calls the Kubernetes API, so only it gets a token.
+        const callsApi = r.name === KUBERNETES_BACKEND && w.metadata.name === 'berth-executor';
+        assert.equal(spec.automountServiceAccountToken, callsApi, `${where}: automountServiceAccountToken`);
         for (const hostKey of ['hostNetwork', 'hostPID', 'hostIPC']) assert.ok(!spec[hostKey], `${where}: ${hostKey}`);
         assert.ok(!(spec.volumes as Obj[]).some((v) => v.hostPath), `${where}: a hostPath volume`);
         assert.equal(spec.securityContext.runAsNonRoot, true, `${where}: runAsNonRoot`);
@@ -332,6 +376,39 @@ describe('kubernetes manifests', { skip: unavailable }, () => {
     }
   });
 
+  test('every pod in a namespace that enforces Pod Security restricted meets the restricted profile', () => {
+    for (const r of rendered) {
+      const restricted = find(r, 'Namespace').filter((ns) => ns.metadata.labels?.['pod-security.kubernetes.io/enforce'] === 'restricted');
+      for (const w of workloads(r).filter((x) => restricted.some((ns) => ns.metadata.name === x.metadata.namespace))) {
+        assert.deepEqual(restrictedViolations(w.spec.template.spec, w.spec.template.metadata.annotations), [], `${r.name} ${w.kind} ${w.metadata.name}`);
+      }
+    }
+  });
+
+  test('the restricted check refuses each thing the profile refuses', () => {
+    const good = structuredClone(one(rendered[0]!, 'StatefulSet', 'berth-executor').spec.template.spec);
+    assert.deepEqual(restrictedViolations(good), []);
+    const broken: Array<[(s: Obj) => void, RegExp]> = [
+      [(s) => (s.hostNetwork = true), /spec\.hostNetwork: host namespaces are forbidden/],
+      [(s) => s.volumes.push({ name: 'h', hostPath: { path: '/' } }), /spec\.volumes\[\d+\]\.hostPath: forbidden/],
+      [(s) => s.volumes.push({ name: 'n', nfs: { server: 'x', path: '/' } }), /volume type nfs is not allowed/],
+      [(s) => (s.containers[0].securityContext.privileged = true), /spec\.containers\[0\]\.securityContext\.privileged: forbidden/],
+      [(s) => (s.containers[0].securityContext.allowPrivilegeEscalation = true), /allowPrivilegeEscalation: must be false/],
+      [(s) => (s.containers[0].securityContext.capabilities = { drop: ['NET_RAW'] }), /capabilities\.drop: must include ALL/],
+      [(s) => (s.containers[0].securityContext.capabilities.add = ['SYS_ADMIN']), /capabilities\.add: SYS_ADMIN is forbidden/],
+      [(s) => delete s.securityContext.runAsNonRoot, /runAsNonRoot: must be true/],
+      [(s) => (s.containers[0].securityContext.runAsUser = 0), /runAsUser: 0 \(root\) is forbidden/],
+      [(s) => delete s.securityContext.seccompProfile, /seccompProfile\.type: must be RuntimeDefault or Localhost/],
+      [(s) => (s.containers[0].ports = [{ containerPort: 1, hostPort: 80 }]), /hostPort: forbidden/],
+      [(s) => (s.securityContext.sysctls = [{ name: 'kernel.msgmax', value: '1' }]), /kernel\.msgmax is not a safe sysctl/],
+    ];
+    for (const [breakIt, message] of broken) {
+      const s = structuredClone(good);
+      breakIt(s);
+      assert.match(restrictedViolations(s).join('\n'), message);
+    }
+  });
+
   test('the engine sidecar is the only exception, and its kustomization says what it costs', () => {
     const exceptions = rendered.flatMap((r) => workloads(r).flatMap((w) => containersOf(w).filter((c) => isEngineSidecar(r, c)).map(() => r.name)));
     assert.deepEqual(exceptions, ['overlays/docker-rootless']);
@@ -339,10 +416,12 @@ describe('kubernetes manifests', { skip: unavailable }, () => {
     for (const needle of ['privileged: true', 'seccomp', 'AppArmor', 'NOT enforced', 'No registry']) assert.ok(doc.includes(needle), `component doc lacks "${needle}"`);
   });
 
-  test('service accounts have no token and no role binds them', () => {
+  test('service accounts have no token and no role binds them (but the kubernetes backend executor\'s, in its sandbox namespace)', () => {
     for (const r of rendered) {
       for (const sa of find(r, 'ServiceAccount')) assert.equal(sa.automountServiceAccountToken, false, `${r.name} ${sa.metadata.name}`);
-      assert.deepEqual(r.objects.filter((o) => /Role/.test(o.kind)), [], `${r.name}: Berth needs no API rights`);
+      const roles = r.objects.filter((o) => /Role/.test(o.kind));
+      if (r.name === KUBERNETES_BACKEND) assert.deepEqual(roles.map((o) => `${o.kind} ${o.metadata.namespace}/${o.metadata.name}`), [`Role ${SANDBOX_NS}/berth-executor`, `RoleBinding ${SANDBOX_NS}/berth-executor`]);
+      else assert.deepEqual(roles, [], `${r.name}: Berth needs no API rights`);
       for (const w of workloads(r)) assert.equal(find(r, 'ServiceAccount', w.spec.template.spec.serviceAccountName).length, 1, `${r.name} ${w.metadata.name}`);
     }
   });
@@ -514,6 +593,75 @@ describe('kubernetes manifests', { skip: unavailable }, () => {
     assert.equal(executor.spec.template.spec.securityContext.runAsUser, engine!.securityContext.runAsUser);
   });
 
+  test('the kubernetes-backend overlay: task pods in a restricted namespace, an executor with exactly the verbs the backend uses there, nothing cluster-wide', () => {
+    const r = rendered.find((x) => x.name === KUBERNETES_BACKEND)!;
+    const executor = one(r, 'StatefulSet', 'berth-executor');
+    const config = configOf(r, executor);
+    assert.equal(config.terminal.backend, 'kubernetes');
+    assert.equal(config.kubernetes.namespace, SANDBOX_NS, 'task pods go to the sandbox namespace, not the executor\'s');
+    assert.notEqual(config.terminal.kubernetes_image, '', 'the backend needs an image');
+
+    const ns = one(r, 'Namespace', SANDBOX_NS);
+    for (const mode of ['enforce', 'warn', 'audit']) assert.equal(ns.metadata.labels[`pod-security.kubernetes.io/${mode}`], 'restricted', `${SANDBOX_NS}: Pod Security ${mode}`);
+
+    // RBAC: one Role in the sandbox namespace, exactly the backend's verbs, no wildcard, bound to the executors' ServiceAccount only.
+    assert.deepEqual(r.objects.filter((o) => o.kind.startsWith('Cluster')), [], 'nothing cluster-wide');
+    const role = one(r, 'Role', 'berth-executor');
+    const granted: Record<string, string[]> = {};
+    for (const rule of role.rules as Obj[]) {
+      assert.equal(rule.resourceNames, undefined);
+      for (const group of rule.apiGroups as string[]) {
+        for (const resource of rule.resources as string[]) {
+          for (const verb of rule.verbs as string[]) {
+            assert.notEqual(verb, '*', 'no wildcard verb');
+            assert.notEqual(resource, '*', 'no wildcard resource');
+            (granted[`${group}/${resource}`] ??= []).push(verb);
+          }
+        }
+      }
+    }
+    for (const verbs of Object.values(granted)) verbs.sort();
+    assert.deepEqual(granted, BACKEND_VERBS);
+    const binding = one(r, 'RoleBinding', 'berth-executor');
+    assert.deepEqual(binding.roleRef, { apiGroup: 'rbac.authorization.k8s.io', kind: 'Role', name: role.metadata.name });
+    assert.deepEqual(binding.subjects, [{ kind: 'ServiceAccount', name: executor.spec.template.spec.serviceAccountName, namespace: executor.metadata.namespace }]);
+    assert.notEqual(one(r, 'Deployment', 'berth-dispatcher').spec.template.spec.serviceAccountName, executor.spec.template.spec.serviceAccountName, 'dispatchers must not share the token');
+
+    // The example quota and limits admit the pods config.yaml asks for.
+    const quota = one(r, 'ResourceQuota', 'berth-sandboxes').spec.hard;
+    for (const key of ['pods', 'requests.cpu', 'limits.cpu', 'requests.memory', 'limits.memory', 'persistentvolumeclaims']) assert.ok(quota[key], `ResourceQuota: ${key}`);
+    const max = (one(r, 'LimitRange', 'berth-sandboxes').spec.limits as Obj[]).find((l) => l.type === 'Container')!.max;
+    const UNITS: Record<string, number> = { m: 1e-3, Ki: 2 ** 10, Mi: 2 ** 20, Gi: 2 ** 30, Ti: 2 ** 40, '': 1 };
+    const quantity = (q: string) => {
+      const m = /^(\d+(?:\.\d+)?)(m|Ki|Mi|Gi|Ti)?$/.exec(String(q));
+      assert.ok(m, `not a quantity this test reads: ${q}`);
+      return Number(m[1]) * UNITS[m[2] ?? '']!;
+    };
+    assert.ok(config.terminal.container_cpu <= quantity(max.cpu), 'container_cpu within the LimitRange');
+    assert.ok(config.terminal.container_memory * 2 ** 20 <= quantity(max.memory), 'container_memory within the LimitRange');
+    assert.ok(config.terminal.container_disk * 2 ** 20 <= quantity(max['ephemeral-storage']), 'container_disk within the LimitRange');
+  });
+
+  test("the kubernetes-backend overlay's task pod meets Pod Security restricted, fits the LimitRange and is selected by its NetworkPolicies", () => {
+    const r = rendered.find((x) => x.name === KUBERNETES_BACKEND)!;
+    const config = configOf(r, one(r, 'StatefulSet', 'berth-executor'));
+    const options = kubernetesOptionsFromConfig(config);
+    const policy = { egress: config.docker.egress, egressAllow: config.docker.egress_allow };
+    const purpose = { kind: 'task', tenant: 't', task: 'x', policy: policyLabelValue(policy), claims: claimNames('x') } as const;
+    const pod = buildPod({ ...options.pod, namespace: config.kubernetes.namespace }, 'berth-x-00000', purpose);
+    assert.equal(pod.metadata?.namespace, SANDBOX_NS);
+    assert.deepEqual(restrictedViolations(pod.spec as Obj, pod.metadata?.annotations), [], 'the task pod would be refused by its namespace');
+    const max = (one(r, 'LimitRange', 'berth-sandboxes').spec.limits as Obj[]).find((l) => l.type === 'PersistentVolumeClaim')!.max;
+    const claim = buildClaim({ ...options.pod, namespace: SANDBOX_NS }, 'berth-x-workspace', { tenant: 't', task: 'x' }, 'workspace', options.storageClass ?? '');
+    const storage = String(claim.spec?.resources?.requests?.storage);
+    assert.match(storage, /^\d+Mi$/);
+    assert.match(max.storage, /^\d+Gi$/);
+    assert.ok(parseInt(storage, 10) <= parseInt(max.storage, 10) * 1024, `a claim of ${storage} exceeds the LimitRange's ${max.storage}`);
+    for (const np of networkPolicyManifests(SANDBOX_NS, policy)) {
+      assert.ok(matches(np.spec?.podSelector?.matchLabels ?? {}, pod.metadata?.labels ?? {}), `NetworkPolicy ${np.metadata?.name} does not select the task pod`);
+    }
+  });
+
   test('the gvisor overlay puts executors, and only executors, under runsc', () => {
     const r = rendered.find((x) => x.name === 'overlays/gvisor')!;
     assert.equal(one(r, 'StatefulSet', 'berth-executor').spec.template.spec.runtimeClassName, 'gvisor');
@@ -531,36 +679,38 @@ describe('kubernetes manifests', { skip: unavailable }, () => {
     assert.equal(executor.spec.template.spec.initContainers, undefined);
   });
 
-  test('every Secret a pod needs is one the README tells how to create', () => {
-    const readme = readFileSync(join(REPO_ROOT, 'README.md'), 'utf8');
-    const start = readme.indexOf('### Kubernetes');
-    assert.ok(start >= 0, 'README has a "### Kubernetes" section');
-    const next = readme.slice(start + 1).search(/\n##? /);
-    const section = next < 0 ? readme.slice(start) : readme.slice(start, start + 1 + next);
+  test('every Secret a pod needs is one docs/deploying.md tells how to create', () => {
+    const page = readFileSync(join(REPO_ROOT, 'docs', 'deploying.md'), 'utf8');
+    const start = page.indexOf('## Kubernetes');
+    assert.ok(start >= 0, 'docs/deploying.md has a "## Kubernetes" section');
+    const next = page.slice(start + 1).search(/\n#{1,2} /);
+    const section = next < 0 ? page.slice(start) : page.slice(start, start + 1 + next);
     for (const r of rendered) {
       for (const w of workloads(r)) {
         for (const c of containersOf(w)) {
           for (const e of c.env ?? []) {
             const ref = e.valueFrom?.secretKeyRef;
             if (!ref) continue;
-            assert.ok(section.includes(ref.name) && section.includes(ref.key), `${r.name}: README does not say how to create Secret ${ref.name} with key ${ref.key}`);
+            assert.ok(section.includes(ref.name) && section.includes(ref.key), `${r.name}: docs/deploying.md does not say how to create Secret ${ref.name} with key ${ref.key}`);
           }
         }
         for (const v of w.spec.template.spec.volumes as Obj[]) {
-          if (v.secret) assert.ok(section.includes(v.secret.secretName), `${r.name}: README does not say how to create Secret ${v.secret.secretName}`);
+          if (v.secret) assert.ok(section.includes(v.secret.secretName), `${r.name}: docs/deploying.md does not say how to create Secret ${v.secret.secretName}`);
         }
       }
     }
   });
 
-  test('a tenants Secret in the shape the README shows is accepted by the dispatcher', () => {
-    const r = rendered.find((x) => x.name === 'overlays/docker-rootless')!;
+  test('the tenants Secret docs/deploying.md shows is accepted by the overlay it follows, once that allows tenants on local', () => {
+    const page = readFileSync(join(REPO_ROOT, 'docs', 'deploying.md'), 'utf8');
+    const heredoc = /cat > tenants\.yaml <<'YAML'\n([\s\S]*?)\nYAML\n/.exec(page);
+    assert.ok(heredoc, 'docs/deploying.md shows a tenants.yaml');
+    const tenants = heredoc[1]!.replace('0f1e...', hashApiKey('acme-key'));
+    const r = rendered.find((x) => x.name === 'overlays/gvisor')!;
     const raw = parseYaml(find(r, 'ConfigMap')[0]!.data['config.yaml']) as Obj;
-    const tenants = `- id: acme\n  api_key_sha256: ${hashApiKey('acme-key')}\n  allowed_backends: [docker]\n`;
-    const config = parseConfig(applyEnvOverrides(raw, { BERTH_TENANTS: tenants }));
-    assert.deepEqual(config.tenants.map((t) => t.id), ['acme']);
-    // The local backend refuses tenants unless told otherwise: the base says so rather than allowing it quietly.
-    const base = parseYaml(find(rendered[0]!, 'ConfigMap')[0]!.data['config.yaml']) as Obj;
-    assert.throws(() => parseConfig(applyEnvOverrides(base, { BERTH_TENANTS: tenants })), /allow_local_multi_tenant/);
+    // As the page says: the local backend refuses tenants until the overlay's config allows them.
+    assert.throws(() => parseConfig(applyEnvOverrides(raw, { BERTH_TENANTS: tenants })), /allow_local_multi_tenant/);
+    const config = parseConfig(applyEnvOverrides({ ...raw, allow_local_multi_tenant: true }, { BERTH_TENANTS: tenants }));
+    assert.deepEqual(config.tenants.map((t) => [t.id, t.allowed_backends]), [['acme', [config.terminal.backend]]]);
   });
 });

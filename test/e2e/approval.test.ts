@@ -308,9 +308,12 @@ describe('approval over a real berth serve (single user, config file)', () => {
     writeFileSync(join(dir, 'keep'), '');
     const cmd = `rm -r ${target} ; ${m.command}`;
     const r = await serve.cli(['call', 'terminal', JSON.stringify({ command: cmd }), '--task', 'cli']);
-    assert.equal(r.code, 0, r.stderr);
+    assert.equal(r.code, 4, 'denied approval');
     assert.match(r.stderr, /Approval needed: .*recursive delete/);
-    assert.match(r.stderr, /No terminal to ask on: denied/);
+    assert.match(
+      r.stderr,
+      /\n {3}No terminal to ask on: denied; where nobody can answer \(CI\), pass --non-interactive \(or BERTH_NON_INTERACTIVE=true\) and the server's approvals\.non_interactive policy decides\.\n/,
+    );
     assert.equal(JSON.parse(r.stdout).status, 'blocked');
     assert.ok(!existsSync(m.marker));
   });
@@ -413,6 +416,23 @@ describe('approval with tenants', () => {
     ma.set('berth-interactive', 'false');
     const r2 = JSON.parse((await serve.client.callTool({ name: 'terminal', argumentsJson: JSON.stringify({ command: ok.command }), taskId: 'ni', sessionId: '' }, { metadata: ma })).resultJson);
     assert.equal(r2.output, 'ran-ni-acme');
+  });
+
+  test('berth call in CI: --non-interactive or BERTH_NON_INTERACTIVE lets the policy decide, and the exit status says how it went', async () => {
+    const denied = marking(dir, 'cli-ni-ci');
+    const ci = await serve.cli(['call', 'terminal', JSON.stringify({ command: denied.command }), '--task', 'cli-ni', '--non-interactive'], {
+      env: { BERTH_API_KEY: 'ci-key' },
+    });
+    assert.equal(ci.code, 4, ci.stdout);
+    assert.match(JSON.parse(ci.stdout).error, /^BLOCKED: Command flagged as dangerous .* non-interactive context/);
+    assert.doesNotMatch(ci.stderr, /Approval needed/, 'nobody is asked');
+    assert.ok(!existsSync(denied.marker));
+    const approved = marking(dir, 'cli-ni-acme');
+    const acme = await serve.cli(['call', 'terminal', JSON.stringify({ command: approved.command }), '--task', 'cli-ni'], {
+      env: { BERTH_API_KEY: 'acme-key', BERTH_NON_INTERACTIVE: 'true' },
+    });
+    assert.equal(acme.code, 0, acme.stderr);
+    assert.equal(JSON.parse(acme.stdout).output, 'ran-cli-ni-acme');
   });
 
   test("the tenant's approvals.deny blocks commands and scripts before anything runs; other tenants are not bound", async () => {
@@ -526,7 +546,7 @@ describe('berth check-command', () => {
       assert.equal(usage.code, 2);
       assert.match(usage.stderr, /check-command needs a command/);
 
-      const help = await run(['--help']);
+      const help = await run(['check-command', '--help']);
       assert.match(help.stdout, /Exit 0 allow, 3 approve \(needs approval\), 4 block \(hardline\)/);
     } finally {
       rmSync(dir, { recursive: true, force: true });

@@ -363,7 +363,14 @@ describe('berth/client TLS options', () => {
       async *session() {},
       approve: async () => ({ resultJson: '{}' }),
       interrupt: async () => ({ interrupted: 0 }),
+      async *taskEvents() {},
       endTask: async () => ({ released: false }),
+      suspend: async () => ({ suspended: false, processesKept: false }),
+      resume: async () => ({ resumed: false }),
+      snapshot: async () => ({}),
+      fork: async () => ({ taskId: '' }),
+      listSnapshots: async () => ({ snapshots: [] }),
+      deleteSnapshot: async () => ({ deleted: false }),
     });
     const read = (f: string) => readFileSync(join(dir, f));
     const port = await server.listen(

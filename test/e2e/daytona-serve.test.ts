@@ -50,9 +50,10 @@ describe('berth serve and doctor --backend daytona against the stand-in', { skip
     assert.deepEqual(await docker.listContainers({ all: true, filters: { label: [standIn.containerLabel] } }), []);
   });
 
-  const call = async (tool: string, args: object, taskId: string) => {
+  /** `berth call`, which exits 1 when the command ran and failed (docs/ci.md). */
+  const call = async (tool: string, args: object, taskId: string, exitStatus = 0) => {
     const r = await serve.cli(['call', tool, JSON.stringify(args), '--task', taskId], { timeoutMs: 120_000 });
-    assert.equal(r.code, 0, r.stderr);
+    assert.equal(r.code, exitStatus, r.stderr);
     return JSON.parse(r.stdout) as Record<string, unknown>;
   };
   const sandboxOf = (taskId: string) => client.get(sandboxName({ tenant: 'default', taskId }));
@@ -94,7 +95,7 @@ describe('berth serve and doctor --backend daytona against the stand-in', { skip
     const kill = await call('process', { action: 'kill', session_id: start.session_id }, t2);
     assert.equal(kill.status, 'killed');
 
-    const timedOut = await call('terminal', { command: 'echo partial; sleep 30', timeout: 2 }, t2);
+    const timedOut = await call('terminal', { command: 'echo partial; sleep 30', timeout: 2 }, t2, 1);
     assert.equal(timedOut.exit_code, 124);
     assert.match(String(timedOut.output), /partial[\s\S]*Command timed out after 2s/);
     assert.equal((await call('terminal', { command: 'ps -eo args | grep -c "[s]leep 30" || true' }, t2)).output, '0');

@@ -9,8 +9,9 @@ import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
 import Dockerode from 'dockerode';
-import { LABEL, taskContainerName } from '../../services/executor/backends/docker/container-spec.js';
-import { containerState, dockerUnavailableReason, removeLabelled, runTaskIds } from '../support/docker-fixtures.js';
+import { LABEL } from '../../services/executor/backends/docker/container-spec.js';
+import type { TaskNames } from '../../services/executor/backends/docker/task-names.js';
+import { containerState, dockerUnavailableReason, removeLabelled, runTaskIds, taskNamesIn } from '../support/docker-fixtures.js';
 import { sample } from '../support/metrics-text.js';
 import { startServe, type ServeProcess } from '../support/serve-process.js';
 
@@ -20,9 +21,11 @@ const { ids: tasks, task } = runTaskIds();
 
 describe('berth serve --backend docker', { skip: unavailable }, () => {
   let serve: ServeProcess;
+  let names: TaskNames;
 
   before(async () => {
     serve = await startServe(['--backend', 'docker', '--metrics-port', '0'], { env: { TERMINAL_CONTAINER_PERSISTENT: 'false' } });
+    names = await taskNamesIn(serve.stateRoot);
   });
 
   after(async () => {
@@ -30,9 +33,10 @@ describe('berth serve --backend docker', { skip: unavailable }, () => {
     for (const id of tasks) await removeLabelled(docker, LABEL.task, id);
   });
 
-  const call = async (tool: string, args: object, taskId: string) => {
+  /** `berth call`, which exits 1 when the command ran and failed (docs/ci.md). */
+  const call = async (tool: string, args: object, taskId: string, exitStatus = 0) => {
     const r = await serve.cli(['call', tool, JSON.stringify(args), '--task', taskId], { timeoutMs: 60_000 });
-    assert.equal(r.code, 0, r.stderr);
+    assert.equal(r.code, exitStatus, r.stderr);
     return JSON.parse(r.stdout) as Record<string, unknown>;
   };
 
@@ -44,7 +48,7 @@ describe('berth serve --backend docker', { skip: unavailable }, () => {
     const who = await call('terminal', { command: 'id -un; pwd; grep CapEff /proc/self/status' }, t1);
     assert.equal(who.exit_code, 0);
     assert.match(String(who.output), /^sandbox\n\/workspace\nCapEff:\s+0+$/);
-    assert.equal(await containerState(docker, taskContainerName({ tenant: 'default', taskId: t1 })), 'running');
+    assert.equal(await containerState(docker, names.container({ tenant: 'default', taskId: t1 })), 'running');
 
     await call('terminal', { command: 'mkdir -p /workspace/proj && cd /workspace/proj && export GREETING=hello' }, t1);
     assert.deepEqual(await call('terminal', { command: 'pwd; echo $GREETING' }, t1), {
@@ -78,13 +82,13 @@ describe('berth serve --backend docker', { skip: unavailable }, () => {
     const kill = await call('process', { action: 'kill', session_id: start.session_id }, t2);
     assert.deepEqual([kill.status, kill.completion_reason, kill.termination_source], ['killed', 'killed', 'process.kill']);
 
-    const timedOut = await call('terminal', { command: 'echo partial; sleep 30', timeout: 2 }, t2);
+    const timedOut = await call('terminal', { command: 'echo partial; sleep 30', timeout: 2 }, t2, 1);
     assert.equal(timedOut.exit_code, 124);
     assert.match(String(timedOut.output), /partial[\s\S]*Command timed out after 2s/);
     const ps = await call('terminal', { command: 'ps -eo args | grep -c "[s]leep 30" || true' }, t2);
     assert.equal(ps.output, '0');
 
-    const name = taskContainerName({ tenant: 'default', taskId: t2 });
+    const name = names.container({ tenant: 'default', taskId: t2 });
     assert.equal(await containerState(docker, name), 'running');
     const ended = await serve.client.endTask({ taskId: t2 });
     assert.equal(ended.released, true);

@@ -53,7 +53,8 @@ describe('berth doctor', () => {
     assert.equal(out[1], 'ok    the local backend starts');
     assert.match(out[2]!, /^ok {4}a new task runs a command \(\d+ ms, as uid \d+\)$/);
     assert.match(out[3]!, /^ok {4}the same task runs the next command \([\d.]+ ms, exit 0\)$/);
-    assert.equal(out.at(-1), '3 ok, 0 warnings, 0 failed');
+    assert.equal(out[4], 'ok    lifecycle of the local backend: snapshot no, processes in snapshots no, suspend no');
+    assert.equal(out.at(-1), '4 ok, 0 warnings, 0 failed');
   });
 
   describe('docker backend (real engine)', { skip: dockerUnavailable }, () => {
@@ -68,11 +69,19 @@ describe('berth doctor', () => {
       const r = await doctor(['--backend', 'docker']);
       assert.equal(r.code, 0, r.stdout + r.stderr);
       const out = r.stdout;
-      assert.match(out, /^ok {4}a new task runs a command \(\d+ ms, as uid 1000\)$/m);
+      // The task's own uid, one of docker.task_uids.
+      assert.match(out, /^ok {4}a new task runs a command \(\d+ ms, as uid 19\d{8}\)$/m);
       assert.match(out, /^ok {4}commands reach the container through the exec agent$/m);
       assert.match(out, /^ok {4}docker\.network: isolated is enforced: \d+ ip(6)?tables( and ip6tables)? rules in place, the task's container is on berth-isolated-[0-9a-f]{10}$/m);
       // Whatever this host's storage can do about container_disk, the doctor says it.
       assert.match(out, /^(ok {4}terminal\.container_disk is enforced|warn {2}terminal\.container_disk \(51200 MiB\) cannot be applied)/m);
+      // Where Docker cannot enforce it, Berth measures it (enforced by Docker, or measured by Berth).
+      if (/cannot be applied/.test(out)) {
+        assert.match(out, /^ok {4}terminal\.container_disk is measured by Berth on the writable layer( and the persistent volumes)? \(Docker cannot enforce it on this storage\).*this task uses \d+ MiB$/m);
+      }
+      assert.match(out, /^ok {4}lifecycle of the docker backend: snapshot (yes|no), processes in snapshots (yes|no), suspend yes$/m);
+      assert.match(out, /^ok {4}a task suspends \(\d+ ms\) and its next command resumes it \(\d+ ms\)$/m);
+      assert.match(out, /^ok {4}docker\.memory_overcommit: this executor admits up to \d+ MiB of sandbox memory limits \(\d+ MiB × 1\.5\); \d+ MiB held now$/m);
       assert.match(lines(out).at(-1)!, /^\d+ ok, \d+ warnings, 0 failed$/);
       assert.deepEqual(await leftovers(), []);
     });
@@ -123,7 +132,7 @@ describe('berth doctor', () => {
       assert.match(out, /^ok {4}release terminated the Modal sandbox$/m);
       // The one warning: the stand-in is on a loopback address, so the SDK skips TLS to its command router.
       assert.match(out, /^warn {2}the Modal SDK reaches the command router without TLS because MODAL_SERVER_URL is a loopback address/m);
-      assert.match(lines(out).at(-1)!, /^6 ok, 1 warnings, 0 failed$/);
+      assert.match(lines(out).at(-1)!, /^7 ok, 1 warnings, 0 failed$/);
       assert.deepEqual(await sandboxes(), []);
     });
 

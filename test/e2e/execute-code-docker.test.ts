@@ -43,7 +43,7 @@ describe('execute_code on berth serve --backend docker', { skip: unavailable }, 
     return JSON.parse(r.resultJson) as Record<string, unknown>;
   }
 
-  test('the script runs in the task container as the sandbox user and shares its files with terminal()', async () => {
+  test("the script runs in the task container as the task's own uid and shares its files with terminal()", async () => {
     const t = task('code');
     await call('terminal', { command: 'mkdir -p /workspace/p && cd /workspace/p && echo from-terminal > t.txt' }, t);
     const code = `import json, os, stat
@@ -74,11 +74,13 @@ print(json.dumps({
       env: string[];
       canary: boolean;
     };
-    assert.equal(seen.uid, 1000);
+    const uid = Number(String((await call('terminal', { command: 'id -u' }, t)).output).trim());
+    assert.ok(uid >= 1_900_000_000, `the task's uid ${uid}, one of docker.task_uids`);
+    assert.equal(seen.uid, uid);
     assert.equal(seen.cwd, '/workspace/p');
     assert.match(seen.socket, /^\/run\/berth\/code-[0-9a-f]{16}\/rpc\.sock$/);
     assert.equal(seen.socket_mode, '0o600');
-    assert.equal(seen.socket_owner, 1000);
+    assert.equal(seen.socket_owner, uid);
     assert.equal(seen.terminal_sees, 'from-script');
     assert.equal(seen.script_sees, 'from-terminal');
     assert.equal(seen.canary, false);

@@ -11,22 +11,24 @@
  * container: test/integration/code-container.test.ts.)
  */
 import assert from 'node:assert/strict';
+import { execFile } from 'node:child_process';
 import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
+import { promisify } from 'node:util';
 import { after, before, describe, test } from 'node:test';
 import Dockerode from 'dockerode';
-import { taskContainerName } from '../../services/executor/backends/docker/container-spec.js';
-import type { ExecuteCodeResult as CodeResult } from '../../services/dispatcher/code-execution/execute-code-result.js';
+import type { ExecuteCodeResult as CodeResult } from '../../services/dispatcher/tools/code-execution/execute-code-result.js';
 import { APPTAINER_DOUBLE, DOUBLE_IMAGE, doubleState, doubleUnavailableReason } from '../support/apptainer-double.js';
-import { containerState, dockerUnavailableReason, runTaskIds } from '../support/docker-fixtures.js';
+import { containerOfTask, dockerUnavailableReason, runTaskIds } from '../support/docker-fixtures.js';
 import { batchRefactorSeed, buildAndTestSeed, yamlSearchSeed } from '../support/seed-scripts.js';
 import { startServe, type ServeProcess, waitForLog } from '../support/serve-process.js';
 
 const docker = new Dockerode();
 const unavailable = (await dockerUnavailableReason(docker)) ?? doubleUnavailableReason();
 const { run: RUN, task } = runTaskIds();
-const codeContainer = (taskId: string) => taskContainerName({ tenant: 'default', taskId }, 'code');
+
+const execFileAsync = promisify(execFile);
 
 async function call(s: ServeProcess, name: string, args: object, taskId: string): Promise<Record<string, unknown>> {
   const r = await s.client.callTool({ name, argumentsJson: JSON.stringify(args), taskId, sessionId: '' });
@@ -36,11 +38,13 @@ async function call(s: ServeProcess, name: string, args: object, taskId: string)
 describe('execute_code on berth serve, singularity backend (apptainer test double)', { skip: unavailable, timeout: 600_000 }, () => {
   let dir: string;
   let doubleDir: string;
+  let doubleEnv: Record<string, string>;
   let serve: ServeProcess;
 
   before(async () => {
     const double = await doubleState();
     doubleDir = double.stateDir;
+    doubleEnv = double.env;
     dir = await mkdtemp(path.join(os.tmpdir(), 'berth-e2e-code-singularity-'));
     const configFile = path.join(dir, 'config.yaml');
     await writeFile(
@@ -59,6 +63,8 @@ describe('execute_code on berth serve, singularity backend (apptainer test doubl
 
   after(async () => {
     await serve?.stop('SIGKILL').catch(() => undefined);
+    // A killed server stops no instance: each one's processes would outlive the run.
+    if (doubleEnv !== undefined) await execFileAsync(APPTAINER_DOUBLE, ['instance', 'stop', '--all'], { env: { ...process.env, ...doubleEnv } });
     await rm(dir, { recursive: true, force: true });
     await rm(doubleDir, { recursive: true, force: true });
   });
@@ -104,7 +110,7 @@ print(json.dumps({
     assert.equal(r.tool_calls_made, 3);
     assert.equal(r.notice, undefined, 'no code-container notice');
     await waitForLog(serve, /"msg":"execute_code success in the task's singularity environment \(singularity:[^)]+\)/);
-    assert.equal(await containerState(docker, codeContainer(t)), undefined);
+    assert.equal(await containerOfTask(docker, t, 'code'), undefined);
     // The run dir went with the run.
     assert.equal((await shell(t, 'ls -d /berth/state/code-* 2>/dev/null | wc -l')).trim(), '0');
   });

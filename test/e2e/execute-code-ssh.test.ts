@@ -22,9 +22,9 @@ import os from 'node:os';
 import path from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import Dockerode from 'dockerode';
-import { LABEL, taskContainerName } from '../../services/executor/backends/docker/container-spec.js';
-import type { ExecuteCodeResult as CodeResult } from '../../services/dispatcher/code-execution/execute-code-result.js';
-import { containerState, dockerUnavailableReason, pruneIsolatedNetworks, removeLabelled, runTaskIds } from '../support/docker-fixtures.js';
+import { LABEL } from '../../services/executor/backends/docker/container-spec.js';
+import type { ExecuteCodeResult as CodeResult } from '../../services/dispatcher/tools/code-execution/execute-code-result.js';
+import { containerOfTask, containerState, dockerUnavailableReason, pruneIsolatedNetworks, removeLabelled, runTaskIds } from '../support/docker-fixtures.js';
 import { batchRefactorSeed, buildAndTestSeed, yamlSearchSeed } from '../support/seed-scripts.js';
 import { startServe, type ServeProcess, waitForLog } from '../support/serve-process.js';
 import { startSshd, type StartedSshd } from '../../services/cli/bench/sshd-container.js';
@@ -32,7 +32,11 @@ import { startSshd, type StartedSshd } from '../../services/cli/bench/sshd-conta
 const docker = new Dockerode();
 const unavailable = await dockerUnavailableReason(docker);
 const { run: RUN, ids: tasks, task } = runTaskIds();
-const codeContainer = (taskId: string) => taskContainerName({ tenant: 'default', taskId }, 'code');
+/** The state of a task's code container, found by its labels; undefined when there is none. */
+const codeContainerState = async (taskId: string) => {
+  const name = await containerOfTask(docker, taskId, 'code');
+  return name === undefined ? undefined : containerState(docker, name);
+};
 
 /** An sshd in a container, a key file for it, and the environment `berth serve --backend ssh` needs. */
 async function sshFixture(prefix: string): Promise<{ sshd: StartedSshd; dir: string; env: Record<string, string> }> {
@@ -113,7 +117,7 @@ print(json.dumps({
     assert.equal(r.tool_calls_made, 3);
     assert.equal(r.notice, undefined, 'no code-container notice');
     await waitForLog(serve, /"msg":"execute_code success in the task's ssh environment \(ssh:sandbox@127\.0\.0\.1:\d+:\/home\/sandbox\/\.berth\/tasks\/[0-9a-f]{32}\)/);
-    assert.equal(await containerState(docker, codeContainer(t)), undefined);
+    assert.equal(await codeContainerState(t), undefined);
     // The run dir went with the run.
     const left = await sshd.exec(['bash', '-c', 'ls -d ~/.berth/tasks/*/code-* 2>/dev/null | wc -l']);
     assert.equal(left.output.trim(), '0');
@@ -199,16 +203,18 @@ print(json.dumps({
     const r = (await call(serve, 'execute_code', { code }, t)) as unknown as CodeResult;
     assert.equal(r.status, 'success', JSON.stringify(r));
     const seen = JSON.parse(r.output) as Record<string, unknown>;
-    const info = await docker.getContainer(codeContainer(t)).inspect();
+    const info = await docker.getContainer((await containerOfTask(docker, t, 'code')) ?? 'no code container').inspect();
     assert.deepEqual(seen, {
       terminal_hostname: sshd.containerId.slice(0, 12),
       open_hostname: info.Id.slice(0, 12),
       read_file: `1|ssh side ${RUN}`,
       open_sees_ssh_file: false,
       terminal_sees_opened: 'missing',
-      uid: 1000,
+      // The code container runs as its task's own uid (docker.task_uids), named by its label.
+      uid: Number(info.Config.Labels[LABEL.uid]),
       cap_eff: '0000000000000000',
     });
+    assert.ok(Number(seen.uid) >= 1_900_000_000, `a task uid from docker.task_uids, not a host account: ${String(seen.uid)}`);
     assert.equal(r.tool_calls_made, 3);
     assert.match(r.notice ?? '', /^The script ran in a per-task code container \(docker\), not in the task's ssh environment/);
     assert.match(r.notice ?? '', /as in strict mode/);
@@ -217,7 +223,7 @@ print(json.dumps({
     assert.equal(info.Config.Labels[LABEL.role], 'code');
     await waitForLog(
       serve,
-      new RegExp(`"msg":"execute_code success in a per-task code container \\(docker:${codeContainer(t)} [^"]*\\) beside the task's ssh environment`),
+      new RegExp(`"msg":"execute_code success in a per-task code container \\(docker:${info.Name.slice(1)} [^"]*\\) beside the task's ssh environment`),
     );
   });
 
@@ -232,10 +238,10 @@ print(json.dumps({
     );
     assert.notEqual(hostnames[0], hostnames[1]);
     assert.equal((await serve.client.endTask({ taskId: a })).released, true);
-    assert.equal(await containerState(docker, codeContainer(a)), undefined);
-    assert.equal(await containerState(docker, codeContainer(b)), 'running');
+    assert.equal(await codeContainerState(a), undefined);
+    assert.equal(await codeContainerState(b), 'running');
     await serve.client.endTask({ taskId: b });
-    assert.equal(await containerState(docker, codeContainer(b)), undefined);
+    assert.equal(await codeContainerState(b), undefined);
   });
 
   test('Docker not reachable: execute_code says why, names the backend, and runs nothing', async () => {
@@ -255,7 +261,7 @@ print(json.dumps({
     assert.match(r.error ?? '', /The script was not run\. Start Docker/);
     assert.equal(existsSync(hostMarker), false);
     assert.match((await sshd.exec(['bash', '-c', `test -e ${marker} && echo yes || echo no`])).output, /no/);
-    assert.equal(await containerState(docker, codeContainer(t)), undefined);
+    assert.equal(await codeContainerState(t), undefined);
 
     // code_container: docker refuses to start without Docker.
     await assert.rejects(startSsh({ BERTH_CODE_CONTAINER: 'docker' }, ['--config', config]), /which needs Docker/);
@@ -268,11 +274,11 @@ print(json.dumps({
       const t = task('ssh-code-orphan');
       const r = (await call(doomed, 'execute_code', { code: 'print(1)' }, t)) as unknown as CodeResult;
       assert.equal(r.status, 'success', JSON.stringify(r));
-      assert.equal(await containerState(docker, codeContainer(t)), 'running');
+      assert.equal(await codeContainerState(t), 'running');
       await doomed.stop('SIGKILL');
       // The next executor's start-up sweep removes it (or an executor of a test running beside this one got there first).
       await startSsh({ BERTH_STATE_ROOT: stateRoot });
-      assert.equal(await containerState(docker, codeContainer(t)), undefined);
+      assert.equal(await codeContainerState(t), undefined);
     } finally {
       await rm(stateRoot, { recursive: true, force: true });
     }

@@ -246,7 +246,7 @@ s = socket.socket(socket.AF_UNIX); s.connect(os.environ["HERMES_RPC_SOCKET"]); f
 s.sendall(b'{"tool": "terminal", "args": {"command": "true"}, "token": "guess"}\\n'); print(f.readline().decode().strip())
 s.sendall(b'{"tool": "terminal", "args"\\n'); print(f.readline().decode().strip()[:40])
 r = terminal("echo foreground")
-bg = __import__("hermes_tools")._call("terminal", {"command": "echo still-foreground", "background": True, "pty": True, "notify_on_complete": True, "watch_patterns": ["x"]})
+bg = __import__("hermes_tools")._call("terminal", {"command": "echo still-foreground", "background": True, "pty": True, "notify": True, "notify_on_complete": True, "watch_patterns": ["x"], "heartbeat": 60, "persist_on_release": True})
 print(r["output"], bg["output"], "session_id" in bg)
 `;
     const r = await runCode(code, 'socket-errors');

@@ -14,13 +14,16 @@ import { join } from 'node:path';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StdioClientTransport } from '@modelcontextprotocol/sdk/client/stdio.js';
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
-import { ElicitRequestSchema, type CallToolResult } from '@modelcontextprotocol/sdk/types.js';
+import { ElicitRequestSchema, McpError, type CallToolResult } from '@modelcontextprotocol/sdk/types.js';
 import { hashApiKey } from '../../services/common/config.js';
 import { pidsRunning, uniqueSleepSeconds, waitUntil } from '../support/host-processes.js';
 import { startListeningChild, type ListeningChild } from '../../services/cli/bench/listening-child.js';
 import { BERTH_BIN, REPO_ROOT, startServe, type ServeProcess } from '../support/serve-process.js';
 
 type Answer = 'once' | 'deny' | 'decline';
+
+/** Tools Berth lists for agent loops to handle themselves; an MCP client's model could never use them through Berth. */
+const AGENT_LOOP = ['delegate_task', 'memory', 'session_search', 'todo_list'];
 
 const API_KEY = 'mcp-e2e-key';
 const AUTH = { requestInit: { headers: { Authorization: `Bearer ${API_KEY}` } } };
@@ -137,6 +140,30 @@ describe('berth mcp against a real berth serve', () => {
       }
     } finally {
       await client.close();
+    }
+  });
+
+  test('stdio: agent-loop tools are hidden unless asked for; the instructions say the local backend is no sandbox', async () => {
+    const plain = new Client({ name: 'berth-e2e', version: '1.0.0' });
+    await plain.connect(stdioTransport(serve, ['--task', 'mcp-loop']));
+    const all = new Client({ name: 'berth-e2e', version: '1.0.0' });
+    await all.connect(stdioTransport(serve, ['--task', 'mcp-loop-all', '--agent-loop-tools']));
+    try {
+      const listed = (await plain.listTools()).tools.map((t) => t.name);
+      for (const name of AGENT_LOOP) assert.ok(!listed.includes(name), `${name} hidden`);
+      assert.ok(listed.includes('terminal'));
+      const called = await plain.callTool({ name: 'todo_list', arguments: { todos: [] } });
+      assert.deepEqual(JSON.parse(text(called)), { error: 'Unknown tool: todo_list' });
+      const shown = (await all.listTools()).tools.map((t) => t.name);
+      for (const name of AGENT_LOOP) assert.ok(shown.includes(name), `${name} shown with --agent-loop-tools`);
+      assert.equal(
+        plain.getInstructions(),
+        "Tools run in the Berth task 'mcp-loop' on the Berth server's local backend: directly on the server's machine, as its user, " +
+          "with no sandbox. The task's working directory, environment variables and background processes persist between calls.",
+      );
+    } finally {
+      await plain.close();
+      await all.close();
     }
   });
 
@@ -258,7 +285,9 @@ describe('berth mcp against a real berth serve', () => {
     try {
       assert.deepEqual(
         (await a.listTools()).tools.map((t) => t.name),
-        (JSON.parse((await berthTools(serve, [])).stdout) as Array<{ function: { name: string } }>).map((t) => t.function.name),
+        (JSON.parse((await berthTools(serve, [])).stdout) as Array<{ function: { name: string } }>)
+          .map((t) => t.function.name)
+          .filter((name) => !AGENT_LOOP.includes(name)),
       );
       // Sessions are separate tasks: a's cwd is not b's.
       await a.callTool({ name: 'terminal', arguments: { command: `cd ${dir}` } });
@@ -299,6 +328,38 @@ describe('berth mcp against a real berth serve', () => {
     } finally {
       await a.close();
       await b.close();
+    }
+  });
+});
+
+describe('berth mcp without a Berth server', () => {
+  test('it starts and says so; tools/list is a JSON-RPC server error with the fix, a call an error result with it', async () => {
+    const transport = new StdioClientTransport({
+      command: process.execPath,
+      args: [BERTH_BIN, 'mcp', '--server', '127.0.0.1:1', '--task', 'mcp-nobody'],
+      cwd: REPO_ROOT,
+      stderr: 'pipe',
+    });
+    let stderr = '';
+    transport.stderr?.on('data', (d: Buffer) => (stderr += d.toString()));
+    const client = new Client({ name: 'berth-e2e', version: '1.0.0' });
+    await client.connect(transport);
+    try {
+      const hint = /cannot reach the Berth server at 127\.0\.0\.1:1 \(.*\); is 'berth serve' running\? Set --server or BERTH_SERVER/;
+      await waitUntil('berth mcp to say the server is unreachable', () => hint.test(stderr));
+      await assert.rejects(client.listTools(), (err: unknown) => {
+        assert.ok(err instanceof McpError, String(err));
+        assert.equal(err.code, -32000, 'a server error, not gRPC status 14');
+        assert.match(err.message, hint);
+        assert.deepEqual(err.data, { grpc_status: 'UNAVAILABLE' });
+        return true;
+      });
+      const called = await client.callTool({ name: 'terminal', arguments: { command: 'true' } });
+      assert.equal(called.isError, true);
+      assert.match(JSON.parse(text(called)).error as string, hint);
+      assert.match(client.getInstructions() ?? '', /Whether they run in a sandbox depends on the Berth server's backend/);
+    } finally {
+      await client.close();
     }
   });
 });

@@ -44,9 +44,10 @@ describe('berth serve --backend modal (through the Modal stand-in)', { skip: una
     await standin?.stop();
   });
 
-  const call = async (tool: string, args: object, taskId: string) => {
+  /** `berth call`, which exits 1 when the command ran and failed (docs/ci.md). */
+  const call = async (tool: string, args: object, taskId: string, exitStatus = 0) => {
     const r = await serve.cli(['call', tool, JSON.stringify(args), '--task', taskId], { timeoutMs: 120_000 });
-    assert.equal(r.code, 0, r.stderr);
+    assert.equal(r.code, exitStatus, r.stderr);
     return JSON.parse(r.stdout) as Record<string, unknown>;
   };
 
@@ -82,7 +83,7 @@ describe('berth serve --backend modal (through the Modal stand-in)', { skip: una
     const kill = await call('process', { action: 'kill', session_id: start.session_id }, t2);
     assert.deepEqual([kill.status, kill.completion_reason], ['killed', 'killed']);
 
-    const timedOut = await call('terminal', { command: 'echo partial; sleep 30', timeout: 2 }, t2);
+    const timedOut = await call('terminal', { command: 'echo partial; sleep 30', timeout: 2 }, t2, 1);
     assert.equal(timedOut.exit_code, 124);
     assert.match(String(timedOut.output), /partial[\s\S]*Command timed out after 2s/);
 

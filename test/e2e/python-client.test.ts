@@ -11,8 +11,8 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { hashApiKey } from '../../services/common/config.js';
-import { buildHermesToolsModule } from '../../services/dispatcher/code-execution/hermes-tools-module.js';
-import { SANDBOX_TOOLS } from '../../services/dispatcher/toolsets.js';
+import { buildHermesToolsModule } from '../../services/dispatcher/tools/code-execution/hermes-tools-module.js';
+import { SANDBOX_TOOLS } from '../../services/dispatcher/registry/toolsets.js';
 import { grpcPython, pythonBinDir } from '../support/python-bin.js';
 import { REPO_ROOT, startServe, type ServeProcess } from '../support/serve-process.js';
 

@@ -80,26 +80,41 @@ describe('berth serve (local backend)', () => {
     assert.equal(JSON.parse(other.stdout).output, '[]');
   });
 
-  test('a non-zero exit is a normal result with exit code 0 from the CLI', async () => {
+  test('a non-zero exit is a normal result; the CLI exits 1 so a script can tell', async () => {
     const r = await serve.cli(['call', 'terminal', '{"command":"echo out; echo err >&2; exit 3"}', '--task', 'exit3']);
-    assert.equal(r.code, 0);
+    assert.equal(r.code, 1);
+    assert.equal(r.stderr, '');
     const result = JSON.parse(r.stdout);
     assert.equal(result.exit_code, 3);
     assert.match(result.output, /out\nerr/);
   });
 
-  test('malformed JSON arguments give an error result, and the server keeps serving', async () => {
+  test('malformed JSON arguments are refused by the CLI with the place; sent anyway they are an error result, and the server keeps serving', async () => {
     const r = await serve.cli(['call', 'terminal', '{"command": "ls"', '--task', 'bad']);
-    assert.equal(r.code, 0);
-    assert.match(JSON.parse(r.stdout).error, /^Invalid JSON in tool arguments/);
+    assert.equal(r.code, 2);
+    assert.equal(r.stdout, '');
+    assert.equal(
+      r.stderr,
+      `berth: ARGS_JSON is not valid JSON at character 17 (after '{"command": "ls"'): it ends too early; pass one JSON object in single quotes, e.g. berth call terminal '{"name":"value"}'\n`,
+    );
+    const sent = await serve.client.callTool({ name: 'terminal', argumentsJson: '{"command": "ls"', taskId: 'bad', sessionId: '' });
+    assert.match(JSON.parse(sent.resultJson).error, /^Invalid JSON in tool arguments/);
     const ok = await serve.cli(['call', 'terminal', '{"command":"echo still here"}', '--task', 'bad']);
     assert.equal(JSON.parse(ok.stdout).output, 'still here');
   });
 
-  test('unknown tool gives the spec error string', async () => {
-    const r = await serve.cli(['call', 'no_such_tool', '{}']);
-    assert.equal(r.code, 0);
-    assert.deepEqual(JSON.parse(r.stdout), { error: 'Unknown tool: no_such_tool' });
+  test('unknown tool gives the spec error string, exit 3, and the closest tool on stderr', async () => {
+    const r = await serve.cli(['call', 'terminl', '{"command":"ls"}']);
+    assert.equal(r.code, 3);
+    assert.deepEqual(JSON.parse(r.stdout), { error: 'Unknown tool: terminl' });
+    assert.equal(r.stderr, "berth: no tool 'terminl' on this server; did you mean 'terminal'? ('berth tools' lists them)\n");
+  });
+
+  test("a missing required argument: the model's result keeps upstream's text, the CLI names the parameter", async () => {
+    const r = await serve.cli(['call', 'terminal', '{}']);
+    assert.equal(r.code, 3);
+    assert.deepEqual(JSON.parse(r.stdout), { output: '', exit_code: -1, error: 'Invalid command: expected string, got NoneType', status: 'error' });
+    assert.equal(r.stderr, `berth: terminal needs its argument 'command' (string); e.g. berth call terminal '{"command":"..."}'\n`);
   });
 
   test('wrong argument types get a clear error result', async () => {
@@ -232,10 +247,17 @@ describe('berth serve (local backend)', () => {
       'This foreground command appears to start a long-lived server/watch process. Run it with background=true, ' +
         'verify readiness (health endpoint/log signal), then execute tests in a separate command.',
     );
-    assert.deepEqual(await call({ command: 'make', timeout: 601 }), {
+    // Over the cap: run as a tracked background process with notify, as upstream promotes it.
+    const promoted = await call({ command: 'true', timeout: 601 });
+    assert.deepEqual([promoted.output, promoted.notify_on_complete], ['Background process started', true]);
+    assert.match(String(promoted.promoted_from_foreground), /^Requested foreground timeout 601s exceeds the 600s cap, so /);
+    assert.deepEqual(await call({ command: 'make', timeout: 0 }), {
+      error: 'timeout must be a positive number of seconds (got 0).',
+    });
+    assert.deepEqual(await call({ command: 'make', notify: true }), {
       error:
-        'Foreground timeout 601s exceeds the maximum of 600s. Use background=true with notify_on_complete=true ' +
-        'for long-running commands.',
+        'notify/heartbeat only apply to background commands (foreground results return directly). Either drop ' +
+        'them, or run as terminal(command=..., background=true, notify=...).',
     });
     assert.deepEqual(await call({ code: 'print(1)' }), {
       error:
@@ -302,7 +324,7 @@ describe('berth serve (local backend)', () => {
     for (const old of ['process', 'todo', 'cronjob']) assert.ok(!names.includes(old), `${old} not in ${names.join(', ')}`);
     for (const called of ['todo', 'todo_list']) {
       const call = await serve.cli(['call', called, '{"todos":[]}', '--task', 'names']);
-      assert.equal(call.code, 0, call.stderr);
+      assert.equal(call.code, 3, 'a tool error');
       assert.deepEqual(JSON.parse(call.stdout), { error: 'todo_list must be handled by the agent loop' });
     }
     const unknown = await serve.cli(['call', 'cronjob', '{}', '--task', 'names']);
@@ -439,8 +461,8 @@ describe('berth CLI without a server', () => {
         (err, _stdout, stderr) => resolve({ code: err ? (err.code as number) : 0, stderr }),
       );
     });
-    assert.equal(r.code, 1);
-    assert.match(r.stderr, /^berth: cannot reach the Berth server/);
+    assert.equal(r.code, 6);
+    assert.match(r.stderr, /^berth: cannot reach the Berth server at 127\.0\.0\.1:1 .*; is 'berth serve' running\? Set --server or BERTH_SERVER\n$/);
   });
 
   test('unknown command is a usage error (exit 2)', async () => {
@@ -451,7 +473,7 @@ describe('berth CLI without a server', () => {
       );
     });
     assert.equal(r.code, 2);
-    assert.match(r.stderr, /unknown command 'frobnicate'/);
+    assert.equal(r.stderr, "berth: unknown command 'frobnicate' ('berth --help' lists the commands)\n");
   });
 });
 
@@ -506,7 +528,7 @@ describe('berth serve with tenants', () => {
       const g = JSON.parse((await globex(['call', 'terminal', '{"command":"echo \\"[$SECRET_OF]\\""}', '--task', 'shared'])).stdout);
       assert.equal(g.output, '[]');
       const anon = await serve.cli(['call', 'terminal', '{"command":"true"}', '--task', 'shared'], { env: { BERTH_API_KEY: '' } });
-      assert.equal(anon.code, 1);
+      assert.equal(anon.code, 5, 'Berth refused the call');
       assert.match(anon.stderr, /UNAUTHENTICATED/);
     } finally {
       await serve.stop();

@@ -11,7 +11,7 @@ import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { createChannel, createClient, type Channel } from 'nice-grpc';
 import { DispatcherDefinition, type DispatcherClient } from '../../services/gen/berth/v1/dispatcher.js';
-import { rendezvousPick } from '../../services/dispatcher/executor-router.js';
+import { rendezvousPick } from '../../services/dispatcher/executors/executor-router.js';
 import { startListeningChild, type ListeningChild } from '../../services/cli/bench/listening-child.js';
 import { BERTH_BIN, REPO_ROOT } from '../support/serve-process.js';
 

@@ -160,7 +160,7 @@ describe('berth serve with server.tls and a client CA (mTLS)', () => {
     assert.equal(err.code, Status.UNAVAILABLE);
     assert.match(err.details, /certificate required/);
     const cli = await runCli(['call', 'terminal', '{"command":"echo no"}', '--server', serve.address, '--tls-ca', pki.ca.certFile]);
-    assert.equal(cli.code, 1);
+    assert.equal(cli.code, 6, 'the server could not be reached over the transport the flags chose');
     assert.match(cli.stderr, new RegExp(`^berth: the server at ${serve.address} requires a client certificate: pass --tls-cert FILE --tls-key FILE`));
     assert.equal(cli.stdout, '');
   });
@@ -170,7 +170,7 @@ describe('berth serve with server.tls and a client CA (mTLS)', () => {
     const err = await rejection(terminal(open({ ...trusted, certFile: stranger.certFile, keyFile: stranger.keyFile }), 'echo no'));
     assert.equal(err.code, Status.UNAVAILABLE);
     const cli = await runCli(['tools', '--server', serve.address, '--tls-ca', pki.ca.certFile, '--tls-cert', stranger.certFile, '--tls-key', stranger.keyFile]);
-    assert.equal(cli.code, 1);
+    assert.equal(cli.code, 6, 'the server could not be reached over the transport the flags chose');
     assert.match(cli.stderr, /refused the client certificate .*stranger\.crt: it must be signed by the CA in the server's server\.tls\.client_ca_file/);
   });
 
@@ -183,7 +183,7 @@ describe('berth serve with server.tls and a client CA (mTLS)', () => {
       BERTH_TLS_CERT: client.certFile,
       BERTH_TLS_KEY: client.keyFile,
     });
-    assert.equal(cli.code, 1);
+    assert.equal(cli.code, 6, 'the server could not be reached over the transport the flags chose');
     assert.match(cli.stderr, /presented a certificate not signed by .*untrusted-test-ca\.crt: pass the CA that signed its server\.tls\.cert_file with --tls-ca/);
   });
 
@@ -191,7 +191,7 @@ describe('berth serve with server.tls and a client CA (mTLS)', () => {
     const err = await rejection(terminal(open(undefined), 'echo plain'));
     assert.equal(err.code, Status.UNAVAILABLE);
     const cli = await runCli(['call', 'terminal', '{"command":"echo plain"}', '--server', serve.address]);
-    assert.equal(cli.code, 1);
+    assert.equal(cli.code, 6, 'the server could not be reached over the transport the flags chose');
     assert.equal(
       cli.stderr.trim(),
       `berth: the server at ${serve.address} speaks TLS: pass --tls-ca FILE (the CA that signed its certificate; env BERTH_TLS_CA), and --tls-cert/--tls-key if it requires a client certificate`,
@@ -266,7 +266,7 @@ describe('a TLS client at a plaintext server', () => {
       channel.close();
       assert.equal(err.code, Status.UNAVAILABLE);
       const cli = await runCli(['call', 'terminal', '{"command":"echo no"}', '--server', serve.address, '--tls-ca', pki.ca.certFile]);
-      assert.equal(cli.code, 1);
+      assert.equal(cli.code, 6, 'the server could not be reached over the transport the flags chose');
       assert.match(cli.stderr, new RegExp(`^berth: the server at ${serve.address} does not speak TLS: drop --tls-ca/--tls-cert/--tls-key`));
     } finally {
       await serve.stop();

@@ -4,7 +4,7 @@
  * real Unix socket in place of the agent and sends garbage, an oversized
  * length prefix, a truncated frame, a flood, nothing at all, or stops
  * reading. Beside it, another task's channel is served by the real exec agent
- * (sandbox-image/agent/berth_agent.py, run on this host) and must keep
+ * (dist/agent/berth_agent.pyz, run on this host) and must keep
  * working throughout.
  */
 import assert from 'node:assert/strict';
@@ -27,12 +27,13 @@ import {
   encodeFrame,
 } from '../../services/executor/backends/shared/agent/agent-protocol.js';
 import { SandboxLostError } from '../../services/executor/backends/shared/sandbox-channel.js';
+import { findAgentScript } from '../../services/executor/backends/shared/agent/agent-script.js';
 import { realPython } from '../support/python-bin.js';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 const repoRoot = path.resolve(here, '..', '..', ...(here.includes(`${path.sep}dist${path.sep}`) ? ['..'] : []));
 const HOSTILE = path.join(repoRoot, 'test', 'fixtures', 'hostile_agent.py');
-const AGENT = path.join(repoRoot, 'sandbox-image', 'agent', 'berth_agent.py');
+const AGENT = findAgentScript();
 const python = realPython();
 
 /** Everything the listeners and channels log, for assertions about refusals. */
@@ -152,6 +153,40 @@ describe('exec agent channel against a hostile peer', { timeout: 120_000 }, () =
       /the exec agent of task-A-silent did not answer a read request within 500 ms; its connection was closed/,
     );
     await exitedOf(a.peer);
+    await assertServing(healthy);
+  });
+
+  it('a peer that stops answering is found out by the liveness check long before a generous answer deadline', async () => {
+    const a = await hostileTask('task-A-mute', 'silent', {
+      requestTimeoutMs: 600_000,
+      livenessProbeAfterMs: 200,
+      livenessTimeoutMs: 500,
+      reattachTimeoutMs: 500,
+    });
+    await assert.rejects(
+      a.channel.spawn({ script: 'true', cwd: '/', onOutput: () => undefined }),
+      /the exec agent of task-A-mute stopped answering \(nothing heard for \d+ ms, not even a reply to a liveness check within 500 ms\); its stream was dropped/,
+    );
+    // Looked for again as after a dropped stream; a peer that never says a resumed hello is not found, and the channel is lost.
+    assert.equal(await a.channel.recover(), false);
+    assert.equal(a.channel.isLost, true);
+    await assertServing(healthy);
+  });
+
+  it('a stopped real agent: the next spawn fails with the liveness error instead of waiting for its start', async () => {
+    const a = await startTask('task-A-stopped', (socket) => [AGENT, socket], {
+      livenessProbeAfterMs: 200,
+      livenessTimeoutMs: 500,
+      reattachTimeoutMs: 500,
+    });
+    assert.equal(await run(a.channel, 'echo before'), 'before\n');
+    a.peer.kill('SIGSTOP');
+    await assert.rejects(a.channel.spawn({ script: 'echo after', cwd: '/', onOutput: () => undefined }), /task-A-stopped stopped answering/);
+    assert.equal(await a.channel.recover(), false, 'a stopped agent does not dial in again');
+    // A live agent that is only quiet (a long command) is never taken for a stopped one.
+    const b = await startTask('task-B-quiet', (socket) => [AGENT, socket], { livenessProbeAfterMs: 50, livenessTimeoutMs: 100 });
+    assert.equal(await run(b.channel, 'sleep 1; echo quiet'), 'quiet\n');
+    assert.equal(b.channel.isLost, false);
     await assertServing(healthy);
   });
 

@@ -1,5 +1,5 @@
 /**
- * The exec agent's socket relay over its stdio stream (berth_agent.py
+ * The exec agent's socket relay over its stdio stream (berth_agent.pyz
  * started as a local child process): a Unix socket inside the sandbox
  * whose connections reach the executor as Duplex streams. What execute_code
  * relies on: the socket is 0600 in a 0700 directory, bytes pass both ways
@@ -15,14 +15,13 @@ import os from 'node:os';
 import path from 'node:path';
 import type { Duplex } from 'node:stream';
 import { after, before, describe, it } from 'node:test';
-import { fileURLToPath } from 'node:url';
 import { silentLogger } from '../../services/common/logging.js';
 import type { AgentChannel } from '../../services/executor/backends/shared/agent/agent-channel.js';
 import { startStdioAgent } from '../../services/executor/backends/shared/agent/stdio-agent.js';
+import { findAgentScript } from '../../services/executor/backends/shared/agent/agent-script.js';
 import { realPython } from '../support/python-bin.js';
 
-const repoRoot = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', '..', '..');
-const AGENT = path.join(repoRoot, 'sandbox-image', 'agent', 'berth_agent.py');
+const AGENT = findAgentScript();
 const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms));
 
 function connect(socketPath: string): Promise<net.Socket> {

@@ -18,17 +18,17 @@ import { after, before, describe, it } from 'node:test';
 import Dockerode from 'dockerode';
 import { BerthError } from '../../services/common/errors.js';
 import { silentLogger } from '../../services/common/logging.js';
-import { buildHermesToolsModule } from '../../services/dispatcher/code-execution/hermes-tools-module.js';
+import { buildHermesToolsModule } from '../../services/dispatcher/tools/code-execution/hermes-tools-module.js';
 import type { TaskCodeRunRequest, TaskCodeRunResult, TaskCodeToolCall } from '../../services/common/task-client.js';
 import type { Backend, TaskKey } from '../../services/executor/backend.js';
-import { LABEL, taskContainerName } from '../../services/executor/backends/docker/container-spec.js';
+import { LABEL } from '../../services/executor/backends/docker/container-spec.js';
 import { SingularityBackend } from '../../services/executor/backends/singularity/singularity-backend.js';
 import { SshBackend } from '../../services/executor/backends/ssh/ssh-backend.js';
-import { CodeContainers, type CodeContainersOptions } from '../../services/executor/code-execution/code-containers.js';
+import { CodeContainers, type CodeContainersOptions } from '../../services/executor/backends/docker/code-containers.js';
 import { CodeRunner, codeContainerNotice } from '../../services/executor/code-execution/code-runner.js';
 import { TaskEnvironments } from '../../services/executor/task-environment.js';
 import { doubleBackendOptions, doubleImageWithoutPython, doubleState, doubleUnavailableReason } from '../support/apptainer-double.js';
-import { cleanupDocker, containerState, dockerUnavailableReason, SANDBOX_IMAGE } from '../support/docker-fixtures.js';
+import { cleanupDocker, containerOfTask, containerState, dockerUnavailableReason, SANDBOX_IMAGE } from '../support/docker-fixtures.js';
 import { startSshd, type StartedSshd } from '../../services/cli/bench/sshd-container.js';
 
 const docker = new Dockerode();
@@ -39,7 +39,8 @@ const TOOLS = ['read_file', 'write_file', 'terminal'];
 const stateRoots: string[] = [];
 let taskNo = 0;
 const newKey = (): TaskKey => ({ tenant: TENANT, taskId: `t${++taskNo}` });
-const codeContainerOf = (key: TaskKey) => taskContainerName(key, 'code');
+/** A task's code container by its labels (names are keyed by the executor's secret); `none` when there is none. */
+const codeContainerOf = async (key: TaskKey) => (await containerOfTask(docker, key.taskId, 'code')) ?? 'none';
 
 async function newStateRoot(): Promise<string> {
   const root = await mkdtemp(path.join(os.tmpdir(), 'berth-code-ctr-'));
@@ -112,7 +113,7 @@ async function until(what: string, check: () => Promise<boolean>, timeoutMs = 60
   }
 }
 
-const gone = (key: TaskKey) => async () => (await containerState(docker, codeContainerOf(key))) === undefined;
+const gone = (key: TaskKey) => async () => (await containerState(docker, (await codeContainerOf(key)))) === undefined;
 
 after(async () => {
   if (!unavailable) await cleanupDocker(docker, TENANT, stateRoots);
@@ -185,24 +186,26 @@ print(json.dumps({
     const r = await runScript(runner, envs, key, code);
     assert.equal(r.exitCode, 0, r.stderr);
     const seen = JSON.parse(r.stdout) as Record<string, unknown>;
-    const info = await docker.getContainer(codeContainerOf(key)).inspect();
+    const info = await docker.getContainer((await codeContainerOf(key))).inspect();
     assert.equal(seen.tool_hostname, sshd.containerId.slice(0, 12), 'terminal() ran on the ssh host');
     assert.equal(seen.open_hostname, info.Id.slice(0, 12), 'open() read the code container');
     assert.equal(seen.tool_reads, `ssh-only-${RUN}`);
     assert.equal(seen.open_sees_ssh_file, false);
     assert.equal(seen.tool_sees_open_file, 'no');
-    assert.equal(seen.uid, 1000);
+    assert.match(info.Config.Labels[LABEL.uid] ?? '', /^19\d{8}$/);
+    assert.equal(String(seen.uid), info.Config.Labels[LABEL.uid], "the script ran as the code container's own uid");
     assert.equal(seen.cap_eff, '0000000000000000');
     assert.equal(seen.no_new_privs, '1');
     assert.equal(seen.seccomp, '2');
-    assert.match(r.ranIn, new RegExp(`^a per-task code container \\(docker:${codeContainerOf(key)} \\([0-9a-f]{12}\\)\\) beside the task's ssh environment \\(`));
+    assert.match(r.ranIn, new RegExp(`^a per-task code container \\(docker:${(await codeContainerOf(key))} \\([0-9a-f]{12}\\)\\) beside the task's ssh environment \\(`));
     assert.equal(r.interpreter, 'python3', 'project mode runs as strict in a code container');
     assert.ok(r.notices.includes(codeContainerNotice('ssh', 'project')), r.notices.join(' | '));
     assert.equal(info.Config.Labels[LABEL.task], key.taskId);
     assert.equal(info.Config.Labels[LABEL.tenant], TENANT);
     assert.match(info.Config.Labels[LABEL.executor] ?? '', /./);
     assert.equal(info.Config.Labels[LABEL.role], 'code');
-    assert.equal(info.Config.User, '1000:1000');
+    // The container's root is the agent's; the script ran as the task's own uid (cap_eff above: none).
+    assert.equal(info.Config.User, '0:0');
     assert.deepEqual(info.HostConfig.CapDrop, ['ALL']);
     assert.deepEqual(info.HostConfig.SecurityOpt, ['no-new-privileges:true']);
     assert.equal(info.HostConfig.Memory, 512 * 1024 * 1024);
@@ -212,7 +215,7 @@ print(json.dumps({
     assert.equal(again.stdout, `container side ${info.Id.slice(0, 12)}\n`, again.stderr);
 
     assert.equal(await envs.release(key), true);
-    assert.equal(await containerState(docker, codeContainerOf(key)), undefined, 'removed with the task');
+    assert.equal(await containerState(docker, (await codeContainerOf(key))), undefined, 'removed with the task');
   });
 
   it('two tasks get two containers; releasing one leaves the other', async () => {
@@ -221,16 +224,16 @@ print(json.dumps({
     const [ra, rb] = await Promise.all(
       [a, b].map((key) => runScript(runner, envs, key, 'print(open("/etc/hostname").read().strip())')),
     );
-    const ida = (await docker.getContainer(codeContainerOf(a)).inspect()).Id;
-    const idb = (await docker.getContainer(codeContainerOf(b)).inspect()).Id;
+    const ida = (await docker.getContainer((await codeContainerOf(a))).inspect()).Id;
+    const idb = (await docker.getContainer((await codeContainerOf(b))).inspect()).Id;
     assert.notEqual(ida, idb);
     assert.equal(ra?.stdout, `${ida.slice(0, 12)}\n`);
     assert.equal(rb?.stdout, `${idb.slice(0, 12)}\n`);
     await envs.release(a);
-    assert.equal(await containerState(docker, codeContainerOf(a)), undefined);
-    assert.equal(await containerState(docker, codeContainerOf(b)), 'running');
+    assert.equal(await containerState(docker, (await codeContainerOf(a))), undefined);
+    assert.equal(await containerState(docker, (await codeContainerOf(b))), 'running');
     await envs.release(b);
-    assert.equal(await containerState(docker, codeContainerOf(b)), undefined);
+    assert.equal(await containerState(docker, (await codeContainerOf(b))), undefined);
   });
 
   it('the idle reaper leaves a task alone while its script runs, then removes its code container', async () => {
@@ -241,7 +244,7 @@ print(json.dumps({
       // The script waits on this call for three idle lifetimes; the task must still be there afterwards.
       onToolCall: async () => {
         await new Promise((resolve) => setTimeout(resolve, 3000));
-        heldThrough = envs.has(key) && (await containerState(docker, codeContainerOf(key))) === 'running';
+        heldThrough = envs.has(key) && (await containerState(docker, (await codeContainerOf(key)))) === 'running';
         return JSON.stringify({ output: 'through' });
       },
     });
@@ -261,7 +264,7 @@ print(json.dumps({
     );
     const sleeping = async () => {
       const env = await docker
-        .getContainer(codeContainerOf(key))
+        .getContainer((await codeContainerOf(key)))
         .exec({ Cmd: ['pgrep', '-x', 'sleep'], AttachStdout: true, AttachStderr: true })
         .catch(() => undefined);
       if (!env) return false;
@@ -284,9 +287,9 @@ print(json.dumps({
     const { envs, runner, close } = await setUp();
     const keys = [newKey(), newKey()];
     for (const key of keys) await runScript(runner, envs, key, 'print(1)');
-    for (const key of keys) assert.equal(await containerState(docker, codeContainerOf(key)), 'running');
+    for (const key of keys) assert.equal(await containerState(docker, (await codeContainerOf(key))), 'running');
     await close();
-    for (const key of keys) assert.equal(await containerState(docker, codeContainerOf(key)), undefined);
+    for (const key of keys) assert.equal(await containerState(docker, (await codeContainerOf(key))), undefined);
   });
 
   it('Docker unreachable: a clear FailedPrecondition naming the backend, nothing runs; it works once Docker answers', async () => {
@@ -312,14 +315,14 @@ print(json.dumps({
     assert.deepEqual(calls, []);
     assert.equal(existsSync(hostMarker), false, 'the script did not run on the executor host');
     assert.match((await sshd.exec(['bash', '-c', `test -e ${marker} && echo yes || echo no`])).output, /no/);
-    assert.equal(await containerState(docker, codeContainerOf(key)), undefined);
+    assert.equal(await containerState(docker, (await codeContainerOf(key))), undefined);
 
     // auto: once Docker answers at that path, the next execute_code gets its container.
     await symlink('/var/run/docker.sock', socketPath);
     const r = await runScript(runner, envs, key, 'print("now")');
     assert.equal(r.stdout, 'now\n', r.stderr);
     await envs.release(key);
-    assert.equal(await containerState(docker, codeContainerOf(key)), undefined);
+    assert.equal(await containerState(docker, (await codeContainerOf(key))), undefined);
   });
 
   it('code_container: docker fails at start when Docker is not reachable; off refuses execute_code', async () => {
@@ -364,13 +367,13 @@ print(json.dumps({
       const r = await runScript(runner, envs, key, code, { mode: 'strict' });
       assert.equal(r.exitCode, 0, r.stderr);
       const seen = JSON.parse(r.stdout) as Record<string, unknown>;
-      const info = await docker.getContainer(codeContainerOf(key)).inspect();
+      const info = await docker.getContainer((await codeContainerOf(key))).inspect();
       assert.deepEqual(seen, { tool_sees: 'instance side', open_sees: false, open_hostname: info.Id.slice(0, 12) });
       assert.match(r.ranIn, /beside the task's singularity environment \(singularity:/);
       assert.ok(r.notices.includes(codeContainerNotice('singularity', 'strict')));
       assert.equal((await envs.readFile(key, '/workspace/via-tool.txt')).content.toString(), 'instance side');
       await envs.release(key);
-      assert.equal(await containerState(docker, codeContainerOf(key)), undefined);
+      assert.equal(await containerState(docker, (await codeContainerOf(key))), undefined);
     } finally {
       await envs.closeAll();
       await containers.close();

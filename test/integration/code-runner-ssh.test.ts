@@ -12,12 +12,12 @@ import path from 'node:path';
 import { after, afterEach, before, describe, it } from 'node:test';
 import { silentLogger } from '../../services/common/logging.js';
 import type { TaskCodeRunRequest, TaskCodeRunResult } from '../../services/common/task-client.js';
-import { buildHermesToolsModule } from '../../services/dispatcher/code-execution/hermes-tools-module.js';
+import { buildHermesToolsModule } from '../../services/dispatcher/tools/code-execution/hermes-tools-module.js';
 import type { TaskKey } from '../../services/executor/backend.js';
 import { SshBackend } from '../../services/executor/backends/ssh/ssh-backend.js';
 import { CodeRunner } from '../../services/executor/code-execution/code-runner.js';
 import { TaskEnvironments } from '../../services/executor/task-environment.js';
-import { countProcessesScript } from '../support/backend-conformance.js';
+import { countProcessesScript } from '../../services/conformance/backend-conformance.js';
 import { startSshd, type StartedSshd } from '../../services/cli/bench/sshd-container.js';
 
 const ALL_TOOLS = ['read_file', 'write_file', 'search_files', 'patch', 'terminal'];

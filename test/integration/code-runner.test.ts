@@ -12,7 +12,7 @@ import { performance } from 'node:perf_hooks';
 import { after, before, describe, it } from 'node:test';
 import { BerthError } from '../../services/common/errors.js';
 import { silentLogger } from '../../services/common/logging.js';
-import { buildHermesToolsModule } from '../../services/dispatcher/code-execution/hermes-tools-module.js';
+import { buildHermesToolsModule } from '../../services/dispatcher/tools/code-execution/hermes-tools-module.js';
 import type { TaskCodeRunRequest, TaskCodeRunResult, TaskCodeToolCall } from '../../services/common/task-client.js';
 import type { Backend, BackendEnvironment, TaskKey } from '../../services/executor/backend.js';
 import { LocalBackend } from '../../services/executor/backends/local/local-backend.js';

@@ -11,7 +11,7 @@ import { silentLogger } from '../../services/common/logging.js';
 import { DaytonaBackend } from '../../services/executor/backends/daytona/daytona-backend.js';
 import { DaytonaEnvironment } from '../../services/executor/backends/daytona/daytona-environment.js';
 import { AgentChannel } from '../../services/executor/backends/shared/agent/agent-channel.js';
-import { runBackendConformance } from '../support/backend-conformance.js';
+import { runBackendConformance } from '../../services/conformance/backend-conformance.js';
 import { SANDBOX_IMAGE, dockerUnavailableReason } from '../support/docker-fixtures.js';
 import { startDaytonaStandIn, type RunningStandIn } from '../support/daytona-standin.js';
 

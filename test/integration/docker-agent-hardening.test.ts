@@ -1,13 +1,13 @@
 /**
  * The exec agent's channel seen from a hostile command in a real container:
  * the agent's token is nowhere a command can look (environments, command
- * lines, /run/berth, the agent's memory), a command that learnt it anyway
- * cannot replay the hello, and an output flood through the agent costs the
- * executor bounded memory.
+ * lines, /run/berth, the agent's memory), a command cannot even connect to
+ * the agent's socket, nor move it aside, and an output flood through the
+ * agent costs the executor bounded memory.
  */
 import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
-import { mkdtemp, readFile, rm } from 'node:fs/promises';
+import { mkdtemp, rm } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { after, before, describe, it } from 'node:test';
@@ -74,13 +74,14 @@ describe('exec agent hardening (real engine)', { skip: unavailable, timeout: 300
         'cat > /tmp/needle',
         'for f in /proc/[0-9]*/environ /proc/[0-9]*/cmdline; do grep -qaF -f /tmp/needle "$f" 2>/dev/null && echo "found in $f"; done',
         'grep -rlaF -f /tmp/needle /run/berth 2>/dev/null | sed "s/^/found in /"',
-        'tr "\\0" "\\n" < /proc/1/environ | grep -c "^BERTH_AGENT" || true',
+        // PID 1 is the container root's: its environment is closed to commands altogether.
+        'cat /proc/1/environ > /dev/null 2>&1 && echo pid1-environ-readable || echo pid1-environ-unreadable',
         'ls -A /run/berth | tr "\\n" " "; echo',
         // The agent itself, not the entrypoint shell that started it.
-        'agent=$(pgrep -f "^python3 /run/berth/berth_agent.py" | head -1); echo "agent=${agent:+yes}"',
+        'agent=$(pgrep -f "^python3 -I -S /run/berth/berth_agent.pyz" | head -1); echo "agent=${agent:+yes}"',
         'cat /proc/$agent/environ > /dev/null 2>&1 && echo environ-readable || echo environ-unreadable',
         'head -c 1 /proc/$agent/mem > /dev/null 2>&1 && echo mem-readable || echo mem-unreadable',
-        // PTRACE_ATTACH (16) as the agent's own user: refused, the agent is not dumpable.
+        // PTRACE_ATTACH (16): refused (EPERM), the agent is another user (root) and not dumpable.
         'python3 -c "import ctypes,sys; l=ctypes.CDLL(None,use_errno=True); r=l.ptrace(16,int(sys.argv[1]),0,0); print(\'ptrace\', r, ctypes.get_errno())" $agent',
         'rm -f /tmp/needle',
       ].join('\n'),
@@ -90,33 +91,34 @@ describe('exec agent hardening (real engine)', { skip: unavailable, timeout: 300
     assert.equal(r.exitCode, 0, r.output);
     const lines = r.output.trim().split('\n');
     assert.deepEqual(lines.filter((l) => l.startsWith('found in')), [], r.output);
-    assert.equal(lines[0], '0', 'no BERTH_AGENT_* variable in the container\'s environment');
+    assert.equal(lines[0], 'pid1-environ-unreadable', 'PID 1 (the container root\'s) keeps its environment');
     assert.doesNotMatch(lines[1] ?? '', /agent-token/, 'the token file is gone');
     assert.deepEqual(lines.slice(2), ['agent=yes', 'environ-unreadable', 'mem-unreadable', 'ptrace -1 1']);
   });
 
-  it('a command that replays the hello (token and all) is refused, and the task keeps working', async () => {
+  it('a command cannot connect to the agent\'s socket at all (the container root\'s, 0600), even with the token; the task keeps working', async () => {
     const key = newKey();
     const token = await tokenOf(key);
+    // A hello that got through would be refused too (agent-channel-hostile.test.ts replays one at the executor).
     const r = await run(
       key,
       [
         'python3 - "$(cat)" <<\'EOF\'',
         'import json, socket, struct, sys',
         'head = json.dumps({"op": "hello", "id": 0, "token": sys.argv[1], "version": 2, "pid": 1, "python": "x"}).encode()',
-        's = socket.socket(socket.AF_UNIX); s.connect("/run/berth/agent.sock")',
-        '# Refused unread: the executor may close before the hello is even sent.',
+        's = socket.socket(socket.AF_UNIX)',
         'try:',
+        '    s.connect("/run/berth/agent.sock")',
         '    s.sendall(struct.pack(">II", 4 + len(head), len(head)) + head)',
-        '    s.settimeout(20)',
-        '    print("closed" if s.recv(65536) == b"" else "answered")',
-        'except (BrokenPipeError, ConnectionResetError):',
-        '    print("closed")',
+        '    print("connected")',
+        'except PermissionError:',
+        '    print("denied")',
         'EOF',
+        'stat -c "%U %a" /run/berth/agent.sock',
       ].join('\n'),
       token,
     );
-    assert.equal(r.output, 'closed\n', r.output);
+    assert.equal(r.output, 'denied\nroot 600\n', r.output);
     assert.equal((await run(key, 'echo still mine')).output, 'still mine\n');
   });
 
@@ -138,45 +140,30 @@ describe('exec agent hardening (real engine)', { skip: unavailable, timeout: 300
     assert.deepEqual(await poll().then((p) => [p.status, p.exit_code]), ['exited', -9]);
   });
 
-  it('a command listening in place of the executor\'s socket never hears the resume key; the container is replaced', async () => {
+  it('a command can neither move the executor\'s socket aside nor listen in /run/berth; a dropped stream is resumed', async () => {
     const key = newKey();
     const channel = await channelOf(key);
     const env = backend.environmentOf(key);
     assert.ok(env);
     const before = env.container.id;
-    const log = path.join(env.container.hostDir, 'impostor.log');
-    // Moves the executor's socket aside (the directory is the sandbox user's) and listens at its path.
-    await envs.startBackground(key, {
-      command: [
-        'mv /run/berth/agent.sock /run/berth/moved.sock',
-        'exec python3 -c \'',
-        'import socket',
-        's = socket.socket(socket.AF_UNIX); s.bind("/run/berth/agent.sock"); s.listen(8)',
-        'while True:',
-        '    c, _ = s.accept(); c.settimeout(2); got = b""',
-        '    try:',
-        '        while True:',
-        '            d = c.recv(65536)',
-        '            if not d: break',
-        '            got += d',
-        '    except OSError: pass',
-        '    open("/run/berth/impostor.log", "a").write("conn %d\\n" % len(got)); c.close()',
-        '\'',
+    const attempts = await run(
+      key,
+      [
+        'mv /run/berth/agent.sock /run/berth/moved.sock 2>/dev/null && echo moved || echo not-moved',
+        'python3 -c \'import socket; socket.socket(socket.AF_UNIX).bind("/run/berth/x.sock")\' 2>/dev/null && echo bound || echo not-bound',
+        'touch /run/berth/berth_agent.pyz /run/berth/json.py 2>/dev/null && echo planted || echo not-planted',
+        'stat -c "%U %a" /run/berth',
       ].join('\n'),
-    });
-    const moved = await run(key, 'for i in $(seq 100); do [ -S /run/berth/agent.sock ] && [ -S /run/berth/moved.sock ] && break; sleep 0.05; done; ls /run/berth');
-    assert.match(moved.output, /moved\.sock/);
+    );
+    assert.equal(attempts.output, 'not-moved\nnot-bound\nnot-planted\nroot 755\n');
+    const started = await envs.startBackground(key, { command: 'echo bg-up; sleep 300' });
     channel.dropStream();
-    const conns = async () => (await readFile(log, 'utf8').catch(() => '')).split('\n').filter(Boolean);
-    for (let i = 0; i < 200 && (await conns()).length < 2; i++) await new Promise((r) => setTimeout(r, 50));
-    const seen = await conns();
-    assert.ok(seen.length >= 2, `the agent redialled the path: ${JSON.stringify(seen)}`);
-    assert.deepEqual([...new Set(seen)], ['conn 0'], 'the agent said nothing to a listener that is not the executor');
-    // Nobody came back to the executor's socket: the container counts as lost and is replaced.
+    // The agent dials the executor's own socket again: same container, the background process found again.
     const r = await run(key, 'echo after');
     assert.equal(r.output, 'after\n');
-    assert.ok(r.notices.some((n) => /a new container was started/.test(n)), JSON.stringify(r.notices));
-    assert.notEqual(backend.environmentOf(key)?.container.id, before);
+    assert.equal(backend.environmentOf(key)?.container.id, before);
+    const poll = JSON.parse(await envs.process(key, { action: 'poll', sessionId: started.sessionId })) as { status: string };
+    assert.equal(poll.status, 'running');
   });
 
   it('an output flood through the agent is capped and costs the executor bounded memory', async (t) => {

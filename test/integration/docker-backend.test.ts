@@ -19,9 +19,9 @@ import { fileURLToPath, pathToFileURL } from 'node:url';
 import Dockerode from 'dockerode';
 import { BerthError } from '../../services/common/errors.js';
 import { silentLogger } from '../../services/common/logging.js';
-import { ENVIRONMENT_RECREATED_NOTE, terminalToolRegistration } from '../../services/dispatcher/tools/terminal-tool.js';
+import { ENVIRONMENT_RECREATED_NOTE, terminalToolRegistration } from '../../services/dispatcher/tools/terminal/terminal-tool.js';
 import type { TaskKey } from '../../services/executor/backend.js';
-import { LABEL, taskContainerName } from '../../services/executor/backends/docker/container-spec.js';
+import { LABEL } from '../../services/executor/backends/docker/container-spec.js';
 import { DockerBackend, type DockerBackendOptions } from '../../services/executor/backends/docker/docker-backend.js';
 import type { DockerEnvironment } from '../../services/executor/backends/docker/docker-environment.js';
 import { TaskEnvironments } from '../../services/executor/task-environment.js';
@@ -89,14 +89,18 @@ describe('docker backend (real engine)', { skip: unavailable }, () => {
   const run = (e: TaskEnvironments, key: TaskKey, command: string, extra: { timeoutMs?: number; pty?: boolean } = {}) =>
     e.exec(key, { command, timeoutMs: extra.timeoutMs ?? 30_000, ...(extra.pty ? { pty: true } : {}) });
 
-  it('hardening is visible from inside: uid 1000, no capabilities, no-new-privileges, seccomp, pids limit', async () => {
+  it("hardening is visible from inside: the task's own uid, no capabilities, no-new-privileges, seccomp, pids limit", async () => {
     const key = newKey();
     const r = await run(
       envs,
       key,
       [
         'id -u; id -g',
-        'grep -E "^(CapEff|CapBnd|NoNewPrivs|Seccomp):" /proc/self/status',
+        'grep -E "^(CapPrm|CapEff|CapBnd|NoNewPrivs|Seccomp):" /proc/self/status',
+        // The agent and PID 1: the container root's, the agent with only SETUID and SETGID left.
+        'agent=$(pgrep -f "^python3 -I -S /run/berth/berth_agent.pyz" | head -1)',
+        'echo "agent $(grep -E "^(Uid|CapPrm|CapEff):" /proc/$agent/status | cut -f2- | tr "\\t\\n" "  ")"',
+        'echo "pid1 $(grep -E "^Uid:" /proc/1/status | cut -f2)"',
         'cat /sys/fs/cgroup/pids.max 2>/dev/null || cat /sys/fs/cgroup/pids/pids.max',
         'cat /sys/fs/cgroup/memory.max 2>/dev/null || cat /sys/fs/cgroup/memory/memory.limit_in_bytes',
         'findmnt -rno TARGET,OPTIONS /tmp /var/tmp /run /run/berth 2>/dev/null || mount | grep -E " on /(tmp|var/tmp|run|run/berth) "',
@@ -106,11 +110,16 @@ describe('docker backend (real engine)', { skip: unavailable }, () => {
     );
     assert.equal(r.exitCode, 0, r.output);
     const lines = r.output.split('\n');
-    assert.equal(lines[0], '1000');
-    assert.equal(lines[1], '1000');
+    const uid = Number(lines[0]);
+    assert.ok(uid >= 1_900_000_000 && uid <= 1_916_777_215, `uid ${uid} is one of docker.task_uids`);
+    assert.equal(lines[1], lines[0], 'the gid is the uid');
+    assert.match(r.output, /CapPrm:\s+0000000000000000/);
     assert.match(r.output, /CapEff:\s+0000000000000000/);
-    // CHOWN (0), DAC_OVERRIDE (1), FOWNER (3): the bounding set holds nothing else.
-    assert.match(r.output, /CapBnd:\s+000000000000000b/);
+    // CHOWN (0), DAC_READ_SEARCH (2), SETGID (6), SETUID (7): the bounding set holds nothing else.
+    assert.match(r.output, /CapBnd:\s+00000000000000c5/);
+    // Real and saved uid 0, effective and file-system uid the task's between spawns; SETUID and SETGID permitted only.
+    assert.match(r.output, new RegExp(`^agent 0 ${uid} 0 ${uid} 00000000000000c0 0000000000000000 $`, 'm'));
+    assert.match(r.output, /^pid1 0$/m);
     assert.match(r.output, /NoNewPrivs:\s+1/);
     assert.match(r.output, /Seccomp:\s+2/);
     assert.match(r.output, /^256$/m);
@@ -122,6 +131,7 @@ describe('docker backend (real engine)', { skip: unavailable }, () => {
     assert.equal(info.Config.Labels[LABEL.task], key.taskId);
     assert.equal(info.Config.Labels[LABEL.tenant], TENANT);
     assert.equal(info.Config.Labels[LABEL.executor], backend.identity.id);
+    assert.equal(info.Config.Labels[LABEL.uid], String(uid));
     assert.ok(!Number.isNaN(Date.parse(info.Config.Labels[LABEL.created] ?? '')));
     // docker.network: isolated is the default (test/isolation/network.test.ts covers what it blocks).
     assert.match(info.HostConfig.NetworkMode ?? '', /^berth-isolated-[0-9a-f]{10}$/);
@@ -216,7 +226,8 @@ describe('docker backend (real engine)', { skip: unavailable }, () => {
 
   it('runs background processes: stdin, output, kill with -15', async () => {
     const key = newKey();
-    const { sessionId } = await envs.startBackground(key, { command: 'while read -r l; do echo "got $l"; done' });
+    // A stdin pipe on request; without one (and without a PTY) stdin is at end of input.
+    const { sessionId } = await envs.startBackground(key, { command: 'while read -r l; do echo "got $l"; done', pipeStdin: true });
     await envs.process(key, { action: 'write', sessionId, data: 'one\n' });
     let seen = '';
     for (let i = 0; i < 100 && !seen.includes('got one'); i++) {
@@ -259,7 +270,7 @@ describe('docker backend (real engine)', { skip: unavailable }, () => {
     const key = newKey();
     await run(envs, key, 'true');
     const env = backendEnvOf(backend, key);
-    const name = taskContainerName(key);
+    const name = backend.containerNameOf(key);
     assert.equal(await containerState(docker, name), 'running');
     assert.equal(await envs.release(key), true);
     assert.equal(await containerState(docker, name), undefined);
@@ -276,7 +287,7 @@ describe('docker backend (real engine)', { skip: unavailable }, () => {
     assert.equal(r.output, 'yes\n/tmp\n');
     assert.ok(r.notices.some((n) => /was removed.*new container was started/.test(n)), JSON.stringify(r.notices));
     assert.equal(r.environmentRecreated, true);
-    assert.equal(await containerState(docker, taskContainerName(key)), 'running');
+    assert.equal(await containerState(docker, backend.containerNameOf(key)), 'running');
     const again = await run(envs, key, 'true');
     assert.deepEqual(again.notices, []);
     assert.equal(again.environmentRecreated, undefined);
@@ -403,7 +414,7 @@ describe('docker backend (real engine)', { skip: unavailable }, () => {
       );
       const env = backendEnvOf(pooled, key);
       const info = await docker.getContainer(env.container.id).inspect();
-      assert.equal(info.Name, `/${taskContainerName(key)}`);
+      assert.equal(info.Name, `/${pooled.containerNameOf(key)}`);
       assert.equal(info.Config.Labels[LABEL.pool], '1');
       assert.equal(info.Config.Labels[LABEL.executor], pooled.identity.id);
       // The login shell ran while the container waited: the task starts from its snapshot, and state carries on.
@@ -413,6 +424,31 @@ describe('docker backend (real engine)', { skip: unavailable }, () => {
       await pooled.pool!.whenFull();
       assert.equal(pooled.pool!.readyCount, 1);
       console.log(`warm pool first call: ${firstCallMs.toFixed(0)} ms`);
+    } finally {
+      await e.closeAll();
+    }
+  });
+
+  it('adaptive warm pool: after a burst of new tasks it holds as many ready containers (up to its most), all claimable', async () => {
+    const pooled = await newBackend({ warmPool: 1, warmPoolAdaptive: { max: 3, windowMs: 120_000, memoryMiB: 0 } });
+    await pooled.pool!.whenFull();
+    const e = newEnvs(pooled);
+    try {
+      const burst = [newKey(), newKey(), newKey()];
+      await Promise.all(burst.map(async (key) => assert.equal((await run(e, key, 'true')).exitCode, 0)));
+      assert.deepEqual(pooled.warmPoolStatus().target, 3);
+      await pooled.pool!.whenFull();
+      const ready = await docker.listContainers({ filters: { label: [`${LABEL.pool}=1`, `${LABEL.executor}=${pooled.identity.id}`] } });
+      // The burst's own containers carry the pool label too when claimed: count the ones not bound to a task yet.
+      const unclaimed = ready.filter((c) => c.Names.some((n) => n.startsWith('/berth-pool-')));
+      assert.equal(unclaimed.length, 3);
+      // The next burst of three is served from the pool.
+      const next = [newKey(), newKey(), newKey()];
+      await Promise.all(next.map(async (key) => assert.equal((await run(e, key, 'cat /run/berth/task.json')).exitCode, 0)));
+      for (const key of next) {
+        const info = await docker.getContainer(backendEnvOf(pooled, key).container.id).inspect();
+        assert.equal(info.Config.Labels[LABEL.pool], '1', `${key.taskId} came from the pool`);
+      }
     } finally {
       await e.closeAll();
     }
@@ -465,8 +501,8 @@ describe('docker backend (real engine)', { skip: unavailable }, () => {
     try {
       await run(e, key, 'true');
       const result = await restarted.sweep();
-      assert.ok(!result.removed.includes(taskContainerName(key)));
-      assert.equal(await containerState(docker, taskContainerName(key)), 'running');
+      assert.ok(!result.removed.includes(keeper.containerNameOf(key)));
+      assert.equal(await containerState(docker, keeper.containerNameOf(key)), 'running');
     } finally {
       await e.closeAll();
     }
@@ -478,7 +514,7 @@ describe('docker backend (real engine)', { skip: unavailable }, () => {
     const broken = await newBackend({ stateRoot, volumes: [`${stateRoot}:/usr/bin/env`] });
     const key = newKey();
     await assert.rejects(broken.createEnvironment(key), (err: unknown) => err instanceof BerthError);
-    assert.equal(await containerState(docker, taskContainerName(key)), undefined);
+    assert.equal(await containerState(docker, broken.containerNameOf(key)), undefined);
     const left = await docker.listContainers({ all: true, filters: { label: [`${LABEL.stateRoot}=${stateRoot}`] } });
     assert.deepEqual(left.map((c) => c.State), []);
   });
@@ -531,8 +567,10 @@ describe('docker backend (real engine)', { skip: unavailable }, () => {
     const lines = r.output.trim().split('\n');
     assert.deepEqual(lines.slice(0, 4), ['98304', '16384', '1000', '2000'], r.output);
     assert.match(lines[4]!, /^10\.1\.2\.3\s+db\.berth\.test/);
-    assert.deepEqual(lines.slice(5), ['hello', 'from the host', '1000', 'CapEff:\t0000000000000000']);
-    const info = await docker.getContainer(taskContainerName(key)).inspect();
+    assert.deepEqual(lines.slice(5, 7), ['hello', 'from the host']);
+    assert.match(lines[7]!, /^19\d{8}$/, "the task's own uid");
+    assert.equal(lines[8], 'CapEff:\t0000000000000000');
+    const info = await docker.getContainer(extra.containerNameOf(key)).inspect();
     assert.equal(info.Config.Labels.team, 'ml');
     assert.equal(info.Config.Labels[LABEL.task], key.taskId);
     assert.deepEqual(info.HostConfig.SecurityOpt, ['no-new-privileges:true']);

@@ -10,7 +10,7 @@ import type { BackendEnvironment } from '../../services/executor/backend.js';
 import { DockerBackend } from '../../services/executor/backends/docker/docker-backend.js';
 import { DockerEnvironment } from '../../services/executor/backends/docker/docker-environment.js';
 import { AgentChannel } from '../../services/executor/backends/shared/agent/agent-channel.js';
-import { runBackendConformance } from '../support/backend-conformance.js';
+import { runBackendConformance } from '../../services/conformance/backend-conformance.js';
 import { SANDBOX_IMAGE, cleanupDocker, containerState, dockerUnavailableReason } from '../support/docker-fixtures.js';
 
 const docker = new Dockerode();

@@ -14,7 +14,8 @@ import {
   type FileToolOptions,
   type SearchEngine,
 } from '../../services/dispatcher/tools/file-tools.js';
-import type { ToolContext } from '../../services/dispatcher/tool-types.js';
+import type { ToolContext } from '../../services/dispatcher/registry/tool-types.js';
+import { FileLoopGuard } from '../../services/dispatcher/tools/file/loop-guard.js';
 import { LocalTaskClientDouble } from '../fixtures/local-task-client.js';
 
 type Result = Record<string, unknown>;
@@ -28,12 +29,6 @@ function hasRipgrep(): boolean {
   }
 }
 
-/** The JSON object of a result, without the `[Hint: ...]` text search_files appends to truncated results. */
-function jsonPart(raw: string): string {
-  const hint = raw.indexOf('\n\n[Hint: ');
-  return hint >= 0 ? raw.slice(0, hint) : raw;
-}
-
 /** Calls tools by name against one double, parsing their JSON results. */
 class ToolHarness {
   readonly task: LocalTaskClientDouble;
@@ -42,7 +37,8 @@ class ToolHarness {
 
   constructor(task: LocalTaskClientDouble, options: FileToolOptions = {}) {
     this.task = task;
-    this.options = options;
+    // One guard for the harness, as the dispatcher keeps one: write_file needs what read_file saw.
+    this.options = { loopGuard: new FileLoopGuard(), ...options };
     this.context = {
       tenant: 'tenant-test',
       taskId: 'task-test',
@@ -56,7 +52,7 @@ class ToolHarness {
   async call(name: string, args: Record<string, unknown>): Promise<Result> {
     const registration = fileToolRegistrations(this.options).find((reg) => reg.name === name);
     assert.ok(registration, `no tool ${name}`);
-    return JSON.parse(jsonPart(await registration.handler(args, this.context))) as Result;
+    return JSON.parse(await registration.handler(args, this.context)) as Result;
   }
 
   /** The result text as the model sees it (search_files appends a hint after the JSON). */
@@ -136,7 +132,7 @@ describe('read_file', () => {
 
   it('pages with offset and limit and hints at the next offset', async () => {
     await h.write('long.txt', Array.from({ length: 1200 }, (_, i) => `line ${i + 1}`).join('\n') + '\n');
-    const first = await h.call('read_file', { path: 'long.txt' });
+    const first = await h.call('read_file', { path: 'long.txt', limit: 500 });
     assert.equal(first.total_lines, 1200);
     assert.equal(first.truncated, true);
     assert.equal(String(first.content).split('\n').length, 500);
@@ -173,17 +169,69 @@ describe('read_file', () => {
     assert.equal(second, '2|short');
   });
 
-  it('refuses a read over 100,000 characters, naming the size and the file length', async () => {
+  it('cuts a read over 100,000 characters on a line boundary and says where to continue', async () => {
     await h.write('huge-lines.txt', Array.from({ length: 100 }, () => 'y'.repeat(1990)).join('\n'));
     const result = await h.call('read_file', { path: 'huge-lines.txt', limit: 100 });
-    assert.deepEqual(result, {
-      error:
-        'Read produced 199,391 characters which exceeds the safety limit (100,000 chars). ' +
-        'Use offset and limit to read a smaller range. The file has 100 lines total.',
-      path: 'huge-lines.txt',
-      total_lines: 100,
-      file_size: 199_099,
-    });
+    const rows = String(result.content).split('\n');
+    assert.deepEqual([rows.length, rows[0], rows[49]], [50, `1|${'y'.repeat(1990)}`, `50|${'y'.repeat(1990)}`]);
+    // Upstream's keys: the ReadResult's in place, then truncated_by and next_offset, then the hint it had not.
+    assert.deepEqual(Object.keys(result), [
+      'content',
+      'total_lines',
+      'file_size',
+      'truncated',
+      'is_binary',
+      'is_image',
+      'truncated_by',
+      'next_offset',
+      'hint',
+    ]);
+    assert.deepEqual([result.total_lines, result.file_size, result.truncated, result.truncated_by, result.next_offset], [
+      100,
+      199_099,
+      true,
+      'bytes',
+      51,
+    ]);
+    assert.equal(
+      result.hint,
+      'Output truncated at the 100,000-char read budget after 50 line(s) (showing lines 1-50 of 100). Use offset=51 to continue.',
+    );
+    // The rest is there from next_offset, and a page cut by its limit keeps its hint where it was.
+    const rest = await h.call('read_file', { path: 'huge-lines.txt', offset: 51, limit: 60 });
+    assert.deepEqual([String(rest.content).split('\n').length, rest.next_offset, rest.truncated_by], [50, undefined, undefined]);
+    const both = await h.call('read_file', { path: 'huge-lines.txt', offset: 1, limit: 99 });
+    assert.deepEqual(Object.keys(both).slice(3, 5), ['truncated', 'hint']);
+    assert.equal(both.next_offset, 51);
+  });
+
+  it('reads 2,000 lines by default', async () => {
+    await h.write('many.txt', Array.from({ length: 2500 }, (_, i) => `l${i + 1}`).join('\n'));
+    const result = await h.call('read_file', { path: 'many.txt' });
+    assert.equal(String(result.content).split('\n').length, 2000);
+    assert.equal(result.hint, 'Use offset=2001 to continue reading (showing 1-2000 of 2500 lines)');
+  });
+
+  it('flags unresolved merge-conflict blocks in the range read', async () => {
+    const text = ['a', '<<<<<<< HEAD', 'ours', '=======', 'theirs', '>>>>>>> topic', 'b', '<<<<<<< HEAD', 'x'].join('\n');
+    await h.write('conflict.txt', text);
+    const result = await h.call('read_file', { path: 'conflict.txt' });
+    assert.deepEqual(Object.keys(result).slice(-2), ['conflict_blocks', '_hint']);
+    assert.equal(result.conflict_blocks, 1, 'only balanced pairs count');
+    assert.equal(
+      result._hint,
+      '1 unresolved git merge-conflict block(s) (<<<<<<< / ======= / >>>>>>>) in this range. Resolve them (keep one ' +
+        'side or combine, delete the markers) before editing around them.',
+    );
+    // A block cut by paging, or markers without the space git writes, are not flagged.
+    const page = await h.call('read_file', { path: 'conflict.txt', limit: 3 });
+    assert.equal(page.conflict_blocks, undefined);
+    await h.write('plain.txt', '<<<<<<<\n>>>>>>>\n');
+    assert.equal((await h.call('read_file', { path: 'plain.txt' })).conflict_blocks, undefined);
+    // In a large file the conflict hint wins over the large-file one.
+    await h.write('big-conflict.txt', `${text}\n${Array.from({ length: 3000 }, () => 'z'.repeat(300)).join('\n')}`);
+    const big = await h.call('read_file', { path: 'big-conflict.txt' });
+    assert.deepEqual([big.conflict_blocks, String(big._hint).startsWith('1 unresolved git merge-conflict')], [1, true]);
   });
 
   it('reads an empty file', async () => {
@@ -611,17 +659,14 @@ function searchSuite(label: string, engine: SearchEngine): void {
       assert.equal(result.total_count, 10);
       assert.equal(result.truncated, true);
       assert.equal(result.total_count_is_lower_bound, true);
+      // The hint is the object's last key: nothing follows the JSON.
+      assert.equal(Object.keys(result).at(-1), '_hint');
+      assert.equal(result._hint, 'Results truncated. Use offset=6 to see more, or narrow with a more specific pattern or file_glob.');
       const text = await h.callText('search_files', { pattern: '^item', path: 'seq.txt', offset: 3, limit: 3 });
-      assert.ok(
-        text.endsWith(
-          '}\n\n[Hint: Results truncated. Use offset=6 to see more, or narrow with a more specific pattern or file_glob.]',
-        ),
-        text,
-      );
+      assert.ok(text.endsWith('}'), text);
       const tail = await h.call('search_files', { pattern: '^item', path: 'seq.txt', offset: 9, limit: 3 });
       assert.equal((tail.matches as unknown[]).length, 1);
-      assert.equal(tail.truncated, undefined);
-      assert.ok(!(await h.callText('search_files', { pattern: '^item', path: 'seq.txt', offset: 9, limit: 3 })).includes('[Hint:'));
+      assert.deepEqual([tail.truncated, tail._hint], [undefined, undefined]);
     });
 
     it('finds files by name glob case-insensitively, in path order or newest first', async () => {

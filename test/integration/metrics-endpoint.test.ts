@@ -5,7 +5,7 @@
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { createServer, type Server } from 'node:net';
-import { parseConfig } from '../../services/common/config.js';
+import { parseConfig } from '../../services/common/config-load.js';
 import { silentLogger } from '../../services/common/logging.js';
 import { createMetricsRegistry, counter } from '../../services/common/metrics.js';
 import { listenMetrics, startWithMetrics, type MetricsEndpoint } from '../../services/common/metrics-server.js';

@@ -10,8 +10,9 @@ import path from 'node:path';
 import { after, describe } from 'node:test';
 import Dockerode from 'dockerode';
 import { silentLogger } from '../../services/common/logging.js';
-import { ModalBackend, ModalEnvironment } from '../../services/executor/backends/modal/modal-backend.js';
-import { runBackendConformance } from '../support/backend-conformance.js';
+import { ModalBackend } from '../../services/executor/backends/modal/modal-backend.js';
+import { ModalEnvironment } from '../../services/executor/backends/modal/modal-environment.js';
+import { runBackendConformance } from '../../services/conformance/backend-conformance.js';
 import { SANDBOX_IMAGE, dockerUnavailableReason } from '../support/docker-fixtures.js';
 import { startModalStandin, type StandinProcess } from '../support/modal-standin-process.js';
 

@@ -8,8 +8,8 @@ import { dirname, join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { silentLogger } from '../../services/common/logging.js';
 import type { TaskClient } from '../../services/common/task-client.js';
-import { patchRegistration } from '../../services/dispatcher/tools/file/patch-tool.js';
-import type { ToolContext } from '../../services/dispatcher/tool-types.js';
+import { patchRegistration } from '../../services/dispatcher/tools/patch/patch-tool.js';
+import type { ToolContext } from '../../services/dispatcher/registry/tool-types.js';
 import { LocalTaskClientDouble } from '../fixtures/local-task-client.js';
 
 type Result = Record<string, unknown>;
@@ -163,6 +163,26 @@ describe('patch replace mode: upstream result shapes', () => {
     assert.equal(result.diff, '--- a/w.txt\n+++ b/w.txt\n@@ -1,3 +1,3 @@\n-one\n-two\n+uno\n+dos\n three\n');
   });
 
+  it('refuses an indentation typo in a CRLF file as upstream does, and takes the same edit in an LF file', async () => {
+    const typo = { old_string: 'a = 1\nb = 2', new_string: 'a = 1\n        b = 3' };
+    await h.write('crlf.py', 'a = 1\r\nb = 2\r\n');
+    const refused = await h.call({ path: 'crlf.py', ...typo });
+    assert.deepEqual(refused, {
+      success: false,
+      error:
+        "Suspicious indentation in new_string: 1 line(s) indented deeper than old_string's max indent (0 spaces), " +
+        "but neither old_string nor new_string opens a nesting block (':', '{', '('). Likely a model indent typo — " +
+        "check the indentation of: 'b = 3'",
+    });
+    assert.equal(await h.read('crlf.py'), 'a = 1\r\nb = 2\r\n');
+    // Upstream matches these exactly (LF file; one line; the model's own CRLF), so no guard.
+    await h.write('lf.py', 'a = 1\nb = 2\n');
+    assert.equal((await h.call({ path: 'lf.py', ...typo })).success, true);
+    assert.equal((await h.call({ path: 'crlf.py', old_string: 'b = 2', new_string: '        b = 3' })).success, true);
+    await h.write('crlf2.py', 'a = 1\r\nb = 2\r\n');
+    assert.equal((await h.call({ path: 'crlf2.py', old_string: 'a = 1\r\nb = 2', new_string: 'a = 1\r\n        b = 3' })).success, true);
+  });
+
   it('keeps typographic characters the edit did not touch', async () => {
     await h.write('t.md', 'He said \u201cwait\u201d \u2014 then left.\n');
     const result = await h.call({ path: 't.md', old_string: 'He said "wait" -- then left.', new_string: 'He said "wait" -- then stayed.' });
@@ -235,6 +255,18 @@ describe('patch patch mode: V4A headers and shapes', () => {
     assert.deepEqual(result.files_modified, [h.path('win.txt')]);
     assert.equal(result.resolved_path, h.path('win.txt'));
     assert.equal(await h.read('win.txt'), '\uFEFFa\r\nB\r\nc\r\n');
+  });
+
+  it('runs the indentation guard on a fuzzily placed hunk of a CRLF file, as upstream does for every hunk', async () => {
+    const patch = '*** Begin Patch\n*** Update File: {f}\n-a\n-b\n+a\n+        c\n*** End Patch';
+    await h.write('hunk-crlf.txt', 'prefix a\r\nb\r\n');
+    const refused = await h.call({ patch: patch.replace('{f}', 'hunk-crlf.txt') });
+    assert.equal(refused.success, false);
+    assert.match(String(refused.error), /Suspicious indentation in new_string: 1 line\(s\)/);
+    assert.equal(await h.read('hunk-crlf.txt'), 'prefix a\r\nb\r\n');
+    await h.write('hunk-lf.txt', 'prefix a\nb\n');
+    assert.equal((await h.call({ patch: patch.replace('{f}', 'hunk-lf.txt') })).success, true);
+    assert.equal(await h.read('hunk-lf.txt'), 'prefix a\n        c\n');
   });
 
   it('refuses the Codex "*** Move to:" spelling with upstream\'s text, even with ".." in it', async () => {

@@ -9,7 +9,7 @@ import { silentLogger } from '../../services/common/logging.js';
 import type { BackendEnvironment, TaskKey } from '../../services/executor/backend.js';
 import { LocalBackend } from '../../services/executor/backends/local/local-backend.js';
 import { ProcessRegistry, type ProcessEvent, type ProcessRegistryOptions } from '../../services/executor/process-registry.js';
-import { ShellStateRunner } from '../../services/executor/shell-state-runner.js';
+import { ShellStateRunner } from '../../services/executor/shell-state/shell-state-runner.js';
 import { TaskEnvironments, type TaskEnvironmentsOptions } from '../../services/executor/task-environment.js';
 
 /** True when `pid` runs (zombies left by a non-reaping PID 1 count as dead). */
@@ -28,6 +28,12 @@ function isAlive(pid: number): boolean {
 }
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+/** Waits until `check` holds (events arrive from output as it is read). */
+async function eventually(check: () => boolean, what = 'the expected events'): Promise<void> {
+  for (let i = 0; i < 200 && !check(); i++) await sleep(25);
+  assert.ok(check(), `never saw ${what}`);
+}
 
 type Json = Record<string, unknown>;
 
@@ -115,7 +121,7 @@ describe('process tool through TaskEnvironments', () => {
     const envs = environments();
     const key = newKey();
     const command = 'echo one; read -r go; head -c 1500 /dev/zero | tr "\\0" y; echo; exit 4';
-    const { sessionId, pid } = await envs.startBackground(key, { command });
+    const { sessionId, pid } = await envs.startBackground(key, { command, pipeStdin: true });
     await previewUntil(envs, key, sessionId, 'one');
     const first = JSON.parse(await envs.process(key, { action: 'poll', sessionId })) as Json;
     assert.deepEqual(Object.keys(first), ['session_id', 'command', 'status', 'pid', 'uptime_seconds', 'output_preview']);
@@ -175,10 +181,26 @@ describe('process tool through TaskEnvironments', () => {
     assert.deepEqual([log.output, log.total_lines], ['a\nb\nc\n\nd', 5]);
   });
 
-  it('write, submit and close drive stdin of cat', async () => {
+  it('starts without a PTY at end of input: cat finishes at once, and stdin actions say there is none', async () => {
     const envs = environments();
     const key = newKey();
-    const { sessionId } = await envs.startBackground(key, { command: 'cat; echo cat-ended' });
+    const { sessionId } = await envs.startBackground(key, { command: 'wc -l; cat; echo cat-ended; sleep 1000' });
+    await previewUntil(envs, key, sessionId, 'cat-ended');
+    const polled = JSON.parse(await envs.process(key, { action: 'poll', sessionId })) as Json;
+    assert.deepEqual([polled.status, polled.output_preview], ['running', '0\ncat-ended\n']);
+    for (const action of ['write', 'submit', 'close']) {
+      const refused = JSON.parse(await envs.process(key, { action, sessionId, data: 'x' })) as Json;
+      assert.deepEqual(refused, { status: 'error', error: 'Process stdin not available (non-local backend or stdin closed)' }, action);
+    }
+    await envs.process(key, { action: 'kill', sessionId });
+    const late = JSON.parse(await envs.process(key, { action: 'write', sessionId, data: 'x' })) as Json;
+    assert.deepEqual(late, { status: 'already_exited', error: 'Process has already finished' });
+  });
+
+  it('write, submit and close drive stdin of cat when asked for a stdin pipe', async () => {
+    const envs = environments();
+    const key = newKey();
+    const { sessionId } = await envs.startBackground(key, { command: 'cat; echo cat-ended', pipeStdin: true });
     const written = JSON.parse(await envs.process(key, { action: 'write', sessionId, data: 'abc' })) as Json;
     assert.deepEqual(written, { status: 'ok', bytes_written: 3 });
     // Characters, not UTF-8 bytes: "déf\n" is 4.
@@ -198,11 +220,14 @@ describe('process tool through TaskEnvironments', () => {
   it('refuses to write after stdin was closed', async () => {
     const envs = environments();
     const key = newKey();
-    const { sessionId } = await envs.startBackground(key, { command: 'cat; echo input-ended; sleep 1000' });
+    const { sessionId } = await envs.startBackground(key, { command: 'cat; echo input-ended; sleep 1000', pipeStdin: true });
     await envs.process(key, { action: 'close', sessionId });
     await previewUntil(envs, key, sessionId, 'input-ended');
     const refused = JSON.parse(await envs.process(key, { action: 'write', sessionId, data: 'x' })) as Json;
     assert.deepEqual(refused, { status: 'error', error: 'Process stdin not available (non-local backend or stdin closed)' });
+    // Closing again is harmless, as upstream's close of a closed pipe.
+    const again = JSON.parse(await envs.process(key, { action: 'close', sessionId })) as Json;
+    assert.deepEqual(again, { status: 'ok', message: 'stdin closed' });
     await envs.process(key, { action: 'kill', sessionId });
   });
 
@@ -304,28 +329,34 @@ describe('process tool through TaskEnvironments', () => {
   });
 
   it('list shows running and finished processes with upstream keys', async () => {
-    const envs = environments();
+    let nowMs = 1_767_225_600_250;
+    const envs = environments({ processes: { now: () => nowMs } });
     const key = newKey();
     const done = await envs.startBackground(key, { command: 'echo finished' });
     await envs.process(key, { action: 'wait', sessionId: done.sessionId, timeoutMs: 5000 });
+    nowMs += 1000;
     const long = `sleep 1000 # ${'x'.repeat(300)}`;
     const running = await envs.startBackground(key, {
       command: long,
       workdir: '/tmp',
       notifyOnComplete: true,
       watchPatterns: ['READY'],
+      persistOnRelease: true,
     });
     const listed = JSON.parse(await envs.process(key, { action: 'list' })) as { processes: Json[] };
     assert.equal(listed.processes.length, 2);
     const [first, second] = listed.processes;
     const base = ['session_id', 'command', 'cwd', 'pid', 'owner_task_id', 'started_at', 'uptime_seconds', 'status', 'output_preview'];
-    assert.deepEqual(Object.keys(first ?? {}), [...base, 'exit_code']);
+    assert.deepEqual(Object.keys(first ?? {}), [...base, 'exit_code', 'exited_at', 'completion_reason']);
     assert.deepEqual(
       [first?.session_id, first?.status, first?.exit_code, first?.output_preview, first?.cwd, first?.owner_task_id],
       [done.sessionId, 'exited', 0, 'finished\n', workDir, key.taskId],
     );
+    // Seconds since the epoch, with the fraction, as upstream's time.time().
+    assert.deepEqual([first?.exited_at, first?.completion_reason], [1_767_225_600.25, 'exited']);
     assert.match(String(first?.started_at), /^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d$/);
-    assert.deepEqual(Object.keys(second ?? {}), [...base, 'watch_patterns', 'watch_hit', 'notify_on_complete']);
+    assert.deepEqual(Object.keys(second ?? {}), [...base, 'watch_patterns', 'watch_hit', 'notify_on_complete', 'persist_on_release']);
+    assert.equal(second?.persist_on_release, true);
     assert.deepEqual(
       [second?.session_id, second?.status, second?.cwd, second?.command, second?.watch_patterns, second?.watch_hit],
       [running.sessionId, 'running', '/tmp', long.slice(0, 200), ['READY'], false],
@@ -362,27 +393,193 @@ describe('process tool through TaskEnvironments', () => {
     assert.equal(envs.has(key), false);
   });
 
-  it('reports watch-pattern matches (also split across chunks) and completion', async () => {
+  it('reports watch-pattern matches (also split across chunks) and the completion in upstream\'s shapes', async () => {
+    const events: ProcessEvent[] = [];
+    const nowMs = 1_767_225_600_000;
+    const envs = environments({ onProcessEvent: (_key, event) => events.push(event), processes: { now: () => nowMs } });
+    const key = newKey();
+    const command = 'echo starting; printf "server REA"; sleep 0.2; printf "DY on 8080\\n"; sleep 0.2; exit 2';
+    const { sessionId } = await envs.startBackground(key, { command, watchPatterns: ['READY'], notifyOnComplete: true });
+    await envs.process(key, { action: 'poll', sessionId });
+    await eventually(() => events.length === 2);
+    const base = { session_id: sessionId, task_id: key.taskId, owner_task_id: key.taskId, command };
+    assert.deepEqual(events, [
+      { ...base, type: 'watch_match', pattern: 'READY', output: 'server READY on 8080', suppressed: 0 },
+      {
+        ...base,
+        type: 'completion',
+        exit_code: 2,
+        completion_reason: 'exited',
+        termination_source: '',
+        output: 'starting\nserver READY on 8080\n',
+        started_at: 1_767_225_600,
+      },
+    ]);
+  });
+
+  it('sends a completion only with notify_on_complete, and not when the model took the end itself', async () => {
     const events: ProcessEvent[] = [];
     const envs = environments({ onProcessEvent: (_key, event) => events.push(event) });
     const key = newKey();
+    const silent = await envs.startBackground(key, { command: 'echo quiet' });
+    await envs.process(key, { action: 'wait', sessionId: silent.sessionId, timeoutMs: 5000 });
+    const killed = await envs.startBackground(key, { command: 'sleep 1000', notifyOnComplete: true });
+    await envs.process(key, { action: 'kill', sessionId: killed.sessionId });
+    const waited = await envs.startBackground(key, { command: 'sleep 0.3; echo waited-for', notifyOnComplete: true });
+    await envs.process(key, { action: 'wait', sessionId: waited.sessionId, timeoutMs: 5000 });
+    const cut = await envs.startBackground(key, { command: 'head -c 2500 /dev/zero | tr "\\0" z', notifyOnComplete: true });
+    await eventually(() => events.length === 1);
+    assert.deepEqual(
+      events.map((e) => [e.type, e.session_id]),
+      [['completion', cut.sessionId]],
+    );
+    const event = events[0] as Extract<ProcessEvent, { type: 'completion' }>;
+    assert.deepEqual([event.output, event.output_cut], ['z'.repeat(2000), 500]);
+    assert.deepEqual(Object.keys(event).slice(-3), ['output', 'output_cut', 'started_at']);
+    // Release kills what still runs, and that end is not the model's: it is told.
+    const left = await envs.startBackground(key, { command: 'sleep 1000', notifyOnComplete: true });
+    await envs.release(key);
+    assert.deepEqual(
+      events.slice(1).map((e) => [e.type, e.session_id, (e as { completion_reason?: string }).completion_reason]),
+      [['completion', left.sessionId, 'killed']],
+    );
+  });
+
+  it('rate-limits watch matches, disables watching after three strike windows and promotes to a completion', async () => {
+    const events: ProcessEvent[] = [];
+    let nowMs = 1_767_225_600_000;
+    const envs = environments({ onProcessEvent: (_key, event) => events.push(event), processes: { now: () => nowMs } });
+    const key = newKey();
     const { sessionId } = await envs.startBackground(key, {
-      command: 'echo starting; printf "server REA"; sleep 0.2; printf "DY on 8080\\n"; sleep 0.2; exit 2',
-      watchPatterns: ['READY'],
-      notifyOnComplete: true,
+      command: 'while IFS= read -r l; do printf "%s\\n" "$l"; done; echo done',
+      pipeStdin: true,
+      watchPatterns: ['hit'],
     });
-    await envs.process(key, { action: 'wait', sessionId, timeoutMs: 5000 });
-    assert.deepEqual(events, [
-      { kind: 'watch_match', sessionId, command: events[0]?.command, pattern: 'READY', line: 'server READY on 8080', hits: 1 },
-      {
-        kind: 'completed',
-        sessionId,
-        command: events[0]?.command,
-        exitCode: 2,
-        notifyOnComplete: true,
-        outputTail: 'starting\nserver READY on 8080\n',
-      },
-    ]);
+    const say = async (text: string, advanceMs: number) => {
+      nowMs += advanceMs;
+      await envs.process(key, { action: 'submit', sessionId, data: text });
+      await previewUntil(envs, key, sessionId, `${text}\n`);
+    };
+    await say('hit 1', 0); // delivered
+    await say('hit 2', 1000); // strike 1
+    await say('hit 3', 15_000); // delivered, 1 suppressed
+    await say('hit 4', 1000); // strike 2
+    await say('hit 5', 15_000); // delivered
+    await say('hit 6', 1000); // strike 3: disabled
+    await say('hit 7', 60_000); // not watched any more
+    const listed = JSON.parse(await envs.process(key, { action: 'list' })) as { processes: Json[] };
+    assert.deepEqual(
+      [listed.processes[0]?.watch_patterns, listed.processes[0]?.notify_on_complete],
+      [undefined, true],
+    );
+    await envs.process(key, { action: 'close', sessionId });
+    await eventually(() => events.some((e) => e.type === 'completion'));
+    assert.deepEqual(
+      events.map((e) => [e.type, (e as { output?: string }).output, (e as { suppressed?: number }).suppressed]),
+      [
+        ['watch_match', 'hit 1', 0],
+        ['watch_match', 'hit 3', 1],
+        ['watch_match', 'hit 5', 1],
+        ['watch_disabled', undefined, 1],
+        ['completion', 'hit 1\nhit 2\nhit 3\nhit 4\nhit 5\nhit 6\nhit 7\ndone\n', undefined],
+      ],
+    );
+    assert.equal(
+      (events[3] as { message?: string }).message,
+      `Watch patterns disabled for process ${sessionId} — 3 consecutive rate-limit windows triggered (min spacing 15s). ` +
+        "Falling back to notify_on_complete semantics; you'll get exactly one notification when the process exits.",
+    );
+  });
+
+  it('one tenant\'s flood of watch matches trips its breaker, tells its watching tasks, and leaves other tenants alone', async () => {
+    const received: Array<{ task: string; event: ProcessEvent }> = [];
+    let nowMs = 1_767_225_600_000;
+    const envs = environments({
+      onProcessEvent: (key, event) => received.push({ task: `${key.tenant}/${key.taskId}`, event }),
+      processes: { now: () => nowMs },
+    });
+    const echo = 'while IFS= read -r l; do printf "%s\\n" "$l"; done';
+    const loud = [newKey(), newKey()];
+    const quiet = newKey();
+    const other = { tenant: 'other-tenant', taskId: 'other-task' };
+    const start = async (key: TaskKey) => (await envs.startBackground(key, { command: echo, pipeStdin: true, watchPatterns: ['hit'] })).sessionId;
+    const ids = [await start(loud[0]!), await start(loud[1]!), await start(other)];
+    await start(quiet);
+    // 16 processes' worth of first matches in one 10 s window: 8 each from two tasks (a new process per match).
+    const flood = async (key: TaskKey, n: number) => {
+      for (let i = 0; i < n; i++) {
+        const id = i === 0 ? ids[loud.indexOf(key)]! : await start(key);
+        await envs.process(key, { action: 'submit', sessionId: id, data: `hit ${i}` });
+        await previewUntil(envs, key, id, `hit ${i}`);
+      }
+    };
+    await flood(loud[0]!, 8);
+    await flood(loud[1]!, 8);
+    const tripped = received.filter((r) => r.event.type === 'watch_overflow_tripped');
+    // The match that tripped it is dropped; the summary reaches every task of the tenant that watches.
+    assert.deepEqual(tripped.map((r) => r.task).sort(), [loud[0], loud[1], quiet].map((k) => `${k!.tenant}/${k!.taskId}`).sort());
+    assert.equal(received.filter((r) => r.event.type === 'watch_match').length, 15);
+    // Another tenant's match in the same second goes through.
+    await envs.process(other, { action: 'submit', sessionId: ids[2]!, data: 'hit other' });
+    await eventually(() => received.some((r) => r.task === 'other-tenant/other-task' && r.event.type === 'watch_match'));
+    // After the cooldown the tenant's next match is let through with the summary of what was dropped.
+    nowMs += 30_000;
+    const later = await start(loud[0]!);
+    await envs.process(loud[0]!, { action: 'submit', sessionId: later, data: 'hit late' });
+    await eventually(() => received.some((r) => r.event.type === 'watch_overflow_released'));
+    const released = received.find((r) => r.event.type === 'watch_overflow_released')?.event;
+    assert.deepEqual(released, {
+      session_id: '',
+      command: '',
+      type: 'watch_overflow_released',
+      suppressed: 1,
+      message: 'Watch-pattern notifications resumed. 1 match event(s) were suppressed during the flood.',
+    });
+  });
+
+  it('sends heartbeats with the output since the last one, skipping ticks with nothing new', async () => {
+    const events: ProcessEvent[] = [];
+    let nowMs = 1_767_225_600_000;
+    const envs = environments({
+      onProcessEvent: (_key, event) => events.push(event),
+      processes: { now: () => nowMs, heartbeatTickMs: 20 },
+    });
+    const key = newKey();
+    const { sessionId } = await envs.startBackground(key, {
+      command: 'echo first; while IFS= read -r l; do printf "%s\\n" "$l"; done',
+      pipeStdin: true,
+      notifyOnComplete: true,
+      heartbeatSeconds: 5,
+    });
+    await previewUntil(envs, key, sessionId, 'first');
+    nowMs += 59_000;
+    await sleep(100);
+    assert.equal(events.length, 0, 'raised to 60 s: not due yet');
+    nowMs += 1000;
+    await eventually(() => events.length === 1);
+    nowMs += 61_000;
+    await sleep(100); // nothing new: skipped
+    await envs.process(key, { action: 'submit', sessionId, data: 'x'.repeat(2100) });
+    await previewUntil(envs, key, sessionId, 'xxx\n');
+    nowMs += 60_000;
+    await eventually(() => events.length === 2);
+    const base = { session_id: sessionId, task_id: key.taskId, owner_task_id: key.taskId };
+    assert.deepEqual(events[0], {
+      ...base,
+      command: events[0]?.command,
+      type: 'heartbeat',
+      seq: 1,
+      interval: 60,
+      elapsed: 60,
+      output: 'first\n',
+      started_at: 1_767_225_600,
+    });
+    const second = events[1] as Extract<ProcessEvent, { type: 'heartbeat' }>;
+    assert.deepEqual(
+      [second.seq, second.elapsed, second.output],
+      [2, 181, `...(101 earlier characters omitted)\n${'x'.repeat(1999)}\n`],
+    );
+    await envs.process(key, { action: 'kill', sessionId });
   });
 
   it('runs background commands under a PTY', async () => {
@@ -463,8 +660,13 @@ describe('ProcessRegistry limits', () => {
     assert.equal(waited.output, body.slice(-1000));
     const killed = JSON.parse(await reg.handle({ action: 'kill', sessionId })) as Json;
     assert.equal(killed.output, body.slice(-2000));
+    // How much came before the tail, so the reader knows it is not the whole output.
+    assert.deepEqual(Object.keys(killed).slice(-2), ['output', 'output_cut']);
+    assert.equal(killed.output_cut, 3000);
     const exited = JSON.parse(await reg.handle({ action: 'wait', sessionId })) as Json;
     assert.equal(exited.output, body.slice(-2000));
+    assert.deepEqual(Object.keys(exited).slice(-2), ['output', 'output_cut']);
+    assert.equal(exited.output_cut, 3000);
     const listed = JSON.parse(await reg.handle({ action: 'list' })) as { processes: Json[] };
     assert.equal(listed.processes[0]?.output_preview, body.slice(-200));
   });

@@ -7,7 +7,7 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import { processToolRegistration } from '../../services/dispatcher/tools/process-tool.js';
-import { terminalToolRegistration } from '../../services/dispatcher/tools/terminal-tool.js';
+import { terminalToolRegistration } from '../../services/dispatcher/tools/terminal/terminal-tool.js';
 import { localToolTasks } from '../support/tool-tasks.js';
 
 type Json = Record<string, unknown>;
@@ -77,6 +77,7 @@ describe('process tool over a local task', () => {
       completion_reason: 'exited',
       termination_source: '',
       output: 'z'.repeat(2000),
+      output_cut: 1000,
     });
   });
 
@@ -133,13 +134,23 @@ describe('process tool over a local task', () => {
     });
   });
 
-  it('submit and close answer upstream shapes', async () => {
+  it('submit and close drive a PTY process with upstream shapes; one without a PTY has no stdin', async () => {
     const t = task();
-    const id = await t.start('read -r answer; echo "answer=$answer"; cat');
+    const id = await t.start('stty -echo; echo ready; read -r answer; echo "answer=$answer"; cat', { pty: true });
+    // Input typed before the echo is off would come back in the output.
+    for (let i = 0; i < 100 && !String((await t.process({ action: 'poll', session_id: id })).output_preview).includes('ready'); i++) {
+      await new Promise((r) => setTimeout(r, 50));
+    }
     assert.deepEqual(await t.process({ action: 'submit', session_id: id, data: 'yes' }), { status: 'ok', bytes_written: 4 });
-    assert.deepEqual(await t.process({ action: 'close', session_id: id }), { status: 'ok', message: 'stdin closed' });
+    assert.deepEqual(await t.process({ action: 'close', session_id: id }), { status: 'ok', message: 'EOF sent' });
     const done = await t.process({ action: 'wait', session_id: id, timeout: 10 });
-    assert.deepEqual([done.status, done.exit_code, done.output], ['exited', 0, 'answer=yes\n']);
+    assert.deepEqual([done.status, done.exit_code, done.output], ['exited', 0, 'ready\nanswer=yes\n']);
+    const plain = await t.start('cat; echo read-all');
+    assert.deepEqual(await t.process({ action: 'submit', session_id: plain, data: 'yes' }), {
+      status: 'error',
+      error: 'Process stdin not available (non-local backend or stdin closed)',
+    });
+    assert.match(String((await t.process({ action: 'wait', session_id: plain, timeout: 10 })).output), /read-all/);
     assert.deepEqual(await t.process({ action: 'write', session_id: id, data: 'late' }), {
       status: 'already_exited',
       error: 'Process has already finished',

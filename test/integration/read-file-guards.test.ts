@@ -11,9 +11,9 @@ import { mkdir, symlink, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { silentLogger } from '../../services/common/logging.js';
-import { ToolRegistry } from '../../services/dispatcher/registry.js';
+import { ToolRegistry } from '../../services/dispatcher/registry/registry.js';
 import { fileToolRegistrations } from '../../services/dispatcher/tools/file-tools.js';
-import type { ToolContext } from '../../services/dispatcher/tool-types.js';
+import type { ToolContext } from '../../services/dispatcher/registry/tool-types.js';
 import { LocalTaskClientDouble } from '../fixtures/local-task-client.js';
 
 type Result = Record<string, unknown>;
@@ -242,22 +242,18 @@ describe('write_file after read_file: stale content', () => {
   });
   after(async () => h.task.dispose());
 
-  it('warns when the file changed since this task read it, and not after its own write', async () => {
+  it('refuses, rather than warns, when the file changed since this task read or wrote it', async () => {
     await h.write('s.txt', 'one\n');
     await h.call('read_file', { path: 's.txt' });
-    assert.equal((await h.call('write_file', { path: 's.txt', content: 'two\n' }))._warning, undefined);
+    const written = await h.call('write_file', { path: 's.txt', content: 'two\n' });
+    assert.deepEqual(Object.keys(written), ['bytes_written', 'dirs_created', 'resolved_path', 'files_modified']);
     await h.write('s.txt', 'changed elsewhere\n');
     const stale = await h.call('write_file', { path: 's.txt', content: 'three\n' });
-    assert.deepEqual(Object.keys(stale), ['bytes_written', 'dirs_created', '_warning', 'resolved_path', 'files_modified']);
-    assert.equal(
-      stale._warning,
-      'Warning: s.txt was modified since you last read it (external edit or concurrent agent). The content you read ' +
-        'may be stale. Consider re-reading the file to verify before writing.',
-    );
-    assert.equal((await h.call('write_file', { path: 's.txt', content: 'four\n' }))._warning, undefined);
-    // A file never read gets no warning.
-    await h.write('never.txt', 'x\n');
-    assert.equal((await h.call('write_file', { path: 'never.txt', content: 'y\n' }))._warning, undefined);
+    assert.deepEqual(Object.keys(stale), ['error', 'stale_write_blocked', 'path', 'resolved_path']);
+    assert.match(String(stale.error), /^Refusing to overwrite s\.txt: .*s\.txt was modified since you last read it on disk/);
+    // Reading the new content makes the overwrite fine again.
+    await h.call('read_file', { path: 's.txt' });
+    assert.equal((await h.call('write_file', { path: 's.txt', content: 'four\n' })).bytes_written, 5);
   });
 });
 
@@ -287,6 +283,15 @@ describe('search_files: repeated identical searches', () => {
       already_searched: 4,
     });
     assert.equal((await h.call('search_files', { pattern: 'needle', path: 'src' })).already_searched, 5);
+  });
+
+  it('puts the warning before the truncation hint, which upstream sets last', async () => {
+    await h.call('other_tool', {});
+    await h.write('src/y.txt', 'needle\nneedle\n');
+    let third: Record<string, unknown> = {};
+    for (let i = 0; i < 3; i++) third = await h.call('search_files', { pattern: 'needle', path: 'src', limit: 1 });
+    assert.deepEqual(Object.keys(third).slice(-2), ['_warning', '_hint']);
+    assert.equal(third._hint, 'Results truncated. Use offset=1 to see more, or narrow with a more specific pattern or file_glob.');
   });
 
   it('treats the next page, a read or any other call as a break in the streak', async () => {

@@ -8,15 +8,15 @@ import assert from 'node:assert/strict';
 import { writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { describe, it } from 'node:test';
-import { parseConfig } from '../../services/common/config.js';
+import { parseConfig } from '../../services/common/config-load.js';
 import { silentLogger } from '../../services/common/logging.js';
 import type { TaskClient, TaskCodeRunRequest } from '../../services/common/task-client.js';
-import { ToolRegistry } from '../../services/dispatcher/registry.js';
+import { ToolRegistry } from '../../services/dispatcher/registry/registry.js';
 import { registerBuiltinTools } from '../../services/dispatcher/tools/builtin-tools.js';
-import type { ToolRegistration } from '../../services/dispatcher/tool-types.js';
+import type { ToolRegistration } from '../../services/dispatcher/registry/tool-types.js';
 import { fileToolRegistrations } from '../../services/dispatcher/tools/file-tools.js';
 import { processToolRegistration } from '../../services/dispatcher/tools/process-tool.js';
-import { terminalToolRegistration } from '../../services/dispatcher/tools/terminal-tool.js';
+import { terminalToolRegistration } from '../../services/dispatcher/tools/terminal/terminal-tool.js';
 import { localToolTasks, toolContextOf } from '../support/tool-tasks.js';
 
 type Json = Record<string, unknown>;
@@ -45,9 +45,7 @@ function task(redactSecrets: boolean) {
     ].map((reg) => [reg.name, reg]),
   );
   return async (name: string, args: Json): Promise<Json> => {
-    const raw = await tools.get(name)!.handler(args, context);
-    const hint = raw.indexOf('\n\n[Hint: ');
-    return JSON.parse(hint >= 0 ? raw.slice(0, hint) : raw) as Json;
+    return JSON.parse(await tools.get(name)!.handler(args, context)) as Json;
   };
 }
 

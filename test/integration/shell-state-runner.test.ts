@@ -9,14 +9,9 @@ import { shellQuote } from '../../services/common/shell/quote.js';
 import type { BackendEnvironment } from '../../services/executor/backend.js';
 import { LocalBackend } from '../../services/executor/backends/local/local-backend.js';
 import { truncateOutput } from '../../services/executor/output.js';
-import {
-  buildRunScript,
-  CwdMarkerFilter,
-  cwdMarker,
-  parseMarkerBody,
-  ShellStateRunner,
-  type ShellRunRequest,
-} from '../../services/executor/shell-state-runner.js';
+import { CwdMarkerFilter, cwdMarker, parseMarkerBody } from '../../services/executor/shell-state/cwd-marker.js';
+import { buildRunScript } from '../../services/executor/shell-state/run-script.js';
+import { ShellStateRunner, type ShellRunRequest } from '../../services/executor/shell-state/shell-state-runner.js';
 import { TaskEnvironments } from '../../services/executor/task-environment.js';
 
 describe('CwdMarkerFilter', () => {

@@ -11,11 +11,11 @@ import path from 'node:path';
 import { Writable } from 'node:stream';
 import { after, before, describe, it } from 'node:test';
 import { runDoctor, type Finding } from '../../services/cli/doctor.js';
-import { parseConfig } from '../../services/common/config.js';
+import { parseConfig } from '../../services/common/config-load.js';
 import { BerthError } from '../../services/common/errors.js';
 import { createLogger } from '../../services/common/logging.js';
 import type { BackendEnvironment, ExecOptions } from '../../services/executor/backend.js';
-import { findAgentScript } from '../../services/executor/backends/shared/agent-script.js';
+import { findAgentScript } from '../../services/executor/backends/shared/agent/agent-script.js';
 import { SingularityAgentEnvironment } from '../../services/executor/backends/singularity/singularity-agent-environment.js';
 import { SingularityBackend, type SingularityBackendOptions } from '../../services/executor/backends/singularity/singularity-backend.js';
 import {
@@ -26,7 +26,7 @@ import {
   doubleState,
   doubleUnavailableReason,
 } from '../support/apptainer-double.js';
-import { countProcessesScript } from '../support/backend-conformance.js';
+import { countProcessesScript } from '../../services/conformance/backend-conformance.js';
 
 const skip = doubleUnavailableReason();
 
@@ -125,7 +125,7 @@ describe('singularity backend: commands through the exec agent', { skip, timeout
   it('starts one agent per task with apptainer exec, and sends it every command and file operation', async () => {
     assert.equal(backend.transportOf(key), 'agent');
     const before = (await execCalls()).length;
-    assert.match((await execCalls()).pop() ?? '', / instance:\/\/berth-[0-9a-f]{6}-[0-9a-f]{16} python3 \/berth\/agent\/berth_agent\.py --stdio --linger \/berth\/state\/agent\/linger\.sock $/);
+    assert.match((await execCalls()).pop() ?? '', / instance:\/\/berth-[0-9a-f]{6}-[0-9a-f]{16} python3 \/berth\/agent\/berth_agent\.pyz --stdio --linger \/berth\/state\/agent\/linger\.sock $/);
     const parents: string[] = [];
     for (let i = 0; i < 3; i++) parents.push((await run(env, 'echo $PPID')).output.trim());
     await env.writeFile('/workspace/agent-file', Buffer.from('through the agent'));
@@ -133,14 +133,14 @@ describe('singularity backend: commands through the exec agent', { skip, timeout
     assert.equal((await env.stat('/workspace/agent-file')).sizeBytes, 17);
     // The commands ran as children of the one agent, and no new apptainer exec was started for them.
     assert.deepEqual(parents, [String(env.agentPid), String(env.agentPid), String(env.agentPid)]);
-    assert.equal((await run(env, 'tr "\\0" " " < /proc/$PPID/cmdline')).output, 'python3 /berth/agent/berth_agent.py --stdio --linger /berth/state/agent/linger.sock ');
+    assert.equal((await run(env, 'tr "\\0" " " < /proc/$PPID/cmdline')).output, 'python3 /berth/agent/berth_agent.pyz --stdio --linger /berth/state/agent/linger.sock ');
     assert.equal((await execCalls()).length, before);
   });
 
   it("binds this executor's agent file read-only into the instance", async () => {
     const ours = createHash('sha256').update(await readFile(findAgentScript())).digest('hex');
-    assert.equal((await run(env, 'sha256sum < /berth/agent/berth_agent.py')).output.split(' ')[0], ours);
-    const r = await run(env, 'echo changed > /berth/agent/berth_agent.py 2>&1; echo "exit=$?"');
+    assert.equal((await run(env, 'sha256sum < /berth/agent/berth_agent.pyz')).output.split(' ')[0], ours);
+    const r = await run(env, 'echo changed > /berth/agent/berth_agent.pyz 2>&1; echo "exit=$?"');
     assert.match(r.output, /Read-only file system/);
     assert.match(r.output, /exit=1/);
   });

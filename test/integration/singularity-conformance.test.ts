@@ -9,7 +9,7 @@ import { after } from 'node:test';
 import { SingularityAgentEnvironment } from '../../services/executor/backends/singularity/singularity-agent-environment.js';
 import { SingularityBackend } from '../../services/executor/backends/singularity/singularity-backend.js';
 import { APPTAINER_DOUBLE, DOUBLE_IMAGE, doubleState, doubleUnavailableReason } from '../support/apptainer-double.js';
-import { runBackendConformance } from '../support/backend-conformance.js';
+import { runBackendConformance } from '../../services/conformance/backend-conformance.js';
 
 const skip = doubleUnavailableReason();
 const cleanup: string[] = [];

@@ -13,14 +13,15 @@ import path from 'node:path';
 import { Writable } from 'node:stream';
 import { after, afterEach, before, describe, it } from 'node:test';
 import { runDoctor } from '../../services/cli/doctor.js';
-import { parseConfig } from '../../services/common/config.js';
+import { parseConfig } from '../../services/common/config-load.js';
 import { BerthError, UnavailableError } from '../../services/common/errors.js';
 import { createLogger, silentLogger } from '../../services/common/logging.js';
 import type { TaskKey } from '../../services/executor/backend.js';
 import { findAgentScript } from '../../services/executor/backends/shared/agent/agent-script.js';
+import { buildAgentVariant } from '../support/agent-variant.js';
 import { SshBackend, type SshBackendOptions } from '../../services/executor/backends/ssh/ssh-backend.js';
 import { TaskEnvironments } from '../../services/executor/task-environment.js';
-import { countProcessesScript } from '../support/backend-conformance.js';
+import { countProcessesScript } from '../../services/conformance/backend-conformance.js';
 import { startSshd, type StartedSshd } from '../../services/cli/bench/sshd-container.js';
 
 const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms));
@@ -117,10 +118,10 @@ describe('ssh backend exec agent', { timeout: 300_000 }, () => {
     const r = await envs.exec(first, { command: 'echo $((6 * 7))', timeoutMs: 20_000 });
     assert.equal(r.output, '42\n');
     assert.equal(backend.environmentOf(first)?.usesAgent, true);
-    const listing = async () => (await onServer('cd ~/.berth && ls -a | grep agent; stat -c %i agent-*.py')).trim().split('\n');
+    const listing = async () => (await onServer('cd ~/.berth && ls -a | grep agent; stat -c %i agent-*.pyz')).trim().split('\n');
     const [name, inode] = await listing();
-    assert.equal(name, `agent-${hash}.py`);
-    assert.match(await onServer(`pgrep -fc 'agent-${hash}.py --stdio'`), /^[1-9]/);
+    assert.equal(name, `agent-${hash}.pyz`);
+    assert.match(await onServer(`pgrep -fc 'agent-${hash}.pyz --stdio'`), /^[1-9]/);
 
     // Another task, and another executor: the same file, not copied again (same inode, no temp files left).
     await envs.exec(task(), { command: 'true', timeoutMs: 20_000 });
@@ -136,9 +137,8 @@ describe('ssh backend exec agent', { timeout: 300_000 }, () => {
   });
 
   it('copies a changed agent beside the old one, under its own hash', async () => {
-    const modified = path.join(f.stateDir, 'berth_agent.py');
-    const content = `${await readFile(findAgentScript(), 'utf8')}\n# a later version\n`;
-    await writeFile(modified, content);
+    const modified = await buildAgentVariant(f.stateDir, 'berth_agent/__init__.py', (s) => `${s}\n# a later version\n`);
+    const content = await readFile(modified);
     const hash = createHash('sha256').update(content).digest('hex').slice(0, 16);
     const other = new SshBackend(f.options({ agentScriptPath: modified }));
     const otherEnvs = new TaskEnvironments({ backend: other, logger: silentLogger(), lifetimeSeconds: 0 });
@@ -149,9 +149,9 @@ describe('ssh backend exec agent', { timeout: 300_000 }, () => {
       await otherEnvs.closeAll();
       await other.close();
     }
-    const names = (await onServer('cd ~/.berth && ls agent-*.py')).trim().split('\n');
-    assert.ok(names.includes(`agent-${hash}.py`), names.join(','));
-    assert.ok(names.includes(`agent-${await agentHash()}.py`), names.join(','));
+    const names = (await onServer('cd ~/.berth && ls agent-*.pyz')).trim().split('\n');
+    assert.ok(names.includes(`agent-${hash}.pyz`), names.join(','));
+    assert.ok(names.includes(`agent-${await agentHash()}.pyz`), names.join(','));
   });
 
   it('a lost agent stream stops the command it cut off, says so, and the next call starts a new agent', async () => {

@@ -16,7 +16,7 @@ import { SshBackend, type SshBackendOptions } from '../../services/executor/back
 import { SshConnectError } from '../../services/executor/backends/ssh/ssh-errors.js';
 import { sshRoundTrips } from '../../services/executor/backends/ssh/ssh-round-trips.js';
 import { TaskEnvironments } from '../../services/executor/task-environment.js';
-import { countProcessesScript } from '../support/backend-conformance.js';
+import { countProcessesScript } from '../../services/conformance/backend-conformance.js';
 import { generateKeyPair, startSshd, type StartedSshd } from '../../services/cli/bench/sshd-container.js';
 
 const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms));
@@ -160,6 +160,37 @@ describe('ssh backend against a real sshd', { timeout: 300_000 }, () => {
     assert.ok(err instanceof UnavailableError, String(err));
     assert.match(err.message, /was lost while the command ran/);
     await untilServer(async () => (await serverProcesses(seconds)) === 0, 'the orphaned command being killed');
+  });
+
+  it('an interrupt while a lost exec agent is restarted ends the command, which never runs', async () => {
+    const key = task();
+    await envs.exec(key, { command: 'true', timeoutMs: 20_000 });
+    const marker = `/tmp/berth-never-${taskNo}-${process.pid}`;
+    // The next agent's python3 waits for a release file (a slow start held in place); then the agent is lost.
+    const shim = '/usr/local/bin/python3';
+    await sshd.exec(['sh', '-c', `printf '#!/bin/sh\\ntouch /tmp/berth-agent-held\\nwhile [ ! -e /tmp/berth-agent-release ]; do sleep 0.05; done\\nexec /usr/bin/python3 "$@"\\n' > ${shim} && chmod 755 ${shim}`], 'root');
+    try {
+      await sshd.exec(['pkill', '-KILL', '-f', 'agent-.*--stdio'], 'root');
+      const call = envs.exec(key, { command: `touch ${marker}`, timeoutMs: 60_000 });
+      await untilServer(async () => (await sshd.exec(['test', '-e', '/tmp/berth-agent-held'])).exitCode === 0, 'the new agent being held');
+      assert.equal(envs.interrupt(key), 1);
+      const r = await call;
+      assert.deepEqual([r.exitCode, r.interrupted], [130, true]);
+      await sshd.exec(['touch', '/tmp/berth-agent-release'], 'root');
+      // The next call runs on a new agent (the held one may have run out of time to say hello while held: then
+      // the call after starts another); the interrupted command never ran on any.
+      let after: Awaited<ReturnType<typeof envs.exec>> | undefined;
+      for (let attempt = 0; attempt < 3 && !after; attempt++) {
+        after = await envs.exec(key, { command: 'echo up', timeoutMs: 30_000 }).catch((err: unknown) => {
+          if (!(err instanceof UnavailableError)) throw err;
+          return undefined;
+        });
+      }
+      assert.equal(after?.output, 'up\n');
+      assert.notEqual((await sshd.exec(['test', '-e', marker])).exitCode, 0, 'the interrupted command never ran');
+    } finally {
+      await sshd.exec(['rm', '-f', shim, '/tmp/berth-agent-held', '/tmp/berth-agent-release'], 'root');
+    }
   });
 
   it("runs 100 commands concurrently across 10 tasks of one tenant (one agent channel each, on the tenant's connections)", async () => {

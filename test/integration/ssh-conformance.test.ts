@@ -5,7 +5,7 @@ import path from 'node:path';
 import { after } from 'node:test';
 import { SshBackend } from '../../services/executor/backends/ssh/ssh-backend.js';
 import { SshEnvironment } from '../../services/executor/backends/ssh/ssh-environment.js';
-import { runBackendConformance } from '../support/backend-conformance.js';
+import { runBackendConformance } from '../../services/conformance/backend-conformance.js';
 import { startSshd, type StartedSshd } from '../../services/cli/bench/sshd-container.js';
 
 let sshd: StartedSshd | undefined;

@@ -1,5 +1,5 @@
 /**
- * The exec agent on its stdin/stdout (`berth_agent.py --stdio`), started as
+ * The exec agent on its stdin/stdout (`berth_agent.pyz --stdio`), started as
  * a local child process (python3 on this host) and through `docker exec -i`
  * into a real berth-sandbox container: the same operations the docker
  * backend drives over its socket, a command cannot touch the channel, and a
@@ -16,7 +16,6 @@ import os from 'node:os';
 import path from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { Writable } from 'node:stream';
-import { fileURLToPath } from 'node:url';
 import Dockerode from 'dockerode';
 import { createLogger, silentLogger } from '../../services/common/logging.js';
 import type { AgentChannel } from '../../services/executor/backends/shared/agent/agent-channel.js';
@@ -34,10 +33,11 @@ import {
 import { SandboxLostError, type SandboxProcess } from '../../services/executor/backends/shared/sandbox-channel.js';
 import { ExecDeadline } from '../../services/executor/backends/shared/exec-deadline.js';
 import { SANDBOX_IMAGE, dockerUnavailableReason } from '../support/docker-fixtures.js';
+import { AGENT_FILE_NAME, findAgentScript } from '../../services/executor/backends/shared/agent/agent-script.js';
+import { buildAgentVariant } from '../support/agent-variant.js';
 import { realPython } from '../support/python-bin.js';
 
-const repoRoot = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', '..', '..');
-const AGENT = path.join(repoRoot, 'sandbox-image', 'agent', 'berth_agent.py');
+const AGENT = findAgentScript();
 
 const docker = new Dockerode();
 const dockerUnavailable = await dockerUnavailableReason(docker);
@@ -448,7 +448,8 @@ describe('exec agent over stdio, local child process', { timeout: 120_000 }, () 
   });
 
   it('is written in syntax Python 3.6 parses, so an old Python can say why it will not run it', () => {
-    execFileSync(PYTHON, ['-c', 'import ast, sys; ast.parse(open(sys.argv[1]).read(), feature_version=(3, 6))', AGENT]);
+    const parse = 'import ast, sys, zipfile; z = zipfile.ZipFile(sys.argv[1]); [ast.parse(z.read(n), feature_version=(3, 6)) for n in z.namelist()]';
+    execFileSync(PYTHON, ['-c', parse, AGENT]);
   });
 
   it('gives up on a process that never says hello, and ends it', async () => {
@@ -488,8 +489,7 @@ describe('exec agent over stdio, local child process', { timeout: 120_000 }, () 
   it('refuses an agent of another protocol version, naming both', async () => {
     const dir = await mkdtemp(path.join(os.tmpdir(), 'berth-oldagent-'));
     try {
-      const old = path.join(dir, 'berth_agent.py');
-      await writeFile(old, (await readFile(AGENT, 'utf8')).replace(/^VERSION = 2$/m, 'VERSION = 1'));
+      const old = await buildAgentVariant(dir, 'berth_agent/protocol.py', (s) => s.replace(/^VERSION = 2$/m, 'VERSION = 1'));
       const err = await startStdioAgent({ spawn: localSpawn, python: PYTHON, agentPath: old, description: 'old host' }).then(
         () => undefined,
         (e: unknown) => e,
@@ -569,8 +569,7 @@ describe('exec agent over stdio, local child process', { timeout: 120_000 }, () 
   it('refuses to write through an agent without atomic writes', async () => {
     const dir = await mkdtemp(path.join(os.tmpdir(), 'berth-oldagent-'));
     try {
-      const old = path.join(dir, 'berth_agent.py');
-      await writeFile(old, (await readFile(AGENT, 'utf8')).replace(', "atomic-write"]', ']'));
+      const old = await buildAgentVariant(dir, 'berth_agent/protocol.py', (s) => s.replace(', "atomic-write"]', ']'));
       const channel = await startStdioAgent({ spawn: localSpawn, python: PYTHON, agentPath: old, description: 'old host' });
       try {
         await assert.rejects(channel.writeFile(path.join(dir, 'f.txt'), Buffer.from('x')), /cannot write files atomically/);
@@ -612,7 +611,7 @@ describe('exec agent over stdio, docker exec -i', { skip: dockerUnavailable, tim
 
   before(async () => {
     agentDir = await mkdtemp(path.join(os.tmpdir(), 'berth-stdio-agent-'));
-    await copyFile(AGENT, path.join(agentDir, 'berth_agent.py'));
+    await copyFile(AGENT, path.join(agentDir, AGENT_FILE_NAME));
     await chmod(agentDir, 0o755);
     execFileSync('docker', [
       'run', '-d', '--rm', '--name', name, '--network', 'none',
@@ -637,7 +636,7 @@ describe('exec agent over stdio, docker exec -i', { skip: dockerUnavailable, tim
   operations('into a berth-sandbox container', () =>
     startStdioAgent({
       spawn: dockerExec(),
-      agentPath: '/opt/berth-agent/berth_agent.py',
+      agentPath: `/opt/berth-agent/${AGENT_FILE_NAME}`,
       description: `container ${name}`,
       logger: silentLogger(),
     }),
@@ -646,7 +645,7 @@ describe('exec agent over stdio, docker exec -i', { skip: dockerUnavailable, tim
   it('reports a container without python3 as a typed error to fall back on', async () => {
     const err = await startStdioAgent({
       spawn: dockerExec(['-e', 'PATH=/nonexistent']),
-      agentPath: '/opt/berth-agent/berth_agent.py',
+      agentPath: `/opt/berth-agent/${AGENT_FILE_NAME}`,
       description: `container ${name}`,
     }).then(
       () => undefined,

@@ -12,8 +12,8 @@ import path from 'node:path';
 import { describe, it } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { silentLogger } from '../../services/common/logging.js';
-import type { ToolContext } from '../../services/dispatcher/tool-types.js';
-import { ENVIRONMENT_RECREATED_NOTE, terminalToolRegistration } from '../../services/dispatcher/tools/terminal-tool.js';
+import type { ToolContext } from '../../services/dispatcher/registry/tool-types.js';
+import { ENVIRONMENT_RECREATED_NOTE, terminalToolRegistration } from '../../services/dispatcher/tools/terminal/terminal-tool.js';
 import type { TaskKey } from '../../services/executor/backend.js';
 import { TaskEnvironments } from '../../services/executor/task-environment.js';
 import { localToolTasks, taskClientOf, toolContextOf } from '../support/tool-tasks.js';
@@ -103,13 +103,14 @@ describe('terminal cwd key over a local task', () => {
     assert.deepEqual(await t.terminal({ command: 'pwd' }), { output: work, exit_code: 0, error: null });
   });
 
-  it('reports the new directory under a PTY too', async () => {
-    assert.deepEqual(await task().terminal({ command: 'cd / && echo moved', pty: true }), {
-      output: 'moved',
-      exit_code: 0,
-      error: null,
-      cwd: '/',
+  it('refuses a foreground PTY before anything runs, as upstream does, and the directory stays', async () => {
+    const t = task();
+    assert.deepEqual(await t.terminal({ command: 'cd / && echo moved', pty: true }), {
+      error:
+        "pty requires background=true (a PTY session is interacted with via process(action='write'/'submit'), which " +
+        'needs a tracked background process). Retry as terminal(command=..., background=true, pty=true).',
     });
+    assert.notEqual((await t.terminal({ command: 'pwd' })).output, '/');
   });
 
   it('reports the directory a command that calls exit left the shell in', async () => {

@@ -7,7 +7,7 @@
  */
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
-import { terminalToolRegistration } from '../../services/dispatcher/tools/terminal-tool.js';
+import { terminalToolRegistration } from '../../services/dispatcher/tools/terminal/terminal-tool.js';
 import { localToolTasks } from '../support/tool-tasks.js';
 
 type Json = Record<string, unknown>;

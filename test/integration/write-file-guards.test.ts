@@ -10,19 +10,30 @@ import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { silentLogger } from '../../services/common/logging.js';
 import { fileToolRegistrations } from '../../services/dispatcher/tools/file-tools.js';
-import type { ToolContext } from '../../services/dispatcher/tool-types.js';
+import type { ToolContext } from '../../services/dispatcher/registry/tool-types.js';
 import { LocalTaskClientDouble } from '../fixtures/local-task-client.js';
 
 type Result = Record<string, unknown>;
 
+/**
+ * Calls the file tools by name in the context `context()` gives. One set of
+ * tools per suite, as the dispatcher registers them once: write_file needs
+ * what read_file saw.
+ */
+function toolCaller(context: () => ToolContext): (name: string, args: Record<string, unknown>) => Promise<Result> {
+  const tools = fileToolRegistrations();
+  return async (name, args) => {
+    const registration = tools.find((reg) => reg.name === name);
+    assert.ok(registration);
+    return JSON.parse(await registration.handler(args, context())) as Result;
+  };
+}
+
 describe('write_file guards', () => {
   let task: LocalTaskClientDouble;
   let context: ToolContext;
-  const write = async (args: Record<string, unknown>): Promise<Result> => {
-    const registration = fileToolRegistrations().find((reg) => reg.name === 'write_file');
-    assert.ok(registration);
-    return JSON.parse(await registration.handler(args, context)) as Result;
-  };
+  const call = toolCaller(() => context);
+  const write = (args: Record<string, unknown>) => call('write_file', args);
   const path = (relative: string): string => join(task.root, relative);
 
   before(async () => {
@@ -148,12 +159,14 @@ describe('write_file guards', () => {
   it('checks structure after the lone-surrogate refusal and before the BOM and CRLF of the old file are applied', async () => {
     assert.match(String((await write({ path: 'x.json', content: JSON.parse('"{\\ud800"') as string })).error), /lone surrogate/);
     await writeFile(path('bom.json'), '\ufeff{"old": true}\r\n');
+    await call('read_file', { path: 'bom.json' });
     assert.equal((await write({ path: 'bom.json', content: '{"new": true}\n' })).error, undefined);
     assert.equal(await readFile(path('bom.json'), 'utf8'), '\ufeff{"new": true}\r\n');
   });
 
   it('keeps CRLF line endings and a UTF-8 BOM of the file it replaces', async () => {
     await writeFile(path('win.txt'), '\ufeffone\r\ntwo\r\n');
+    await call('read_file', { path: 'win.txt' });
     const result = await write({ path: 'win.txt', content: 'uno\ndos\ntres\n' });
     assert.equal(result.bytes_written, 3 + 'uno\r\ndos\r\ntres\r\n'.length);
     assert.equal(await readFile(path('win.txt'), 'utf8'), '\ufeffuno\r\ndos\r\ntres\r\n');
@@ -161,7 +174,91 @@ describe('write_file guards', () => {
     await write({ path: 'win.txt', content: '\ufeffsolo\n' });
     assert.equal(await readFile(path('win.txt'), 'utf8'), '\ufeffsolo\r\n');
     await writeFile(path('unix.txt'), 'a\nb\n');
+    await call('read_file', { path: 'unix.txt' });
     await write({ path: 'unix.txt', content: 'c\r\nd\n' });
     assert.equal(await readFile(path('unix.txt'), 'utf8'), 'c\r\nd\n');
+  });
+});
+
+describe('write_file over an existing file: a current, full view first (upstream #65604)', () => {
+  let task: LocalTaskClientDouble;
+  let context: ToolContext;
+  const call = toolCaller(() => context);
+  const path = (relative: string): string => join(task.root, relative);
+  const unseen = (given: string) =>
+    `Refusing to overwrite ${given}: ${path(given)} exists but this task has not seen its full current content (never ` +
+    'read, only patched, or only a redacted/partial view). Read the file — every page of it, if it needs ' +
+    'offset/limit — or use patch for a targeted edit; a stale conversation copy must not overwrite the current disk ' +
+    'content. The file was NOT modified. Reload the current contents with read_file (every page, for a file that ' +
+    'needs offset/limit), merge the requested change, then call write_file again. For small edits, prefer patch so ' +
+    'existing unrelated changes are preserved.';
+
+  before(async () => {
+    task = await LocalTaskClientDouble.create('berth-write-views-');
+    context = { tenant: 't', taskId: 'k', sessionId: 's', task, signal: new AbortController().signal, logger: silentLogger() };
+  });
+  after(async () => task.dispose());
+
+  it('refuses a file this task never read, with upstream\'s texts, and leaves it untouched', async () => {
+    await writeFile(path('notes.txt'), 'mine\n');
+    assert.deepEqual(await call('write_file', { path: 'notes.txt', content: 'yours\n' }), {
+      error: unseen('notes.txt'),
+      stale_write_blocked: true,
+      path: 'notes.txt',
+      resolved_path: path('notes.txt'),
+    });
+    assert.equal(await readFile(path('notes.txt'), 'utf8'), 'mine\n');
+    await call('read_file', { path: 'notes.txt' });
+    assert.equal((await call('write_file', { path: 'notes.txt', content: 'yours\n' })).bytes_written, 6);
+    // Its own write is a full view: writing again needs no read.
+    assert.equal((await call('write_file', { path: 'notes.txt', content: 'again\n' })).bytes_written, 6);
+  });
+
+  it('counts pages read contiguously to the last line, not a part', async () => {
+    await writeFile(path('paged.txt'), 'a\nb\nc\nd\n');
+    await call('read_file', { path: 'paged.txt', limit: 2 });
+    assert.equal((await call('write_file', { path: 'paged.txt', content: 'x\n' })).stale_write_blocked, true);
+    await call('read_file', { path: 'paged.txt', offset: 4, limit: 1 });
+    assert.equal((await call('write_file', { path: 'paged.txt', content: 'x\n' })).stale_write_blocked, true, 'a gap');
+    await call('read_file', { path: 'paged.txt', offset: 3, limit: 2 });
+    assert.equal((await call('write_file', { path: 'paged.txt', content: 'x\n' })).error, undefined);
+  });
+
+  it('refuses when the file changed on disk since it was read', async () => {
+    await writeFile(path('moving.txt'), 'one\n');
+    await call('read_file', { path: 'moving.txt' });
+    await writeFile(path('moving.txt'), 'two\n');
+    const refused = await call('write_file', { path: 'moving.txt', content: 'three\n' });
+    assert.equal(
+      refused.error,
+      `Refusing to overwrite moving.txt: ${path('moving.txt')} was modified since you last read it on disk (external ` +
+        'edit or unrecorded writer). Re-read the file before writing. The file was NOT modified. Reload the current ' +
+        'contents with read_file (every page, for a file that needs offset/limit), merge the requested change, then ' +
+        'call write_file again. For small edits, prefer patch so existing unrelated changes are preserved.',
+    );
+    assert.equal(await readFile(path('moving.txt'), 'utf8'), 'two\n');
+  });
+
+  it('needs a fresh read after a patch, or after a read whose secrets were masked', async () => {
+    await writeFile(path('patched.py'), 'x = 1\n');
+    await call('read_file', { path: 'patched.py' });
+    assert.equal((await call('patch', { path: 'patched.py', old_string: 'x = 1', new_string: 'x = 2' })).success, true);
+    assert.equal((await call('write_file', { path: 'patched.py', content: 'x = 3\n' })).stale_write_blocked, true);
+
+    await writeFile(path('config.sh'), `export GITHUB_TOKEN=ghp_${'a'.repeat(36)}\n`);
+    const masked = await call('read_file', { path: 'config.sh' });
+    assert.doesNotMatch(String(masked.content), /a{36}/);
+    assert.equal((await call('write_file', { path: 'config.sh', content: 'export X=1\n' })).stale_write_blocked, true);
+
+    // A line cut at the display width was not seen whole either.
+    await writeFile(path('wide.txt'), `${'w'.repeat(3000)}\n`);
+    await call('read_file', { path: 'wide.txt' });
+    assert.equal((await call('write_file', { path: 'wide.txt', content: 'narrow\n' })).stale_write_blocked, true);
+  });
+
+  it('lets a new file, and an empty one, be written without reading', async () => {
+    assert.equal((await call('write_file', { path: 'fresh/new.txt', content: 'n\n' })).bytes_written, 2);
+    await writeFile(path('empty.txt'), '');
+    assert.equal((await call('write_file', { path: 'empty.txt', content: 'e\n' })).bytes_written, 2);
   });
 });

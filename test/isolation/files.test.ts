@@ -10,7 +10,7 @@
  *
  * Docker backend only: on the local backend every task runs as the same
  * host user in the host's filesystem, which `allow_local_multi_tenant: true`
- * accepts by name (see README, Security).
+ * accepts by name (see docs/security.md).
  */
 import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
@@ -19,8 +19,8 @@ import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
 import Dockerode from 'dockerode';
-import { LABEL, taskContainerName } from '../../services/executor/backends/docker/container-spec.js';
-import { dockerUnavailableReason, removeLabelled } from '../support/docker-fixtures.js';
+import { LABEL } from '../../services/executor/backends/docker/container-spec.js';
+import { dockerUnavailableReason, removeLabelled, taskNamesIn } from '../support/docker-fixtures.js';
 import { startTwoTenants, TENANT_A, type TwoTenants } from '../support/two-tenants.js';
 
 const docker = new Dockerode();
@@ -49,7 +49,7 @@ describe("tenant B cannot reach tenant A's files (docker backend)", { skip: unav
     assert.equal(setup.exit_code, 0, JSON.stringify(setup));
     const bg = json(await t.call(t.a, 'terminal', { command: 'exec sleep 4711', background: true }, aTask));
     assert.match(String(bg.session_id), /^proc_/);
-    const info = await docker.getContainer(taskContainerName({ tenant: TENANT_A, taskId: aTask })).inspect();
+    const info = await docker.getContainer((await taskNamesIn(t.serve.stateRoot)).container({ tenant: TENANT_A, taskId: aTask })).inspect();
     hostDir = info.Config.Labels[LABEL.hostDir] ?? '';
     const workspace = info.Mounts.find((m) => m.Destination === '/workspace');
     volumeData = workspace?.Source ?? '';

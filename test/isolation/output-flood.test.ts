@@ -21,7 +21,7 @@ const docker = new Dockerode();
 const unavailable = await dockerUnavailableReason(docker);
 
 const MiB = 1024 * 1024;
-/** The agent's OUTPUT_BURST and OUTPUT_RATE (sandbox-image/agent/berth_agent.py). */
+/** The agent's OUTPUT_BURST and OUTPUT_RATE (sandbox-image/agent/berth_agent/processes.py). */
 const BURST_BYTES = 16 * MiB;
 const RATE_BYTES_PER_S = 4 * MiB;
 /** A pipe's buffer, the chunk in the agent's hands and the one being written. */

@@ -99,7 +99,8 @@ describe('tenants[].toolsets: [file] (local backend)', () => {
 describe('tenants[].toolsets: [file, code_execution] (local backend)', () => {
   let t: TwoTenants;
   let s: ReturnType<typeof scratch>;
-  const script = (marker: string) =>
+  /** Each tenant's script writes a file of its own: overwriting a file the task never read is refused (stale_write_blocked). */
+  const script = (marker: string, file: string) =>
     [
       'import hermes_tools',
       'try:',
@@ -109,7 +110,7 @@ describe('tenants[].toolsets: [file, code_execution] (local backend)', () => {
       '    print("no terminal stub")',
       `r = hermes_tools._call("terminal", {"command": ${JSON.stringify(`touch ${marker}`)}})`,
       'print(r.get("error") or "terminal ran")',
-      'print(hermes_tools.write_file("s.txt", "from script").get("bytes_written"))',
+      `print(hermes_tools.write_file(${JSON.stringify(file)}, "from script").get("bytes_written"))`,
     ].join('\n');
 
   before(async () => {
@@ -139,7 +140,7 @@ describe('tenants[].toolsets: [file, code_execution] (local backend)', () => {
 
   test("a script of A has no terminal stub and its terminal call is refused; B's script runs terminal", async () => {
     const marker = join(s.work, 'alpha-script-ran');
-    const a = JSON.parse(await t.call(t.a, 'execute_code', { code: script(marker) }, 'a2')) as { status: string; output: string };
+    const a = JSON.parse(await t.call(t.a, 'execute_code', { code: script(marker, 'a.txt') }, 'a2')) as { status: string; output: string };
     assert.equal(a.status, 'success', JSON.stringify(a));
     assert.deepEqual(a.output.trim().split('\n'), [
       'no terminal stub',
@@ -147,13 +148,14 @@ describe('tenants[].toolsets: [file, code_execution] (local backend)', () => {
       '11',
     ]);
     assert.equal(existsSync(marker), false);
-    assert.equal(readFileSync(join(s.work, 's.txt'), 'utf8'), 'from script');
+    assert.equal(readFileSync(join(s.work, 'a.txt'), 'utf8'), 'from script');
 
     const bMarker = join(s.work, 'beta-script-ran');
-    const b = JSON.parse(await t.call(t.b, 'execute_code', { code: script(bMarker) }, 'b2')) as { status: string; output: string };
+    const b = JSON.parse(await t.call(t.b, 'execute_code', { code: script(bMarker, 'b.txt') }, 'b2')) as { status: string; output: string };
     assert.equal(b.status, 'success', JSON.stringify(b));
     assert.deepEqual(b.output.trim().split('\n'), ['terminal stub present', 'terminal ran', '11']);
     assert.equal(existsSync(bMarker), true, "B's script ran terminal");
+    assert.equal(readFileSync(join(s.work, 'b.txt'), 'utf8'), 'from script');
   });
 });
 

@@ -1,7 +1,7 @@
 /**
  * `npm run standin -- NAME [options]`: starts one stand-in control plane (a
- * test double of a cloud sandbox provider, backed by the local Docker
- * engine), prints `listening on PORT` once it serves, and runs until SIGTERM
+ * test double of a cloud sandbox provider or of a Kubernetes API server,
+ * backed by the local Docker engine), prints `listening on PORT` once it serves, and runs until SIGTERM
  * or SIGINT, removing what it started. Each provider's stand-in is loaded
  * only when named.
  */
@@ -9,6 +9,7 @@ import { parseArgs } from 'node:util';
 
 const STANDINS: Readonly<Record<string, (argv: readonly string[]) => Promise<void>>> = {
   daytona: runDaytona,
+  kubernetes: async (argv) => (await import('./kubernetes/main.js')).main(argv),
   modal: async (argv) => (await import('./modal/modal-standin.js')).main(argv),
 };
 
@@ -31,7 +32,7 @@ async function run(argv: readonly string[]): Promise<void> {
   const [name, ...rest] = argv;
   const start = name !== undefined && Object.hasOwn(STANDINS, name) ? STANDINS[name] : undefined;
   if (!start) {
-    process.stderr.write(`usage: npm run standin -- <${Object.keys(STANDINS).join('|')}> [--port N]\n`);
+    process.stderr.write(`usage: npm run standin -- <${Object.keys(STANDINS).join('|')}> [--port N]   (test doubles, not the real services)\n`);
     process.exitCode = 2;
     return;
   }

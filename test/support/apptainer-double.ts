@@ -9,6 +9,7 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
 import type { SingularityBackendOptions } from '../../services/executor/backends/singularity/singularity-backend.js';
+import { toolsRequired } from './require-tools.js';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 /** The double's path, from dist/test/support or test/support alike. */
@@ -27,12 +28,12 @@ export const APPTAINER_DOUBLE = path.resolve(
 export const DOUBLE_IMAGE = 'docker://berth-sandbox:latest';
 
 /**
- * Why the double cannot run here, or undefined when it can. In CI a missing
- * tool is a failure, not a skip: .ci/run installs bubblewrap.
+ * Why the double cannot run here, or undefined when it can. Under make test or
+ * CI a missing tool is a failure, not a skip: scripts/test-setup.sh installs bubblewrap.
  */
 export function doubleUnavailableReason(): string | undefined {
   const reason = unavailableReason();
-  if (reason && process.env.CI) throw new Error(`apptainer test double cannot run: ${reason}`);
+  if (reason && toolsRequired()) throw new Error(`apptainer test double cannot run: ${reason}`);
   return reason;
 }
 
@@ -50,6 +51,14 @@ function unavailableReason(): string | undefined {
 }
 
 /**
+ * Where the double keeps exported root filesystems: a cache that outlives
+ * runs on purpose (test/run.sh names it outside the run's own temp directory).
+ */
+export function doubleRootfsCache(): string {
+  return process.env.APPTAINER_DOUBLE_ROOTFS ?? path.join(os.tmpdir(), 'berth-apptainer-double-rootfs');
+}
+
+/**
  * A state directory for the double. The exported root filesystem is shared
  * by all runs (under the OS temp dir, keyed by image id), since exporting it
  * takes seconds; instances and the call log are per run.
@@ -58,7 +67,7 @@ export async function doubleState(): Promise<{ stateDir: string; env: Record<str
   const stateDir = await mkdtemp(path.join(os.tmpdir(), 'berth-apptainer-double-'));
   return {
     stateDir,
-    env: { APPTAINER_DOUBLE_STATE: stateDir, APPTAINER_DOUBLE_ROOTFS: path.join(os.tmpdir(), 'berth-apptainer-double-rootfs') },
+    env: { APPTAINER_DOUBLE_STATE: stateDir, APPTAINER_DOUBLE_ROOTFS: doubleRootfsCache() },
     calls: async () =>
       (await readFile(path.join(stateDir, 'calls.log'), 'utf8').catch(() => '')).split('\n').filter((l) => l !== ''),
   };

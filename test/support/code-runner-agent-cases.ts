@@ -11,11 +11,11 @@ import { afterEach, it } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { silentLogger } from '../../services/common/logging.js';
 import type { TaskCodeRunRequest, TaskCodeRunResult } from '../../services/common/task-client.js';
-import { buildHermesToolsModule } from '../../services/dispatcher/code-execution/hermes-tools-module.js';
+import { buildHermesToolsModule } from '../../services/dispatcher/tools/code-execution/hermes-tools-module.js';
 import type { TaskKey } from '../../services/executor/backend.js';
 import { CodeRunner } from '../../services/executor/code-execution/code-runner.js';
 import type { TaskEnvironments } from '../../services/executor/task-environment.js';
-import { countProcessesScript } from './backend-conformance.js';
+import { countProcessesScript } from '../../services/conformance/backend-conformance.js';
 
 const ALL_TOOLS = ['read_file', 'write_file', 'search_files', 'patch', 'terminal'];
 

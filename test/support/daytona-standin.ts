@@ -24,9 +24,10 @@ export interface RunningStandIn {
   stop(): Promise<number | null>;
 }
 
-export async function startDaytonaStandIn(): Promise<RunningStandIn> {
+/** `env` is added to the stand-in's environment (e.g. DOCKER_HOST, the engine its sandboxes are made on). */
+export async function startDaytonaStandIn(env: Readonly<Record<string, string>> = {}): Promise<RunningStandIn> {
   const child = spawn(process.execPath, [STANDIN_MAIN, 'daytona', '--port', '0'], {
-    env: { ...process.env, DAYTONA_STANDIN_API_KEY: STANDIN_API_KEY },
+    env: { ...process.env, ...env, DAYTONA_STANDIN_API_KEY: STANDIN_API_KEY },
     stdio: ['ignore', 'pipe', 'inherit'],
   });
   const exited = new Promise<number | null>((resolve) => child.once('exit', (code) => resolve(code)));

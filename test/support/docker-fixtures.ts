@@ -11,13 +11,22 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import Dockerode from 'dockerode';
 import { silentLogger } from '../../services/common/logging.js';
 import { LABEL } from '../../services/executor/backends/docker/container-spec.js';
+import { DockerStreamDemuxer } from '../../services/executor/backends/docker/docker-stream-demuxer.js';
 import { NetworkIsolation } from '../../services/executor/backends/docker/network-isolation.js';
+import { DEFAULT_NAME_KEY_FILE, TaskNames } from '../../services/executor/backends/docker/task-names.js';
+import { toolsRequired } from './require-tools.js';
 
 export const SANDBOX_IMAGE = process.env.BERTH_TEST_IMAGE ?? 'berth-sandbox:latest';
 
+/** The names (container, volumes) a docker executor with this state root gives tasks: keyed by the name key it made at its start. */
+export function taskNamesIn(stateRoot: string): Promise<TaskNames> {
+  return TaskNames.load(path.join(stateRoot, 'docker', DEFAULT_NAME_KEY_FILE));
+}
+
 /**
- * Why docker tests cannot run here, or undefined when they can. In CI a
- * missing engine or image is a failure, not a skip: .ci/run provides both.
+ * Why docker tests cannot run here, or undefined when they can. Under make
+ * test or CI a missing engine or image is a failure, not a skip: make image
+ * provides both.
  */
 export async function dockerUnavailableReason(docker = new Dockerode()): Promise<string | undefined> {
   let reason: string | undefined;
@@ -27,7 +36,7 @@ export async function dockerUnavailableReason(docker = new Dockerode()): Promise
   } catch (err) {
     reason = `Docker or ${SANDBOX_IMAGE} is not available (${(err as Error).message}); run \`make image\``;
   }
-  if (reason && process.env.CI) throw new Error(reason);
+  if (reason && toolsRequired()) throw new Error(reason);
   return reason;
 }
 
@@ -70,6 +79,39 @@ export async function pruneIsolatedNetworks(docker = new Dockerode()): Promise<v
     logger: silentLogger(),
   });
   await isolation.close();
+}
+
+/**
+ * Runs `script` with `sh -c` in a container as its root, from outside (what
+ * an operator, or the kernel, can do to a sandbox; no command of the task
+ * can): resolves to the exit code and stdout.
+ */
+export async function execAsRoot(docker: Dockerode, nameOrId: string, script: string): Promise<{ exitCode: number; stdout: string }> {
+  const exec = await docker.getContainer(nameOrId).exec({ Cmd: ['sh', '-c', script], User: '0:0', AttachStdout: true, AttachStderr: true });
+  const stream = await exec.start({ hijack: true, stdin: false });
+  const demuxer = new DockerStreamDemuxer();
+  let stdout = '';
+  await new Promise<void>((resolve, reject) => {
+    stream.on('data', (chunk: Buffer) => {
+      for (const part of demuxer.push(chunk)) if (part.stream === 'stdout') stdout += part.data.toString('utf8');
+    });
+    stream.on('end', resolve);
+    stream.on('close', resolve);
+    stream.on('error', reject);
+  });
+  return { exitCode: (await exec.inspect()).ExitCode ?? -1, stdout };
+}
+
+/**
+ * The name of a task's container (`role` code: its execute_code code
+ * container), found by its labels, or undefined when there is none. Names
+ * are keyed by the executor's secret (task-names.ts): a test that has no
+ * backend or state root at hand finds them this way.
+ */
+export async function containerOfTask(docker: Dockerode, taskId: string, role: 'task' | 'code' = 'task'): Promise<string | undefined> {
+  const list = await docker.listContainers({ all: true, filters: { label: [`${LABEL.task}=${taskId}`] } });
+  const found = list.find((c) => (c.Labels[LABEL.role] === 'code') === (role === 'code'));
+  return found?.Names[0]?.replace(/^\//, '');
 }
 
 /** State of a container by name or id, or undefined when it does not exist. */
@@ -147,6 +189,68 @@ export async function slowStartDockerProxy(
   await new Promise<void>((resolve) => server.listen(socketPath, resolve));
   return {
     socketPath,
+    async close() {
+      const closed = new Promise<void>((resolve) => server.close(() => resolve()));
+      for (const socket of open) socket.destroy();
+      await closed;
+      await rm(dir, { recursive: true, force: true });
+    },
+  };
+}
+
+/**
+ * A Unix socket in front of the Docker daemon that, while `holdCreates`
+ * is armed, holds back the next container create request (and what follows
+ * it on that connection) until released: a daemon that takes its time to
+ * make a container, without timing. `reached` resolves when one is held.
+ */
+export async function heldCreateDockerProxy(
+  upstreamPath = '/var/run/docker.sock',
+): Promise<{ readonly socketPath: string; holdCreates(): { reached: Promise<void>; release: () => void }; close(): Promise<void> }> {
+  const dir = await mkdtemp(path.join(os.tmpdir(), 'berth-held-docker-'));
+  const socketPath = path.join(dir, 'docker.sock');
+  const open = new Set<net.Socket>();
+  let armed: { reached: () => void; released: Promise<void> } | undefined;
+  const server = net.createServer((client) => {
+    const upstream = net.connect(upstreamPath);
+    open.add(client).add(upstream);
+    client.on('close', () => open.delete(client));
+    upstream.on('close', () => open.delete(upstream));
+    let chain = Promise.resolve();
+    client.on('data', (chunk: Buffer) => {
+      const hold = armed && /^POST \S*\/containers\/create[\s?]/m.test(chunk.toString('latin1')) ? armed : undefined;
+      if (hold) {
+        armed = undefined;
+        hold.reached();
+      }
+      chain = chain.then(() => hold?.released).then(() => void upstream.write(chunk));
+    });
+    upstream.pipe(client);
+    client.on('end', () => void chain.then(() => upstream.end()));
+    const destroy = () => {
+      client.destroy();
+      upstream.destroy();
+    };
+    client.on('error', destroy);
+    upstream.on('error', destroy);
+  });
+  await new Promise<void>((resolve) => server.listen(socketPath, resolve));
+  return {
+    socketPath,
+    holdCreates() {
+      let reached!: () => void;
+      const arrived = new Promise<void>((resolve) => (reached = resolve));
+      let release!: () => void;
+      const released = new Promise<void>((resolve) => (release = resolve));
+      armed = { reached, released };
+      return {
+        reached: arrived,
+        release: () => {
+          if (armed?.released === released) armed = undefined;
+          release();
+        },
+      };
+    },
     async close() {
       const closed = new Promise<void>((resolve) => server.close(() => resolve()));
       for (const socket of open) socket.destroy();

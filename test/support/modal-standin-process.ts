@@ -5,11 +5,9 @@
  * and stops it with SIGTERM. The environment a client needs to reach it
  * through the SDK's own settings is in {@link StandinProcess.env}.
  */
-import { spawn, type ChildProcess } from 'node:child_process';
-import { fileURLToPath } from 'node:url';
+import type { ChildProcess } from 'node:child_process';
 import Dockerode from 'dockerode';
-
-const MAIN = fileURLToPath(new URL('../standins/main.js', import.meta.url));
+import { spawnStandin } from './standin-process.js';
 
 export const STANDIN_TOKEN_ID = 'ak-standin-test';
 export const STANDIN_TOKEN_SECRET = 'as-standin-test';
@@ -26,40 +24,20 @@ export interface StandinProcess {
   stop(): Promise<number | null>;
 }
 
-export async function startModalStandin(extraArgs: readonly string[] = []): Promise<StandinProcess> {
-  const child = spawn(process.execPath, [MAIN, 'modal', '--port', '0', ...extraArgs], {
-    env: { ...process.env, MODAL_TOKEN_ID: STANDIN_TOKEN_ID, MODAL_TOKEN_SECRET: STANDIN_TOKEN_SECRET },
-    stdio: ['ignore', 'pipe', 'pipe'],
-  });
-  let stderr = '';
-  child.stderr!.setEncoding('utf8').on('data', (d: string) => {
-    stderr = (stderr + d).slice(-256 * 1024);
-  });
-  const exited = new Promise<number | null>((resolve) => child.once('exit', (code) => resolve(code)));
-  const port = await new Promise<number>((resolve, reject) => {
-    let out = '';
-    const timer = setTimeout(() => {
-      child.kill('SIGKILL');
-      reject(new Error(`the Modal stand-in did not listen within 30 s; stderr:\n${stderr}`));
-    }, 30_000);
-    child.stdout!.setEncoding('utf8').on('data', (d: string) => {
-      out += d;
-      const m = /listening on (\d+)/.exec(out);
-      if (m) {
-        clearTimeout(timer);
-        resolve(Number(m[1]));
-      }
-    });
-    child.once('exit', (code, signal) => {
-      clearTimeout(timer);
-      reject(new Error(`the Modal stand-in exited (${signal ?? code}) before listening; stderr:\n${stderr}`));
-    });
-  });
+/** `env` is added to the stand-in's environment (e.g. DOCKER_HOST, the engine its sandboxes are made on). */
+export async function startModalStandin(extraArgs: readonly string[] = [], env: Readonly<Record<string, string>> = {}): Promise<StandinProcess> {
+  const { child, match, exited, stderr } = await spawnStandin('modal', extraArgs, /listening on (\d+)/, {
+    ...process.env,
+    ...env,
+    MODAL_TOKEN_ID: STANDIN_TOKEN_ID,
+    MODAL_TOKEN_SECRET: STANDIN_TOKEN_SECRET,
+  }, 30_000);
+  const port = Number(match[1]);
   return {
     port,
     child,
     env: { MODAL_SERVER_URL: `http://127.0.0.1:${port}`, MODAL_TOKEN_ID: STANDIN_TOKEN_ID, MODAL_TOKEN_SECRET: STANDIN_TOKEN_SECRET },
-    stderr: () => stderr,
+    stderr,
     containers: async () =>
       (await new Dockerode().listContainers({ all: true, filters: { label: [`berth.standin.port=${port}`] } })).map((c) => c.Id),
     stop: async () => {

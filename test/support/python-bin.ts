@@ -7,6 +7,7 @@
 import { execFileSync } from 'node:child_process';
 import { mkdirSync, symlinkSync } from 'node:fs';
 import path from 'node:path';
+import { toolsRequired } from './require-tools.js';
 
 /** The interpreter `python3` resolves to here, as an absolute path. */
 export function realPython(): string {
@@ -26,8 +27,8 @@ export function pythonBinDir(parent: string): string {
  * A Python interpreter that has grpcio and protobuf (the Python client's
  * runtime), as an absolute path, or the reason there is none. Tries
  * BERTH_TEST_PYTHON, then Debian's /usr/bin/python3 (where python3-grpcio and
- * python3-protobuf install), then `python3` on PATH. Under CI a missing one
- * throws: .ci/run installs Debian's packages.
+ * python3-protobuf install), then `python3` on PATH. Under make test or CI a
+ * missing one throws: scripts/test-setup.sh installs Debian's packages.
  */
 export function grpcPython(): { python: string; reason?: undefined } | { python?: undefined; reason: string } {
   const candidates = [process.env.BERTH_TEST_PYTHON, '/usr/bin/python3', 'python3'].filter((c): c is string => !!c);
@@ -46,6 +47,6 @@ export function grpcPython(): { python: string; reason?: undefined } | { python?
   const reason =
     `no Python with grpcio and protobuf (tried ${tried.join(', ')}); ` +
     'on Debian: apt-get install python3-grpcio python3-protobuf, or set BERTH_TEST_PYTHON';
-  if (process.env.CI) throw new Error(reason);
+  if (toolsRequired()) throw new Error(reason);
   return { reason };
 }

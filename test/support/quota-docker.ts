@@ -53,6 +53,7 @@ import { basename, delimiter, join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { promisify } from 'node:util';
 import Dockerode from 'dockerode';
+import { toolsRequired } from './require-tools.js';
 
 /** Every path the fixture creates contains this, so leftovers of a crashed run can be found. */
 const MARKER = 'berth-quota-';
@@ -81,10 +82,10 @@ const TOOLS = {
 type Tool = keyof typeof TOOLS;
 type Tools = Record<Tool, string>;
 
-/** Why the fixture cannot run here, or undefined. Under CI (process.env.CI set) it throws instead (tests must fail, not skip, in CI). */
+/** Why the fixture cannot run here, or undefined. Under make test or CI (toolsRequired()) it throws instead: tests must fail, not skip, once set-up ran. */
 export function quotaDockerUnavailableReason(): string | undefined {
   const reason = whyUnavailable() ?? kernelLacksBtrfs();
-  if (reason && process.env.CI) throw new Error(reason);
+  if (reason && toolsRequired()) throw new Error(reason);
   return reason;
 }
 

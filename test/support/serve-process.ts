@@ -19,9 +19,13 @@ export const BERTH_BIN = join(REPO_ROOT, 'bin', 'berth');
 
 export interface ServeProcess extends AsyncDisposable {
   readonly address: string;
+  /** BERTH_STATE_ROOT of the server (removed when it stops). */
+  readonly stateRoot: string;
   /** http://host:port/metrics, when the server was started with metrics on. */
   readonly metricsUrl: string | undefined;
   readonly child: ChildProcess;
+  /** What the server printed on stdout up to its "serving on" line. */
+  readonly startupOutput: string;
   readonly client: DispatcherClient;
   readonly channel: Channel;
   /** Everything the server wrote to stderr so far (its JSON log lines). */
@@ -64,8 +68,10 @@ export async function startServe(
   };
   return {
     address,
+    stateRoot,
     metricsUrl,
     child,
+    startupOutput: server.startupOutput,
     client,
     channel,
     logs: () => server.stderr(),

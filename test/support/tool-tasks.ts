@@ -9,7 +9,7 @@ import path from 'node:path';
 import { after, afterEach, before } from 'node:test';
 import { silentLogger } from '../../services/common/logging.js';
 import type { TaskClient } from '../../services/common/task-client.js';
-import type { ToolContext } from '../../services/dispatcher/tool-types.js';
+import type { ToolContext } from '../../services/dispatcher/registry/tool-types.js';
 import type { TaskKey } from '../../services/executor/backend.js';
 import { LocalBackend } from '../../services/executor/backends/local/local-backend.js';
 import { TaskEnvironments } from '../../services/executor/task-environment.js';

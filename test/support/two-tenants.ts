@@ -36,7 +36,7 @@ export interface TwoTenants extends AsyncDisposable {
 }
 
 export interface TwoTenantsOptions {
-  readonly backend: 'local' | 'docker';
+  readonly backend: 'local' | 'docker' | 'kubernetes';
   /** Extra top-level config lines (YAML), e.g. `approvals: { skip_in_containers: false }`. */
   readonly configLines?: readonly string[];
   /** Extra keys of a tenant's entry (YAML flow-map text), e.g. `{ alpha: 'toolsets: [file]' }`. */

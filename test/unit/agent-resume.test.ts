@@ -9,7 +9,9 @@
 import assert from 'node:assert/strict';
 import { Duplex, PassThrough } from 'node:stream';
 import { describe, test } from 'node:test';
-import { AgentChannel, parseResumed, type AgentStream } from '../../services/executor/backends/shared/agent/agent-channel.js';
+import { AgentChannel } from '../../services/executor/backends/shared/agent/agent-channel.js';
+import { parseResumed } from '../../services/executor/backends/shared/agent/agent-resume.js';
+import type { AgentStream } from '../../services/executor/backends/shared/agent/agent-stream.js';
 import {
   AGENT_PROTOCOL_VERSION,
   FrameDecoder,

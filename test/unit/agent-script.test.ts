@@ -1,17 +1,20 @@
 /**
- * Staging the exec agent's file for a sandbox: content-addressed, readable
+ * The exec agent's archive, and staging it for a sandbox: content-addressed, readable
  * by any user, never half-written, never changed under a sandbox that uses
  * another version.
  */
 import assert from 'node:assert/strict';
+import { execFileSync } from 'node:child_process';
 import { createHash } from 'node:crypto';
 import { mkdtemp, readFile, readdir, rm, stat, writeFile } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { after, before, describe, it } from 'node:test';
-import { agentDigest, findAgentScript, stageAgentScript } from '../../services/executor/backends/shared/agent-script.js';
+import { AGENT_FILE_NAME, agentDigest, findAgentScript, stageAgentScript } from '../../services/executor/backends/shared/agent/agent-script.js';
+import { AGENT_SOURCE_DIR } from '../support/agent-variant.js';
+import { realPython } from '../support/python-bin.js';
 
-describe('stageAgentScript', () => {
+describe('the agent archive', () => {
   let dir: string;
 
   before(async () => {
@@ -22,8 +25,21 @@ describe('stageAgentScript', () => {
     await rm(dir, { recursive: true, force: true });
   });
 
-  it("finds this package's berth_agent.py", async () => {
-    assert.match(await readFile(findAgentScript(), 'utf8'), /^#!\/usr\/bin\/env python3\n"""Berth's exec agent/);
+  it("finds this installation's agent archive: the entry point and the package, nothing else", () => {
+    const archive = findAgentScript();
+    assert.equal(path.basename(archive), AGENT_FILE_NAME);
+    const list = 'import sys, zipfile; print("\\n".join(zipfile.ZipFile(sys.argv[1]).namelist()))';
+    const names = execFileSync(realPython(), ['-c', list, archive], { encoding: 'utf8' }).trim().split('\n');
+    assert.equal(names[0], '__main__.py');
+    assert.ok(names.includes('berth_agent/__init__.py'), names.join(' '));
+    assert.deepEqual(names.slice(1).filter((n) => !/^berth_agent\/[a-z_]+\.py$/.test(n)), []);
+    assert.deepEqual([...names].sort(), names);
+  });
+
+  it('builds the same bytes from the same sources, so the hash names one agent wherever it was built', async () => {
+    const again = path.join(dir, 'again.pyz');
+    execFileSync(realPython(), [path.join(AGENT_SOURCE_DIR, 'build.py'), again], { stdio: 'ignore' });
+    assert.equal(agentDigest(await readFile(again)), agentDigest(await readFile(findAgentScript())));
   });
 
   it('copies the file under its content hash, readable by every user, and keeps one copy per version', async () => {
@@ -37,7 +53,7 @@ describe('stageAgentScript', () => {
     const b = await stageAgentScript(v2, root);
     assert.equal(a.digest, createHash('sha256').update('print("one")\n').digest('hex').slice(0, 16));
     assert.equal(a.dir, path.join(root, a.digest));
-    assert.equal(a.file, path.join(root, a.digest, 'berth_agent.py'));
+    assert.equal(a.file, path.join(root, a.digest, AGENT_FILE_NAME));
     assert.deepEqual(again, a);
     assert.notEqual(b.dir, a.dir);
     assert.equal(await readFile(a.file, 'utf8'), 'print("one")\n');
@@ -45,7 +61,7 @@ describe('stageAgentScript', () => {
     assert.equal((await stat(a.dir)).mode & 0o777, 0o755);
     assert.equal((await stat(a.file)).mode & 0o777, 0o644);
     // Nothing else is left in a staged directory (no temporary files).
-    assert.deepEqual(await readdir(a.dir), ['berth_agent.py']);
+    assert.deepEqual(await readdir(a.dir), [AGENT_FILE_NAME]);
   });
 
   it('replaces a damaged staged copy', async () => {

@@ -7,8 +7,8 @@ import {
   detectAllDangerous,
   entryMatchesCommand,
   hasShellOperator,
-} from '../../services/dispatcher/approval/allowlist.js';
-import { DANGEROUS_PATTERN_KEYS } from '../../services/dispatcher/approval/patterns.js';
+} from '../../services/dispatcher/approval/detection/allowlist.js';
+import { DANGEROUS_PATTERN_KEYS } from '../../services/dispatcher/approval/detection/patterns.js';
 
 const HOME = { homeDir: '/home/alice' };
 
@@ -54,6 +54,13 @@ void describe('command_allowlist: upstream pattern keys carry over', () => {
   void it('a split key approves only its own half', () => {
     assert.equal(approved(['git force push (rewrites remote history)'], 'git push -f'), false);
     assert.equal(approved(['git force push short flag (rewrites remote history)'], 'git push --force'), false);
+  });
+});
+
+void describe('the single-temp-file exemption reaches the approval flow', () => {
+  void it('finds no key for upstream\'s exempt cleanup, and the usual one for anything more', () => {
+    assert.deepEqual(detectAllDangerous('rm -f /tmp/hermes-verify-abc123', HOME), { keys: [] });
+    assert.deepEqual(detectAllDangerous('rm -f /tmp/hermes-verify-abc123 /tmp/x', HOME).keys, ['delete in root path']);
   });
 });
 

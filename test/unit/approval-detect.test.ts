@@ -1,20 +1,21 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 
-import { checkCommand, detectDangerousCommand } from '../../services/dispatcher/approval/detect.js';
+import { checkCommand, detectDangerousCommand } from '../../services/dispatcher/approval/detection/detect.js';
 import {
   HARDLINE_RULES,
   SUDO_STDIN_DESCRIPTION,
   UNINSPECTABLE_DESCRIPTION,
   hardlineMessage,
   hardlinePrefix,
-} from '../../services/dispatcher/approval/hardline.js';
-import { analyzeCommand, commandVariants, normalizeCommand } from '../../services/dispatcher/approval/normalize.js';
-import { DANGEROUS_PATTERNS, DANGEROUS_PATTERN_KEYS } from '../../services/dispatcher/approval/patterns.js';
+} from '../../services/dispatcher/approval/detection/hardline.js';
+import { analyzeCommand, commandVariants, normalizeCommand } from '../../services/dispatcher/approval/detection/normalize.js';
+import { DANGEROUS_PATTERNS, DANGEROUS_PATTERN_KEYS } from '../../services/dispatcher/approval/detection/patterns.js';
 import { APPROVAL_CORPUS, CORPUS_HOME_DIR } from '../fixtures/approval-corpus.js';
 
 // Upstream hermes-agent's pattern keys in its precedence (docs/hermes-compat.md
-// §5.2; Hermes-application keys left out), then its structural findings.
+// §5.2; Hermes-application keys left out), then its structural findings, then
+// Berth's own (§5.3).
 const SPEC_KEYS = [
   'delete in root path',
   'recursive delete',
@@ -122,6 +123,8 @@ const SPEC_KEYS = [
   'arbitrary program execution via man --html',
   'arbitrary program execution via man -P',
   'arbitrary program execution via man -H',
+  // Berth's own, after upstream's.
+  'command name built at run time (variable, substitution or eval of one)',
 ];
 
 void describe('normalizeCommand', () => {

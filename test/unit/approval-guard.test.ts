@@ -1,12 +1,12 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 
-import { parseConfig } from '../../services/common/config.js';
+import { parseConfig } from '../../services/common/config-load.js';
 import { BerthError } from '../../services/common/errors.js';
 import { silentLogger } from '../../services/common/logging.js';
-import type { AllowlistPersister, PersistOutcome } from '../../services/dispatcher/approval/allowlist-writer.js';
-import { ApprovalGuard, type GuardCall } from '../../services/dispatcher/approval/approval-guard.js';
-import { ApprovalPolicies, type AllowlistLocation } from '../../services/dispatcher/approval/approval-policy.js';
+import type { AllowlistLocation, AllowlistPersister, PersistOutcome } from '../../services/dispatcher/approval/storage/allowlist-writer.js';
+import { ApprovalGuard, type GuardCall } from '../../services/dispatcher/approval/flow/approval-guard.js';
+import { ApprovalPolicies } from '../../services/dispatcher/approval/flow/approval-policy.js';
 import type {
   ApprovalAsker,
   ApprovalDecisionSink,
@@ -15,11 +15,11 @@ import type {
   AskOutcome,
   GuardVerdict,
 } from '../../services/dispatcher/approval/approval-types.js';
-import { requestApproval } from '../../services/dispatcher/approval/guard-hook.js';
-import { PendingApprovals } from '../../services/dispatcher/approval/pending-approvals.js';
-import { SessionApprovals } from '../../services/dispatcher/approval/session-approvals.js';
-import type { SmartApprover, SmartVerdict } from '../../services/dispatcher/approval/smart-approval.js';
-import { StreamApprovals } from '../../services/dispatcher/approval/stream-approvals.js';
+import { requestApproval } from '../../services/dispatcher/approval/flow/guard-hook.js';
+import { PendingApprovals } from '../../services/dispatcher/approval/storage/pending-approvals.js';
+import { SessionApprovals } from '../../services/dispatcher/approval/storage/session-approvals.js';
+import type { SmartApprover, SmartVerdict } from '../../services/dispatcher/approval/flow/smart-approval.js';
+import { StreamApprovals } from '../../services/dispatcher/approval/flow/stream-approvals.js';
 
 const DANGEROUS = "bash -c 'echo hi'"; // shell command via -c/-lc flag
 const STOP =

@@ -1,14 +1,14 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
-import { checkCommand } from '../../services/dispatcher/approval/detect.js';
-import { hardlineMessage } from '../../services/dispatcher/approval/hardline.js';
+import { checkCommand } from '../../services/dispatcher/approval/detection/detect.js';
+import { hardlineMessage } from '../../services/dispatcher/approval/detection/hardline.js';
 import {
   hasMalformedPayload,
-  malformedGrep,
   MALFORMED_PAYLOAD_DESCRIPTION,
   normalizeForPayload,
-  posixWords,
-} from '../../services/dispatcher/approval/malformed.js';
+} from '../../services/dispatcher/approval/detection/malformed.js';
+import { malformedGrep } from '../../services/dispatcher/approval/detection/malformed-grep.js';
+import { posixWords } from '../../services/dispatcher/approval/detection/posix-words.js';
 
 void describe('malformed executable payloads', () => {
   void it('splits words as a POSIX shell does, and says when quoting does not end', () => {

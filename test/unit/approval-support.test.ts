@@ -5,18 +5,18 @@ import { join } from 'node:path';
 import { after, describe, it } from 'node:test';
 import { parse as parseYaml } from 'yaml';
 
-import { parseConfig } from '../../services/common/config.js';
+import { parseConfig } from '../../services/common/config-load.js';
 import { silentLogger } from '../../services/common/logging.js';
-import { addToAllowlistYaml, ConfigFileAllowlist } from '../../services/dispatcher/approval/allowlist-writer.js';
+import { addToAllowlistYaml, ConfigFileAllowlist } from '../../services/dispatcher/approval/storage/allowlist-writer.js';
 import {
   buildSmartApprovalRequest,
   ChatCompletionsSmartApprover,
   parseSmartVerdict,
   stripShellComments,
-} from '../../services/dispatcher/approval/smart-approval.js';
+} from '../../services/dispatcher/approval/flow/smart-approval.js';
 import { promptApproval, type PromptInput } from '../../services/cli/approval-prompt.js';
 import { parseShellLine } from '../../services/cli/shell.js';
-import { isInteractive } from '../../services/dispatcher/approval/approval-service.js';
+import { isInteractive } from '../../services/dispatcher/approval/flow/approval-service.js';
 import { startChatCompletionsStandIn } from '../support/chat-completions-stand-in.js';
 
 const KEY = 'shell command via -c/-lc flag';

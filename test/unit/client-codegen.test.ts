@@ -54,6 +54,19 @@ test('the generated module has one method per tool, and the committed copy is cu
   );
   assert.match(text, /export interface SayHiArgs \{\n {2}to: string;\n\}/);
   assert.match(text, /sayHi\(args: SayHiArgs, options\?: ToolCallOptions\): Promise<ToolResultOf<"say_hi">> \{\n {4}return this\.call\("say_hi"/);
+  // An argument the tool still takes but no longer advertises stays typed, marked deprecated.
+  const legacy = generateToolModule(
+    [
+      {
+        name: 'say_hi',
+        description: 'Says hi.',
+        parameters: { type: 'object', properties: { to: { type: 'string' } } },
+        legacyParameters: { whom: { type: 'string', description: 'Use to.' } },
+      },
+    ],
+    'test',
+  );
+  assert.match(legacy, /export interface SayHiArgs \{\n {2}to\?: string;\n {2}\/\*\*\n {3}\* @deprecated Use to\.\n {3}\*\/\n {2}whom\?: string;\n\}/);
 
   // What CI's client-check guards, run here too: the registry's schemas and the committed file agree.
   const { builtinToolSpecs } = await import('../../services/client/codegen/builtin-tool-specs.js');

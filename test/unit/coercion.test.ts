@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
-import { coerceArguments } from '../../services/dispatcher/coercion.js';
-import type { JsonSchema } from '../../services/dispatcher/tool-types.js';
+import { coerceArguments } from '../../services/dispatcher/registry/coercion.js';
+import type { JsonSchema } from '../../services/dispatcher/registry/tool-types.js';
 
 function schemaOf(properties: Record<string, unknown>): JsonSchema {
   return { type: 'object', properties };

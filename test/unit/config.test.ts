@@ -5,7 +5,8 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parse as parseYaml } from 'yaml';
-import { ConfigError, hashApiKey, loadConfig, parseConfig } from '../../services/common/config.js';
+import { ConfigError, hashApiKey } from '../../services/common/config.js';
+import { loadConfig, parseConfig } from '../../services/common/config-load.js';
 
 /** Runs `fn` with a config file holding `text`, in a directory removed afterwards. */
 function withConfigFile(text: string, fn: (file: string) => void): void {
@@ -107,8 +108,9 @@ describe('config', () => {
   });
 
   test('a bad config lists every problem at once', () => {
+    // `VMware` is neither a built-in backend nor a package name (those are lower case): a bad terminal.backend.
     assert.throws(
-      () => parseConfig({ terminal: { timeout: 0, backend: 'vmware', bogus: 1 }, server: { port: 70000 } }),
+      () => parseConfig({ terminal: { timeout: 0, backend: 'VMware', bogus: 1 }, server: { port: 70000 } }),
       (err: unknown) => {
         assert.ok(err instanceof ConfigError);
         for (const needle of ['terminal.timeout', 'terminal.backend', 'bogus', 'server.port']) {

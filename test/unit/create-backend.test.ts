@@ -17,7 +17,7 @@ import { loadBackendFactory } from '../../services/executor/backends/create-back
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 const createBackendUrl = pathToFileURL(path.resolve(here, '../../services/executor/backends/create-backend.js')).href;
-const configUrl = pathToFileURL(path.resolve(here, '../../services/common/config.js')).href;
+const configUrl = pathToFileURL(path.resolve(here, '../../services/common/config-load.js')).href;
 const loggingUrl = pathToFileURL(path.resolve(here, '../../services/common/logging.js')).href;
 
 const scratch = mkdtempSync(path.join(tmpdir(), 'berth-create-backend-'));
@@ -40,6 +40,20 @@ const registerFile = path.join(scratch, 'register.mjs');
 writeFileSync(
   registerFile,
   `import { register } from 'node:module';\nregister(${JSON.stringify(pathToFileURL(hookFile).href)});\n`,
+);
+
+// A cluster nobody serves: the kubernetes backend loads its client, then fails to reach it.
+const kubeconfigFile = path.join(scratch, 'kubeconfig');
+writeFileSync(
+  kubeconfigFile,
+  [
+    'apiVersion: v1',
+    'kind: Config',
+    'clusters: [{name: nowhere, cluster: {server: "https://127.0.0.1:9"}}]',
+    'users: [{name: nobody, user: {token: unused}}]',
+    'contexts: [{name: nowhere, context: {cluster: nowhere, user: nobody}}]',
+    'current-context: nowhere',
+  ].join('\n'),
 );
 
 /** Every module (ES and CommonJS, as paths) a fresh process loaded for `name`. */
@@ -68,6 +82,14 @@ function modulesLoadedFor(name: string): string[] {
       const started = await create(config, silentLogger()).then(() => 'started', (err) => String(err));
       if (!/Modal/.test(started)) throw new Error('the modal backend did not fail naming Modal: ' + started);
     }
+    if (${JSON.stringify(name)} === 'kubernetes') {
+      // Starting it loads the client; the kubeconfig's server does not answer, so the start fails after that.
+      const { parseConfig } = await import(${JSON.stringify(configUrl)});
+      const { silentLogger } = await import(${JSON.stringify(loggingUrl)});
+      const config = parseConfig({ terminal: { backend: 'kubernetes', kubernetes_image: 'berth-sandbox:latest' }, kubernetes: { namespace: 'berth-sandboxes' } });
+      const started = await create(config, silentLogger()).then(() => 'started', (err) => String(err));
+      if (!/cannot reach the Kubernetes API server/.test(started)) throw new Error('the kubernetes backend did not fail naming the API server: ' + started);
+    }
     const cjs = Object.keys(createRequire(import.meta.url).cache);
     appendFileSync(process.env.BERTH_LOADED_LOG, cjs.join('\\n') + '\\n');
   `;
@@ -79,6 +101,7 @@ function modulesLoadedFor(name: string): string[] {
       MODAL_TOKEN_ID: 'ak-unused',
       MODAL_TOKEN_SECRET: 'as-unused',
       MODAL_MAX_THROTTLE_WAIT: '0',
+      KUBECONFIG: kubeconfigFile,
     },
     encoding: 'utf8',
     timeout: 60_000,
@@ -90,7 +113,7 @@ function modulesLoadedFor(name: string): string[] {
     .map((entry) => (entry.startsWith('file:') ? fileURLToPath(entry) : entry));
 }
 
-const BACKENDS = ['local', 'docker', 'ssh', 'singularity', 'modal', 'daytona'] as const;
+const BACKENDS = ['local', 'docker', 'ssh', 'singularity', 'modal', 'daytona', 'kubernetes'] as const;
 const folderOf = (name: string) => `${path.sep}backends${path.sep}${name}${path.sep}`;
 const pkg = (name: string) => `${path.sep}node_modules${path.sep}${name}${path.sep}`;
 
@@ -124,7 +147,7 @@ describe('create-backend loads one backend', () => {
 
   it('the Docker client is loaded by the docker backend only', () => {
     assert.ok(loaded.get('docker')?.some((m) => m.includes(pkg('dockerode'))), 'the docker backend did not load dockerode');
-    for (const name of ['local', 'ssh', 'singularity', 'modal', 'daytona'] as const) {
+    for (const name of ['local', 'ssh', 'singularity', 'modal', 'daytona', 'kubernetes'] as const) {
       assert.deepEqual(
         loaded.get(name)?.filter((m) => m.includes(pkg('dockerode'))),
         [],
@@ -135,7 +158,7 @@ describe('create-backend loads one backend', () => {
 
   it("the Modal SDK is loaded by the modal backend only, when it starts", () => {
     assert.ok(loaded.get('modal')?.some((m) => m.includes(pkg('modal'))), 'the modal backend did not load the SDK');
-    for (const name of ['local', 'docker', 'ssh', 'singularity', 'daytona'] as const) {
+    for (const name of ['local', 'docker', 'ssh', 'singularity', 'daytona', 'kubernetes'] as const) {
       assert.deepEqual(
         loaded.get(name)?.filter((m) => m.includes(pkg('modal'))),
         [],
@@ -147,7 +170,7 @@ describe('create-backend loads one backend', () => {
   it('the Daytona SDK is loaded by the daytona backend only', () => {
     const sdk = pkg(path.join('@daytonaio', 'sdk'));
     assert.ok(loaded.get('daytona')?.some((m) => m.includes(sdk)), 'the daytona backend did not load @daytonaio/sdk');
-    for (const name of ['local', 'docker', 'ssh', 'singularity', 'modal'] as const) {
+    for (const name of ['local', 'docker', 'ssh', 'singularity', 'modal', 'kubernetes'] as const) {
       assert.deepEqual(
         loaded.get(name)?.filter((m) => m.includes(sdk) || m.includes(pkg(path.join('@daytona', 'api-client')))),
         [],
@@ -156,11 +179,30 @@ describe('create-backend loads one backend', () => {
     }
   });
 
+  it('the Kubernetes client is loaded by the kubernetes backend only, when it starts', () => {
+    const client = pkg(path.join('@kubernetes', 'client-node'));
+    assert.ok(loaded.get('kubernetes')?.some((m) => m.includes(client)), 'the kubernetes backend did not load @kubernetes/client-node');
+    for (const name of BACKENDS.filter((b) => b !== 'kubernetes')) {
+      assert.deepEqual(
+        loaded.get(name)?.filter((m) => m.includes(client)),
+        [],
+        `${name} loaded @kubernetes/client-node`,
+      );
+    }
+  });
+
   it('an unknown backend is refused with the list of those there are', async () => {
-    await assert.rejects(loadBackendFactory('nosuch'), {
+    await assert.rejects(loadBackendFactory('Nosuch'), {
       name: 'FailedPreconditionError',
-      message: 'the nosuch backend is not available in this version of Berth; available: local, docker, ssh, singularity, modal, daytona',
+      message: 'the Nosuch backend is not available in this version of Berth; available: local, docker, ssh, singularity, modal, daytona, kubernetes',
     });
     await assert.rejects(loadBackendFactory('toString'), /the toString backend is not available/);
+    // A name that could be a package is looked for as one, and the error says both.
+    await assert.rejects(loadBackendFactory('nosuch-berth-backend'), {
+      name: 'FailedPreconditionError',
+      message:
+        "terminal.backend: 'nosuch-berth-backend' is not a built-in backend (local, docker, ssh, singularity, modal, daytona, kubernetes) and no package " +
+        'of that name is installed where Berth is: install it beside Berth (npm install nosuch-berth-backend) or give its path (./path/to/package)',
+    });
   });
 });

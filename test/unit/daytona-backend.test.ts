@@ -7,7 +7,7 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import { DaytonaAuthenticationError, DaytonaBadRequestError, DaytonaError, DaytonaRateLimitError } from '@daytonaio/sdk';
-import { parseConfig } from '../../services/common/config.js';
+import { parseConfig } from '../../services/common/config-load.js';
 import { daytonaNetworkPlan, sandboxEnv, tenantNetworkPlan } from '../../services/executor/backends/daytona/create-daytona-backend.js';
 import { daytonaError, sandboxLabels, sandboxName } from '../../services/executor/backends/daytona/daytona-backend.js';
 import { DaytonaEnvironment } from '../../services/executor/backends/daytona/daytona-environment.js';

@@ -17,6 +17,7 @@ import { DockerStreamDemuxer } from '../../services/executor/backends/docker/doc
 import {
   HEARTBEAT_STALE_MS,
   judgeExecutor,
+  containerIdFromMountinfo,
   type ExecutorIdentity,
 } from '../../services/executor/backends/docker/executor-identity.js';
 import { isInside } from '../../services/executor/backends/docker/orphan-sweep.js';
@@ -143,6 +144,28 @@ describe('judgeExecutor', () => {
     assert.equal(judgeExecutor(other, self, probes({}, { 'ex-other': 1000 })), 'alive');
     assert.equal(judgeExecutor(other, self, probes({}, { 'ex-other': HEARTBEAT_STALE_MS + 1 })), 'gone');
     assert.equal(judgeExecutor(other, self, probes({}, {})), 'gone');
+  });
+
+  test("its own container on the same daemon: gone at once when that container exited or is gone; paused or running, the heartbeat decides", () => {
+    const container = 'c'.repeat(64);
+    const other = labels({ [LABEL.executorPidNs]: 'b/ns2', [LABEL.executorContainer]: container });
+    const withContainer = (gone: boolean | undefined, heartbeatAge: number) => ({
+      ...probes({}, { 'ex-other': heartbeatAge }),
+      containerGone: (id: string) => (id === container ? gone : undefined),
+    });
+    assert.equal(judgeExecutor(other, self, withContainer(true, 100)), 'gone', 'killed: its container exited, its heartbeat still fresh');
+    assert.equal(judgeExecutor(other, self, withContainer(false, 100)), 'alive');
+    assert.equal(judgeExecutor(other, self, withContainer(false, HEARTBEAT_STALE_MS + 1)), 'gone', 'paused too long: the heartbeat went stale');
+    assert.equal(judgeExecutor(other, self, withContainer(undefined, 100)), 'alive', 'the daemon could not tell: the heartbeat decides');
+    const elsewhere = labels({ [LABEL.executorPidNs]: 'c/ns9', [LABEL.stateRoot]: '/elsewhere', [LABEL.executorContainer]: container });
+    assert.equal(judgeExecutor(elsewhere, self, withContainer(true, 100)), 'gone', 'another state root: the daemon still knows');
+  });
+
+  test("the executor's container id comes from its mount table", () => {
+    const id = 'ab12'.repeat(16);
+    const line = (target: string) => `612 600 8:1 /var/lib/docker/containers/${id}/${target} /etc/${target} rw,relatime - ext4 /dev/sda1 rw\n`;
+    assert.equal(containerIdFromMountinfo(`${line('resolv.conf')}${line('hostname')}`), id);
+    assert.equal(containerIdFromMountinfo('25 1 8:1 / / rw,relatime shared:1 - ext4 /dev/sda1 rw\n'), undefined);
   });
 
   test('another host with another state root, or no labels: unknown, left alone', () => {

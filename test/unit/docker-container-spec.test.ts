@@ -1,5 +1,6 @@
 /** The docker backend's pure builders: create options (hardening), labels, names, env, volumes. */
 import assert from 'node:assert/strict';
+import { createHash, randomBytes } from 'node:crypto';
 import { describe, test } from 'node:test';
 import { BerthError } from '../../services/common/errors.js';
 import {
@@ -8,14 +9,15 @@ import {
   buildContainerCreateOptions,
   buildSandboxEnv,
   parseVolumeSpec,
-  persistentVolumeNames,
   poolLabels,
-  taskContainerName,
   taskLabels,
-  tenantCgroupParent,
   type ContainerSpecInput,
   type ExecutorLabels,
 } from '../../services/executor/backends/docker/container-spec.js';
+import { TaskNames } from '../../services/executor/backends/docker/task-names.js';
+
+const names = new TaskNames(randomBytes(32));
+const tenantCgroupParent = (tenant: string, driver: string | undefined) => names.cgroupParent(tenant, driver);
 
 const executor: ExecutorLabels = {
   [LABEL.executor]: 'ex-abc',
@@ -41,17 +43,19 @@ function input(overrides: Partial<ContainerSpecInput> = {}): ContainerSpecInput 
     binds: [],
     workspaceDir: '/workspace',
     homeDir: '/home/sandbox',
+    identity: { uid: 1_900_000_123, gid: 1_900_000_123 },
     ...overrides,
   };
 }
 
 describe('buildContainerCreateOptions', () => {
-  test('pins the hardening: user, capabilities, no-new-privileges, limits, init', () => {
+  test('pins the hardening: root with four capabilities for the entrypoint and agent, no-new-privileges, limits, init', () => {
     const o = buildContainerCreateOptions(input());
-    assert.equal(o.User, '1000:1000');
+    // The agent starts as root and runs every command as the task's uid (entrypoint arguments below).
+    assert.equal(o.User, '0:0');
     const h = o.HostConfig!;
     assert.deepEqual(h.CapDrop, ['ALL']);
-    assert.deepEqual(h.CapAdd, ['CHOWN', 'DAC_OVERRIDE', 'FOWNER']);
+    assert.deepEqual(h.CapAdd, ['CHOWN', 'DAC_READ_SEARCH', 'SETGID', 'SETUID']);
     assert.deepEqual(h.SecurityOpt, ['no-new-privileges:true']);
     assert.ok(!h.SecurityOpt!.some((s) => s.startsWith('seccomp')), 'the default seccomp profile applies');
     assert.equal(h.Privileged, undefined);
@@ -78,15 +82,34 @@ describe('buildContainerCreateOptions', () => {
     ]);
   });
 
-  test('runs the agent entrypoint with no token in the environment', () => {
+  test('runs the agent entrypoint, isolated from the sandbox\'s Python, as the task\'s uid, with no token in the environment', () => {
     const o = buildContainerCreateOptions(input());
-    assert.deepEqual(o.Entrypoint, ['/bin/sh', '-c', AGENT_ENTRYPOINT_SCRIPT, 'berth-sandbox']);
+    assert.deepEqual(o.Entrypoint, [
+      '/bin/sh',
+      '-c',
+      AGENT_ENTRYPOINT_SCRIPT,
+      'berth-sandbox',
+      '1900000123',
+      '1900000123',
+      '/workspace',
+      '/home/sandbox',
+    ]);
     assert.deepEqual(o.Cmd, []);
     assert.ok(!o.Env!.some((e) => e.startsWith('BERTH_AGENT_TOKEN=')), 'every process could read it from /proc/1/environ');
     assert.ok(o.Env!.includes('FOO=bar'));
     assert.equal(o.WorkingDir, '/workspace');
-    assert.deepEqual(o.Labels, { a: 'b' });
-    assert.match(AGENT_ENTRYPOINT_SCRIPT, /python3 \/run\/berth\/berth_agent\.py \/run\/berth\/agent\.sock/);
+    assert.deepEqual(o.Labels, { a: 'b', [LABEL.uid]: '1900000123' });
+    assert.match(AGENT_ENTRYPOINT_SCRIPT, /python3 -I -S \/run\/berth\/berth_agent\.pyz --user "\$ids" \/run\/berth\/agent\.sock/);
+    // The walk that gives the workspace and home to the task never follows a link or enters another mount.
+    assert.match(AGENT_ENTRYPOINT_SCRIPT, /find "\$dir" -xdev -mindepth 1 "\$@" -exec chown -h "\$ids" \{\} \+ && chown -h "\$ids" "\$dir"/);
+  });
+
+  test('binds the task\'s account files read-only over /etc/passwd and /etc/group', () => {
+    const h = buildContainerCreateOptions(input({ accountFiles: { passwd: '/s/abc/passwd', group: '/s/abc/group' } })).HostConfig!;
+    assert.deepEqual(h.Mounts!.slice(1), [
+      { Type: 'bind', Source: '/s/abc/passwd', Target: '/etc/passwd', ReadOnly: true },
+      { Type: 'bind', Source: '/s/abc/group', Target: '/etc/group', ReadOnly: true },
+    ]);
   });
 
   test('persistent tasks mount named volumes at the workspace and home', () => {
@@ -94,17 +117,18 @@ describe('buildContainerCreateOptions', () => {
       input({ persistentVolumes: { workspace: 'v-ws', home: 'v-home' }, volumeLabels: { [LABEL.task]: 't' } }),
     ).HostConfig!;
     const volumes = h.Mounts!.filter((m) => m.Type === 'volume').map((m) => [m.Source, m.Target, m.VolumeOptions?.Labels]);
+    // The uid rides on the volumes: a later container of the task runs as their files' owner.
     assert.deepEqual(volumes, [
-      ['v-ws', '/workspace', { [LABEL.task]: 't' }],
-      ['v-home', '/home/sandbox', { [LABEL.task]: 't' }],
+      ['v-ws', '/workspace', { [LABEL.task]: 't', [LABEL.uid]: '1900000123' }],
+      ['v-home', '/home/sandbox', { [LABEL.task]: 't', [LABEL.uid]: '1900000123' }],
     ]);
   });
 
-  test('a read-only root without persistence puts the workspace and home on tmpfs owned by the sandbox user', () => {
+  test('a read-only root without persistence puts the workspace and home on tmpfs owned by the task\'s uid', () => {
     const h = buildContainerCreateOptions(input({ readOnlyRoot: true })).HostConfig!;
     assert.equal(h.ReadonlyRootfs, true);
-    assert.match(h.Tmpfs!['/workspace']!, /uid=1000,gid=1000/);
-    assert.match(h.Tmpfs!['/home/sandbox']!, /uid=1000,gid=1000/);
+    assert.match(h.Tmpfs!['/workspace']!, /uid=1900000123,gid=1900000123/);
+    assert.match(h.Tmpfs!['/home/sandbox']!, /uid=1900000123,gid=1900000123/);
   });
 
   test('disk limits: the writable layer through StorageOpt, named volumes through the local driver\'s size option', () => {
@@ -154,13 +178,23 @@ describe('names and labels', () => {
   const key = { tenant: 'acme', taskId: 'task/1 with spaces' };
 
   test('container and volume names are stable, docker-safe and per task', () => {
-    const name = taskContainerName(key);
+    const name = names.container(key);
     assert.match(name, /^berth-[0-9a-f]{24}$/);
-    assert.equal(taskContainerName(key), name);
-    assert.notEqual(taskContainerName({ tenant: 'other', taskId: key.taskId }), name);
-    const v = persistentVolumeNames(key);
+    assert.equal(names.container(key), name);
+    assert.notEqual(names.container({ tenant: 'other', taskId: key.taskId }), name);
+    const v = names.volumes(key);
     assert.equal(v.workspace, `${name}-workspace`);
     assert.equal(v.home, `${name}-home`);
+  });
+
+  test('no name can be computed from the tenant and task ids: another key gives other names, and the unkeyed hash is not one', () => {
+    const other = new TaskNames(randomBytes(32));
+    assert.notEqual(other.container(key), names.container(key));
+    assert.notEqual(other.volumes(key).workspace, names.volumes(key).workspace);
+    assert.notEqual(other.cgroupParent('acme', 'cgroupfs'), names.cgroupParent('acme', 'cgroupfs'));
+    const unkeyed = createHash('sha256').update(`${key.tenant}/${key.taskId}`).digest('hex');
+    assert.ok(!names.container(key).includes(unkeyed.slice(0, 24)));
+    assert.ok(!names.cgroupParent('acme', 'cgroupfs')!.includes(createHash('sha256').update('acme').digest('hex').slice(0, 16)));
   });
 
   test('task containers carry task, tenant, executor and created labels', () => {
@@ -174,8 +208,8 @@ describe('names and labels', () => {
   });
 
   test('code containers have their own name per task and the same labels plus berth.role=code', () => {
-    const name = taskContainerName(key, 'code');
-    assert.equal(name, taskContainerName(key).replace(/^berth-/, 'berth-code-'));
+    const name = names.container(key, 'code');
+    assert.equal(name, names.container(key).replace(/^berth-/, 'berth-code-'));
     const now = new Date(0);
     const labels = taskLabels(key, executor, '/h', now, 'code');
     assert.deepEqual(labels, { ...taskLabels(key, executor, '/h', now), [LABEL.role]: 'code' });

@@ -81,7 +81,10 @@ describe('parseDockerExtraArgs', () => {
     refused(['--memory=2g'], /use terminal\.container_memory/);
     refused(['-m', '2g'], /use terminal\.container_memory/);
     refused(['--network', 'host'], /use docker\.network/);
-    refused(['--user=0'], /sandbox user/);
+    refused(['--user=0'], /each task's own uid \(docker\.task_uids\)/);
+    // The container's root needs these to run commands as the task's uid.
+    refused(['--cap-drop=SETUID'], /--cap-drop SETUID is not accepted: the container's root needs it/);
+    refused(['--cap-drop', 'cap_chown'], /--cap-drop CHOWN is not accepted/);
     refused(['--storage-opt', 'size=1g'], /use terminal\.container_disk/);
     refused(['--cap-add=ALL'], /one by one/);
     refused(['--security-opt', 'no-new-privileges:false'], /no-new-privileges stays on/);
@@ -127,6 +130,7 @@ describe('extra options in the create options', () => {
     binds: ['/a:/a'],
     workspaceDir: '/workspace',
     homeDir: '/home/sandbox',
+    identity: { uid: 1_900_000_001, gid: 1_900_000_001 },
   };
 
   test('are added on top of the hardening, which they cannot replace', () => {
@@ -134,7 +138,7 @@ describe('extra options in the create options', () => {
       '--shm-size=256m',
       '--ulimit=nofile=1024:2048',
       '--cap-add=NET_RAW',
-      '--cap-drop=CHOWN',
+      '--cap-drop=AUDIT_WRITE',
       '--security-opt=apparmor=unconfined',
       '-e',
       'FOO=from-extra',
@@ -149,7 +153,7 @@ describe('extra options in the create options', () => {
     const o = buildContainerCreateOptions({ ...base, extra });
     const h = o.HostConfig!;
     assert.deepEqual(h.CapDrop, ['ALL']);
-    assert.deepEqual(h.CapAdd, ['DAC_OVERRIDE', 'FOWNER', 'NET_RAW']);
+    assert.deepEqual(h.CapAdd, ['CHOWN', 'DAC_READ_SEARCH', 'SETGID', 'SETUID', 'NET_RAW']);
     assert.deepEqual(h.SecurityOpt, ['no-new-privileges:true', 'apparmor=unconfined']);
     assert.equal(h.PidsLimit, 256);
     assert.equal(h.Memory, 512 * 1024 * 1024);
@@ -159,9 +163,9 @@ describe('extra options in the create options', () => {
     assert.match(h.Tmpfs!['/run']!, /size=64m/);
     assert.deepEqual(h.Binds, ['/a:/a', '/b:/b:ro']);
     assert.deepEqual(h.DeviceRequests, [{ Driver: '', Count: -1, DeviceIDs: [], Capabilities: [['gpu']], Options: {} }]);
-    assert.equal(o.User, '1000:1000');
+    assert.equal(o.User, '0:0', 'the agent\'s; commands run as the task\'s uid');
     assert.ok(o.Env!.includes('FOO=from-extra'));
     assert.ok(!o.Env!.some((e) => e.startsWith('BERTH_AGENT_TOKEN=')), 'the agent token never enters the environment');
-    assert.deepEqual(o.Labels, { team: 'ml', 'berth.task': 't1' });
+    assert.deepEqual(o.Labels, { team: 'ml', 'berth.task': 't1', 'berth.uid': '1900000001' });
   });
 });

@@ -4,13 +4,13 @@ import {
   failureHint,
   shapeExecuteCodeResult,
   type ExecuteCodeOutcome,
-} from '../../services/dispatcher/code-execution/execute-code-result.js';
+} from '../../services/dispatcher/tools/code-execution/execute-code-result.js';
 import {
   ScriptToolPolicy,
   stripTerminalArgs,
   toolCallLimitError,
   toolNotAvailableError,
-} from '../../services/dispatcher/code-execution/execute-code-tool.js';
+} from '../../services/dispatcher/tools/code-execution/execute-code-tool.js';
 
 const base: ExecuteCodeOutcome = {
   stdout: 'out\n',

@@ -1,8 +1,8 @@
 import { describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { silentLogger } from '../../services/common/logging.js';
-import { ExecutorDiscovery, hostPort, type AddressResolver } from '../../services/dispatcher/executor-membership.js';
-import { ExecutorRouter, type ExecutorEndpoint } from '../../services/dispatcher/executor-router.js';
+import { ExecutorDiscovery, hostPort, type AddressResolver } from '../../services/dispatcher/executors/executor-membership.js';
+import { ExecutorRouter, type ExecutorEndpoint } from '../../services/dispatcher/executors/executor-router.js';
 import type { ExecutorClient } from '../../services/gen/berth/v1/executor.js';
 
 /** A test double for DNS: answers what the test sets, or fails with an errno code. */

@@ -1,6 +1,6 @@
 import { describe, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { ExecutorRouter, rendezvousPick, type ExecutorEndpoint } from '../../services/dispatcher/executor-router.js';
+import { ExecutorRouter, rendezvousPick, type ExecutorEndpoint } from '../../services/dispatcher/executors/executor-router.js';
 import type { ExecutorClient } from '../../services/gen/berth/v1/executor.js';
 
 const fakeClient = {} as ExecutorClient;

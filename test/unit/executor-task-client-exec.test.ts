@@ -6,7 +6,7 @@
  */
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
-import { ExecutorTaskClient } from '../../services/dispatcher/executor-task-client.js';
+import { ExecutorTaskClient } from '../../services/dispatcher/executors/executor-task-client.js';
 import type { ExecEvent, ExecExit, ExecutorClient } from '../../services/gen/berth/v1/executor.js';
 
 function clientAnswering(exit: Partial<ExecExit>): ExecutorTaskClient {

@@ -6,10 +6,10 @@ import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import { silentLogger } from '../../services/common/logging.js';
 import type { TaskClient } from '../../services/common/task-client.js';
-import { ToolRegistry } from '../../services/dispatcher/registry.js';
+import { ToolRegistry } from '../../services/dispatcher/registry/registry.js';
 import { FileLoopGuard, readRegionKey } from '../../services/dispatcher/tools/file/loop-guard.js';
 import { searchCallKey, withKeyAdded } from '../../services/dispatcher/tools/file-tools.js';
-import type { ToolCallObserver, ToolContext } from '../../services/dispatcher/tool-types.js';
+import type { ToolCallObserver, ToolContext } from '../../services/dispatcher/registry/tool-types.js';
 
 function contextFor(taskId: string, sessionId = 's', tenant = 't'): ToolContext {
   return {
@@ -92,13 +92,15 @@ describe('search key and result decoration', () => {
     assert.equal(searchCallKey({ pattern: 'x', target: 'find' }), searchCallKey({ pattern: 'x', target: 'files' }));
     assert.notEqual(searchCallKey({ pattern: 'x' }), searchCallKey({ pattern: 'x', offset: 50 }));
     assert.notEqual(searchCallKey({ pattern: 'x' }), searchCallKey({ pattern: 'x', file_glob: '*.ts' }));
+    assert.notEqual(searchCallKey({ pattern: 'x', target: 'files' }), searchCallKey({ pattern: 'x', target: 'files', order: 'modified' }));
+    assert.equal(searchCallKey({ pattern: 'x', path: ' ' }), searchCallKey({ pattern: 'x', path: '.' }));
   });
 
-  it('adds a key to a JSON result, keeping text that follows it', () => {
+  it('adds a key to a JSON result, before the truncation _hint that upstream puts last', () => {
     assert.equal(withKeyAdded('{"total_count":1}', '_warning', 'w'), '{"total_count":1,"_warning":"w"}');
     assert.equal(
-      withKeyAdded('{"total_count":9,"truncated":true}\n\n[Hint: Results truncated. Use offset=50 to see more.]', '_warning', 'w'),
-      '{"total_count":9,"truncated":true,"_warning":"w"}\n\n[Hint: Results truncated. Use offset=50 to see more.]',
+      withKeyAdded('{"total_count":9,"truncated":true,"_hint":"Results truncated."}', '_warning', 'w'),
+      '{"total_count":9,"truncated":true,"_warning":"w","_hint":"Results truncated."}',
     );
     assert.equal(withKeyAdded('{"a":"x\\n\\ny"}', 'b', 1), '{"a":"x\\n\\ny","b":1}');
     assert.equal(withKeyAdded('not json', 'b', 1), 'not json');

@@ -27,51 +27,51 @@ void describe('structured-format extensions', () => {
 });
 
 void describe('syntaxError', () => {
-  void it('refuses JSON that does not parse, empty JSON included, in Type: message form', () => {
-    assert.equal(syntaxError('.json', '{"a": 1}'), undefined);
-    assert.equal(syntaxError('.json', ''), 'SyntaxError: Unexpected end of JSON input');
-    assert.match(syntaxError('.json', '{"a": 1,}') ?? '', /^SyntaxError: /);
-    assert.match(syntaxError('.json', '\ufeff{}') ?? '', /^SyntaxError: /, 'a BOM is not JSON whitespace, for Python either');
+  void it('refuses JSON that does not parse, empty JSON included, in Type: message form', async () => {
+    assert.equal(await syntaxError('.json', '{"a": 1}'), undefined);
+    assert.equal(await syntaxError('.json', ''), 'SyntaxError: Unexpected end of JSON input');
+    assert.match(await syntaxError('.json', '{"a": 1,}') ?? '', /^SyntaxError: /);
+    assert.match(await syntaxError('.json', '\ufeff{}') ?? '', /^SyntaxError: /, 'a BOM is not JSON whitespace, for Python either');
   });
 
-  void it("accepts NaN and ±Infinity as Python's json does, and nothing glued to them", () => {
-    assert.equal(syntaxError('.json', '{"a": NaN, "b": [Infinity, -Infinity], "c": "NaN"}'), undefined);
-    assert.match(syntaxError('.json', '[1NaN]') ?? '', /^SyntaxError: /);
-    assert.match(syntaxError('.json', '{NaN: 1}') ?? '', /^SyntaxError: /);
-    assert.match(syntaxError('.json', '["a\\"NaN]') ?? '', /^SyntaxError: /, 'NaN inside an unterminated string');
+  void it("accepts NaN and ±Infinity as Python's json does, and nothing glued to them", async () => {
+    assert.equal(await syntaxError('.json', '{"a": NaN, "b": [Infinity, -Infinity], "c": "NaN"}'), undefined);
+    assert.match(await syntaxError('.json', '[1NaN]') ?? '', /^SyntaxError: /);
+    assert.match(await syntaxError('.json', '{NaN: 1}') ?? '', /^SyntaxError: /);
+    assert.match(await syntaxError('.json', '["a\\"NaN]') ?? '', /^SyntaxError: /, 'NaN inside an unterminated string');
   });
 
-  void it('checks YAML for syntax only: empty, comments, several documents, tags, repeated keys and aliases pass', () => {
+  void it('checks YAML for syntax only: empty, comments, several documents, tags, repeated keys and aliases pass', async () => {
     for (const ok of ['', '# only a comment\n', '---\na: 1\n---\nb: 2\n', 'Resources: !Sub "x"\n', 'a: 1\na: 2\n', 'b: *undefined\n']) {
-      assert.equal(syntaxError('.yaml', ok), undefined, JSON.stringify(ok));
+      assert.equal(await syntaxError('.yaml', ok), undefined, JSON.stringify(ok));
     }
     assert.equal(
-      syntaxError('.yml', 'a: b: c\n'),
+      await syntaxError('.yml', 'a: b: c\n'),
       'YAMLParseError: Nested mappings are not allowed in compact mappings at line 1, column 4:\n\na: b: c\n   ^',
     );
-    assert.match(syntaxError('.yaml', 'a: "unterminated\n') ?? '', /^YAMLParseError: Missing closing "quote/);
+    assert.match(await syntaxError('.yaml', 'a: "unterminated\n') ?? '', /^YAMLParseError: Missing closing "quote/);
   });
 
-  void it('does not expand YAML aliases (a billion laughs costs what its text costs)', () => {
+  void it('does not expand YAML aliases (a billion laughs costs what its text costs)', async () => {
     const levels = ['a: &a ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]'];
     for (let i = 1; i < 12; i++) {
       const prev = String.fromCharCode(96 + i);
       const name = String.fromCharCode(97 + i);
       levels.push(`${name}: &${name} [${Array(9).fill(`*${prev}`).join(',')}]`);
     }
-    assert.equal(syntaxError('.yaml', levels.join('\n')), undefined);
+    assert.equal(await syntaxError('.yaml', levels.join('\n')), undefined);
   });
 
-  void it('refuses TOML that does not parse; empty and comment-only TOML pass', () => {
-    assert.equal(syntaxError('.toml', ''), undefined);
-    assert.equal(syntaxError('.toml', '# nothing\n'), undefined);
-    assert.equal(syntaxError('.toml', '[package]\nname = "x"\n'), undefined);
-    assert.match(syntaxError('.toml', 'a = 1\na = 2\n') ?? '', /^TomlError: Invalid TOML document: /);
-    assert.match(syntaxError('.toml', 'name = \n') ?? '', /^TomlError: Invalid TOML document: invalid value/);
+  void it('refuses TOML that does not parse; empty and comment-only TOML pass', async () => {
+    assert.equal(await syntaxError('.toml', ''), undefined);
+    assert.equal(await syntaxError('.toml', '# nothing\n'), undefined);
+    assert.equal(await syntaxError('.toml', '[package]\nname = "x"\n'), undefined);
+    assert.match(await syntaxError('.toml', 'a = 1\na = 2\n') ?? '', /^TomlError: Invalid TOML document: /);
+    assert.match(await syntaxError('.toml', 'name = \n') ?? '', /^TomlError: Invalid TOML document: invalid value/);
   });
 
-  void it('has no opinion on other extensions', () => {
-    assert.equal(syntaxError('.py', 'def ('), undefined);
+  void it('has no opinion on other extensions', async () => {
+    assert.equal(await syntaxError('.py', 'def ('), undefined);
   });
 });
 
@@ -99,7 +99,7 @@ void describe('structuredSyntaxRefusal', () => {
     const bad = `${good.slice(0, -2)},\n}`;
     assert.equal(
       await structuredSyntaxRefusal('/w/big.json', bad),
-      syntaxRefusal('/w/big.json', '.json', syntaxError('.json', bad) ?? 'expected an error'),
+      syntaxRefusal('/w/big.json', '.json', (await syntaxError('.json', bad)) ?? 'expected an error'),
     );
     const yaml = `${'items:\n'}${Array.from({ length: 10_000 }, (_, i) => `  - name: item ${i}`).join('\n')}\n  bad: [\n`;
     assert.match((await structuredSyntaxRefusal('/w/big.yaml', yaml)) ?? '', /fails \.yaml syntax validation \(YAMLParseError: /);

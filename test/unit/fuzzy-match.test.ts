@@ -1,18 +1,12 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
-import {
-  MATCH_STRATEGIES,
-  findMatches,
-  formatMatchLocations,
-  fuzzyFindAndReplace,
-  isAlreadyApplied,
-  noMatchHint,
-  pythonRepr,
-  reindent,
-  similarity,
-  type MatchStrategy,
-  type Span,
-} from '../../services/dispatcher/tools/fuzzy-match.js';
+import { fuzzyFindAndReplace, isAlreadyApplied } from '../../services/dispatcher/tools/patch/fuzzy-match.js';
+import { formatMatchLocations, noMatchHint } from '../../services/dispatcher/tools/patch/match-messages.js';
+import { reindent } from '../../services/dispatcher/tools/patch/match-repairs.js';
+import { MATCH_STRATEGIES, findMatches, type MatchStrategy } from '../../services/dispatcher/tools/patch/match-strategies.js';
+import { pythonRepr } from '../../services/dispatcher/tools/patch/python-repr.js';
+import { similarity } from '../../services/dispatcher/tools/patch/sequence-similarity.js';
+import type { Span } from '../../services/dispatcher/tools/patch/span.js';
 
 /** The text each span of `strategy` covers. */
 function matched(strategy: MatchStrategy, content: string, pattern: string): string[] {
@@ -248,6 +242,14 @@ describe('guard: rogue indentation', () => {
         "but neither old_string nor new_string opens a nesting block (':', '{', '('). Likely a model indent typo — " +
         "check the indentation of: 'b = 3'",
     );
+  });
+
+  it('runs after an exact match too when asked (a CRLF file matched as LF: upstream never matches it exactly)', () => {
+    const content = 'a = 1\nb = 2\n';
+    assert.equal(fuzzyFindAndReplace(content, 'a = 1\nb = 2', 'a = 1\n    b = 3', false).strategy, 'exact');
+    const guarded = fuzzyFindAndReplace(content, 'a = 1\nb = 2', 'a = 1\n    b = 3', false, { guardsOnExact: true });
+    assert.deepEqual([guarded.count, guarded.content], [0, content]);
+    assert.match(guarded.error ?? '', /^Suspicious indentation in new_string: 1 line\(s\) indented deeper/);
   });
 
   it('allows deeper lines when a line opens a block', () => {

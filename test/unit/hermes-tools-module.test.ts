@@ -17,11 +17,11 @@ import {
   buildHermesToolsModule,
   describeLimits,
   stubSignature,
-} from '../../services/dispatcher/code-execution/hermes-tools-module.js';
-import { executeCodeSchemaPatcher } from '../../services/dispatcher/code-execution/execute-code-tool.js';
-import { ToolRegistry } from '../../services/dispatcher/registry.js';
-import { getToolDefinitions, SANDBOX_TOOLS } from '../../services/dispatcher/toolsets.js';
-import type { ToolRegistration } from '../../services/dispatcher/tool-types.js';
+} from '../../services/dispatcher/tools/code-execution/hermes-tools-module.js';
+import { executeCodeSchemaPatcher } from '../../services/dispatcher/tools/code-execution/execute-code-tool.js';
+import { ToolRegistry } from '../../services/dispatcher/registry/registry.js';
+import { getToolDefinitions, SANDBOX_TOOLS } from '../../services/dispatcher/registry/toolsets.js';
+import type { ToolRegistration } from '../../services/dispatcher/registry/tool-types.js';
 
 const LIMITS = { timeoutSec: 300, maxStdoutBytes: 50_000, maxToolCalls: 50 };
 
@@ -175,14 +175,16 @@ describe('hermes_tools.py against a real socket', () => {
     ]);
   });
 
-  it('returns the JSON object of a result that carries a hint after it', async () => {
+  it('returns a truncated search as its JSON object, the hint inside it, and text that is not JSON as text', async () => {
     const plain = answers.search_files;
-    answers.search_files = JSON.stringify(
-      '{"total_count": 60, "truncated": true}\n\n[Hint: Results truncated. Use offset=50 to see more, or narrow with a more specific pattern or file_glob.]',
-    );
+    const hint = 'Results truncated. Use offset=50 to see more, or narrow with a more specific pattern or file_glob.';
+    answers.search_files = JSON.stringify(JSON.stringify({ total_count: 60, truncated: true, _hint: hint }));
     try {
       const out = await python('import json\nfrom hermes_tools import search_files\nprint(json.dumps(search_files("x")))');
-      assert.deepEqual(JSON.parse(out), { total_count: 60, truncated: true });
+      assert.deepEqual(JSON.parse(out), { total_count: 60, truncated: true, _hint: hint });
+      answers.search_files = JSON.stringify('plain words\n\n[Hint: x]');
+      const text = await python('import json\nfrom hermes_tools import search_files\nprint(json.dumps(search_files("x")))');
+      assert.equal(JSON.parse(text), 'plain words\n\n[Hint: x]');
     } finally {
       answers.search_files = plain ?? '';
     }

@@ -207,4 +207,17 @@ describe('ExecutorMetrics with TaskEnvironments', () => {
       assert.equal(sample(text, 'berth_execute_code_runs_total', { backend: 'docker', outcome }), 1, outcome);
     }
   });
+
+  test('the warm pool gauges read the pool at each scrape', async () => {
+    const registry = createMetricsRegistry({ processMetrics: false });
+    let pool = { ready: 1, target: 2 };
+    ExecutorMetrics.observeWarmPool(registry, 'docker', () => pool);
+    const read = async () => {
+      const text = await registry.metrics();
+      return [sample(text, 'berth_warm_pool_ready', { backend: 'docker' }), sample(text, 'berth_warm_pool_target', { backend: 'docker' })];
+    };
+    assert.deepEqual(await read(), [1, 2]);
+    pool = { ready: 5, target: 8 };
+    assert.deepEqual(await read(), [5, 8]);
+  });
 });

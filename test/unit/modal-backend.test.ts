@@ -5,9 +5,15 @@
  */
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
-import { describe, it } from 'node:test';
+import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { after, describe, it } from 'node:test';
 import { bootstrapCode } from '../../services/executor/backends/modal/modal-agent.js';
-import { modalError, sandboxName } from '../../services/executor/backends/modal/modal-backend.js';
+import { findAgentScript } from '../../services/executor/backends/shared/agent/agent-script.js';
+import { AGENT_PROTOCOL_VERSION } from '../../services/executor/backends/shared/agent/agent-protocol.js';
+import { sandboxName } from '../../services/executor/backends/modal/modal-backend.js';
+import { modalError } from '../../services/executor/backends/modal/modal-errors.js';
 import { modalNetwork, tenantModalPolicy } from '../../services/executor/backends/modal/modal-network.js';
 import { realPython } from '../support/python-bin.js';
 
@@ -62,32 +68,52 @@ describe('modal errors', () => {
 });
 
 describe('the agent bootstrap', () => {
-  it('runs exactly the announced bytes of source as the main module with --stdio, leaving the rest of stdin unread', () => {
-    const source = Buffer.from(
-      'import sys, os\nsys.stdout.write(repr((__name__, sys.argv)) + "|" + os.read(0, 100).decode() + "|" + os.environ["BERTH_SANDBOX_WORKDIR"])\n',
-    );
-    const r = spawnSync(realPython(), ['-c', bootstrapCode(source.length), '--stdio'], {
-      input: Buffer.concat([source, Buffer.from('FRAMES')]),
-      cwd: '/tmp',
-      encoding: 'utf8',
+  const cwd = mkdtempSync(path.join(os.tmpdir(), 'berth-modal-bootstrap-'));
+  after(() => rmSync(cwd, { recursive: true, force: true }));
+
+  it("runs the archive's __main__.py with --stdio and its package from the archive, leaving the rest of stdin unread", () => {
+    // A package of the same name in the working directory (a command could make one) must not stand in for the archive's.
+    mkdirSync(path.join(cwd, 'berth_agent'), { recursive: true });
+    writeFileSync(path.join(cwd, 'berth_agent', '__init__.py'), 'raise SystemExit("the planted package was imported")\n');
+    const archive = zipOf({
+      '__main__.py':
+        'import sys, os\nimport berth_agent.part as p\nsys.stdout.write(repr((__name__, sys.argv, p.WHERE, p.__file__)) + "|" + os.read(0, 100).decode() + "|" + os.environ["BERTH_SANDBOX_WORKDIR"])\n',
+      'berth_agent/__init__.py': '',
+      'berth_agent/part.py': 'WHERE = "archive"\n',
     });
+    const r = spawnSync(realPython(), ['-c', bootstrapCode(archive.length), '--stdio'], { input: Buffer.concat([archive, Buffer.from('FRAMES')]), cwd, encoding: 'utf8' });
     assert.equal(r.stderr, '');
-    assert.equal(r.stdout, "('__main__', ['berth_agent.py', '--stdio'])|FRAMES|/tmp");
+    assert.equal(r.stdout, `('__main__', ['berth_agent.pyz', '--stdio'], 'archive', '<stdin>/berth_agent.pyz/berth_agent/part.py')|FRAMES|${cwd}`);
   });
 
   it('hands the agent the options after -c CODE (a linger socket, a pid to resume), unchanged', () => {
-    const source = Buffer.from('import sys\nsys.stdout.write(repr(sys.argv))\n');
+    const archive = zipOf({ '__main__.py': 'import sys\nsys.stdout.write(repr(sys.argv))\n' });
     const argv = ['--stdio', '--linger', '/tmp/berth-state-0a1b/agent/linger.sock', '--resume', '42'];
-    const r = spawnSync(realPython(), ['-c', bootstrapCode(source.length), ...argv], { input: source, encoding: 'utf8' });
+    const r = spawnSync(realPython(), ['-c', bootstrapCode(archive.length), ...argv], { input: archive, encoding: 'utf8' });
     assert.equal(r.stderr, '');
-    assert.equal(r.stdout, repr(['berth_agent.py', ...argv]));
+    assert.equal(r.stdout, repr(['berth_agent.pyz', ...argv]));
   });
 
-  it('exits 3 when stdin ends before the source does', () => {
+  it("runs this installation's agent from memory: it says hello and ends with its stream", () => {
+    const archive = readFileSync(findAgentScript());
+    const r = spawnSync(realPython(), ['-I', '-S', '-c', bootstrapCode(archive.length), '--stdio'], { input: archive, cwd });
+    assert.equal(r.status, 0, r.stderr.toString());
+    const hello = JSON.parse(r.stdout.subarray(8, 8 + r.stdout.readUInt32BE(4)).toString()) as { op: string; version: number };
+    assert.equal(hello.op, 'hello');
+    assert.equal(hello.version, AGENT_PROTOCOL_VERSION);
+  });
+
+  it('exits 3 when stdin ends before the archive does', () => {
     const r = spawnSync(realPython(), ['-c', bootstrapCode(100), '--stdio'], { input: 'short' });
     assert.equal(r.status, 3);
   });
 });
+
+/** A zip archive of `files` (name -> text), as Python's zipfile writes it. */
+function zipOf(files: Record<string, string>): Buffer {
+  const code = 'import io, json, sys, zipfile\nb = io.BytesIO()\nwith zipfile.ZipFile(b, "w") as z:\n    for k, v in json.load(sys.stdin).items():\n        z.writestr(k, v)\nsys.stdout.buffer.write(b.getvalue())';
+  return spawnSync(realPython(), ['-c', code], { input: JSON.stringify(files) }).stdout;
+}
 
 /** A list of strings as Python's repr() writes it. */
 function repr(items: readonly string[]): string {

@@ -5,7 +5,8 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import { cidrContains, parseCidr } from '../../services/common/cidr.js';
-import { ConfigError, loadConfig, parseConfig } from '../../services/common/config.js';
+import { ConfigError } from '../../services/common/config.js';
+import { loadConfig, parseConfig } from '../../services/common/config-load.js';
 import { dockerOptionsFromConfig } from '../../services/executor/backends/docker/docker-options.js';
 import { silentLogger } from '../../services/common/logging.js';
 import {

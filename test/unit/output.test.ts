@@ -1,8 +1,8 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
+import { partialPrefixLength } from '../../services/executor/backends/shared/partial-prefix.js';
 import {
   HeadTailBuffer,
-  partialPrefixLength,
   stripAnsi,
   truncateHeadTail,
   truncateOutput,
@@ -128,7 +128,7 @@ describe('partialPrefixLength', () => {
 
 describe('dropKillReport', () => {
   it('drops bash\'s report of the job we killed, and only that', async () => {
-    const { dropKillReport } = await import('../../services/executor/task-environment.js');
+    const { dropKillReport } = await import('../../services/executor/task-output.js');
     assert.equal(dropKillReport('before\nTerminated\n'), 'before\n');
     assert.equal(dropKillReport('before\nbash: line 7:  4242 Killed                  sleep 30\n'), 'before\n');
     assert.equal(dropKillReport('Terminated'), '');

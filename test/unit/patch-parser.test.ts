@@ -1,15 +1,10 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
-import {
-  PatchError,
-  applyPatch,
-  normalizePatchPath,
-  parsePatch,
-  patchPaths,
-  type FileChange,
-  type PatchOperation,
-} from '../../services/dispatcher/tools/patch-parser.js';
-import { unifiedDiff } from '../../services/dispatcher/tools/unified-diff.js';
+import { applyPatch } from '../../services/dispatcher/tools/patch/apply-patch.js';
+import { parsePatch } from '../../services/dispatcher/tools/patch/parse-patch.js';
+import { normalizePatchPath, patchPaths } from '../../services/dispatcher/tools/patch/patch-paths.js';
+import { PatchError, type FileChange, type PatchOperation } from '../../services/dispatcher/tools/patch/patch-types.js';
+import { unifiedDiff } from '../../services/dispatcher/tools/patch/unified-diff.js';
 
 /** Parses and applies `patch` to `files`; returns the changes keyed by path. */
 function run(patch: string, files: Record<string, string>): Map<string, FileChange> {

@@ -5,7 +5,8 @@
  */
 import { describe, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { parseConfig, type QuotasConfig } from '../../services/common/config.js';
+import { type QuotasConfig } from '../../services/common/config.js';
+import { parseConfig } from '../../services/common/config-load.js';
 import { createMetricsRegistry } from '../../services/common/metrics.js';
 import { DispatcherMetrics } from '../../services/dispatcher/dispatcher-metrics.js';
 import {

@@ -12,6 +12,7 @@ import {
   isEnvDumpCommand,
   isSecretFilePath,
   redactFileContent,
+  redactProcessEvent,
   redactProcessResult,
   redactTerminalOutput,
 } from '../../services/dispatcher/redaction/output-redaction.js';
@@ -254,6 +255,17 @@ describe('redaction: terminal and process policy', () => {
     const written = JSON.stringify({ status: 'ok', bytes_written: 3 });
     assert.equal(redactProcessResult('write', written), written);
     assert.equal(redactProcessResult('poll', 'not json'), 'not json');
+  });
+
+  test('process events: output by the command, then the command; summaries pass unchanged', () => {
+    const token = fake('ghp_', 36);
+    const base = { session_id: 'proc_1', task_id: 't', owner_task_id: 't', command: `deploy --token ${token}` };
+    const match = redactProcessEvent({ ...base, type: 'watch_match', pattern: 'ok', output: `ok ${token}`, suppressed: 0 });
+    assert.deepEqual([match.command, match.output], [`deploy --token ${masked(token)}`, `ok ${masked(token)}`]);
+    const dump = redactProcessEvent({ ...base, command: 'printenv', type: 'heartbeat', seq: 1, interval: 60, elapsed: 61, output: `A_TOKEN=${value}`, started_at: 1 });
+    assert.equal(dump.output, 'A_TOKEN=***');
+    const summary = { session_id: '', command: '', type: 'watch_overflow_tripped', message: 'm' } as const;
+    assert.deepEqual(redactProcessEvent(summary), summary);
   });
 });
 

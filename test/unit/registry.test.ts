@@ -2,15 +2,11 @@ import assert from 'node:assert/strict';
 import { Writable } from 'node:stream';
 import { describe, it } from 'node:test';
 import { createLogger, silentLogger, type Logger } from '../../services/common/logging.js';
-import { HookRegistry, type ToolResultEvent } from '../../services/dispatcher/hooks.js';
-import {
-  AGENT_LOOP_TOOLS,
-  DEFAULT_MAX_RESULT_SIZE_CHARS,
-  ToolRegistry,
-  registerAgentLoopToolStubs,
-} from '../../services/dispatcher/registry.js';
+import { HookRegistry, type ToolResultEvent } from '../../services/dispatcher/registry/hooks.js';
+import { AGENT_LOOP_TOOLS, registerAgentLoopToolStubs } from '../../services/dispatcher/registry/agent-loop-tools.js';
+import { DEFAULT_MAX_RESULT_SIZE_CHARS, ToolRegistry } from '../../services/dispatcher/registry/registry.js';
 import type { TaskClient } from '../../services/common/task-client.js';
-import type { CheckFn, ToolContext, ToolHandler, ToolRegistration } from '../../services/dispatcher/tool-types.js';
+import type { CheckFn, ToolContext, ToolHandler, ToolRegistration } from '../../services/dispatcher/registry/tool-types.js';
 
 interface LogRecord {
   level: number;

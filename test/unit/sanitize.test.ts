@@ -6,7 +6,7 @@ import {
   boundErrorText,
   boundJsonErrorResult,
   sanitizeErrorText,
-} from '../../services/dispatcher/sanitize.js';
+} from '../../services/dispatcher/registry/sanitize.js';
 
 void describe('sanitizeErrorText', () => {
   void it('prefixes [TOOL_ERROR] exactly once', () => {

@@ -9,9 +9,7 @@ import { SifCache } from '../../services/executor/backends/singularity/sif-cache
 import {
   buildSifArgv,
   envFlagValue,
-  FILE_EXIT,
   execArgv,
-  groupCommand,
   instanceListArgv,
   instanceName,
   instancePrefix,
@@ -19,14 +17,13 @@ import {
   instanceStopArgv,
   needsConversion,
   parseInstanceList,
-  readFileCommand,
   resolveBinary,
   sifFileName,
-  statCommand,
-  writeFileCommand,
 } from '../../services/executor/backends/singularity/singularity-argv.js';
+import { FILE_EXIT, groupCommand, readFileCommand, statCommand, writeFileCommand } from '../../services/executor/backends/shared/group-commands.js';
 import { singularityOptionsFromConfig, singularityStateRoot } from '../../services/executor/backends/singularity/create-singularity-backend.js';
-import { ConfigError, parseConfig } from '../../services/common/config.js';
+import { ConfigError } from '../../services/common/config.js';
+import { parseConfig } from '../../services/common/config-load.js';
 
 describe('singularity argv', () => {
   it('pins instance start: contained, no home, writable tmpfs, binds, env, limits, image, name', () => {

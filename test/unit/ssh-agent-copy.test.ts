@@ -11,9 +11,13 @@ import { mkdtempSync, readdirSync, readFileSync, rmSync, statSync } from 'node:f
 import os from 'node:os';
 import path from 'node:path';
 import { after, describe, it } from 'node:test';
-import { sshAgentFinding } from '../../services/cli/doctor.js';
 import { agentScriptFrom, findAgentScript, loadAgentScript } from '../../services/executor/backends/shared/agent/agent-script.js';
-import { buildAgentCopyCommand, buildAgentStartCommand, remoteAgentPath } from '../../services/executor/backends/ssh/ssh-agent.js';
+import {
+  buildAgentCopyCommand,
+  buildAgentStartCommand,
+  remoteAgentPath,
+  sshAgentFinding,
+} from '../../services/executor/backends/ssh/ssh-agent.js';
 import { buildPreflightCommand, RELAY_SOCKET_SUFFIX_BYTES } from '../../services/executor/backends/ssh/ssh-scripts.js';
 
 const sh = (command: string, stdin: string | Buffer = '', env: NodeJS.ProcessEnv = process.env) =>
@@ -27,8 +31,8 @@ describe('the exec agent on an ssh host', () => {
     const content = Buffer.from('print("agent")\n');
     const script = agentScriptFrom(content);
     const hash = createHash('sha256').update(content).digest('hex').slice(0, 16);
-    assert.equal(script.fileName, `agent-${hash}.py`);
-    assert.equal(remoteAgentPath('/home/u', script), `/home/u/.berth/agent-${hash}.py`);
+    assert.equal(script.fileName, `agent-${hash}.pyz`);
+    assert.equal(remoteAgentPath('/home/u', script), `/home/u/.berth/agent-${hash}.pyz`);
     const shipped = await loadAgentScript();
     assert.ok(shipped.content.equals(readFileSync(findAgentScript())));
     assert.notEqual(agentScriptFrom(Buffer.concat([shipped.content, Buffer.from('\n')])).fileName, shipped.fileName);
@@ -64,7 +68,8 @@ describe('the exec agent on an ssh host', () => {
 
   it("the preflight gives execute_code's socket a short private base under /tmp when the task directory is too long", () => {
     const env = { ...process.env, HOME: home };
-    const short = sh(buildPreflightCommand('.berth/tasks', 'a'.repeat(32), undefined, true), '', env);
+    // Short whatever the temp directory's depth (test/run.sh gives each run its own).
+    const short = sh(buildPreflightCommand('.b', 'a'.repeat(8), undefined, true), '', env);
     assert.equal(short.status, 0, short.stderr);
     assert.doesNotMatch(short.stdout, /berth-rpc:/);
     const long = sh(buildPreflightCommand(`.berth/${'t'.repeat(40)}`, 'a'.repeat(32), undefined, true), '', env);

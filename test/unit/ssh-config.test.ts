@@ -2,7 +2,8 @@ import assert from 'node:assert/strict';
 import os from 'node:os';
 import path from 'node:path';
 import { describe, it } from 'node:test';
-import { ConfigError, parseConfig } from '../../services/common/config.js';
+import { ConfigError } from '../../services/common/config.js';
+import { parseConfig } from '../../services/common/config-load.js';
 import { silentLogger } from '../../services/common/logging.js';
 import {
   createSshBackend,

@@ -7,27 +7,28 @@
  */
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
-import { ConfigError, hashApiKey, parseConfig } from '../../services/common/config.js';
+import { ConfigError, hashApiKey } from '../../services/common/config.js';
+import { parseConfig } from '../../services/common/config-load.js';
 import { silentLogger } from '../../services/common/logging.js';
 import type { TaskClient, TaskCodeRunRequest } from '../../services/common/task-client.js';
 import {
   executeCodeLimitsFromConfig,
   executeCodeSchemaPatcher,
   executeCodeToolRegistration,
-} from '../../services/dispatcher/code-execution/execute-code-tool.js';
+} from '../../services/dispatcher/tools/code-execution/execute-code-tool.js';
 import { Dispatcher } from '../../services/dispatcher/dispatcher.js';
-import type { ExecutorRouter } from '../../services/dispatcher/executor-router.js';
-import { ToolRegistry } from '../../services/dispatcher/registry.js';
+import type { ExecutorRouter } from '../../services/dispatcher/executors/executor-router.js';
+import { ToolRegistry } from '../../services/dispatcher/registry/registry.js';
 import { TenantDirectory } from '../../services/dispatcher/tenants.js';
 import { registerBuiltinTools } from '../../services/dispatcher/tools/builtin-tools.js';
-import type { ToolContext } from '../../services/dispatcher/tool-types.js';
+import type { ToolContext } from '../../services/dispatcher/registry/tool-types.js';
 import {
   SANDBOX_TOOLS,
   registerToolset,
   resolveToolsets,
   selectToolNames,
   unregisterToolset,
-} from '../../services/dispatcher/toolsets.js';
+} from '../../services/dispatcher/registry/toolsets.js';
 
 const FILE_TOOLS = ['patch', 'read_file', 'search_files', 'write_file'];
 

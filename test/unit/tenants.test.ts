@@ -1,7 +1,8 @@
 import { describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { Metadata } from 'nice-grpc';
-import { hashApiKey, parseConfig } from '../../services/common/config.js';
+import { hashApiKey } from '../../services/common/config.js';
+import { parseConfig } from '../../services/common/config-load.js';
 import { TenantDirectory } from '../../services/dispatcher/tenants.js';
 
 function md(auth?: string): Metadata {

@@ -4,9 +4,9 @@ import { describe, it } from 'node:test';
 import { silentLogger } from '../../services/common/logging.js';
 import type { GuardedAction, GuardVerdict } from '../../services/dispatcher/approval/approval-types.js';
 import type { TaskClient } from '../../services/common/task-client.js';
-import type { ToolContext } from '../../services/dispatcher/tool-types.js';
+import type { ToolContext } from '../../services/dispatcher/registry/tool-types.js';
 import { processToolRegistration } from '../../services/dispatcher/tools/process-tool.js';
-import { terminalToolRegistration } from '../../services/dispatcher/tools/terminal-tool.js';
+import { terminalToolRegistration } from '../../services/dispatcher/tools/terminal/terminal-tool.js';
 
 /** Records what reached the executor; answers exec and startBackground. */
 function taskDouble() {

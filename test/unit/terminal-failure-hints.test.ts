@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 
-import { failureHint, maskedSuccessHint } from '../../services/dispatcher/tools/terminal-guards/failure-hints.js';
+import { failureHint, maskedSuccessHint } from '../../services/dispatcher/tools/terminal/guards/failure-hints.js';
 
 const PIPE_WARNING =
   'exit_code 0 here is the status of the last pipeline command (tail/head/cat/...), NOT of the command before the ' +

@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 
-import { rewriteBackgroundChain } from '../../services/dispatcher/tools/terminal-guards/background-chain.js';
+import { rewriteBackgroundChain } from '../../services/dispatcher/tools/terminal/guards/background-chain.js';
 
 void describe('rewriteBackgroundChain', () => {
   const cases: [input: string, expected: string][] = [

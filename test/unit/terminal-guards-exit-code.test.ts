@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 
-import { exitCodeMeaning } from '../../services/dispatcher/tools/terminal-guards/exit-code-meaning.js';
+import { exitCodeMeaning } from '../../services/dispatcher/tools/terminal/guards/exit-code-meaning.js';
 
 void describe('exitCodeMeaning', () => {
   const noMatches = 'No matches found (not an error)';

@@ -6,7 +6,7 @@ import {
   LONG_LIVED_GUIDANCE,
   SHELL_WRAPPER_GUIDANCE,
   findForegroundHazard,
-} from '../../services/dispatcher/tools/terminal-guards/foreground-hazard.js';
+} from '../../services/dispatcher/tools/terminal/guards/foreground-hazard.js';
 
 void describe('findForegroundHazard', () => {
   void it('uses the reference tool\'s three guidance texts word for word', () => {

@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 
-import { validateWorkdir } from '../../services/dispatcher/tools/terminal-guards/workdir.js';
+import { validateWorkdir } from '../../services/dispatcher/tools/terminal/guards/workdir.js';
 
 void describe('validateWorkdir', () => {
   const accepted = [

@@ -1,101 +1,14 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 
-import { silentLogger } from '../../services/common/logging.js';
-import type {
-  TaskBackgroundRequest,
-  TaskClient,
-  TaskExecRequest,
-  TaskExecResult,
-  TaskFile,
-  TaskProcessRequest,
-  TaskStat,
-  TaskWriteResult,
-} from '../../services/common/task-client.js';
-import type { ToolArgs, ToolContext, ToolRegistration } from '../../services/dispatcher/tool-types.js';
+import type { ToolArgs } from '../../services/dispatcher/registry/tool-types.js';
 import { processToolRegistration } from '../../services/dispatcher/tools/process-tool.js';
 import {
   ENVIRONMENT_RECREATED_NOTE,
   SILENT_BACKGROUND_HINT,
   terminalToolRegistration,
-} from '../../services/dispatcher/tools/terminal-tool.js';
-
-/**
- * A TaskClient that records every call and answers exec, startBackground and
- * process with canned results. File operations are not part of these tools,
- * so they fail loudly if reached.
- */
-class RecordingTaskClientDouble implements TaskClient {
-  readonly execRequests: TaskExecRequest[] = [];
-  readonly backgroundRequests: TaskBackgroundRequest[] = [];
-  readonly processRequests: TaskProcessRequest[] = [];
-
-  constructor(
-    private readonly execResult: Partial<TaskExecResult> = {},
-    private readonly processResult = '{"processes":[]}',
-  ) {}
-
-  exec(request: TaskExecRequest): Promise<TaskExecResult> {
-    this.execRequests.push(request);
-    return Promise.resolve({
-      output: '',
-      exitCode: 0,
-      timedOut: false,
-      interrupted: false,
-      notices: [],
-      ...this.execResult,
-    });
-  }
-
-  startBackground(request: TaskBackgroundRequest): Promise<{ sessionId: string; pid: number }> {
-    this.backgroundRequests.push(request);
-    return Promise.resolve({ sessionId: 'proc_0123456789ab', pid: 4242 });
-  }
-
-  process(request: TaskProcessRequest): Promise<string> {
-    this.processRequests.push(request);
-    return Promise.resolve(this.processResult);
-  }
-
-  readFile(path: string): Promise<TaskFile> {
-    return Promise.reject(new Error(`unexpected readFile(${path})`));
-  }
-
-  writeFile(path: string): Promise<TaskWriteResult> {
-    return Promise.reject(new Error(`unexpected writeFile(${path})`));
-  }
-
-  stat(path: string): Promise<TaskStat> {
-    return Promise.reject(new Error(`unexpected stat(${path})`));
-  }
-
-  /** True when nothing reached the executor. */
-  get untouched(): boolean {
-    return this.execRequests.length === 0 && this.backgroundRequests.length === 0 && this.processRequests.length === 0;
-  }
-}
-
-function contextFor(task: TaskClient, extra: Partial<ToolContext> = {}): ToolContext {
-  return {
-    tenant: 'tenant-a',
-    taskId: 'task-1',
-    sessionId: 'session-1',
-    task,
-    signal: new AbortController().signal,
-    logger: silentLogger(),
-    ...extra,
-  };
-}
-
-async function call(
-  registration: ToolRegistration,
-  args: ToolArgs,
-  task: TaskClient,
-  extra: Partial<ToolContext> = {},
-): Promise<unknown> {
-  const result = await registration.handler(args, contextFor(task, extra));
-  return JSON.parse(result) as unknown;
-}
+} from '../../services/dispatcher/tools/terminal/terminal-tool.js';
+import { RecordingTaskClientDouble, call, contextFor } from '../support/recording-task-client.js';
 
 const terminal = terminalToolRegistration({ defaultTimeoutSec: 180, maxForegroundTimeoutSec: 600, maxOutputChars: 50_000 });
 
@@ -105,15 +18,24 @@ void describe('terminal registration', () => {
     assert.equal(terminal.toolset, 'terminal');
     assert.equal(terminal.schema.name, 'terminal');
     const parameters = terminal.schema.parameters as { properties: Record<string, Record<string, unknown>>; required: string[] };
-    assert.deepEqual(Object.keys(parameters.properties).sort(), [
-      'background',
+    // Upstream's order; notify_on_complete and watch_patterns are accepted but no longer advertised.
+    assert.deepEqual(Object.keys(parameters.properties), [
       'command',
-      'notify_on_complete',
-      'pty',
+      'background',
       'timeout',
-      'watch_patterns',
       'workdir',
+      'pty',
+      'notify',
+      'heartbeat',
+      'persist_on_release',
     ]);
+    assert.deepEqual(parameters.properties.notify?.anyOf, [{ type: 'boolean' }, { type: 'array', items: { type: 'string' } }]);
+    assert.deepEqual(
+      [parameters.properties.heartbeat?.type, parameters.properties.heartbeat?.minimum, parameters.properties.heartbeat?.default],
+      ['integer', 0, 0],
+    );
+    assert.deepEqual([parameters.properties.persist_on_release?.type, parameters.properties.persist_on_release?.default], ['boolean', false]);
+    assert.deepEqual([parameters.properties.pty?.type, parameters.properties.pty?.default], ['boolean', false]);
     assert.deepEqual(parameters.required, ['command']);
     assert.equal(parameters.properties.timeout?.type, 'integer');
     assert.equal(parameters.properties.timeout?.minimum, 1);
@@ -134,7 +56,7 @@ void describe('terminal foreground', () => {
     const task = new RecordingTaskClientDouble({ output: 'hello\n', exitCode: 0 });
     const controller = new AbortController();
     const onOutput = (_text: string) => undefined;
-    const result = await call(terminal, { command: 'echo hello', timeout: 30, workdir: '/srv/app', pty: true }, task, {
+    const result = await call(terminal, { command: 'echo hello', timeout: 30, workdir: '/srv/app', pty: false }, task, {
       signal: controller.signal,
       onOutput,
     });
@@ -144,7 +66,7 @@ void describe('terminal foreground', () => {
     assert.equal(request?.command, 'echo hello');
     assert.equal(request?.timeoutMs, 30_000);
     assert.equal(request?.workdir, '/srv/app');
-    assert.equal(request?.pty, true);
+    assert.equal(request?.pty, undefined);
     assert.equal(request?.maxOutputChars, 50_000);
     assert.equal(request?.signal, controller.signal);
     assert.equal(request?.onOutput, onOutput);
@@ -385,18 +307,38 @@ void describe('terminal refusals', () => {
     assert.ok(task.untouched);
   });
 
-  void it('refuses a foreground timeout over the cap', async () => {
+  void it('runs a foreground call over the timeout cap in the background with notify, and says so', async () => {
     const task = new RecordingTaskClientDouble();
-    assert.deepEqual(await call(terminal, { command: 'make', timeout: 601 }, task), {
-      error:
-        'Foreground timeout 601s exceeds the maximum of 600s. Use background=true with notify_on_complete=true for long-running commands.',
-    });
+    const result = (await call(terminal, { command: 'make', timeout: 601 }, task)) as Record<string, unknown>;
+    assert.deepEqual(Object.keys(result).slice(5), ['notify_on_complete', 'promoted_from_foreground']);
+    assert.deepEqual([result.session_id, result.notify_on_complete], ['proc_0123456789ab', true]);
+    assert.deepEqual(
+      result.promoted_from_foreground,
+        'Requested foreground timeout 601s exceeds the 600s cap, so this command was started as a tracked background ' +
+        'process with notify_on_complete=true instead of being refused. Do NOT re-run it. Its completion (exit code + ' +
+        'output tail) arrives as a notification; poll with process(action="poll", session_id=...) if you need it sooner.',
+    );
+    assert.deepEqual(task.backgroundRequests, [{ command: 'make', notifyOnComplete: true }]);
+    assert.equal(task.execRequests.length, 0);
+  });
+
+  void it('still refuses a promoted call the foreground guidance refuses', async () => {
+    const task = new RecordingTaskClientDouble();
+    const result = (await call(terminal, { command: 'npm run dev', timeout: 3600 }, task)) as Record<string, unknown>;
+    assert.equal(result.status, 'error');
+    assert.match(String(result.error), /long-lived server/);
     assert.ok(task.untouched);
   });
 
-  void it('refuses a timeout that is not a positive number', async () => {
+  void it('refuses a timeout of zero or less with upstream\'s text, and one that is not a number', async () => {
     const task = new RecordingTaskClientDouble();
-    const result = (await call(terminal, { command: 'make', timeout: 0 }, task)) as Record<string, unknown>;
+    assert.deepEqual(await call(terminal, { command: 'make', timeout: 0 }, task), {
+      error: 'timeout must be a positive number of seconds (got 0).',
+    });
+    assert.deepEqual(await call(terminal, { command: 'make', timeout: -3, background: true }, task), {
+      error: 'timeout must be a positive number of seconds (got -3).',
+    });
+    const result = (await call(terminal, { command: 'make', timeout: 'later' }, task)) as Record<string, unknown>;
     assert.equal(result.status, 'error');
     assert.equal(result.exit_code, -1);
     assert.match(String(result.error), /^Invalid timeout/);

@@ -6,10 +6,11 @@
  */
 import { describe, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { ConfigError, parseConfig } from '../../services/common/config.js';
+import { ConfigError } from '../../services/common/config.js';
+import { parseConfig } from '../../services/common/config-load.js';
 import { classifyTlsFailure } from '../../services/common/tls.js';
 import { clientTarget, describeClientTlsFailure } from '../../services/cli/client-connection.js';
-import { describeExecutorTlsFailure } from '../../services/dispatcher/executor-channel.js';
+import { describeExecutorTlsFailure } from '../../services/dispatcher/executors/executor-channel.js';
 
 describe('TLS config keys', () => {
   test('server.tls, executor.tls and executors[].tls are read as given', () => {

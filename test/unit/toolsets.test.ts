@@ -2,8 +2,8 @@ import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import { silentLogger } from '../../services/common/logging.js';
 import { InvalidArgumentError } from '../../services/common/errors.js';
-import { ToolRegistry } from '../../services/dispatcher/registry.js';
-import type { ToolRegistration, ToolSchema } from '../../services/dispatcher/tool-types.js';
+import { ToolRegistry } from '../../services/dispatcher/registry/registry.js';
+import type { ToolRegistration, ToolSchema } from '../../services/dispatcher/registry/tool-types.js';
 import {
   BROWSER_WEB_HINT,
   CORE_TOOLS,
@@ -16,7 +16,7 @@ import {
   selectToolNames,
   unregisterToolset,
   validateToolsetName,
-} from '../../services/dispatcher/toolsets.js';
+} from '../../services/dispatcher/registry/toolsets.js';
 
 /** Registers plugin toolsets for one test and always removes them (the table is process-wide). */
 function withToolsets(defs: Record<string, Parameters<typeof registerToolset>[1]>, body: () => void | Promise<void>) {

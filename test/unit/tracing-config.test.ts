@@ -4,7 +4,8 @@
  */
 import { describe, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { ConfigError, loadConfig } from '../../services/common/config.js';
+import { ConfigError } from '../../services/common/config.js';
+import { loadConfig } from '../../services/common/config-load.js';
 import { parseResourceAttributes } from '../../services/common/tracing/otel-tracing.js';
 import { resultExitCode } from '../../services/dispatcher/tool-call-tracing.js';
 

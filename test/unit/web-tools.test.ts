@@ -6,17 +6,18 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import { parseCidr } from '../../services/common/cidr.js';
-import { ConfigError, parseConfig } from '../../services/common/config.js';
+import { ConfigError } from '../../services/common/config.js';
+import { parseConfig } from '../../services/common/config-load.js';
 import { silentLogger } from '../../services/common/logging.js';
 import { nonPublicRange } from '../../services/common/public-address.js';
-import { executeCodeLimitsFromConfig, executeCodeSchemaPatcher } from '../../services/dispatcher/code-execution/execute-code-tool.js';
-import { ToolRegistry } from '../../services/dispatcher/registry.js';
-import { getToolDefinitions } from '../../services/dispatcher/toolsets.js';
+import { executeCodeLimitsFromConfig, executeCodeSchemaPatcher } from '../../services/dispatcher/tools/code-execution/execute-code-tool.js';
+import { ToolRegistry } from '../../services/dispatcher/registry/registry.js';
+import { getToolDefinitions } from '../../services/dispatcher/registry/toolsets.js';
 import { registerBuiltinTools } from '../../services/dispatcher/tools/builtin-tools.js';
-import { decodeEntities, htmlToReadableText } from '../../services/dispatcher/web/readable-text.js';
-import { searxngRows, searxngTimeoutSec } from '../../services/dispatcher/web/searxng-provider.js';
-import { WebBackends } from '../../services/dispatcher/web/web-backends.js';
-import { truncateHeadTail, WEB_EXTRACT_SCHEMA, WEB_SEARCH_SCHEMA } from '../../services/dispatcher/web/web-tools.js';
+import { decodeEntities, htmlToReadableText } from '../../services/dispatcher/tools/web/readable-text.js';
+import { searxngRows, searxngTimeoutSec } from '../../services/dispatcher/tools/web/searxng-provider.js';
+import { WebBackends } from '../../services/dispatcher/tools/web/web-backends.js';
+import { truncateHeadTail, WEB_EXTRACT_SCHEMA, WEB_SEARCH_SCHEMA } from '../../services/dispatcher/tools/web/web-tools.js';
 
 describe('nonPublicRange', () => {
   it('refuses private, loopback, link-local, shared, reserved and host addresses in both families', () => {

@@ -20,13 +20,16 @@ from .errors import (
     UnauthenticatedError,
     UnavailableError,
 )
+from .events import BackgroundEvent, EventStream
 from .session import CHOICES, ApprovalRequest, Event, Output, Result, Session
+from .suspension import Suspension
+from .snapshots import Snapshot, Snapshots
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "DEFAULT_ADDRESS", "Berth", "Task", "Session", "Event", "Output", "ApprovalRequest", "Result", "CHOICES",
+    "DEFAULT_ADDRESS", "Berth", "Task", "Session", "Event", "BackgroundEvent", "EventStream", "Output", "ApprovalRequest", "Result", "CHOICES", "Snapshot", "Snapshots",
     "ERRORS_BY_CODE", "BerthError", "InvalidArgumentError", "NotFoundError", "FailedPreconditionError",
     "ResourceExhaustedError", "DeadlineExceededError", "UnavailableError", "PermissionDeniedError",
-    "UnauthenticatedError", "AbortedError", "CancelledError",
+    "UnauthenticatedError", "AbortedError", "CancelledError", "Suspension",
 ]

@@ -24,8 +24,10 @@ from ._gen import dispatcher_pb2 as pb
 from ._gen import dispatcher_pb2_grpc as pb_grpc
 from .client import DEFAULT_ADDRESS, _env_flag
 from .errors import BerthError, CancelledError, UnavailableError, from_rpc_error
+from .events import BackgroundEvent
 from .results import parse_result
 from .session import CHOICES, ApprovalRequest, Event, Output, Result, failed_call_error, to_event
+from .suspension import Suspension
 from .tools import ToolMethods
 
 _END = object()
@@ -82,6 +84,24 @@ class AsyncBerth:
         tools: List[Dict[str, Any]] = json.loads(response.tools_json)
         return tools
 
+    async def events(self, task_id: str, after: str = "") -> AsyncIterator[BackgroundEvent]:
+        """The task's background-process events (as Berth.events), as an async generator::
+
+            async for ev in berth.events("t1", after=last_seen):
+                print(ev.text)
+
+        On UNAVAILABLE it raises; reconnect with ``after=`` the last ``ev.id`` seen.
+        """
+        call = self._stub.TaskEvents(pb.TaskEventsRequest(task_id=task_id, after=after), metadata=self._metadata)
+        try:
+            async for message in call:
+                if message.WhichOneof("message") == "event":
+                    yield BackgroundEvent.from_pb(message.event)
+        except grpc.RpcError as err:
+            raise from_rpc_error(err) from err
+        finally:
+            call.cancel()
+
     async def close(self) -> None:
         """Ends open sessions and closes the channel; calls still running are cancelled."""
         sessions, self._sessions = self._sessions, []
@@ -129,6 +149,10 @@ class AsyncTask(ToolMethods[Awaitable[Dict[str, Any]]]):
         response = await self.berth._unary(self.berth._stub.CallTool, request, timeout)
         return str(response.result_json)
 
+    def events(self, after: str = "") -> AsyncIterator[BackgroundEvent]:
+        """This task's background-process events (see AsyncBerth.events)."""
+        return self.berth.events(self.task_id, after)
+
     async def approve(self, approval_id: str, choice: str = "once") -> Any:
         request = pb.ApproveRequest(task_id=self.task_id, session_id=self.session_id, approval_id=approval_id, choice=choice)
         return parse_result((await self.berth._unary(self.berth._stub.Approve, request)).result_json)
@@ -143,6 +167,16 @@ class AsyncTask(ToolMethods[Awaitable[Dict[str, Any]]]):
             self._session = None
         response = await self.berth._unary(self.berth._stub.EndTask, pb.EndTaskRequest(task_id=self.task_id))
         return bool(response.released)
+
+    async def suspend(self) -> Suspension:
+        """See Task.suspend."""
+        response = await self.berth._unary(self.berth._stub.Suspend, pb.SuspendRequest(task_id=self.task_id))
+        return Suspension(suspended=bool(response.suspended), processes_kept=bool(response.processes_kept))
+
+    async def resume(self) -> bool:
+        """See Task.resume."""
+        response = await self.berth._unary(self.berth._stub.Resume, pb.ResumeRequest(task_id=self.task_id))
+        return bool(response.resumed)
 
     def session(self) -> "AsyncSession":
         """This task's Session stream (opened on first use, reopened after it ended). Needs a running loop."""

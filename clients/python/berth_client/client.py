@@ -12,8 +12,11 @@ import grpc
 from ._gen import dispatcher_pb2 as pb
 from ._gen import dispatcher_pb2_grpc as pb_grpc
 from .errors import from_rpc_error
+from .events import EventStream
 from .results import parse_result
 from .session import Session
+from .suspension import Suspension
+from .snapshots import Snapshots
 from .tools import ToolMethods
 
 DEFAULT_ADDRESS = "127.0.0.1:7700"
@@ -90,6 +93,22 @@ class Berth:
         tools: List[Dict[str, Any]] = json.loads(response.tools_json)
         return tools
 
+    @property
+    def snapshots(self) -> Snapshots:
+        """Snapshots and forks of this tenant's tasks (docs/lifecycle.md)."""
+        return Snapshots(self)
+
+    def events(self, task_id: str, after: str = "") -> EventStream:
+        """The task's background-process events: those the server keeps after ``after``
+        (all of them by default), then new ones as they happen::
+
+            for ev in berth.events("t1", after=last_seen):
+                print(ev.text)
+
+        On UNAVAILABLE (a restart) the iteration raises; reconnect with ``after=stream.last_id``.
+        """
+        return EventStream(self, task_id, after)
+
     def close(self) -> None:
         """Ends open sessions and closes the channel; calls still running are cancelled."""
         with self._lock:
@@ -143,6 +162,10 @@ class Task(ToolMethods[Dict[str, Any]]):
         response: pb.CallToolResponse = self.berth._unary(self.berth._stub.CallTool, request, timeout)
         return response.result_json
 
+    def events(self, after: str = "") -> EventStream:
+        """This task's background-process events (see Berth.events)."""
+        return self.berth.events(self.task_id, after)
+
     def approve(self, approval_id: str, choice: str = "once") -> Any:
         """Answers a call that came back "pending_approval"; returns that call's result."""
         request = pb.ApproveRequest(
@@ -165,6 +188,18 @@ class Task(ToolMethods[Dict[str, Any]]):
             self._session = None
         response: pb.EndTaskResponse = self.berth._unary(self.berth._stub.EndTask, pb.EndTaskRequest(task_id=self.task_id))
         return bool(response.released)
+
+    def suspend(self) -> Suspension:
+        """Suspends the task's environment: no CPU, memory freed as far as the backend can; files and
+        shell state are kept and the next call resumes it. Raises FAILED_PRECONDITION while a call runs
+        on the task, or on a backend that cannot suspend."""
+        response = self.berth._unary(self.berth._stub.Suspend, pb.SuspendRequest(task_id=self.task_id))
+        return Suspension(suspended=bool(response.suspended), processes_kept=bool(response.processes_kept))
+
+    def resume(self) -> bool:
+        """Resumes the task's suspended environment now. False if it had none or was not suspended."""
+        response = self.berth._unary(self.berth._stub.Resume, pb.ResumeRequest(task_id=self.task_id))
+        return bool(response.resumed)
 
     def session(self) -> Session:
         """This task's Session stream (opened on first use, reopened after it ended)."""

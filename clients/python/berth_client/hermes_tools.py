@@ -53,7 +53,8 @@ def _json_or_text(text: str) -> Any:
         return _json.loads(text)
     except ValueError:
         pass
-    # A JSON result followed by a note (search_files' "[Hint: Results truncated. ...]") is the JSON.
+    # Older servers put a note after a truncated search_files object ("[Hint: Results truncated. ...]");
+    # today's carry it inside the JSON as _hint. Either way the object is the result.
     cut = text.rfind("\n\n[Hint: ")
     if cut > 0:
         try:

@@ -11,7 +11,8 @@ def parse_result(text: str) -> Any:
         return json.loads(text)
     except ValueError:
         pass
-    # A JSON result followed by a note (search_files' "[Hint: Results truncated. ...]") is the JSON.
+    # Older servers put a note after a truncated search_files object ("[Hint: Results truncated. ...]");
+    # today's carry it inside the JSON as _hint. Either way the object is the result.
     cut = text.rfind("\n\n[Hint: ")
     if cut > 0:
         try:

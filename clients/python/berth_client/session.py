@@ -18,6 +18,7 @@ import grpc
 
 from ._gen import dispatcher_pb2 as pb
 from .errors import BerthError, UnavailableError, error_for_name, from_rpc_error
+from .events import BackgroundEvent
 from .results import parse_result
 
 if TYPE_CHECKING:
@@ -83,6 +84,7 @@ class Session:
         self.session_id = session_id
         self._requests: "queue.Queue[Optional[pb.SessionClientMessage]]" = queue.Queue()
         self._calls: Dict[str, "queue.Queue[Any]"] = {}
+        self._background: "queue.Queue[Optional[BackgroundEvent]]" = queue.Queue()
         self._lock = threading.Lock()
         self._ids = itertools.count(1)
         self._failure: Optional[BerthError] = None
@@ -159,6 +161,27 @@ class Session:
             raise ValueError("set_yolo needs a session: create the task with session_id=...")
         self._send(pb.SessionClientMessage(settings=pb.SessionSettings(session_id=self.session_id, yolo=enabled)))
 
+    def events(self, timeout: Optional[float] = None) -> Iterator[BackgroundEvent]:
+        """Background-process events of the tasks this session follows, until the stream ends.
+
+        The session follows its task from its first call; subscribe_events() to
+        follow it from before that, or to resume after a reconnection. With
+        ``timeout`` (seconds) the iteration also ends after that long without an event.
+        """
+        while True:
+            try:
+                ev = self._background.get(timeout=timeout)
+            except queue.Empty:
+                return
+            if ev is None:
+                self._background.put(None)
+                return
+            yield ev
+
+    def subscribe_events(self, after: str = "") -> None:
+        """Follows the task's events after ``after`` (the last id seen; "" for every event the server keeps)."""
+        self._send(pb.SessionClientMessage(subscribe_events=pb.TaskEventsRequest(task_id=self.task_id, after=after)))
+
     def close(self, wait: bool = True) -> None:
         """Ends the request side; with wait, returns once running calls have finished and the stream ended."""
         with self._lock:
@@ -221,6 +244,15 @@ class Session:
     def _read(self) -> None:
         try:
             for message in self._responses:
+                which = message.WhichOneof("message")
+                if which == "event":
+                    self._background.put(BackgroundEvent.from_pb(message.event))
+                    continue
+                if which == "events_ready":
+                    if message.events_ready.error:
+                        r = message.events_ready
+                        self._background.put(BackgroundEvent(r.task_id, "", "events_error", {"error": r.error}, r.error))
+                    continue
                 routed = to_event(message, self)
                 if routed is not None:
                     self._route(*routed)
@@ -234,6 +266,7 @@ class Session:
                     self._requests_closed = True
                     self._requests.put(None)
                 pending = list(self._calls.values())
+            self._background.put(None)
             for q in pending:
                 q.put(_END)
 

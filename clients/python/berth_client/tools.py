@@ -3,7 +3,7 @@ AsyncTask: each builds the tool's arguments and hands them to call(), which
 returns the parsed result (sync) or an awaitable of it (asyncio)."""
 from __future__ import annotations
 
-from typing import Any, Dict, Generic, Mapping, Optional, Sequence, TypeVar
+from typing import Any, Dict, Generic, Mapping, Optional, Sequence, TypeVar, Union
 
 R = TypeVar("R")
 
@@ -31,6 +31,9 @@ class ToolMethods(Generic[R]):
         timeout: Optional[int] = None,
         workdir: Optional[str] = None,
         pty: Optional[bool] = None,
+        notify: Union[bool, Sequence[str], None] = None,
+        heartbeat: Optional[int] = None,
+        persist_on_release: Optional[bool] = None,
         notify_on_complete: Optional[bool] = None,
         watch_patterns: Optional[Sequence[str]] = None,
     ) -> R:
@@ -38,11 +41,19 @@ class ToolMethods(Generic[R]):
 
         Result: {"output", "exit_code", "error"}; a background command gives a
         "session_id" for process_manage(). ``timeout`` is the command's, in seconds.
+        With background=True: ``notify=True`` announces the exit, ``notify=[...]``
+        watches the output for those strings, ``heartbeat`` (seconds, at least 60)
+        reports progress; ``pty``, ``notify``, ``heartbeat`` and ``persist_on_release``
+        are refused on a foreground call. ``notify_on_complete`` and ``watch_patterns``
+        are the older spellings of ``notify`` (still accepted).
         """
+        if notify is not None and not isinstance(notify, bool):
+            notify = list(notify)
         return self.call(
             "terminal",
             _args(
                 command=command, background=background, timeout=timeout, workdir=workdir, pty=pty,
+                notify=notify, heartbeat=heartbeat, persist_on_release=persist_on_release,
                 notify_on_complete=notify_on_complete,
                 watch_patterns=list(watch_patterns) if watch_patterns is not None else None,
             ),

@@ -28,6 +28,16 @@ class AsyncClientTest(unittest.IsolatedAsyncioTestCase):
         await self.task.write_file(path, "async\n")
         self.assertIn("1|async", (await self.task.read_file(path))["content"])
 
+    async def test_events_as_an_async_generator(self):
+        r = await self.task.terminal("echo aio-bg; exit 5", background=True, notify_on_complete=True)
+        events = self.task.events()
+        ev = await asyncio.wait_for(events.__anext__(), 60)
+        await events.aclose()
+        self.assertEqual(ev.type, "completion")
+        self.assertEqual(ev.event["session_id"], r["session_id"])
+        self.assertEqual(ev.event["exit_code"], 5)
+        self.assertTrue(ev.text.startswith(f"[IMPORTANT: Background process {r['session_id']} exited (exit code 5)."), ev.text)
+
     async def test_session_approval_and_output(self):
         marker = os.path.join(self.dir, "aio-once")
         kinds = []

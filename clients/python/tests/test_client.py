@@ -74,6 +74,18 @@ class TaskTest(unittest.TestCase):
         logged = self.task.process("log", started["session_id"])
         self.assertIn("from-bg", logged.get("output", ""), logged)
 
+    def test_background_notify_heartbeat_and_the_foreground_refusal(self):
+        started = self.task.terminal("wc -l", background=True, notify=True, heartbeat=5, persist_on_release=True)
+        self.assertEqual(
+            [started.get("persist_on_release"), started.get("notify_on_complete"), started.get("heartbeat_seconds")],
+            [True, True, 60], started,
+        )
+        # Without a PTY stdin is at end of input: wc reads nothing and exits at once.
+        waited = self.task.process_manage("wait", started["session_id"], timeout=30)
+        self.assertEqual([waited.get("status"), waited.get("output")], ["exited", "0\n"], waited)
+        refused = self.task.terminal("make", notify=["ready"])
+        self.assertTrue(refused.get("error", "").startswith("notify/heartbeat only apply to background commands"), refused)
+
     def test_interrupt_stops_the_running_command(self):
         results = {}
         worker = threading.Thread(target=lambda: results.setdefault("r", self.task.terminal("sleep 60")))

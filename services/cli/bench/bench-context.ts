@@ -4,10 +4,12 @@
  * which backends this build has. Closed once, after the last case.
  */
 import { execFile } from 'node:child_process';
-import { existsSync } from 'node:fs';
+import { existsSync, mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
-import { parseConfig, type BackendName } from '../../common/config.js';
+import { type BackendName } from '../../common/config.js';
+import { parseConfig } from '../../common/config-load.js';
 import { silentLogger } from '../../common/logging.js';
 import { createBackend } from '../../executor/backends/create-backend.js';
 import type { BenchContext, BenchMode } from './bench-case.js';
@@ -50,14 +52,18 @@ export function createBenchContext(options: {
       const reason = await dockerUnavailable();
       if (reason !== undefined) return reason;
     }
+    // A state root of the probe's own: the default one (under the temp dir) would outlive it.
+    const stateRoot = mkdtempSync(join(tmpdir(), 'berth-bench-probe-'));
     try {
-      const backend = await createBackend(parseConfig({ terminal: { backend: name } }), silentLogger());
+      const backend = await createBackend(parseConfig({ terminal: { backend: name }, executor: { state_root: stateRoot } }), silentLogger());
       await backend.close();
       return undefined;
     } catch (err) {
       // Any other refusal (an ssh backend without ssh_host, say) means it is built but needs settings the case supplies.
       const message = err instanceof Error ? err.message : String(err);
       return /not available in this version/.test(message) ? `${name} backend not built yet` : undefined;
+    } finally {
+      rmSync(stateRoot, { recursive: true, force: true });
     }
   };
 

@@ -11,7 +11,7 @@ import { fileURLToPath } from 'node:url';
 import { createChannel, createClient, type Channel } from 'nice-grpc';
 import { HealthDefinition } from 'nice-grpc-server-health';
 import type { BackendName } from '../../common/config.js';
-import { CHANNEL_OPTIONS } from '../../common/grpc-server.js';
+import { CHANNEL_OPTIONS } from '../../common/channel-options.js';
 import { DispatcherDefinition, type DispatcherClient } from '../../gen/berth/v1/dispatcher.js';
 import { startListeningChild, type ListeningChild } from './listening-child.js';
 
@@ -22,6 +22,8 @@ export interface BenchServerOptions {
   readonly config?: Readonly<Record<string, unknown>>;
   /** Added to the server's environment (a test double's state directory, a provider's credentials and endpoint). */
   readonly env?: Readonly<Record<string, string>>;
+  /** How long it may take to serve (default 30 s; a backend that starts sandboxes ahead, a warm pool, may need more). */
+  readonly startTimeoutMs?: number;
 }
 
 export interface BenchServer {
@@ -69,7 +71,13 @@ export async function startBenchServer(options: BenchServerOptions = {}): Promis
   const env = { ...benchServerEnv(scratch), ...options.env };
   let child: ListeningChild;
   try {
-    child = await startListeningChild({ name: `bench server (${options.backend ?? 'local'})`, args, env, cwd: scratch });
+    child = await startListeningChild({
+      name: `bench server (${options.backend ?? 'local'})`,
+      args,
+      env,
+      cwd: scratch,
+      ...(options.startTimeoutMs !== undefined ? { startTimeoutMs: options.startTimeoutMs } : {}),
+    });
   } catch (err) {
     rmSync(scratch, { recursive: true, force: true });
     throw err;

@@ -10,7 +10,7 @@
  */
 import { createWriteStream } from 'node:fs';
 import { parseArgs } from 'node:util';
-import { loadConfig } from '../../common/config.js';
+import { loadConfig } from '../../common/config-load.js';
 import { createLogger } from '../../common/logging.js';
 import { startServe } from '../serve.js';
 import { NOOP_RESULT, NOOP_TOOL } from './noop-tool.js';

@@ -8,7 +8,7 @@ import { finished } from 'node:stream/promises';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { promisify } from 'node:util';
 import type Docker from 'dockerode';
-import { parseConfig } from '../../common/config.js';
+import { parseConfig } from '../../common/config-load.js';
 
 /** The image tasks run in by default (`terminal.docker_image`). */
 export const SANDBOX_IMAGE = parseConfig({}).terminal.docker_image;

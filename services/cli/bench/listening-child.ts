@@ -58,7 +58,8 @@ export async function startListeningChild(options: ListeningChildOptions): Promi
     }, timeoutMs);
     const onData = (d: string) => {
       startupOutput += d;
-      const m = /serving on (\S+)/.exec(startupOutput);
+      // The whole line: after the address it may say more (berth serve: where new tasks start).
+      const m = /serving on (\S+)[^\n]*\n/.exec(startupOutput);
       if (m) {
         clearTimeout(timer);
         child.stdout!.off('data', onData);

@@ -1,4 +1,4 @@
-/** The markdown form of a bench run: the tables the README quotes. */
+/** The markdown form of a bench run: the tables docs/performance.md quotes. */
 import type { BenchReport } from './report.js';
 import type { CaseResult } from './bench-result.js';
 import { formatMs, formatRatio, ratio } from './stats.js';
@@ -7,11 +7,11 @@ function row(cells: readonly string[]): string {
   return `| ${cells.map((c) => c.replace(/\|/g, '\\|')).join(' | ')} |`;
 }
 
-function table(header: readonly string[], rows: readonly (readonly string[])[]): string {
+export function table(header: readonly string[], rows: readonly (readonly string[])[]): string {
   return [row(header), row(header.map(() => '---')), ...rows.map(row)].join('\n');
 }
 
-function formatValue(value: number, unit: string): string {
+export function formatValue(value: number, unit: string): string {
   if (!Number.isFinite(value)) return '—';
   return `${value >= 100 ? value.toFixed(0) : value.toPrecision(3)} ${unit}`;
 }
@@ -128,7 +128,7 @@ export function renderTargets(report: BenchReport): string | undefined {
   return table(['target', 'measured', ''], rows);
 }
 
-/** The tables alone (latency, load, levels, skipped, failed), for the README. */
+/** The tables alone (latency, load, levels, skipped, failed), for docs/performance.md. */
 export function renderTables(report: BenchReport): string {
   const parts: string[] = [];
   const latency = latencyTable(report.cases);

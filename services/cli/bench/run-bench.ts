@@ -1,7 +1,8 @@
 /**
  * `berth bench`: loads the cases under cases/, runs them one after another
  * (never two at once: they would measure each other), and writes the JSON,
- * markdown and SVG reports under test/bench/results/.
+ * markdown and SVG reports under bench-results/ (the checkout's; kept out of
+ * git unless a report is added on purpose).
  *
  * Exit status: 0 when no case failed (skips are fine), 1 otherwise.
  */
@@ -13,6 +14,7 @@ import { createBenchContext } from './bench-context.js';
 import { dockerVersion, loadAverage1m, machineInfo, sourceInfo } from './machine.js';
 import { Progress, type ProgressStream } from './progress.js';
 import { renderChart } from './report-chart.js';
+import { renderComparison, readReport } from './report-compare.js';
 import { renderMarkdown } from './report-markdown.js';
 import { dateStamp, reportToJson, type BenchReport } from './report.js';
 import type { CaseResult } from './bench-result.js';
@@ -21,7 +23,7 @@ import { formatMs, formatRatio } from './stats.js';
 
 export const REPO_ROOT = fileURLToPath(new URL('../../../../', import.meta.url));
 const CASES_DIR = fileURLToPath(new URL('./cases/', import.meta.url));
-export const RESULTS_DIR = join(REPO_ROOT, 'test', 'bench', 'results');
+export const RESULTS_DIR = join(REPO_ROOT, 'bench-results');
 
 /**
  * --quick aims at two minutes in all. Each case may measure for at most half
@@ -41,6 +43,10 @@ export interface BenchOptions {
   /** Write result files (default: yes, except in smoke mode). */
   readonly write?: boolean;
   readonly resultsDir?: string;
+  /** An earlier run's results file: print each case's ratio change against it. */
+  readonly compare?: string;
+  /** Also write the results (JSON) to this file, in any mode. */
+  readonly json?: string;
   /** The command line that reproduces this run, for the report. */
   readonly command: string;
   readonly stderr?: ProgressStream;
@@ -81,6 +87,14 @@ function select(all: readonly LoadedCase[], only: readonly string[]): LoadedCase
   return chosen;
 }
 
+function readEarlierReport(path: string): BenchReport {
+  try {
+    return readReport(path);
+  } catch (err) {
+    throw new BenchUsageError((err as Error).message);
+  }
+}
+
 function summaryLine(r: CaseResult): string {
   const secs = `${(r.durationMs / 1000).toFixed(1)} s`;
   if (r.status === 'skipped') return `skipped: ${r.reason}`;
@@ -103,6 +117,8 @@ function summaryLine(r: CaseResult): string {
 export async function runBench(options: BenchOptions): Promise<number> {
   const stderr = options.stderr ?? process.stderr;
   const stdout = options.stdout ?? process.stdout;
+  // Read before the run: a wrong path should not cost a whole run.
+  const earlier = options.compare === undefined ? undefined : readEarlierReport(options.compare);
   const chosen = select(await loadCases(options.mode), options.only);
   const progress = new Progress(stderr, chosen.length);
   const notes: string[] = [];
@@ -180,6 +196,11 @@ export async function runBench(options: BenchOptions): Promise<number> {
     stdout.write(`${markdown}\n`);
     stderr.write(`bench: wrote ${join(dir, base)}.{json,md,svg}\n`);
   }
+  if (options.json !== undefined) {
+    writeFileSync(options.json, reportToJson(report));
+    stderr.write(`bench: wrote ${options.json}\n`);
+  }
+  if (earlier !== undefined) stdout.write(`${renderComparison(earlier, report, options.compare!)}\n`);
   stderr.write(
     `bench ${options.mode}: ${results.length - failed - skipped} ran, ${skipped} skipped, ${failed} failed\n`,
   );

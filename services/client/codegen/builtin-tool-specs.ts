@@ -4,11 +4,12 @@
  * through Berth only ever returns an error), each with its old names. Build-time only: the client
  * itself never imports the dispatcher.
  */
-import { loadConfig } from '../../common/config.js';
+import { loadConfig } from '../../common/config-load.js';
 import { createLogger } from '../../common/logging.js';
-import { AGENT_LOOP_TOOLS, ToolRegistry } from '../../dispatcher/registry.js';
+import { AGENT_LOOP_TOOLS } from '../../dispatcher/registry/agent-loop-tools.js';
+import { ToolRegistry } from '../../dispatcher/registry/registry.js';
 import { registerBuiltinTools } from '../../dispatcher/tools/builtin-tools.js';
-import { LEGACY_TOOL_ALIASES } from '../../dispatcher/tool-aliases.js';
+import { LEGACY_TOOL_ALIASES } from '../../dispatcher/registry/tool-aliases.js';
 import type { ToolSpec } from './schema-to-ts.js';
 
 export function builtinToolSpecs(): ToolSpec[] {
@@ -19,14 +20,17 @@ export function builtinToolSpecs(): ToolSpec[] {
     .names()
     .filter((name) => !AGENT_LOOP_TOOLS.has(name))
     .map((name) => {
-      const schema = registry.get(name)?.schema;
+      const registration = registry.get(name);
+      const schema = registration?.schema;
       if (schema === undefined) throw new Error(`tool ${name} vanished from the registry`);
       const legacyNames = Object.keys(LEGACY_TOOL_ALIASES).filter((old) => LEGACY_TOOL_ALIASES[old] === name);
+      const legacyParameters = registration?.legacyParameters;
       return {
         name,
         description: schema.description,
         parameters: schema.parameters,
         ...(legacyNames.length > 0 ? { legacyNames } : {}),
+        ...(legacyParameters !== undefined ? { legacyParameters } : {}),
       };
     });
 }

@@ -18,6 +18,24 @@ export interface ToolSpec {
    * still compiles; the call goes out under the current name.
    */
   readonly legacyNames?: readonly string[];
+  /**
+   * Arguments still accepted but no longer advertised: each becomes a
+   * deprecated optional property of the argument type, so code written
+   * against it still compiles.
+   */
+  readonly legacyParameters?: Readonly<Record<string, JsonSchema>>;
+}
+
+/** The parameters with the legacy ones added as optional properties marked deprecated. */
+function withLegacyParameters(tool: ToolSpec): JsonSchema {
+  const legacy = Object.entries(tool.legacyParameters ?? {});
+  if (legacy.length === 0) return tool.parameters;
+  const properties = (tool.parameters.properties ?? {}) as Record<string, unknown>;
+  const deprecated = legacy.map(([key, schema]) => [
+    key,
+    { ...schema, description: `@deprecated ${typeof schema.description === 'string' ? schema.description : ''}`.trim() },
+  ]);
+  return { ...tool.parameters, properties: { ...properties, ...Object.fromEntries(deprecated) } };
 }
 
 /** `read_file` → `readFile`; `execute_code` → `executeCode`. */
@@ -117,7 +135,7 @@ export function generateToolModule(tools: readonly ToolSpec[], generator: string
   out.push(`export const BUILTIN_TOOL_NAMES = ${JSON.stringify(sorted.map((t) => t.name))} as const;`);
   out.push('');
   for (const tool of sorted) {
-    const type = schemaToType(tool.parameters, '');
+    const type = schemaToType(withLegacyParameters(tool), '');
     out.push(`/** Arguments of the \`${tool.name}\` tool. */`);
     if (type.startsWith('{')) out.push(`export interface ${argsTypeName(tool.name)} ${type}`);
     else out.push(`export type ${argsTypeName(tool.name)} = ${type};`);

@@ -91,8 +91,8 @@ export interface ReadFileArgs {
    */
   offset?: number;
   /**
-   * How many lines to return, at most 2000. Default 500.
-   * @defaultValue 500
+   * Maximum number of lines to read (default: 2000, max: 2000). Reads are additionally capped at a ~100K-character budget with a next_offset continuation.
+   * @defaultValue 2000
    */
   limit?: number;
 }
@@ -151,12 +151,12 @@ export interface TerminalArgs {
    */
   command: string;
   /**
-   * Start the command as a background process and return at once with a session_id (use the process_manage tool to poll, read its log, wait, send input or kill it). Required for servers and other long-running commands; do not use nohup, setsid or a trailing & instead.
+   * Start the command as a background process and return at once with a session_id (use the process_manage tool to poll, read its log, wait, send input or kill it). Required for servers and other long-running commands; do not use nohup, setsid or a trailing & instead. Pair with notify=true for anything with a defined end; without it the process runs silently. Its stdin is at end of input unless pty=true.
    * @defaultValue false
    */
   background?: boolean;
   /**
-   * Seconds to wait for a foreground command before it is killed (exit code 124). Default 180, maximum 600; longer work belongs in background=true.
+   * Seconds to wait for a foreground command before it is killed (exit code 124). Default 180, foreground maximum 600. The call returns as soon as the command finishes, so a generous value costs nothing. A foreground timeout above 600 starts the command as a tracked background process with notify=true instead (the result says so; do not run it again).
    * @defaultValue 180
    */
   timeout?: number;
@@ -165,15 +165,30 @@ export interface TerminalArgs {
    */
   workdir?: string;
   /**
-   * Run under a pseudo-terminal, for programs that behave differently or refuse to run without one (interactive CLIs, REPLs started in the background and driven with the process_manage tool). Output then contains whatever the program draws.
+   * With background=true: run under a pseudo-terminal, for interactive programs that hang or refuse to run without one (REPLs, interactive CLIs); drive them with process_manage (action "submit" or "write"). Output then contains whatever the program draws.
+   * @defaultValue false
    */
   pty?: boolean;
   /**
-   * With background=true: announce when the process exits, with its exit code and final output, so you need not poll for it. Use for builds, test runs and other long jobs that do finish. Mutually exclusive with watch_patterns: when both are set, watch_patterns is dropped.
+   * With background=true: notify=true sends exactly one notification when the process exits, with its exit code and final output (right for builds, test runs, deploys: anything that finishes). A list of strings instead notifies when an output line contains one of them: only for one-off readiness signals of processes that never exit (e.g. ["Application startup complete"]); rate-limited, and switched off if it fires too often. Omit for silent servers and daemons.
+   */
+  notify?: boolean | string[];
+  /**
+   * With background=true: also send a notification every this many seconds (at least 60) with the output produced since the last one; skipped when there is no new output. 0 turns it off. For long bounded jobs you must follow while they run (full test suites, deploys), never for servers or watchers. Implies notify=true.
+   * @defaultValue 0
+   */
+  heartbeat?: number;
+  /**
+   * With background=true: mark a long-running job the user wants kept; process_manage list shows it. The process still ends when the task ends, and process_manage kill still stops it.
+   * @defaultValue false
+   */
+  persist_on_release?: boolean;
+  /**
+   * @deprecated Use notify=true.
    */
   notify_on_complete?: boolean;
   /**
-   * With background=true: strings or regular expressions to watch for in the output (e.g. "ready on port", "ERROR"); you are notified when a line matches, for example when a server becomes ready. Meant for rare one-off signals in long-lived processes; set either this or notify_on_complete, not both.
+   * @deprecated Use notify=[...patterns].
    */
   watch_patterns?: string[];
 }
@@ -261,7 +276,7 @@ export abstract class ToolMethods {
   }
 
   /**
-   * Manage background processes started with terminal(background=true). list: all processes of this task with status. poll: status and output_preview (the last 1,000 characters of output). log: the buffered output, paged with offset and limit. wait: block until the process exits or timeout seconds pass (partial output on timeout). kill: terminate it. write: send data to its stdin as is. submit: send data followed by Enter. close: close its stdin (end of input). handoff: subagents only. Every action except list needs session_id; any unique prefix of it works.
+   * Manage background processes started with terminal(background=true). list: all processes of this task with status. poll: status and output_preview (the last 1,000 characters of output). log: the buffered output, paged with offset and limit. wait: block until the process exits or timeout seconds pass (partial output on timeout). kill: terminate it. write: send data to its stdin as is. submit: send data followed by Enter (to answer a prompt). close: end of input. Only processes started with pty=true take input; others start with stdin at end of input. handoff: subagents only. Every action except list needs session_id; any unique prefix of it works.
    *
    * Calls the `process_manage` tool; resolves with its parsed result (tool errors are results too).
    */
@@ -278,7 +293,7 @@ export abstract class ToolMethods {
   }
 
   /**
-   * Read a text file from the task environment with line numbers and pagination. Returns its lines as "LINE_NUM|CONTENT" (500 lines per call by default) plus total_lines and file_size; when more lines remain, truncated is true and hint gives the offset to continue from. Reads over 100,000 characters are refused: use offset and limit to read a section of a large file. Suggests similar names when the file is not found. Images and other binary files cannot be read. Use this instead of cat/head/tail in the terminal.
+   * Read a text file from the task environment with line numbers and pagination. Returns its lines as "LINE_NUM|CONTENT" (2000 lines per call by default) plus total_lines and file_size; when more lines remain, truncated is true and hint gives the offset to continue from. Use offset and limit for large files. Reads over ~100K characters are cut on a line boundary and return a next_offset; continue with that offset to read the rest. Unresolved git merge-conflict markers in the range are flagged. Suggests similar names when the file is not found. Images and other binary files cannot be read. Use this instead of cat/head/tail in the terminal.
    *
    * Calls the `read_file` tool; resolves with its parsed result (tool errors are results too).
    */
@@ -296,7 +311,7 @@ export abstract class ToolMethods {
   }
 
   /**
-   * Run a shell command (bash) in the task's environment and return its combined stdout and stderr with the exit code. The working directory, exported variables and shell functions persist between calls, but each call is a fresh process: do not rely on background jobs started with & surviving. Output longer than 50000 characters is cut in the middle; prefer commands that print only what you need (grep, head, tail, wc). For servers, watchers and anything that does not finish on its own, use background=true and then the process_manage tool to read output, wait for or stop it. Commands cannot prompt for input in the foreground; pass non-interactive flags (e.g. -y) instead.
+   * Run a shell command (bash) in the task's environment and return its combined stdout and stderr with the exit code. The working directory, exported variables and shell functions persist between calls, but each call is a fresh process: do not rely on background jobs started with & surviving. Output longer than 50000 characters is cut in the middle; prefer commands that print only what you need (grep, head, tail, wc). For servers, watchers and anything that does not finish on its own, use background=true and then the process_manage tool to read output, wait for or stop it; add notify=true to background jobs that do finish, so their end is announced. Commands cannot prompt for input in the foreground; pass non-interactive flags (e.g. -y) instead, or run interactive programs with background=true and pty=true.
    *
    * Calls the `terminal` tool; resolves with its parsed result (tool errors are results too).
    */
@@ -323,7 +338,7 @@ export abstract class ToolMethods {
   }
 
   /**
-   * Create a file or replace its entire content, creating missing parent directories. An existing file keeps its CRLF line endings and UTF-8 BOM. To change part of an existing file use patch instead. Use this instead of echo/cat heredocs in the terminal.
+   * Create a file or replace its entire content, creating missing parent directories. For an EXISTING file, call read_file first: write_file refuses (file untouched) when this task has no current full read or write of the file, or the file changed on disk since; on refusal, read_file, merge, then retry. An existing file keeps its CRLF line endings and UTF-8 BOM. To change part of an existing file use patch instead. Use this instead of echo/cat heredocs in the terminal.
    *
    * Calls the `write_file` tool; resolves with its parsed result (tool errors are results too).
    */

@@ -1,23 +1,21 @@
 /**
  * OpenTelemetry traces, behind a seam that costs nothing when tracing is off:
- * this file imports no OpenTelemetry code (types only), and
- * {@link startTracing} loads the SDK (otel-tracing.ts) with a dynamic
- * import only when an exporter is configured. Off, it returns undefined and
+ * this file imports no OpenTelemetry code (types only), and `startTracing`
+ * (start-tracing.ts) loads the SDK (otel-tracing.ts) with a dynamic import
+ * only when an exporter is configured. Off, it returns undefined and
  * callers install no middleware at all, so a call pays one `undefined` check.
  *
  * Attribute names follow the OpenTelemetry semantic conventions where they
  * have one (gen_ai tool execution, rpc, process, error), `berth.*` otherwise.
  */
 import type { ClientMiddleware, ServerMiddleware } from 'nice-grpc';
-import type { TracingConfig } from '../config.js';
-import type { Logger } from '../logging.js';
 
 /** Which process a tracer speaks for; it names the default `service.name`. */
 export type TracingRole = 'serve' | 'dispatcher' | 'executor';
 
 export type SpanAttributes = Readonly<Record<string, string | number | boolean>>;
 
-/** Span attribute names Berth sets (the README's table lists them). */
+/** Span attribute names Berth sets (docs/metrics-and-tracing.md lists them). */
 export const SPAN_ATTRIBUTES = {
   operation: 'gen_ai.operation.name',
   toolName: 'gen_ai.tool.name',
@@ -83,14 +81,4 @@ export interface Tracing {
   annotate(attributes: SpanAttributes): void;
   /** Exports what is still buffered (bounded wait), then stops. */
   shutdown(): Promise<void>;
-}
-
-/**
- * Starts tracing as `config` says: undefined when it is off (no OpenTelemetry
- * module is loaded then), otherwise a tracer exporting OTLP/protobuf.
- */
-export async function startTracing(config: TracingConfig, role: TracingRole, logger: Logger): Promise<Tracing | undefined> {
-  if (config.exporter === 'none') return undefined;
-  const { createOtelTracing } = await import('./otel-tracing.js');
-  return createOtelTracing(config, role, logger);
 }

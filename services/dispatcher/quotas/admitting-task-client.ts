@@ -14,6 +14,8 @@ import type {
   TaskExecRequest,
   TaskExecResult,
   TaskFile,
+  TaskMcpRequest,
+  TaskMcpResult,
   TaskProcessRequest,
   TaskStat,
   TaskWriteResult,
@@ -23,6 +25,7 @@ export class AdmittingTaskClient implements TaskClient {
   readonly #inner: TaskClient;
   readonly #admit: () => Promise<unknown>;
   readonly runCode?: (request: TaskCodeRunRequest) => Promise<TaskCodeRunResult>;
+  readonly mcpRequest?: (request: TaskMcpRequest) => Promise<TaskMcpResult>;
 
   /** `admit` resolves once the task may have an environment (called once per call; it memoises). */
   constructor(inner: TaskClient, admit: () => Promise<unknown>) {
@@ -33,6 +36,14 @@ export class AdmittingTaskClient implements TaskClient {
       this.runCode = async (request) => {
         await this.#admit();
         return runCode(request);
+      };
+    }
+    const mcpRequest = inner.mcpRequest?.bind(inner);
+    if (mcpRequest) {
+      // A stdio server runs in the task's environment (an HTTP one needs it for its connection state).
+      this.mcpRequest = async (request) => {
+        await this.#admit();
+        return mcpRequest(request);
       };
     }
   }

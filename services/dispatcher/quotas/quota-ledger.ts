@@ -1,5 +1,5 @@
 /**
- * Per-tenant quotas (README "Quotas"), kept by the dispatcher: every call and
+ * Per-tenant quotas (docs/quotas.md), kept by the dispatcher: every call and
  * every new task environment passes through it, so it can say no before
  * anything is created, and concurrent first calls of new tasks are admitted
  * one at a time (check and reservation happen in one synchronous step).
@@ -115,7 +115,7 @@ function fmt(n: number): string {
   return Number.isInteger(n) ? String(n) : String(Math.round(n * 100) / 100);
 }
 
-/** The refusal sentences (README "Quotas" lists them). */
+/** The refusal sentences (docs/quotas.md lists them). */
 export const quotaMessages = {
   max_tasks: (tenant: string, use: number, limit: number) =>
     `tenant ${tenant} is at quotas.max_tasks (${use} of ${limit} live tasks); end a task or raise the quota`,

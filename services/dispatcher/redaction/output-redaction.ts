@@ -6,7 +6,8 @@
  * search_files) with the non-reusable sentinel. Only what comes back is
  * redacted; what the agent sent is never touched.
  */
-import { SECRET_ENV_BASENAMES } from '../tools/file/file-safety.js';
+import { parseJsonObject } from '../../common/json-object.js';
+import type { ProcessNotification } from '../../common/process-notification.js';
 import { redactPythonDiagnosticLines, redactSensitiveText } from './redact.js';
 
 /** Commands whose output is an environment dump (KEY=value lines), not source code. */
@@ -17,6 +18,21 @@ const FILE_READ_COMMANDS: ReadonlySet<string> = new Set([
 ]);
 /** Filters whose first operand is a pattern or program, not a file. */
 const PATTERN_FIRST_COMMANDS: ReadonlySet<string> = new Set(['grep', 'awk', 'sed']);
+/**
+ * Project environment files that hold credentials (upstream `_BLOCKED_PROJECT_ENV_BASENAMES`, compared
+ * lower-cased): a command reading one gets its assignments masked, and a search rooted at one is refused
+ * (search_files). Search results inside them cannot occur (every name is a dotfile, and hidden files are never
+ * listed), so upstream's `_omitted` filter has nothing to do there.
+ */
+export const SECRET_ENV_BASENAMES: ReadonlySet<string> = new Set([
+  '.env',
+  '.env.local',
+  '.env.development',
+  '.env.production',
+  '.env.test',
+  '.env.staging',
+  '.envrc',
+]);
 const SHELL_RC_BASENAMES: ReadonlySet<string> = new Set([
   '.bashrc', '.bash_profile', '.bash_login', '.profile', '.zshrc', '.zprofile', '.zlogin', '.zshenv',
 ]);
@@ -151,6 +167,16 @@ function redactProcessEntry(entry: JsonObject): JsonObject {
   return out;
 }
 
+/**
+ * A background-process event for the agent (common/process-notification.ts),
+ * masked as upstream's `_redact_process_result` masks every event it queues:
+ * `output` by the process's command, then `command` itself. Summaries
+ * without a process (watch overflow) carry neither and come back as they were.
+ */
+export function redactProcessEvent<T extends ProcessNotification>(event: T): T {
+  return redactProcessEntry({ ...event }) as T;
+}
+
 /** Actions whose results carry process output (upstream redacts these; stdin actions return only a status). */
 const OUTPUT_ACTIONS: ReadonlySet<string> = new Set(['poll', 'log', 'wait', 'kill']);
 
@@ -160,14 +186,8 @@ const OUTPUT_ACTIONS: ReadonlySet<string> = new Set(['poll', 'log', 'wait', 'kil
  */
 export function redactProcessResult(action: string, result: string): string {
   if (action !== 'list' && !OUTPUT_ACTIONS.has(action)) return result;
-  let parsed: unknown;
-  try {
-    parsed = JSON.parse(result);
-  } catch {
-    return result;
-  }
-  if (typeof parsed !== 'object' || parsed === null || Array.isArray(parsed)) return result;
-  const object = parsed as JsonObject;
+  const object = parseJsonObject(result);
+  if (object === undefined) return result;
   let redacted: JsonObject;
   if (action === 'list') {
     if (!Array.isArray(object.processes)) return result;

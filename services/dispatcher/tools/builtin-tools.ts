@@ -1,14 +1,15 @@
 /** Registers the tools every dispatcher serves, configured from `terminal.*`. */
 import type { BerthConfig } from '../../common/config.js';
-import { executeCodeOptionsFromConfig, executeCodeToolRegistration } from '../code-execution/execute-code-tool.js';
-import { registerAgentLoopToolStubs, type ToolRegistry } from '../registry.js';
-import { SANDBOX_TOOLS } from '../toolsets.js';
+import { executeCodeOptionsFromConfig, executeCodeToolRegistration } from './code-execution/execute-code-tool.js';
+import { registerAgentLoopToolStubs } from '../registry/agent-loop-tools.js';
+import type { ToolRegistry } from '../registry/registry.js';
+import { SANDBOX_TOOLS } from '../registry/toolsets.js';
 import { fileToolRegistrations } from './file-tools.js';
 import { processToolRegistration } from './process-tool.js';
-import { terminalToolRegistration } from './terminal-tool.js';
-import { WebBackends } from '../web/web-backends.js';
-import type { Resolver } from '../web/safe-fetch.js';
-import { webToolRegistrations } from '../web/web-tools.js';
+import { terminalToolRegistration } from './terminal/terminal-tool.js';
+import { WebBackends } from './web/web-backends.js';
+import type { Resolver } from './web/safe-fetch.js';
+import { webToolRegistrations } from './web/web-tools.js';
 
 export interface BuiltinToolsOptions {
   /** Where web providers find their credentials: the dispatcher's own environment. */

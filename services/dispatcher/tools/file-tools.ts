@@ -4,19 +4,21 @@
  * They run on the dispatcher and act only through the task's
  * {@link TaskClient} (read, write, stat, and stateless `exec` for search and
  * delete), so they behave the same on every executor backend. Edit logic is
- * pure and lives in patch-parser.ts / unified-diff.ts; this file does the
- * I/O, argument handling and result shapes.
+ * pure and lives in patch/ (parse, apply, fuzzy matching, diff); the tools
+ * do the I/O, argument handling and result shapes.
  *
  * Results are JSON strings. Problems the model can fix (bad arguments,
  * missing files, patches that do not apply) come back as `{"error": ...}`;
  * failures of the environment itself (executor unreachable) are thrown, so
  * the registry reports them as tool errors.
  */
-import type { ToolArgs, ToolContext, ToolHandler, ToolRegistration } from '../tool-types.js';
+import { parseJsonObject } from '../../common/json-object.js';
+import type { ToolArgs, ToolContext, ToolHandler, ToolRegistration } from '../registry/tool-types.js';
 import { FileLoopGuard } from './file/loop-guard.js';
-import { patchRegistration } from './file/patch-tool.js';
+import { patchRegistration } from './patch/patch-tool.js';
 import { readFileRegistration } from './file/read-file.js';
-import { searchFilesRegistration, type SearchEngine } from './file/search-files.js';
+import { searchFilesRegistration } from './file/search/search-files.js';
+import type { SearchEngine } from './file/search/search-plan.js';
 import { writeFileRegistration } from './file/write-file.js';
 
 export type { SearchEngine };
@@ -67,19 +69,21 @@ function integerOr(value: unknown, fallback: number): number {
 }
 
 /**
- * The key of a search for the repeated-search guard: pattern, target, path,
- * glob and the page (so paging through results is not a repeat), normalised
- * as upstream `search_tool` does before counting.
+ * The key of a search for the repeated-search guard: pattern, target, path
+ * (blank meaning `.`), glob, the page (so paging through results is not a
+ * repeat) and the order, normalised as upstream `search_tool` does before
+ * counting.
  */
 export function searchCallKey(args: ToolArgs): string {
   const rawTarget = typeof args.target === 'string' ? args.target : 'content';
   return JSON.stringify([
     typeof args.pattern === 'string' ? args.pattern : '',
     SEARCH_TARGET_ALIASES[rawTarget] ?? rawTarget,
-    typeof args.path === 'string' ? args.path : '.',
+    typeof args.path === 'string' && args.path.trim() !== '' ? args.path : '.',
     typeof args.file_glob === 'string' ? args.file_glob : '',
     Math.max(1, integerOr(args.limit, 50)),
     Math.max(0, integerOr(args.offset, 0)),
+    typeof args.order === 'string' ? args.order : 'discovery',
   ]);
 }
 
@@ -112,24 +116,15 @@ function guardedSearch(inner: ToolHandler, guard: FileLoopGuard): ToolHandler {
 }
 
 /**
- * Adds a key to a JSON-object result that may be followed by plain text (the
- * search truncation hint comes after the JSON). A result that is not such an
- * object is returned unchanged.
+ * Adds a key to a JSON-object result, before its `_hint` when it has one
+ * (upstream sets the truncation `_hint` last, after `_warning`). A result
+ * that is not a JSON object is returned unchanged.
  */
 export function withKeyAdded(result: string, key: string, value: unknown): string {
-  const candidates = [result.length];
-  for (let i = result.indexOf('\n\n'); i !== -1; i = result.indexOf('\n\n', i + 1)) candidates.push(i);
-  for (const end of candidates) {
-    let parsed: unknown;
-    try {
-      parsed = JSON.parse(result.slice(0, end));
-    } catch {
-      continue;
-    }
-    if (typeof parsed !== 'object' || parsed === null || Array.isArray(parsed)) return result;
-    return JSON.stringify({ ...(parsed as Record<string, unknown>), [key]: value }) + result.slice(end);
-  }
-  return result;
+  const parsed = parseJsonObject(result);
+  if (parsed === undefined) return result;
+  const { _hint: hint, ...rest } = parsed;
+  return JSON.stringify({ ...rest, [key]: value, ...(hint === undefined ? {} : { _hint: hint }) });
 }
 
 /** After a patch that changed files, read_file returns their content again instead of an "unchanged" stub. */

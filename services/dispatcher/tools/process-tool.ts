@@ -3,7 +3,7 @@
  * started. The dispatcher only validates the call and converts units; the
  * executor's process registry does the work and writes the result JSON.
  */
-import { requestApproval } from '../approval/guard-hook.js';
+import { requestApproval } from '../approval/flow/guard-hook.js';
 import {
   HANDOFF_UNAVAILABLE_ERROR,
   PROCESS_ACTIONS,
@@ -13,7 +13,7 @@ import {
 } from '../../common/process-actions.js';
 import type { TaskProcessRequest } from '../../common/task-client.js';
 import { redactProcessResult } from '../redaction/output-redaction.js';
-import type { ToolArgs, ToolContext, ToolRegistration, ToolSchema } from '../tool-types.js';
+import type { ToolArgs, ToolContext, ToolRegistration, ToolSchema } from '../registry/tool-types.js';
 
 /** Largest `timeout_ms` the executor request carries (uint32); longer waits are clamped there anyway. */
 const MAX_TIMEOUT_MS = 0xffff_ffff;
@@ -30,7 +30,8 @@ const SCHEMA: ToolSchema = {
     'list: all processes of this task with status. poll: status and output_preview (the last 1,000 ' +
     'characters of output). log: the buffered output, paged with offset and limit. wait: block until the ' +
     'process exits or timeout seconds pass (partial output on timeout). kill: terminate it. write: send data ' +
-    'to its stdin as is. submit: send data followed by Enter. close: close its stdin (end of input). ' +
+    'to its stdin as is. submit: send data followed by Enter (to answer a prompt). close: end of input. Only ' +
+    'processes started with pty=true take input; others start with stdin at end of input. ' +
     'handoff: subagents only. Every action except list needs session_id; any unique prefix of it works.',
   parameters: {
     type: 'object',

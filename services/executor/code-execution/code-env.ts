@@ -13,7 +13,7 @@
  * Then the RPC variables, the Python settings and PYTHONPATH (stub dir
  * first) are added.
  */
-import { PROVIDER_SECRET_NAME_PARTS } from '../shell-state-runner.js';
+import { PROVIDER_SECRET_NAME_PARTS } from '../backends/shared/secret-names.js';
 
 /** Markers of secret-looking names, matched case-insensitively anywhere in the name. */
 export const SECRET_NAME_PARTS: readonly string[] = PROVIDER_SECRET_NAME_PARTS;

@@ -21,7 +21,7 @@
  *
  * Environments with neither (an ssh host without python3 for the agent, a
  * backend with no agent) run the script in the task's per-task code
- * container instead (code-containers.ts): created on the
+ * container instead (the backend's {@link CodeRunnerEnvironments}): created on the
  * task's first execute_code, reused after, removed with the task. There the
  * probe is always strict (the task's shell state is on another machine) and
  * the script's tool calls still reach the task's own environment. Without
@@ -33,14 +33,14 @@ import { randomBytes } from 'node:crypto';
 import path from 'node:path';
 import { performance } from 'node:perf_hooks';
 import { FailedPreconditionError, InvalidArgumentError } from '../../common/errors.js';
+import { InterruptedBeforeStartError, unlessAborted } from '../../common/interrupts.js';
 import type { Logger } from '../../common/logging.js';
 import type { TaskCodeRunRequest, TaskCodeRunResult } from '../../common/task-client.js';
-import type { BackendEnvironment, RpcRelay, TaskKey } from '../backend.js';
-import type { ShellStateRunner } from '../shell-state-runner.js';
+import type { BackendEnvironment, CodeRunnerEnvironment, CodeRunnerEnvironments, RpcRelay, TaskKey } from '../backend.js';
+import type { ShellStateRunner } from '../shell-state/shell-state-runner.js';
 import type { ForegroundTask, TaskEnvironments } from '../task-environment.js';
 import type { CodeRunOutcome } from '../executor-metrics.js';
 import { buildCodeEnv, encodeEnvRecords } from './code-env.js';
-import type { CodeContainer, CodeContainers } from './code-containers.js';
 import { buildLauncherScript, buildProbeScript, parseProbeOutput, type CodeMode, type ProbeResult } from './code-launch.js';
 import { decodeStderrHead, StdoutCapture } from './code-output.js';
 import { stageInSandbox, stageInSharedDir } from './run-staging.js';
@@ -90,7 +90,7 @@ export const HOST_SUBPROCESS_NOTICE =
 export interface CodeRunnerOptions {
   readonly logger: Logger;
   /** Code containers for backends whose environments have no rpcDir; absent: those refuse execute_code. */
-  readonly codeContainers?: CodeContainers;
+  readonly codeContainers?: CodeRunnerEnvironments;
   /** Default {@link CODE_KILL_GRACE_MS}; tests shorten it. */
   readonly killGraceMs?: number;
   /** Told how each run ended; absent: metrics are off. */
@@ -108,7 +108,7 @@ export class CodeRunner {
   readonly #environments: TaskEnvironments;
   readonly #logger: Logger;
   readonly #killGraceMs: number;
-  readonly #codeContainers: CodeContainers | undefined;
+  readonly #codeContainers: CodeRunnerEnvironments | undefined;
   readonly #onRun: ((outcome: CodeRunOutcome) => void) | undefined;
   /** Each environment's last probe, reused while what it depends on is unchanged (see #probe). */
   readonly #probes = new WeakMap<BackendEnvironment, { readonly key: string; readonly probe: ProbeResult }>();
@@ -141,6 +141,16 @@ export class CodeRunner {
     if (request.timeoutMs <= 0) throw new InvalidArgumentError('timeout_ms must be positive');
     const backend = this.#environments.capabilities.name;
     const hostSubprocess = backend === 'local';
+    try {
+      return await this.#runForeground(key, request, backend, hostSubprocess);
+    } catch (err) {
+      // Interrupted while the task's environment, its shell, a code container or the relay was still on its way.
+      if (!(err instanceof InterruptedBeforeStartError)) throw err;
+      return interruptedRun('', '', []);
+    }
+  }
+
+  #runForeground(key: TaskKey, request: TaskCodeRunRequest, backend: string, hostSubprocess: boolean): Promise<TaskCodeRunResult> {
     return this.#environments.withForeground(
       key,
       async (task) => {
@@ -173,7 +183,12 @@ export class CodeRunner {
   ): Promise<TaskCodeRunResult> {
     const containers = this.#codeContainers;
     if (containers === undefined) throw new FailedPreconditionError(noRpcDirMessage(meta.backend));
-    const container: CodeContainer = await task.companion(CODE_CONTAINER, () => containers.create(key));
+    // The container is the task's (later scripts use it): an interrupt ends the wait for it, not its start.
+    const container: CodeRunnerEnvironment = await unlessAborted(
+      task.companion(CODE_CONTAINER, () => containers.create(key)),
+      task.signal,
+      'the script',
+    );
     const ranIn =
       `a per-task code container (${container.description}) beside the task's ${meta.backend} environment ` +
       `(${task.env.description})`;
@@ -190,19 +205,9 @@ export class CodeRunner {
   ): Promise<TaskCodeRunResult> {
     const { env: sandbox, staging: where, signal } = target;
     const startedMs = performance.now();
-    const interruptedResult = (interpreter: string): TaskCodeRunResult => ({
-      stdout: '',
-      stderr: '',
-      exitCode: 130,
-      timedOut: false,
-      interrupted: true,
-      ranIn: meta.ranIn,
-      interpreter,
-      notices: meta.notices,
-    });
-
+    if (signal.aborted) return interruptedRun(meta.ranIn, '', meta.notices);
     const probe = await this.#probe(target, meta.mode);
-    if (probe === 'interrupted') return interruptedResult('');
+    if (probe === 'interrupted') return interruptedRun(meta.ranIn, '', meta.notices);
 
     const runName = `code-${randomBytes(8).toString('hex')}`;
     const token = randomBytes(32).toString('hex');
@@ -219,10 +224,20 @@ export class CodeRunner {
       },
     };
     // Through the agent the files and the socket are made by the sandbox user itself: nothing to hand over.
-    const staging =
+    // An interrupt while the relay starts (the agent's link may be replaced first) answers at once;
+    // a run dir made after that is removed.
+    const staging = await unlessAborted(
       'rpcDir' in where
-        ? await stageInSharedDir(where.rpcDir, runName, files, serve, sandboxOwner(probe))
-        : await stageInSandbox(sandbox, where.relay, runName, files, serve);
+        ? stageInSharedDir(where.rpcDir, runName, files, serve, sandboxOwner(probe))
+        : stageInSandbox(sandbox, where.relay, runName, files, serve),
+      signal,
+      'the script',
+      (late) => late.remove(),
+    ).catch((err: unknown) => {
+      if (err instanceof InterruptedBeforeStartError) return undefined;
+      throw err;
+    });
+    if (staging === undefined) return interruptedRun(meta.ranIn, probe.interpreter, meta.notices);
     const sandboxDir = staging.sandboxDir;
     try {
       const { env, droppedHermes, refusedPassthrough } = buildCodeEnv({
@@ -353,6 +368,11 @@ export class CodeRunner {
     }
     return probe;
   }
+}
+
+/** The result of a script interrupted before it started: nothing ran, nothing was printed. */
+function interruptedRun(ranIn: string, interpreter: string, notices: string[]): TaskCodeRunResult {
+  return { stdout: '', stderr: '', exitCode: 130, timedOut: false, interrupted: true, ranIn, interpreter, notices };
 }
 
 /** Where a run's files and socket go: a directory shared with the executor, or inside the sandbox by its agent. */

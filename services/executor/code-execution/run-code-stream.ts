@@ -14,6 +14,7 @@ import {
   type RunCodeStart,
 } from '../../gen/berth/v1/executor.js';
 import type { TaskKey } from '../backend.js';
+import type { CallRegistration } from '../call-interrupts.js';
 import type { CodeRunner } from './code-runner.js';
 
 function keyOf(start: RunCodeStart): TaskKey {
@@ -41,11 +42,15 @@ interface PendingCall {
   readonly reject: (err: Error) => void;
 }
 
-/** Serves one RunCode call. `signal` is the call's (client gone, executor shutting down). */
+/**
+ * Serves one RunCode call. `signal` is the call's (client gone, executor
+ * shutting down); `register` enrols it for InterruptTask once its task is known.
+ */
 export async function* serveRunCode(
   runner: CodeRunner,
   requests: AsyncIterable<RunCodeClientMessage>,
   signal: AbortSignal,
+  register?: (key: TaskKey) => CallRegistration,
 ): AsyncGenerator<RunCodeServerMessage> {
   const input = requests[Symbol.asyncIterator]();
   const first = await input.next();
@@ -54,6 +59,7 @@ export async function* serveRunCode(
   const start = message.value;
   const key = keyOf(start);
   const mode = modeOf(start.mode);
+  const call = register?.(key);
 
   const out = new AsyncQueue<RunCodeServerMessage>();
   const pending = new Map<string, PendingCall>();
@@ -95,7 +101,7 @@ export async function* serveRunCode(
       allowedTools: start.allowedTools,
       allowHostSubprocess: start.allowHostSubprocess,
       timezone: start.timezone,
-      signal: AbortSignal.any([signal, inputClosed.signal]),
+      signal: AbortSignal.any([signal, inputClosed.signal, ...(call ? [call.signal] : [])]),
       onToolCall: ({ tool, argsJson }) => {
         if (inputClosed.signal.aborted) return Promise.reject(new Error('the caller closed the RunCode stream'));
         const callId = String(++nextCallId);
@@ -124,6 +130,7 @@ export async function* serveRunCode(
     })
     .finally(() => {
       finished = true;
+      call?.end();
       out.close();
     });
   // Handled below; marked now so a cancelled call (no one awaiting) does not leave an unhandled rejection.

@@ -67,6 +67,18 @@ class CallToolResponse(_message.Message):
     result_json: str
     def __init__(self, result_json: _Optional[str] = ...) -> None: ...
 
+class DeleteSnapshotRequest(_message.Message):
+    __slots__ = ["snapshot_id"]
+    SNAPSHOT_ID_FIELD_NUMBER: _ClassVar[int]
+    snapshot_id: str
+    def __init__(self, snapshot_id: _Optional[str] = ...) -> None: ...
+
+class DeleteSnapshotResponse(_message.Message):
+    __slots__ = ["deleted"]
+    DELETED_FIELD_NUMBER: _ClassVar[int]
+    deleted: bool
+    def __init__(self, deleted: bool = ...) -> None: ...
+
 class EndTaskRequest(_message.Message):
     __slots__ = ["task_id"]
     TASK_ID_FIELD_NUMBER: _ClassVar[int]
@@ -78,6 +90,26 @@ class EndTaskResponse(_message.Message):
     RELEASED_FIELD_NUMBER: _ClassVar[int]
     released: bool
     def __init__(self, released: bool = ...) -> None: ...
+
+class ForkRequest(_message.Message):
+    __slots__ = ["label", "snapshot_id", "source_task_id", "task_id"]
+    LABEL_FIELD_NUMBER: _ClassVar[int]
+    SNAPSHOT_ID_FIELD_NUMBER: _ClassVar[int]
+    SOURCE_TASK_ID_FIELD_NUMBER: _ClassVar[int]
+    TASK_ID_FIELD_NUMBER: _ClassVar[int]
+    label: str
+    snapshot_id: str
+    source_task_id: str
+    task_id: str
+    def __init__(self, snapshot_id: _Optional[str] = ..., source_task_id: _Optional[str] = ..., task_id: _Optional[str] = ..., label: _Optional[str] = ...) -> None: ...
+
+class ForkResponse(_message.Message):
+    __slots__ = ["snapshot", "task_id"]
+    SNAPSHOT_FIELD_NUMBER: _ClassVar[int]
+    TASK_ID_FIELD_NUMBER: _ClassVar[int]
+    snapshot: SnapshotInfo
+    task_id: str
+    def __init__(self, task_id: _Optional[str] = ..., snapshot: _Optional[_Union[SnapshotInfo, _Mapping]] = ...) -> None: ...
 
 class InterruptRequest(_message.Message):
     __slots__ = ["task_id"]
@@ -91,6 +123,16 @@ class InterruptResponse(_message.Message):
     interrupted: int
     def __init__(self, interrupted: _Optional[int] = ...) -> None: ...
 
+class ListSnapshotsRequest(_message.Message):
+    __slots__ = []
+    def __init__(self) -> None: ...
+
+class ListSnapshotsResponse(_message.Message):
+    __slots__ = ["snapshots"]
+    SNAPSHOTS_FIELD_NUMBER: _ClassVar[int]
+    snapshots: _containers.RepeatedCompositeFieldContainer[SnapshotInfo]
+    def __init__(self, snapshots: _Optional[_Iterable[_Union[SnapshotInfo, _Mapping]]] = ...) -> None: ...
+
 class ListToolsRequest(_message.Message):
     __slots__ = ["disabled_toolsets", "enabled_toolsets", "explain"]
     DISABLED_TOOLSETS_FIELD_NUMBER: _ClassVar[int]
@@ -102,36 +144,56 @@ class ListToolsRequest(_message.Message):
     def __init__(self, enabled_toolsets: _Optional[_Iterable[str]] = ..., disabled_toolsets: _Optional[_Iterable[str]] = ..., explain: bool = ...) -> None: ...
 
 class ListToolsResponse(_message.Message):
-    __slots__ = ["availability_json", "tools_json", "unknown_toolsets"]
+    __slots__ = ["availability_json", "backend", "tools_json", "unknown_toolsets"]
     AVAILABILITY_JSON_FIELD_NUMBER: _ClassVar[int]
+    BACKEND_FIELD_NUMBER: _ClassVar[int]
     TOOLS_JSON_FIELD_NUMBER: _ClassVar[int]
     UNKNOWN_TOOLSETS_FIELD_NUMBER: _ClassVar[int]
     availability_json: str
+    backend: str
     tools_json: str
     unknown_toolsets: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, tools_json: _Optional[str] = ..., unknown_toolsets: _Optional[_Iterable[str]] = ..., availability_json: _Optional[str] = ...) -> None: ...
+    def __init__(self, tools_json: _Optional[str] = ..., unknown_toolsets: _Optional[_Iterable[str]] = ..., availability_json: _Optional[str] = ..., backend: _Optional[str] = ...) -> None: ...
+
+class ResumeRequest(_message.Message):
+    __slots__ = ["task_id"]
+    TASK_ID_FIELD_NUMBER: _ClassVar[int]
+    task_id: str
+    def __init__(self, task_id: _Optional[str] = ...) -> None: ...
+
+class ResumeResponse(_message.Message):
+    __slots__ = ["resumed"]
+    RESUMED_FIELD_NUMBER: _ClassVar[int]
+    resumed: bool
+    def __init__(self, resumed: bool = ...) -> None: ...
 
 class SessionClientMessage(_message.Message):
-    __slots__ = ["approval_answer", "call", "interrupt", "settings"]
+    __slots__ = ["approval_answer", "call", "interrupt", "settings", "subscribe_events"]
     APPROVAL_ANSWER_FIELD_NUMBER: _ClassVar[int]
     CALL_FIELD_NUMBER: _ClassVar[int]
     INTERRUPT_FIELD_NUMBER: _ClassVar[int]
     SETTINGS_FIELD_NUMBER: _ClassVar[int]
+    SUBSCRIBE_EVENTS_FIELD_NUMBER: _ClassVar[int]
     approval_answer: ApprovalAnswer
     call: SessionToolCall
     interrupt: InterruptRequest
     settings: SessionSettings
-    def __init__(self, call: _Optional[_Union[SessionToolCall, _Mapping]] = ..., approval_answer: _Optional[_Union[ApprovalAnswer, _Mapping]] = ..., interrupt: _Optional[_Union[InterruptRequest, _Mapping]] = ..., settings: _Optional[_Union[SessionSettings, _Mapping]] = ...) -> None: ...
+    subscribe_events: TaskEventsRequest
+    def __init__(self, call: _Optional[_Union[SessionToolCall, _Mapping]] = ..., approval_answer: _Optional[_Union[ApprovalAnswer, _Mapping]] = ..., interrupt: _Optional[_Union[InterruptRequest, _Mapping]] = ..., settings: _Optional[_Union[SessionSettings, _Mapping]] = ..., subscribe_events: _Optional[_Union[TaskEventsRequest, _Mapping]] = ...) -> None: ...
 
 class SessionServerMessage(_message.Message):
-    __slots__ = ["approval_request", "output", "result"]
+    __slots__ = ["approval_request", "event", "events_ready", "output", "result"]
     APPROVAL_REQUEST_FIELD_NUMBER: _ClassVar[int]
+    EVENTS_READY_FIELD_NUMBER: _ClassVar[int]
+    EVENT_FIELD_NUMBER: _ClassVar[int]
     OUTPUT_FIELD_NUMBER: _ClassVar[int]
     RESULT_FIELD_NUMBER: _ClassVar[int]
     approval_request: ApprovalRequest
+    event: TaskEvent
+    events_ready: TaskEventsReady
     output: SessionToolOutput
     result: SessionToolResult
-    def __init__(self, output: _Optional[_Union[SessionToolOutput, _Mapping]] = ..., result: _Optional[_Union[SessionToolResult, _Mapping]] = ..., approval_request: _Optional[_Union[ApprovalRequest, _Mapping]] = ...) -> None: ...
+    def __init__(self, output: _Optional[_Union[SessionToolOutput, _Mapping]] = ..., result: _Optional[_Union[SessionToolResult, _Mapping]] = ..., approval_request: _Optional[_Union[ApprovalRequest, _Mapping]] = ..., event: _Optional[_Union[TaskEvent, _Mapping]] = ..., events_ready: _Optional[_Union[TaskEventsReady, _Mapping]] = ...) -> None: ...
 
 class SessionSettings(_message.Message):
     __slots__ = ["session_id", "yolo"]
@@ -166,3 +228,91 @@ class SessionToolResult(_message.Message):
     error_status: str
     result_json: str
     def __init__(self, call_id: _Optional[str] = ..., result_json: _Optional[str] = ..., error_status: _Optional[str] = ...) -> None: ...
+
+class SnapshotInfo(_message.Message):
+    __slots__ = ["backend", "created_at", "includes", "includes_processes", "label", "size_bytes", "snapshot_id", "source_task_id"]
+    BACKEND_FIELD_NUMBER: _ClassVar[int]
+    CREATED_AT_FIELD_NUMBER: _ClassVar[int]
+    INCLUDES_FIELD_NUMBER: _ClassVar[int]
+    INCLUDES_PROCESSES_FIELD_NUMBER: _ClassVar[int]
+    LABEL_FIELD_NUMBER: _ClassVar[int]
+    SIZE_BYTES_FIELD_NUMBER: _ClassVar[int]
+    SNAPSHOT_ID_FIELD_NUMBER: _ClassVar[int]
+    SOURCE_TASK_ID_FIELD_NUMBER: _ClassVar[int]
+    backend: str
+    created_at: str
+    includes: _containers.RepeatedScalarFieldContainer[str]
+    includes_processes: bool
+    label: str
+    size_bytes: int
+    snapshot_id: str
+    source_task_id: str
+    def __init__(self, snapshot_id: _Optional[str] = ..., label: _Optional[str] = ..., source_task_id: _Optional[str] = ..., backend: _Optional[str] = ..., created_at: _Optional[str] = ..., size_bytes: _Optional[int] = ..., includes_processes: bool = ..., includes: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class SnapshotRequest(_message.Message):
+    __slots__ = ["label", "task_id"]
+    LABEL_FIELD_NUMBER: _ClassVar[int]
+    TASK_ID_FIELD_NUMBER: _ClassVar[int]
+    label: str
+    task_id: str
+    def __init__(self, task_id: _Optional[str] = ..., label: _Optional[str] = ...) -> None: ...
+
+class SnapshotResponse(_message.Message):
+    __slots__ = ["snapshot"]
+    SNAPSHOT_FIELD_NUMBER: _ClassVar[int]
+    snapshot: SnapshotInfo
+    def __init__(self, snapshot: _Optional[_Union[SnapshotInfo, _Mapping]] = ...) -> None: ...
+
+class SuspendRequest(_message.Message):
+    __slots__ = ["task_id"]
+    TASK_ID_FIELD_NUMBER: _ClassVar[int]
+    task_id: str
+    def __init__(self, task_id: _Optional[str] = ...) -> None: ...
+
+class SuspendResponse(_message.Message):
+    __slots__ = ["processes_kept", "suspended"]
+    PROCESSES_KEPT_FIELD_NUMBER: _ClassVar[int]
+    SUSPENDED_FIELD_NUMBER: _ClassVar[int]
+    processes_kept: bool
+    suspended: bool
+    def __init__(self, suspended: bool = ..., processes_kept: bool = ...) -> None: ...
+
+class TaskEvent(_message.Message):
+    __slots__ = ["event_json", "id", "task_id", "text", "type"]
+    EVENT_JSON_FIELD_NUMBER: _ClassVar[int]
+    ID_FIELD_NUMBER: _ClassVar[int]
+    TASK_ID_FIELD_NUMBER: _ClassVar[int]
+    TEXT_FIELD_NUMBER: _ClassVar[int]
+    TYPE_FIELD_NUMBER: _ClassVar[int]
+    event_json: str
+    id: str
+    task_id: str
+    text: str
+    type: str
+    def __init__(self, task_id: _Optional[str] = ..., id: _Optional[str] = ..., type: _Optional[str] = ..., event_json: _Optional[str] = ..., text: _Optional[str] = ...) -> None: ...
+
+class TaskEventsReady(_message.Message):
+    __slots__ = ["error", "last_id", "task_id"]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    LAST_ID_FIELD_NUMBER: _ClassVar[int]
+    TASK_ID_FIELD_NUMBER: _ClassVar[int]
+    error: str
+    last_id: str
+    task_id: str
+    def __init__(self, task_id: _Optional[str] = ..., last_id: _Optional[str] = ..., error: _Optional[str] = ...) -> None: ...
+
+class TaskEventsRequest(_message.Message):
+    __slots__ = ["after", "task_id"]
+    AFTER_FIELD_NUMBER: _ClassVar[int]
+    TASK_ID_FIELD_NUMBER: _ClassVar[int]
+    after: str
+    task_id: str
+    def __init__(self, task_id: _Optional[str] = ..., after: _Optional[str] = ...) -> None: ...
+
+class TaskEventsResponse(_message.Message):
+    __slots__ = ["event", "ready"]
+    EVENT_FIELD_NUMBER: _ClassVar[int]
+    READY_FIELD_NUMBER: _ClassVar[int]
+    event: TaskEvent
+    ready: TaskEventsReady
+    def __init__(self, ready: _Optional[_Union[TaskEventsReady, _Mapping]] = ..., event: _Optional[_Union[TaskEvent, _Mapping]] = ...) -> None: ...

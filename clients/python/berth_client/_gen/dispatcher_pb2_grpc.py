@@ -46,6 +46,41 @@ class DispatcherStub(object):
                 request_serializer=berth_dot_v1_dot_dispatcher__pb2.EndTaskRequest.SerializeToString,
                 response_deserializer=berth_dot_v1_dot_dispatcher__pb2.EndTaskResponse.FromString,
                 )
+        self.TaskEvents = channel.unary_stream(
+                '/berth.v1.Dispatcher/TaskEvents',
+                request_serializer=berth_dot_v1_dot_dispatcher__pb2.TaskEventsRequest.SerializeToString,
+                response_deserializer=berth_dot_v1_dot_dispatcher__pb2.TaskEventsResponse.FromString,
+                )
+        self.Suspend = channel.unary_unary(
+                '/berth.v1.Dispatcher/Suspend',
+                request_serializer=berth_dot_v1_dot_dispatcher__pb2.SuspendRequest.SerializeToString,
+                response_deserializer=berth_dot_v1_dot_dispatcher__pb2.SuspendResponse.FromString,
+                )
+        self.Resume = channel.unary_unary(
+                '/berth.v1.Dispatcher/Resume',
+                request_serializer=berth_dot_v1_dot_dispatcher__pb2.ResumeRequest.SerializeToString,
+                response_deserializer=berth_dot_v1_dot_dispatcher__pb2.ResumeResponse.FromString,
+                )
+        self.Snapshot = channel.unary_unary(
+                '/berth.v1.Dispatcher/Snapshot',
+                request_serializer=berth_dot_v1_dot_dispatcher__pb2.SnapshotRequest.SerializeToString,
+                response_deserializer=berth_dot_v1_dot_dispatcher__pb2.SnapshotResponse.FromString,
+                )
+        self.Fork = channel.unary_unary(
+                '/berth.v1.Dispatcher/Fork',
+                request_serializer=berth_dot_v1_dot_dispatcher__pb2.ForkRequest.SerializeToString,
+                response_deserializer=berth_dot_v1_dot_dispatcher__pb2.ForkResponse.FromString,
+                )
+        self.ListSnapshots = channel.unary_unary(
+                '/berth.v1.Dispatcher/ListSnapshots',
+                request_serializer=berth_dot_v1_dot_dispatcher__pb2.ListSnapshotsRequest.SerializeToString,
+                response_deserializer=berth_dot_v1_dot_dispatcher__pb2.ListSnapshotsResponse.FromString,
+                )
+        self.DeleteSnapshot = channel.unary_unary(
+                '/berth.v1.Dispatcher/DeleteSnapshot',
+                request_serializer=berth_dot_v1_dot_dispatcher__pb2.DeleteSnapshotRequest.SerializeToString,
+                response_deserializer=berth_dot_v1_dot_dispatcher__pb2.DeleteSnapshotResponse.FromString,
+                )
 
 
 class DispatcherServicer(object):
@@ -95,6 +130,64 @@ class DispatcherServicer(object):
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def TaskEvents(self, request, context):
+        """The task's background-process events (notify_on_complete completions,
+        watch-pattern matches and their summaries, heartbeats), for clients that
+        use unary calls: first `ready`, then every retained event after `after`,
+        then new ones as they happen, until the client cancels.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Suspend(self, request, context):
+        """Suspends the task's environment: no CPU, as little memory as its backend
+        allows; files, volumes and shell state are kept, and the task's next call
+        resumes it transparently. A task with no environment (never used, ended,
+        or another tenant's) answers suspended=false, like EndTask. A backend that
+        cannot suspend answers FAILED_PRECONDITION naming it.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Resume(self, request, context):
+        """Resumes a suspended task now (its next call would do it anyway).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Snapshot(self, request, context):
+        """Snapshots the task's environment (files and shell state; running
+        processes only where the backend checkpoints memory). Owned by the tenant.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Fork(self, request, context):
+        """Makes a new task from a snapshot, or from a task (a snapshot of it is
+        taken first and kept).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListSnapshots(self, request, context):
+        """The tenant's snapshots.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DeleteSnapshot(self, request, context):
+        """Deletes one of the tenant's snapshots; forks made from it keep working.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_DispatcherServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -127,6 +220,41 @@ def add_DispatcherServicer_to_server(servicer, server):
                     servicer.EndTask,
                     request_deserializer=berth_dot_v1_dot_dispatcher__pb2.EndTaskRequest.FromString,
                     response_serializer=berth_dot_v1_dot_dispatcher__pb2.EndTaskResponse.SerializeToString,
+            ),
+            'TaskEvents': grpc.unary_stream_rpc_method_handler(
+                    servicer.TaskEvents,
+                    request_deserializer=berth_dot_v1_dot_dispatcher__pb2.TaskEventsRequest.FromString,
+                    response_serializer=berth_dot_v1_dot_dispatcher__pb2.TaskEventsResponse.SerializeToString,
+            ),
+            'Suspend': grpc.unary_unary_rpc_method_handler(
+                    servicer.Suspend,
+                    request_deserializer=berth_dot_v1_dot_dispatcher__pb2.SuspendRequest.FromString,
+                    response_serializer=berth_dot_v1_dot_dispatcher__pb2.SuspendResponse.SerializeToString,
+            ),
+            'Resume': grpc.unary_unary_rpc_method_handler(
+                    servicer.Resume,
+                    request_deserializer=berth_dot_v1_dot_dispatcher__pb2.ResumeRequest.FromString,
+                    response_serializer=berth_dot_v1_dot_dispatcher__pb2.ResumeResponse.SerializeToString,
+            ),
+            'Snapshot': grpc.unary_unary_rpc_method_handler(
+                    servicer.Snapshot,
+                    request_deserializer=berth_dot_v1_dot_dispatcher__pb2.SnapshotRequest.FromString,
+                    response_serializer=berth_dot_v1_dot_dispatcher__pb2.SnapshotResponse.SerializeToString,
+            ),
+            'Fork': grpc.unary_unary_rpc_method_handler(
+                    servicer.Fork,
+                    request_deserializer=berth_dot_v1_dot_dispatcher__pb2.ForkRequest.FromString,
+                    response_serializer=berth_dot_v1_dot_dispatcher__pb2.ForkResponse.SerializeToString,
+            ),
+            'ListSnapshots': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListSnapshots,
+                    request_deserializer=berth_dot_v1_dot_dispatcher__pb2.ListSnapshotsRequest.FromString,
+                    response_serializer=berth_dot_v1_dot_dispatcher__pb2.ListSnapshotsResponse.SerializeToString,
+            ),
+            'DeleteSnapshot': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeleteSnapshot,
+                    request_deserializer=berth_dot_v1_dot_dispatcher__pb2.DeleteSnapshotRequest.FromString,
+                    response_serializer=berth_dot_v1_dot_dispatcher__pb2.DeleteSnapshotResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -239,5 +367,124 @@ class Dispatcher(object):
         return grpc.experimental.unary_unary(request, target, '/berth.v1.Dispatcher/EndTask',
             berth_dot_v1_dot_dispatcher__pb2.EndTaskRequest.SerializeToString,
             berth_dot_v1_dot_dispatcher__pb2.EndTaskResponse.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def TaskEvents(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(request, target, '/berth.v1.Dispatcher/TaskEvents',
+            berth_dot_v1_dot_dispatcher__pb2.TaskEventsRequest.SerializeToString,
+            berth_dot_v1_dot_dispatcher__pb2.TaskEventsResponse.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def Suspend(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(request, target, '/berth.v1.Dispatcher/Suspend',
+            berth_dot_v1_dot_dispatcher__pb2.SuspendRequest.SerializeToString,
+            berth_dot_v1_dot_dispatcher__pb2.SuspendResponse.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def Resume(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(request, target, '/berth.v1.Dispatcher/Resume',
+            berth_dot_v1_dot_dispatcher__pb2.ResumeRequest.SerializeToString,
+            berth_dot_v1_dot_dispatcher__pb2.ResumeResponse.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def Snapshot(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(request, target, '/berth.v1.Dispatcher/Snapshot',
+            berth_dot_v1_dot_dispatcher__pb2.SnapshotRequest.SerializeToString,
+            berth_dot_v1_dot_dispatcher__pb2.SnapshotResponse.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def Fork(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(request, target, '/berth.v1.Dispatcher/Fork',
+            berth_dot_v1_dot_dispatcher__pb2.ForkRequest.SerializeToString,
+            berth_dot_v1_dot_dispatcher__pb2.ForkResponse.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def ListSnapshots(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(request, target, '/berth.v1.Dispatcher/ListSnapshots',
+            berth_dot_v1_dot_dispatcher__pb2.ListSnapshotsRequest.SerializeToString,
+            berth_dot_v1_dot_dispatcher__pb2.ListSnapshotsResponse.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def DeleteSnapshot(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(request, target, '/berth.v1.Dispatcher/DeleteSnapshot',
+            berth_dot_v1_dot_dispatcher__pb2.DeleteSnapshotRequest.SerializeToString,
+            berth_dot_v1_dot_dispatcher__pb2.DeleteSnapshotResponse.FromString,
             options, channel_credentials,
             insecure, call_credentials, compression, wait_for_ready, timeout, metadata)

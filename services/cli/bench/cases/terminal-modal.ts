@@ -5,57 +5,25 @@
  * without the agent would pay).
  *
  * Modal here is the stand-in (a test double of Modal's control plane, backed
- * by the local Docker engine; built with the tests, `dist/test/standins/`):
+ * by the local Docker engine; found through test-doubles.ts):
  * these are stand-in figures, not Modal's cloud, where every exec also
  * crosses the network to Modal's command router. Target: the agent path at
  * least 2× faster than the SDK's exec (p50).
  */
-import { spawn, type ChildProcess } from 'node:child_process';
-import { existsSync } from 'node:fs';
-import { join } from 'node:path';
 import type { Sandbox } from 'modal';
 import { sandboxName } from '../../../executor/backends/modal/modal-backend.js';
 import type { BenchCase } from '../bench-case.js';
 import type { BenchServer } from '../bench-server-process.js';
 import { runTerminal, unmeasured } from '../case-helpers.js';
 import { formatMs } from '../stats.js';
+import { startStandin, type StartedStandin } from '../test-doubles.js';
 
 const TASK = 'bench-modal-warm';
 const IMAGE = 'berth-sandbox:latest';
 const CREDENTIALS = { MODAL_TOKEN_ID: 'ak-bench', MODAL_TOKEN_SECRET: 'as-bench' };
 
-interface Standin {
-  readonly child: ChildProcess;
-  readonly env: Readonly<Record<string, string>>;
-}
-
-/** `node dist/test/standins/main.js modal --port 0`, as `npm run standin -- modal` runs it; a process, not an import. */
-async function startStandin(repoRoot: string): Promise<Standin | string> {
-  const main = join(repoRoot, 'dist', 'test', 'standins', 'main.js');
-  if (!existsSync(main)) return 'the Modal stand-in is not built (npx tsc -p tsconfig.json builds it with the tests)';
-  const child = spawn(process.execPath, [main, 'modal', '--port', '0'], { env: { ...process.env, ...CREDENTIALS }, stdio: ['ignore', 'pipe', 'pipe'] });
-  child.stderr!.resume();
-  const port = await new Promise<number>((resolve, reject) => {
-    let out = '';
-    child.stdout!.setEncoding('utf8').on('data', (d: string) => {
-      out += d;
-      const m = /listening on (\d+)/.exec(out);
-      if (m) resolve(Number(m[1]));
-    });
-    child.once('exit', (code) => reject(new Error(`the Modal stand-in exited (${code}) before listening`)));
-  });
-  return { child, env: { MODAL_SERVER_URL: `http://127.0.0.1:${port}`, ...CREDENTIALS } };
-}
-
-async function stopStandin(standin: Standin | undefined): Promise<void> {
-  if (!standin || standin.child.exitCode !== null) return;
-  const exited = new Promise((resolve) => standin.child.once('exit', resolve));
-  standin.child.kill('SIGTERM');
-  await exited;
-}
-
 export default function cases(): BenchCase[] {
-  let standin: Standin | undefined;
+  let standin: StartedStandin | undefined;
   let server: BenchServer | undefined;
   let sandbox: Sandbox | undefined;
   const saved: Record<string, string | undefined> = {};
@@ -77,11 +45,12 @@ export default function cases(): BenchCase[] {
       async setup(ctx) {
         const missing = (await ctx.backendMissing('modal')) ?? (await ctx.dockerUnavailable());
         if (missing !== undefined) return { skip: missing };
-        const started = await startStandin(ctx.repoRoot);
-        if (typeof started === 'string') return { skip: started };
+        const started = await startStandin('modal', ctx.repoRoot, CREDENTIALS);
+        if ('skip' in started) return started;
         standin = started;
         // The bench server inherits this process's environment: the SDK's own settings point it at the stand-in.
-        for (const [name, value] of Object.entries(started.env)) {
+        const sdkEnv = { MODAL_SERVER_URL: `http://127.0.0.1:${started.port}`, ...CREDENTIALS };
+        for (const [name, value] of Object.entries(sdkEnv)) {
           saved[name] = process.env[name];
           process.env[name] = value;
         }
@@ -107,7 +76,7 @@ export default function cases(): BenchCase[] {
           if (value === undefined) delete process.env[name];
           else process.env[name] = value;
         }
-        await stopStandin(standin);
+        await standin?.stop();
       },
     },
   ];

@@ -3,14 +3,14 @@
  * (its exec agent already running in the task's instance), against
  * `apptainer exec instance://NAME true` on an instance of the same image:
  * what every command cost before the agent. Both go through the apptainer
- * test double (test/fixtures/apptainer-double/apptainer, bubblewrap based;
+ * test double (bubblewrap based, found through test-doubles.ts;
  * apptainer itself cannot be installed where Berth is measured), so the
  * baseline is the double's exec, not apptainer's: a real `apptainer exec`
  * starts its Go runtime and starter too and costs more, so the ratio here is
  * if anything unfavourable to Berth. Target: p50 ≤ 0.3× the baseline.
  */
 import { execFile, spawnSync } from 'node:child_process';
-import { existsSync, mkdtempSync, rmSync } from 'node:fs';
+import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
@@ -18,14 +18,14 @@ import type { BenchCase, BenchContext } from '../bench-case.js';
 import type { BenchServer } from '../bench-server-process.js';
 import { runProcess, runTerminal, unmeasured } from '../case-helpers.js';
 import { formatMs } from '../stats.js';
+import { apptainerDouble } from '../test-doubles.js';
 
 const TASK = 'bench-singularity-warm';
 const IMAGE = 'berth-sandbox:latest';
 const BASELINE_INSTANCE = 'berth-bench-baseline';
 
 /** Why the double cannot run here, or undefined. */
-async function doubleUnavailable(ctx: BenchContext, double: string): Promise<string | undefined> {
-  if (!existsSync(double)) return `the apptainer test double is not in this checkout (${double})`;
+async function doubleUnavailable(ctx: BenchContext): Promise<string | undefined> {
   if (typeof process.getuid === 'function' && process.getuid() !== 0) return 'the apptainer test double needs root (mount, nsenter)';
   for (const tool of ['bwrap', 'nsenter', 'unshare']) {
     if (spawnSync('sh', ['-c', `command -v ${tool}`]).status !== 0) return `${tool} is not installed (the apptainer test double needs it)`;
@@ -63,12 +63,14 @@ export default function cases(): BenchCase[] {
         },
       ],
       async setup(ctx) {
-        double = join(ctx.repoRoot, 'test', 'fixtures', 'apptainer-double', 'apptainer');
-        const missing = (await ctx.backendMissing('singularity')) ?? (await doubleUnavailable(ctx, double));
+        const found = apptainerDouble(ctx.repoRoot);
+        if (typeof found !== 'string') return found;
+        double = found;
+        const missing = (await ctx.backendMissing('singularity')) ?? (await doubleUnavailable(ctx));
         if (missing !== undefined) return { skip: missing };
         scratch = mkdtempSync(join(tmpdir(), 'berth-bench-singularity-'));
         // The exported root filesystem is shared with the tests' runs of the double (it takes seconds to make).
-        doubleEnv = { APPTAINER_DOUBLE_STATE: join(scratch, 'double'), APPTAINER_DOUBLE_ROOTFS: join(tmpdir(), 'berth-apptainer-double-rootfs') };
+        doubleEnv = { APPTAINER_DOUBLE_STATE: join(scratch, 'double'), APPTAINER_DOUBLE_ROOTFS: process.env.APPTAINER_DOUBLE_ROOTFS ?? join(tmpdir(), 'berth-apptainer-double-rootfs') };
         const s = await ctx.server({
           backend: 'singularity',
           config: {

@@ -6,8 +6,7 @@ import { posix } from 'node:path';
 import { BerthError, NotFoundError } from '../../../common/errors.js';
 import { shellQuote } from '../../../common/shell/quote.js';
 import type { TaskClient } from '../../../common/task-client.js';
-import type { ToolArgs, ToolContext, ToolHandler } from '../../tool-types.js';
-import { PatchError } from '../patch-parser.js';
+import type { ToolArgs, ToolContext, ToolHandler } from '../../registry/tool-types.js';
 
 export const TOOLSET = 'file';
 export const HELPER_TIMEOUT_MS = 30_000;
@@ -32,9 +31,9 @@ export function guarded(run: (args: ToolArgs, context: ToolContext) => Promise<J
       return JSON.stringify(await run(args, context));
     } catch (err) {
       if (err instanceof ToolInputError) return JSON.stringify({ error: err.message, ...err.extra });
-      if (err instanceof PatchError) return JSON.stringify({ error: err.message });
-      // The environment refused the path itself (a device, FIFO or socket, a file over the read cap, a directory):
-      // the model can act on that, so it reads the reason as the tool's error.
+      // The environment refused the path itself (a device, FIFO or socket, a file over the read cap, a directory),
+      // or the patch engine refused the patch text (PatchError): the model can act on that, so it reads the
+      // reason as the tool's error.
       if (err instanceof BerthError && err.code === 'INVALID_ARGUMENT') return JSON.stringify({ error: err.message });
       throw err;
     }

@@ -18,7 +18,7 @@
  */
 import { posix } from 'node:path';
 import { shellQuote } from '../../../common/shell/quote.js';
-import type { ToolContext } from '../../tool-types.js';
+import type { ToolContext } from '../../registry/tool-types.js';
 import { HELPER_TIMEOUT_MS } from './common.js';
 
 export type WriteVerb = 'Write' | 'Delete' | 'Move';
@@ -159,18 +159,3 @@ export async function checkWriteAllowed(
   const target = await resolveWriteTarget(context, absPath);
   return sensitivePathError(path, target) ?? writeDeniedError(absPath, target, verb);
 }
-
-/**
- * Project environment files that hold credentials (upstream `_BLOCKED_PROJECT_ENV_BASENAMES`, compared
- * lower-cased): a search rooted at one is refused. Results inside them cannot occur (every name is a dotfile,
- * and hidden files are never listed), so upstream's `_omitted` filter has nothing to do here.
- */
-export const SECRET_ENV_BASENAMES: ReadonlySet<string> = new Set([
-  '.env',
-  '.env.local',
-  '.env.development',
-  '.env.production',
-  '.env.test',
-  '.env.staging',
-  '.envrc',
-]);

@@ -19,7 +19,8 @@
  * is dropped when the task ends.
  */
 import { createHash } from 'node:crypto';
-import type { ToolCallObserver, ToolContext } from '../../tool-types.js';
+import type { ToolCallObserver, ToolContext } from '../../registry/tool-types.js';
+import { viewAfterRead, viewAfterWrite, type FileView, type ReadPage } from './file-views.js';
 
 /** Tasks (task + session pairs) whose reads are remembered; the least recently used go first. */
 export const MAX_TRACKED_TASKS = 1024;
@@ -42,8 +43,8 @@ interface TaskRecord {
   readonly dedup: Map<string, string>;
   /** Region key → how many stubs were returned for it since the last real read or other tool call. */
   readonly dedupHits: Map<string, number>;
-  /** File → fingerprint of its content when this task last read or wrote it (for the stale-write warning). */
-  readonly stamps: Map<string, string>;
+  /** File → what this task has seen of it (for write_file's overwrite refusal; file-views.ts). */
+  readonly views: Map<string, FileView>;
 }
 
 /** What read_file does with a region it already returned. */
@@ -112,22 +113,31 @@ export class FileLoopGuard implements ToolCallObserver {
     for (const key of [...record.dedup.keys()]) if (key.startsWith(prefix)) record.dedup.delete(key);
   }
 
-  /** Files were changed in ways not tracked path by path (a multi-file patch): forget every region and stamp. */
+  /**
+   * Files were changed in ways not tracked path by path (a patch): forget
+   * every region and view, so the next read returns content and a
+   * whole-file overwrite needs a fresh read first.
+   */
   forgetAllPaths(context: ToolContext): void {
     const record = this.#tasks.get(recordKey(context));
     record?.dedup.clear();
-    record?.stamps.clear();
+    record?.views.clear();
   }
 
-  /** Notes what this task last saw (read) or made (wrote) of a file. */
-  stamp(context: ToolContext, absPath: string, fingerprint: string): void {
-    setBounded(this.#record(context).stamps, absPath, fingerprint, this.#maxDedup);
+  /** A read_file page of a file was returned to this task. */
+  noteRead(context: ToolContext, absPath: string, page: ReadPage): void {
+    const views = this.#record(context).views;
+    setBounded(views, absPath, viewAfterRead(views.get(absPath), page), this.#maxDedup);
   }
 
-  /** Whether a file this task read or wrote has different content now; false for files it never saw. */
-  isStale(context: ToolContext, absPath: string, fingerprint: string): boolean {
-    const seen = this.#tasks.get(recordKey(context))?.stamps.get(absPath);
-    return seen !== undefined && seen !== fingerprint;
+  /** This task wrote the whole file: it knows its content. */
+  noteWrite(context: ToolContext, absPath: string, fingerprint: string): void {
+    setBounded(this.#record(context).views, absPath, viewAfterWrite(fingerprint), this.#maxDedup);
+  }
+
+  /** What this task has seen of a file; undefined when it never read or wrote it. */
+  view(context: ToolContext, absPath: string): FileView | undefined {
+    return this.#tasks.get(recordKey(context))?.views.get(absPath);
   }
 
   #count(record: TaskRecord, key: string): number {
@@ -143,7 +153,7 @@ export class FileLoopGuard implements ToolCallObserver {
     const key = recordKey(context);
     let record = this.#tasks.get(key);
     if (record === undefined) {
-      record = { lastKey: undefined, consecutive: 0, dedup: new Map(), dedupHits: new Map(), stamps: new Map() };
+      record = { lastKey: undefined, consecutive: 0, dedup: new Map(), dedupHits: new Map(), views: new Map() };
       if (this.#tasks.size >= this.#maxTasks) {
         const oldest = this.#tasks.keys().next().value;
         if (oldest !== undefined) this.#tasks.delete(oldest);

@@ -7,18 +7,23 @@
  * name; then the read, which the executor refuses at once for anything that
  * is not a regular file (it opens with O_NONBLOCK and checks what it opened,
  * on every backend); dedup of a region already returned; binary sniffing
- * (UTF-16 text is transcoded); the 100,000-character budget; the large-file
- * hint and the consecutive-read guard.
+ * (UTF-16 text is transcoded); the 100,000-character budget (the page is cut
+ * on a line boundary and says where to continue: read-budget.ts); secret
+ * redaction; merge-conflict markers flagged; the large-file hint and the
+ * consecutive-read guard.
  */
 import { posix } from 'node:path';
 import { BerthError } from '../../../common/errors.js';
 import { shellQuote } from '../../../common/shell/quote.js';
-import type { ToolArgs, ToolContext, ToolRegistration } from '../../tool-types.js';
+import type { ToolArgs, ToolContext, ToolRegistration } from '../../registry/tool-types.js';
 import { HELPER_TIMEOUT_MS, guarded, intArg, nonEmptyStringArg, readIfExists, similarFiles, TOOLSET, type JsonObject } from './common.js';
 import { redactFileContent } from '../../redaction/output-redaction.js';
+import type { ReadPage } from './file-views.js';
 import { READ_DEDUP_STATUS_MESSAGE, contentFingerprint, readRegionKey, type FileLoopGuard } from './loop-guard.js';
+import { applyCharBudget, conflictHint, countConflictBlocks } from './read-budget.js';
 
-const READ_DEFAULT_LIMIT = 500;
+/** Lines per read when the call names none (upstream `DEFAULT_READ_LIMIT`); the character budget bounds it. */
+const READ_DEFAULT_LIMIT = 2000;
 const READ_MAX_LIMIT = 2000;
 export const READ_MAX_LINE_CHARS = 2000;
 /** Formatted characters one read may return (upstream `file_read_max_chars` default). */
@@ -129,10 +134,12 @@ export function readFileRegistration(options: ReadFileOptions = {}): ToolRegistr
       name: 'read_file',
       description:
         'Read a text file from the task environment with line numbers and pagination. Returns its lines as ' +
-        '"LINE_NUM|CONTENT" (500 lines per call by default) plus total_lines and file_size; when more lines ' +
-        'remain, truncated is true and hint gives the offset to continue from. Reads over 100,000 characters are ' +
-        'refused: use offset and limit to read a section of a large file. Suggests similar names when the file ' +
-        'is not found. Images and other binary files cannot be read. Use this instead of cat/head/tail in the terminal.',
+        `"LINE_NUM|CONTENT" (${READ_DEFAULT_LIMIT} lines per call by default) plus total_lines and file_size; when ` +
+        'more lines remain, truncated is true and hint gives the offset to continue from. Use offset and limit for ' +
+        'large files. Reads over ~100K characters are cut on a line boundary and return a next_offset; continue ' +
+        'with that offset to read the rest. Unresolved git merge-conflict markers in the range are flagged. ' +
+        'Suggests similar names when the file is not found. Images and other binary files cannot be read. Use ' +
+        'this instead of cat/head/tail in the terminal.',
       parameters: {
         type: 'object',
         properties: {
@@ -148,7 +155,9 @@ export function readFileRegistration(options: ReadFileOptions = {}): ToolRegistr
           },
           limit: {
             type: 'integer',
-            description: `How many lines to return, at most ${READ_MAX_LIMIT}. Default ${READ_DEFAULT_LIMIT}.`,
+            description:
+              `Maximum number of lines to read (default: ${READ_DEFAULT_LIMIT}, max: ${READ_MAX_LIMIT}). Reads are ` +
+              'additionally capped at a ~100K-character budget with a next_offset continuation.',
             minimum: 1,
             maximum: READ_MAX_LIMIT,
             default: READ_DEFAULT_LIMIT,
@@ -369,7 +378,6 @@ async function readFileTool(
       });
     } else {
       fingerprint = contentFingerprint(file.content);
-      guard?.stamp(context, stat.absPath, fingerprint);
       const verdict = guard?.checkDedup(context, region, fingerprint);
       if (verdict?.kind === 'unchanged') {
         return { status: 'unchanged', message: READ_DEDUP_STATUS_MESSAGE, path, dedup: true, content_returned: false };
@@ -385,22 +393,18 @@ async function readFileTool(
         };
       }
       result = pageOf(file.content, offset, limit);
+      applyCharBudget(result, offset, READ_MAX_CHARS);
       const content = typeof result.content === 'string' ? result.content : '';
-      if (content.length > READ_MAX_CHARS) {
-        return {
-          error:
-            `Read produced ${content.length.toLocaleString('en-US')} characters which exceeds the safety limit ` +
-            `(${READ_MAX_CHARS.toLocaleString('en-US')} chars). Use offset and limit to read a smaller range. ` +
-            `The file has ${String(result.total_lines)} lines total.`,
-          path,
-          total_lines: result.total_lines,
-          file_size: result.file_size,
-        };
-      }
-      // As upstream: after the size check, the text the model sees; secret-bearing files get the assignment passes.
+      // As upstream: after the budget, the text the model sees; secret-bearing files get the assignment passes.
       if (redact && content !== '') result.content = redactFileContent(content, stat.absPath);
+      if (guard !== undefined && result.error === undefined) guard.noteRead(context, stat.absPath, readPage(result, offset, limit, fingerprint, content));
+      const conflicts = countConflictBlocks(typeof result.content === 'string' ? result.content : '');
+      if (conflicts > 0) {
+        result.conflict_blocks = conflicts;
+        result._hint = conflictHint(conflicts);
+      }
       const fileSize = file.content.length;
-      if (fileSize > LARGE_FILE_HINT_BYTES && limit > 200 && result.truncated === true) {
+      if (fileSize > LARGE_FILE_HINT_BYTES && limit > 200 && result.truncated === true && result._hint === undefined) {
         result._hint =
           `This file is large (${fileSize.toLocaleString('en-US')} bytes). Consider reading only the section you ` +
           'need with offset and limit to keep context usage efficient.';
@@ -426,6 +430,25 @@ async function readFileTool(
       'writing or responding.';
   }
   return result;
+}
+
+/**
+ * The page a read returned, for write_file's overwrite rule: which lines,
+ * and whether each is the file's own text (not masked by redaction, not cut
+ * at the display width or by the character budget).
+ */
+function readPage(result: JsonObject, offset: number, limit: number, fingerprint: string, unmasked: string): ReadPage {
+  const totalLines = typeof result.total_lines === 'number' ? result.total_lines : 0;
+  const content = typeof result.content === 'string' ? result.content : '';
+  const endLine =
+    typeof result.next_offset === 'number'
+      ? result.next_offset - 1
+      : result.truncated === true
+        ? offset + limit - 1
+        : totalLines;
+  const cutLine = content.split('\n').some((row) => row.length > READ_MAX_LINE_CHARS + String(endLine).length + 1);
+  const unaltered = content === unmasked && result.truncated_lines !== true && !cutLine;
+  return { fingerprint, offset, endLine: content === '' ? offset - 1 : endLine, totalLines, unaltered };
 }
 
 /** The page of a regular file's content (binary, UTF-16 or text), shaped as upstream's ReadResult. */

@@ -7,4 +7,4 @@ import { parentPort, workerData } from 'node:worker_threads';
 import { syntaxError } from './syntax-check.js';
 
 const { ext, content } = workerData as { ext: string; content: string };
-parentPort?.postMessage(syntaxError(ext, content) ?? null);
+parentPort?.postMessage((await syntaxError(ext, content)) ?? null);

@@ -20,8 +20,6 @@
  * "billion laughs" document costs what its text costs.
  */
 import { Worker } from 'node:worker_threads';
-import { parse as parseToml } from 'smol-toml';
-import { parseAllDocuments } from 'yaml';
 
 /** Upstream's fail-closed extensions (`_FAIL_CLOSED_INPROC_EXTS`). */
 const STRUCTURED_EXTENSIONS: ReadonlySet<string> = new Set(['.json', '.yaml', '.yml', '.toml']);
@@ -112,7 +110,9 @@ function jsonSyntaxError(content: string): string | undefined {
   }
 }
 
-function yamlSyntaxError(content: string): string | undefined {
+// The YAML and TOML parsers load with the first file of their kind: most deployments never write one.
+async function yamlSyntaxError(content: string): Promise<string | undefined> {
+  const { parseAllDocuments } = await import('yaml');
   try {
     const documents = parseAllDocuments(content, { uniqueKeys: false });
     for (const document of documents) {
@@ -125,7 +125,8 @@ function yamlSyntaxError(content: string): string | undefined {
   }
 }
 
-function tomlSyntaxError(content: string): string | undefined {
+async function tomlSyntaxError(content: string): Promise<string | undefined> {
+  const { parse: parseToml } = await import('smol-toml');
   try {
     parseToml(content);
     return undefined;
@@ -135,7 +136,7 @@ function tomlSyntaxError(content: string): string | undefined {
 }
 
 /** The parser's complaint about `content` as a file of extension `ext`, or undefined when it parses. */
-export function syntaxError(ext: string, content: string): string | undefined {
+export async function syntaxError(ext: string, content: string): Promise<string | undefined> {
   switch (ext) {
     case '.json':
       return jsonSyntaxError(content);
@@ -190,6 +191,6 @@ function syntaxErrorInWorker(ext: string, content: string): Promise<string | und
 export async function structuredSyntaxRefusal(path: string, content: string): Promise<string | undefined> {
   const ext = structuredExtension(path);
   if (ext === undefined) return undefined;
-  const err = content.length <= INLINE_MAX_CHARS ? syntaxError(ext, content) : await syntaxErrorInWorker(ext, content);
+  const err = content.length <= INLINE_MAX_CHARS ? await syntaxError(ext, content) : await syntaxErrorInWorker(ext, content);
   return err === undefined ? undefined : syntaxRefusal(path, ext, err);
 }

@@ -6,12 +6,16 @@
  * Order, as upstream: argument checks; sensitive system paths; read_file
  * display text offered as content; the credential deny list; a lone
  * surrogate; JSON/YAML/TOML content that does not parse (checked as sent,
- * before the line-ending and BOM shims); then the write, keeping an existing
- * file's CRLF line endings and UTF-8 BOM.
+ * before the line-ending and BOM shims); an existing file this task has no
+ * current, full view of (file-views.ts: never read in full, only patched,
+ * changed on disk since); then the write, keeping an existing file's CRLF
+ * line endings and UTF-8 BOM.
  */
-import type { ToolArgs, ToolContext, ToolRegistration } from '../../tool-types.js';
+import type { ToolArgs, ToolContext, ToolRegistration } from '../../registry/tool-types.js';
+import { pythonTypeName } from '../python-type-name.js';
 import { ToolInputError, guarded, TOOLSET, type JsonObject } from './common.js';
 import { resolveWriteTarget, sensitivePathError, writeDeniedError } from './file-safety.js';
+import { overwriteBlocker, staleWriteRefusal } from './file-views.js';
 import { READ_DEDUP_STATUS_MESSAGE, contentFingerprint, type FileLoopGuard } from './loop-guard.js';
 import { structuredSyntaxRefusal } from './syntax-check.js';
 
@@ -19,7 +23,11 @@ import { structuredSyntaxRefusal } from './syntax-check.js';
 const EXISTING_FILE_PROBE_MAX_BYTES = 8 * 1024 * 1024;
 
 export interface WriteFileOptions {
-  /** Told about every successful write, so a later read of the file returns content again. */
+  /**
+   * What each task has seen of its files: an overwrite needs a current full
+   * view, and every write is told, so a later read returns content again.
+   * Without it existing files are overwritten unchecked.
+   */
   readonly loopGuard?: FileLoopGuard;
 }
 
@@ -31,9 +39,11 @@ export function writeFileRegistration(options: WriteFileOptions = {}): ToolRegis
     schema: {
       name: 'write_file',
       description:
-        'Create a file or replace its entire content, creating missing parent directories. An existing file keeps ' +
-        'its CRLF line endings and UTF-8 BOM. To change part of an existing file use patch instead. ' +
-        'Use this instead of echo/cat heredocs in the terminal.',
+        'Create a file or replace its entire content, creating missing parent directories. For an EXISTING file, ' +
+        'call read_file first: write_file refuses (file untouched) when this task has no current full read or ' +
+        'write of the file, or the file changed on disk since; on refusal, read_file, merge, then retry. An ' +
+        'existing file keeps its CRLF line endings and UTF-8 BOM. To change part of an existing file use patch ' +
+        'instead. Use this instead of echo/cat heredocs in the terminal.',
       parameters: {
         type: 'object',
         properties: {
@@ -56,22 +66,6 @@ export function writeFileRegistration(options: WriteFileOptions = {}): ToolRegis
     },
     handler: guarded((args, context) => writeFileTool(args, context, options.loopGuard)),
   };
-}
-
-/** Python's name for a JSON value's type, as upstream's message prints `type(x).__name__`. */
-function pythonTypeName(value: unknown): string {
-  if (value === null) return 'NoneType';
-  if (Array.isArray(value)) return 'list';
-  switch (typeof value) {
-    case 'boolean':
-      return 'bool';
-    case 'number':
-      return Number.isInteger(value) ? 'int' : 'float';
-    case 'object':
-      return 'dict';
-    default:
-      return typeof value;
-  }
 }
 
 /**
@@ -179,21 +173,20 @@ async function writeFileTool(args: ToolArgs, context: ToolContext, guard: FileLo
     const hasBom = existing[0] === 0xef && existing[1] === 0xbb && existing[2] === 0xbf;
     if (hasBom && !content.startsWith('\ufeff')) content = `\ufeff${content}`;
   }
-  const stale = existing !== undefined && guard?.isStale(context, stat.absPath, contentFingerprint(existing)) === true;
+  // An empty file loses nothing (and a FIFO or device, which also reads as size 0, gets the environment's own refusal).
+  if (stat.exists && stat.sizeBytes > 0 && guard !== undefined) {
+    // Refused before anything is written (upstream #65604): a stale conversation copy must not replace what is on disk.
+    const current = existing === undefined ? undefined : contentFingerprint(existing);
+    const reason = overwriteBlocker(guard.view(context, stat.absPath), current, stat.absPath);
+    if (reason !== undefined) return staleWriteRefusal(path, reason, stat.absPath);
+  }
 
   const written = await context.task.writeFile(path, content);
   guard?.forgetPath(context, written.absPath);
-  guard?.stamp(context, written.absPath, contentFingerprint(Buffer.from(content, 'utf8')));
+  guard?.noteWrite(context, written.absPath, contentFingerprint(Buffer.from(content, 'utf8')));
   return {
     bytes_written: written.bytesWritten,
     dirs_created: written.dirsCreated,
-    ...(stale
-      ? {
-          _warning:
-            `Warning: ${path} was modified since you last read it (external edit or concurrent agent). The content ` +
-            'you read may be stale. Consider re-reading the file to verify before writing.',
-        }
-      : {}),
     resolved_path: written.absPath,
     files_modified: [written.absPath],
   };

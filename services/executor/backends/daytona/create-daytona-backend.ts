@@ -8,6 +8,7 @@
  */
 import type { BerthConfig, EgressMode } from '../../../common/config.js';
 import type { Logger } from '../../../common/logging.js';
+import type { DiagnosticFinding } from '../../backend.js';
 import { DaytonaBackend, type DaytonaBackendOptions, type DaytonaNetwork } from './daytona-backend.js';
 
 /** A tenant's network policy and what of it Daytona cannot enforce. */
@@ -58,6 +59,24 @@ export function sandboxEnv(names: readonly string[], base: Readonly<Record<strin
   return env;
 }
 
+/** What `berth doctor` says of each configured tenant's network policy (a part Daytona cannot apply is logged at start instead). */
+export function daytonaNetworkFindings(config: BerthConfig): DiagnosticFinding[] {
+  const tenants = config.tenants.length > 0 ? config.tenants.map((t) => t.id) : ['default'];
+  const findings: DiagnosticFinding[] = [];
+  for (const tenant of tenants) {
+    const { network, unenforced } = tenantNetworkPlan(config, tenant);
+    const who = config.tenants.length > 0 ? `tenant ${tenant}: ` : '';
+    if (unenforced) continue;
+    const text = network.networkBlockAll
+      ? `${who}network policy applied as Daytona's networkBlockAll (no egress)`
+      : network.networkAllowList
+        ? `${who}network policy applied as Daytona's networkAllowList (${network.networkAllowList})`
+        : `${who}network policy: egress open, Daytona's default network`;
+    findings.push({ verdict: 'ok', text });
+  }
+  return findings;
+}
+
 export function daytonaOptionsFromConfig(config: BerthConfig, logger?: Logger): DaytonaBackendOptions {
   const t = config.terminal;
   return {
@@ -67,6 +86,7 @@ export function daytonaOptionsFromConfig(config: BerthConfig, logger?: Logger): 
     memoryMiB: t.container_memory,
     env: sandboxEnv(t.env_passthrough, process.env),
     network: (tenant) => tenantNetworkPlan(config, tenant).network,
+    networkFindings: () => daytonaNetworkFindings(config),
     ...(logger ? { logger } : {}),
   };
 }

@@ -18,9 +18,7 @@
  * passed into a sandbox.
  */
 import { createHash } from 'node:crypto';
-import { existsSync, readFileSync } from 'node:fs';
-import path from 'node:path';
-import { fileURLToPath } from 'node:url';
+import { readFileSync } from 'node:fs';
 import {
   Daytona,
   DaytonaAuthenticationError,
@@ -38,8 +36,9 @@ import {
   UnavailableError,
 } from '../../../common/errors.js';
 import type { Logger } from '../../../common/logging.js';
-import type { Backend, BackendCapabilities, BackendEnvironment, TaskKey } from '../../backend.js';
+import type { Backend, BackendCapabilities, BackendEnvironment, DiagnosisPhase, DiagnosticFinding, TaskKey } from '../../backend.js';
 import { taskKeyString } from '../../backend.js';
+import { agentScriptFrom, findAgentScript } from '../shared/agent/agent-script.js';
 import { startStdioAgent } from '../shared/agent/stdio-agent.js';
 import { DaytonaEnvironment, SANDBOX_STATE_DIR, type Connection } from './daytona-environment.js';
 import { ptyAgentSpawn, type SandboxDirs } from './pty-agent.js';
@@ -65,6 +64,8 @@ export interface DaytonaBackendOptions {
   readonly env: Readonly<Record<string, string>>;
   /** The network settings of a tenant's sandboxes. */
   readonly network: (tenant: string) => DaytonaNetwork;
+  /** What `berth doctor` says of the network policy of the configured tenants. */
+  readonly networkFindings?: () => DiagnosticFinding[];
   /** Given to the SDK; unset keys fall back to DAYTONA_API_KEY, DAYTONA_API_URL, DAYTONA_TARGET. */
   readonly apiKey?: string;
   readonly apiUrl?: string;
@@ -73,20 +74,9 @@ export interface DaytonaBackendOptions {
   readonly killGraceMs?: number;
   /** Limit of sandbox create and start, seconds; default 180. */
   readonly startTimeoutSeconds?: number;
-  /** berth_agent.py; default: sandbox-image/agent/berth_agent.py of this package. */
+  /** The agent's archive; default: this installation's (findAgentScript). */
   readonly agentScriptPath?: string;
   readonly logger?: Logger;
-}
-
-/** Finds berth_agent.py of this package, from either the compiled or the source tree. */
-function findAgentScript(): string {
-  let dir = path.dirname(fileURLToPath(import.meta.url));
-  for (let i = 0; i < 8; i++) {
-    const candidate = path.join(dir, 'sandbox-image', 'agent', 'berth_agent.py');
-    if (existsSync(candidate)) return candidate;
-    dir = path.dirname(dir);
-  }
-  throw new FailedPreconditionError('sandbox-image/agent/berth_agent.py was not found next to this Berth installation');
 }
 
 /** The sandbox name of a task: stable, so a restarted executor finds a persistent sandbox again. */
@@ -155,8 +145,7 @@ export class DaytonaBackend implements Backend {
     this.#o = options;
     this.#daytona = daytona;
     this.#agentSource = agentSource;
-    const digest = createHash('sha256').update(agentSource).digest('hex').slice(0, 16);
-    this.#agentPath = `${AGENT_DIR}/berth_agent-${digest}.py`;
+    this.#agentPath = `${AGENT_DIR}/${agentScriptFrom(agentSource).fileName}`;
   }
 
   /** Makes the SDK client (it reads DAYTONA_* for what the options leave out). */
@@ -376,6 +365,25 @@ export class DaytonaBackend implements Backend {
       throw err;
     }
     return environment;
+  }
+
+  /** How commands reach the sandbox and the network policy; after release, the doctor's sandbox is deleted. */
+  async diagnose(key: TaskKey, phase: DiagnosisPhase): Promise<DiagnosticFinding[]> {
+    if (phase === 'released') {
+      return this.removeTaskSandbox(key).then(
+        () => [],
+        (err: unknown) => [
+          {
+            verdict: 'warn',
+            text: `deleting the doctor's Daytona sandbox failed: ${(err as Error).message}; delete sandboxes labelled berth.tenant=${key.tenant}`,
+          },
+        ],
+      );
+    }
+    return [
+      { verdict: 'ok', text: 'commands reach the Daytona sandbox through the exec agent, over one PTY session' },
+      ...(this.#o.networkFindings?.() ?? []),
+    ];
   }
 
   /** Deletes the task's sandbox if there is one (a persistent one stays after release otherwise). */

@@ -9,23 +9,15 @@
  * by Daytona's auto-stop or by hand), the next operation opens a new one
  * (starting the sandbox again if it stopped) and says so in a notice.
  */
-import { ChannelOperations, awaitForeground } from '../shared/channel-commands.js';
-import type { Duplex } from 'node:stream';
 import { FailedPreconditionError } from '../../../common/errors.js';
 import type { Logger } from '../../../common/logging.js';
-import type {
-  BackendEnvironment,
-  BackgroundHandle,
-  BackgroundOptions,
-  ExecOptions,
-  ExecResult,
-  FileStat,
-  RelayedSocket,
-  RpcRelay,
-} from '../../backend.js';
-import { interruptedBeforeStart } from '../shared/exec-deadline.js';
-import { assertNotReleased, deliverOutput } from '../shared/guards.js';
-import { SandboxLostError, type SandboxChannel, type SandboxProcess } from '../shared/sandbox-channel.js';
+import type { RpcRelay } from '../../backend.js';
+import {
+  ChannelEnvironment,
+  type RelayingChannel,
+  type ReplaceCause,
+  type Replacement,
+} from '../shared/channel-environment.js';
 import type { SandboxDirs } from './pty-agent.js';
 
 /** The runner's state files inside the sandbox; emptied when an environment begins. */
@@ -39,9 +31,8 @@ export const SANDBOX_STATE_DIR = '/tmp/berth-state';
 export const SANDBOX_CODE_DIR = '/tmp/berth-code';
 
 /** The agent's channel: pinged while idle, and relaying execute_code's socket. */
-export type PingableChannel = SandboxChannel & {
+export type PingableChannel = RelayingChannel & {
   ping(): Promise<void>;
-  listen(socketPath: string, onConnection: (socket: Duplex) => void): Promise<RelayedSocket>;
 };
 
 /** A connected agent and what the sandbox's shell said about its directories. */
@@ -71,7 +62,7 @@ export interface DaytonaEnvironmentOptions {
   readonly logger: Logger | undefined;
 }
 
-export class DaytonaEnvironment implements BackendEnvironment {
+export class DaytonaEnvironment extends ChannelEnvironment<Connection> {
   readonly description: string;
   readonly homeDir: string;
   readonly initialCwd: string;
@@ -81,44 +72,27 @@ export class DaytonaEnvironment implements BackendEnvironment {
    * rpc.sock there and relays each connection over its PTY stream, so the
    * script's open() sees the files its terminal() calls wrote.
    */
-  readonly rpcRelay: RpcRelay;
+  readonly rpcRelay: RpcRelay = this.relayIn(SANDBOX_CODE_DIR);
   readonly #o: DaytonaEnvironmentOptions;
-  readonly #ops = new ChannelOperations({
-    withChannel: (fn) => this.#withChannel(fn),
-    cwd: () => this.initialCwd,
-    killGraceMs: () => this.#o.killGraceMs,
-    logger: () => this.#o.logger,
-  });
-  #channel: PingableChannel;
-  #reconnecting: Promise<PingableChannel> | undefined;
-  #notices: string[] = [];
-  #recreated = false;
-  #disposing: Promise<void> | undefined;
   readonly #keepalive: NodeJS.Timeout;
 
   constructor(connection: Connection, options: DaytonaEnvironmentOptions) {
+    super(connection, options);
     this.#o = options;
-    this.#channel = connection.channel;
     this.description = options.description;
     this.homeDir = connection.dirs.home || '/';
     this.initialCwd = connection.dirs.cwd || this.homeDir;
     this.#keepalive = setInterval(() => {
-      if (!this.#channel.isLost) this.#channel.ping().catch(() => undefined);
+      const channel = this.link.channel;
+      if (!channel.isLost) channel.ping().catch(() => undefined);
     }, options.keepaliveMs ?? KEEPALIVE_MS);
     this.#keepalive.unref();
-    this.rpcRelay = {
-      sandboxDir: SANDBOX_CODE_DIR,
-      listen: (socketPath, onConnection) => {
-        assertNotReleased(this, this.#disposing);
-        return this.#withChannel((channel) => channel.listen(socketPath, onConnection));
-      },
-    };
   }
 
   /** Empties the state and code directories (a stopped-and-started sandbox still holds the last task's). */
   async init(): Promise<void> {
     const dirs = `${SANDBOX_STATE_DIR} ${SANDBOX_CODE_DIR}`;
-    const proc = await this.#channel.spawn({
+    const proc = await this.link.channel.spawn({
       script: `rm -rf ${dirs} && mkdir -m 700 ${dirs}`,
       cwd: '/',
       onOutput: () => undefined,
@@ -129,131 +103,47 @@ export class DaytonaEnvironment implements BackendEnvironment {
 
   /** The current exec agent's channel (tests drop its stream). */
   get agentChannel(): PingableChannel {
-    return this.#channel;
+    return this.link.channel;
   }
 
-  takeNotices(): string[] {
-    return this.#notices.splice(0);
+  /**
+   * A new exec agent (starting the sandbox again if it stopped). Only a new
+   * sandbox in place of a deleted one counts as recreated: the backend's
+   * notice then says so.
+   */
+  protected async replaceLink(lost: Connection, cause: ReplaceCause): Promise<Replacement<Connection>> {
+    this.#o.logger?.warn({ sandbox: this.description }, 'lost the exec agent of a Daytona sandbox; opening a new one');
+    lost.channel.close();
+    this.assertLive();
+    const next = await this.#o.reconnect();
+    if (next.notice) return { link: next, recreated: true, notices: [next.notice] };
+    const during = cause.kind === 'lost' && cause.duringCommand ? ' while the command ran' : '';
+    return {
+      link: next,
+      recreated: false,
+      notices: [
+        `The task's Daytona sandbox lost its exec agent${during}; a new one was started: ` +
+          'background processes were stopped; files were kept.',
+      ],
+    };
   }
 
-  /** Whether a new sandbox replaced a deleted one since the last call (a new exec agent alone does not count). */
-  takeRecreated(): boolean {
-    const recreated = this.#recreated;
-    this.#recreated = false;
-    return recreated;
+  /** A new sandbox still holds the last task's directories. */
+  protected override async adopted(replacement: Replacement<Connection>): Promise<void> {
+    if (replacement.recreated) await this.init();
   }
 
-  async #ready(): Promise<PingableChannel> {
-    assertNotReleased(this, this.#disposing);
-    if (this.#reconnecting) return this.#reconnecting;
-    return this.#channel.isLost ? this.#reconnect(this.#channel, '') : this.#channel;
+  protected async discardLink(next: Connection): Promise<void> {
+    next.channel.close();
   }
 
-  #reconnect(lost: SandboxChannel, during: string): Promise<PingableChannel> {
-    if (this.#channel !== lost && !this.#reconnecting) return Promise.resolve(this.#channel);
-    this.#reconnecting ??= (async () => {
-      // A dropped stream whose agent was found again (it lingered): same agent, background processes kept.
-      if (lost === this.#channel && (await lost.recover?.())) return this.#channel;
-      this.#o.logger?.warn({ sandbox: this.description }, 'lost the exec agent of a Daytona sandbox; opening a new one');
-      lost.close();
-      const next = await this.#o.reconnect();
-      if (this.#disposing) {
-        next.channel.close();
-        assertNotReleased(this, this.#disposing);
-      }
-      this.#channel = next.channel;
-      if (next.notice) {
-        this.#recreated = true;
-        this.#notices.push(next.notice);
-        await this.init();
-      } else {
-        this.#notices.push(
-          `The task's Daytona sandbox lost its exec agent${during}; a new one was started: ` +
-            'background processes were stopped; files were kept.',
-        );
-      }
-      return next.channel;
-    })().finally(() => {
-      this.#reconnecting = undefined;
-    });
-    return this.#reconnecting;
+  protected async releaseLink(connection: Connection): Promise<void> {
+    connection.channel.close();
+    await this.#o.release();
   }
 
-  /** Runs `fn` on the live channel; once more on a new one when the stream was lost before `fn` got anywhere. */
-  async #withChannel<T>(fn: (channel: PingableChannel) => Promise<T>): Promise<T> {
-    const channel = await this.#ready();
-    try {
-      return await fn(channel);
-    } catch (err) {
-      if (!(err instanceof SandboxLostError) || this.#disposing) throw err;
-      return fn(await this.#reconnect(channel, ''));
-    }
-  }
-
-  async exec(options: ExecOptions): Promise<ExecResult> {
-    assertNotReleased(this, this.#disposing);
-    const early = interruptedBeforeStart(options);
-    if (early) return early;
-    let channel = await this.#ready();
-    const spawn = (c: SandboxChannel) =>
-      c.spawn({
-        script: options.script,
-        cwd: this.initialCwd,
-        ...(options.env ? { env: options.env } : {}),
-        ...(options.pty ? { pty: true } : {}),
-        ...(options.stdin !== undefined ? { stdin: options.stdin } : {}),
-        onOutput: (chunk) => deliverOutput(options.onOutput, chunk, this.#o.logger),
-      });
-    let proc: SandboxProcess;
-    try {
-      proc = await spawn(channel);
-    } catch (err) {
-      if (!(err instanceof SandboxLostError) || this.#disposing) throw err;
-      channel = await this.#reconnect(channel, '');
-      proc = await spawn(channel);
-    }
-    const outcome = await awaitForeground(proc, options, this.#o.killGraceMs);
-    if (!outcome.exit) {
-      // The agent went away under the command: the command went with it.
-      if (this.#disposing) throw outcome.lost;
-      if (await channel.recover?.()) {
-        this.#notices.push(
-          `The connection to the exec agent in ${this.description} dropped while the command ran; the command was stopped ` +
-            '(background processes were kept).',
-        );
-        return outcome.deadline.result(137);
-      }
-      await this.#reconnect(channel, ' while the command ran');
-      return outcome.deadline.result(137);
-    }
-    return outcome.result;
-  }
-
-  startBackground(options: BackgroundOptions): Promise<BackgroundHandle> {
-    assertNotReleased(this, this.#disposing);
-    return this.#ops.startBackground(options);
-  }
-
-  readFile(absPath: string): Promise<Buffer> {
-    return this.#ops.readFile(absPath);
-  }
-
-  writeFile(absPath: string, data: Uint8Array): Promise<void> {
-    return this.#ops.writeFile(absPath, data);
-  }
-
-  stat(absPath: string): Promise<FileStat> {
-    return this.#ops.stat(absPath);
-  }
-
-  dispose(): Promise<void> {
-    this.#disposing ??= (async () => {
-      clearInterval(this.#keepalive);
-      await this.#reconnecting?.catch(() => undefined);
-      this.#channel.close();
-      await this.#o.release();
-    })();
-    return this.#disposing;
+  override dispose(): Promise<void> {
+    clearInterval(this.#keepalive);
+    return super.dispose();
   }
 }
-

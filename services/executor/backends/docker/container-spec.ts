@@ -4,13 +4,19 @@
  * pinned by unit tests.
  *
  * Hardening (every container):
- * - runs as uid:gid 1000:1000 (`sandbox`), never root;
- * - all capabilities dropped, then CHOWN, DAC_OVERRIDE, FOWNER added back.
- *   SETUID and SETGID are left out: they only matter to a root process
- *   switching users (su, sudo), nothing here runs as root, and
- *   no-new-privileges already stops setuid binaries from raising a
- *   process's privileges. For uid 1000 the bounding set grants no effective
- *   capability at all (CapEff is 0); a smaller set is still less to trust;
+ * - commands run as the task's own uid and gid (task-identity.ts), never
+ *   root and never an id the host uses; the image's sandbox account is
+ *   moved to them in account files bound read-only over /etc/passwd and
+ *   /etc/group;
+ * - the container starts as root with every capability dropped but CHOWN,
+ *   DAC_READ_SEARCH, SETUID and SETGID: the entrypoint gives the workspace
+ *   and home to the task's uid (CHOWN, and DAC_READ_SEARCH to walk private
+ *   directories there), then the exec agent keeps only SETUID and SETGID,
+ *   runs as the task's uid itself between spawns and switches each command
+ *   to it for good. Commands hold no capability, and since PID 1 and the
+ *   agent are another user's, they can neither signal nor ptrace them.
+ *   DAC_OVERRIDE and FOWNER are not given: nothing needs to bypass a file's
+ *   permissions;
  * - `no-new-privileges`, Docker's default seccomp profile (never unconfined);
  * - pids limit (terminal.container_pids, default 256), memory limit without swap, cpu quota, and a disk
  *   limit on the writable layer and named volumes where the daemon's
@@ -24,34 +30,55 @@
  * - Docker's init (tini) as PID 1 reaps orphans; the agent reaps its own;
  * - a cgroup parent per tenant, so tenants share CPU fairly whatever the
  *   number of containers each runs.
+ *
+ * Names (containers, volumes, host directories, cgroup parents) are keyed
+ * hashes of the executor's (task-names.ts).
  */
-import { createHash } from 'node:crypto';
 import { posix } from 'node:path';
 import type Dockerode from 'dockerode';
 import { InvalidArgumentError } from '../../../common/errors.js';
 import type { TaskKey } from '../../backend.js';
-import { taskKeyString } from '../../backend.js';
-import { isProviderSecretName } from '../../shell-state-runner.js';
+import { AGENT_FILE_NAME } from '../shared/agent/agent-script.js';
+import { isProviderSecretName } from '../shared/secret-names.js';
 import type { DiskLimitRequest } from './disk-limits.js';
 import type { ExtraDockerOptions } from './docker-extra-args.js';
+import type { TaskIdentity } from './task-identity.js';
+import type { PersistentVolumeNames } from './task-names.js';
+
+export type { PersistentVolumeNames };
 
 /** Where the per-task host directory appears in the container. */
 export const SANDBOX_RPC_DIR = '/run/berth';
 /** The agent's socket, in the container's view. */
 export const AGENT_SOCKET_PATH = `${SANDBOX_RPC_DIR}/agent.sock`;
+/** The agent's archive in the sandbox (a copy made per container start, beside the socket). */
+export const AGENT_PATH = `${SANDBOX_RPC_DIR}/${AGENT_FILE_NAME}`;
 /**
  * File in the host directory holding the agent's token for one container
- * start: written by the executor before the start (readable by the sandbox
- * user only), read and removed by the agent before it connects, so before
- * any command of the task runs; removed by the executor too once the hello
- * was accepted or the start failed.
+ * start: written by the executor before the start (readable by the
+ * container's root, the agent, only), read and removed by the agent before
+ * it connects, so before any command of the task runs; removed by the
+ * executor too once the hello was accepted or the start failed.
  */
 export const AGENT_TOKEN_FILE = 'agent-token';
+/**
+ * The container's resolv.conf under `docker.network: isolated`, in the host
+ * directory: the upstream resolvers themselves, since Docker's embedded DNS
+ * (127.0.0.11, which would answer the names of other containers on the
+ * network) is closed in the container (network-isolation.ts).
+ */
+export const RESOLV_CONF_FILE = 'resolv.conf';
 /** File the entrypoint writes when the image cannot run the agent. */
 export const AGENT_UNAVAILABLE_FILE = 'agent-unavailable';
-/** The sandbox user. */
-export const SANDBOX_UID = 1000;
-export const SANDBOX_GID = 1000;
+/** The account files of the task (task-identity.ts), in the host directory; bound over /etc/passwd and /etc/group. */
+export const ACCOUNT_FILES = { passwd: 'passwd', group: 'group' } as const;
+/**
+ * What the container's root keeps: the entrypoint needs CHOWN and
+ * DAC_READ_SEARCH to give the workspace and home to the task's uid, the
+ * agent SETUID and SETGID to start commands as it (it gives up the other
+ * two first). Commands, another uid, hold none of them.
+ */
+export const CONTAINER_CAPABILITIES = ['CHOWN', 'DAC_READ_SEARCH', 'SETGID', 'SETUID'] as const;
 
 export const LABEL = {
   task: 'berth.task',
@@ -64,11 +91,15 @@ export const LABEL = {
   executorPid: 'berth.executor.pid',
   executorStart: 'berth.executor.start',
   executorPidNs: 'berth.executor.pidns',
+  /** The executor's own container on the same Docker daemon, when it runs in one (compose, a pod with the socket). */
+  executorContainer: 'berth.executor.container',
   stateRoot: 'berth.state_root',
   /** Host path bind-mounted at /run/berth, so a sweep can remove it too. */
   hostDir: 'berth.hostdir',
   /** `code` on execute_code's code containers (see {@link ContainerRole}); absent on task containers. */
   role: 'berth.role',
+  /** The uid (and gid) the task's commands run as, on its container and persistent volumes (see task-uids.ts). */
+  uid: 'berth.uid',
 } as const;
 
 /**
@@ -80,57 +111,45 @@ export const LABEL = {
 export type ContainerRole = 'task' | 'code';
 
 /**
- * The container's command: run the agent when the image has python3, else
- * say so in a file the executor watches and stay up for `docker exec`. An
- * agent that exits 0 (its executor went away) ends the container; one that
- * fails (say, a python3 too old for it) leaves it up for `docker exec` too.
+ * The container's command, run as the container's root with the task's
+ * uid, gid, workspace and home as its arguments. First the workspace and
+ * home become the task's: where their top directory is not the task's
+ * already (new from the image, a volume made before uids were per task,
+ * or one whose uid had to change), everything in them is given to it,
+ * without following a symlink or entering another mount (a bind of the
+ * operator's under the workspace stays as it is), the top directory last,
+ * so that an interrupted pass is done again. Then it runs the agent when
+ * the image has python3, isolated from the sandbox's Python (`-I -S`: no
+ * script directory, user site, site-packages or PYTHON* variable), else
+ * says so in a file the executor watches and stays up for `docker exec`.
+ * An agent that exits 0 (its executor went away) ends the container; one
+ * that fails (say, a python3 too old for it) leaves it up for `docker exec`
+ * too.
  */
 export const AGENT_ENTRYPOINT_SCRIPT = [
+  'ids="$1:$2"; shift 2',
+  'own() {',
+  '  dir=$1; set --',
+  '  while read -r _ _ _ _ point _; do',
+  '    case $point in "$dir"/*) set -- "$@" -path "$point" -prune -o ;; esac',
+  '  done < /proc/self/mountinfo',
+  '  find "$dir" -xdev -mindepth 1 "$@" -exec chown -h "$ids" {} + && chown -h "$ids" "$dir"',
+  '}',
+  'for dir in "$@"; do',
+  '  [ -d "$dir" ] && [ "$(stat -c %u:%g "$dir")" != "$ids" ] && { own "$dir" || echo "berth-sandbox: could not give $dir to $ids" >&2; }',
+  'done',
   'if command -v python3 >/dev/null 2>&1; then',
-  `  python3 ${SANDBOX_RPC_DIR}/berth_agent.py ${AGENT_SOCKET_PATH} && exit 0`,
-  `  echo "berth_agent.py exited with status $?" > ${SANDBOX_RPC_DIR}/${AGENT_UNAVAILABLE_FILE}`,
+  `  python3 -I -S ${AGENT_PATH} --user "$ids" ${AGENT_SOCKET_PATH} && exit 0`,
+  `  echo "${AGENT_FILE_NAME} exited with status $?" > ${SANDBOX_RPC_DIR}/${AGENT_UNAVAILABLE_FILE}`,
   'else',
   `  echo "python3 is not installed in this image" > ${SANDBOX_RPC_DIR}/${AGENT_UNAVAILABLE_FILE}`,
   'fi',
   'while :; do sleep 3600; done',
 ].join('\n');
 
-/** Short stable hash of a task key: container, directory and volume names. */
-export function taskHash(key: TaskKey): string {
-  return createHash('sha256').update(taskKeyString(key)).digest('hex').slice(0, 24);
-}
-
-/** The container of a task: one name per task and role, so a leftover container of the same task is found by name. */
-export function taskContainerName(key: TaskKey, role: ContainerRole = 'task'): string {
-  return role === 'code' ? `berth-code-${taskHash(key)}` : `berth-${taskHash(key)}`;
-}
-
-export interface PersistentVolumeNames {
-  readonly workspace: string;
-  readonly home: string;
-}
-
-/** Named volumes that keep a task's workspace and home across container restarts. */
-export function persistentVolumeNames(key: TaskKey): PersistentVolumeNames {
-  const hash = taskHash(key);
-  return { workspace: `berth-${hash}-workspace`, home: `berth-${hash}-home` };
-}
-
-/**
- * The cgroup parent of a tenant's containers, so that the kernel shares CPU
- * between tenants rather than between containers: every tenant's parent
- * gets the same default weight (cgroup v1 `cpu.shares` 1024, v2 `cpu.weight`
- * 100), however many containers it runs. Named by a hash of the tenant id
- * (a systemd slice name cannot hold every character a tenant id may).
- * Undefined where the daemon manages no cgroups (`driver` none, rootless
- * without delegation).
- */
-export function tenantCgroupParent(tenant: string, driver: string | undefined): string | undefined {
-  const hash = createHash('sha256').update(tenant).digest('hex').slice(0, 16);
-  // systemd: `berth-tX.slice` is a child of `berth.slice`, the dash being systemd's hierarchy separator.
-  if (driver === 'systemd') return `berth-t${hash}.slice`;
-  if (driver === 'cgroupfs') return `/berth/t${hash}`;
-  return undefined;
+/** The entrypoint's arguments (after `$0`): the task's ids, then the directories it gives to them. */
+export function entrypointArgs(identity: TaskIdentity, dirs: readonly string[]): string[] {
+  return [String(identity.uid), String(identity.gid), ...dirs];
 }
 
 /** Labels every container of one executor carries. */
@@ -140,6 +159,7 @@ export interface ExecutorLabels {
   readonly [LABEL.executorStart]: string;
   readonly [LABEL.executorPidNs]: string;
   readonly [LABEL.stateRoot]: string;
+  readonly [LABEL.executorContainer]?: string;
 }
 
 /** Labels of a task container (or of a task's code container). */
@@ -253,8 +273,14 @@ export interface ContainerSpecInput {
   readonly disk?: DiskLimitRequest;
   /** What terminal.docker_extra_args adds (see docker-extra-args.ts). */
   readonly extra?: ExtraDockerOptions;
-  /** The tenant's cgroup parent ({@link tenantCgroupParent}); absent: the daemon's default. */
+  /** The tenant's cgroup parent (TaskNames.cgroupParent); absent: the daemon's default. */
   readonly cgroupParent?: string;
+  /** The uid and gid the task's commands run as. */
+  readonly identity: TaskIdentity;
+  /** Host paths of the task's account files ({@link ACCOUNT_FILES}), bound read-only over /etc/passwd and /etc/group. */
+  readonly accountFiles?: { readonly passwd: string; readonly group: string };
+  /** Host path of a resolv.conf naming the upstream resolvers ({@link RESOLV_CONF_FILE}), bound read-only over /etc/resolv.conf. */
+  readonly resolvConf?: string;
 }
 
 const TMPFS: Readonly<Record<string, string>> = {
@@ -268,9 +294,17 @@ const TMPFS: Readonly<Record<string, string>> = {
 export function buildContainerCreateOptions(input: ContainerSpecInput): Dockerode.ContainerCreateOptions {
   const tmpfs: Record<string, string> = { ...TMPFS };
   const volumeSize = input.disk?.volumeMiB !== undefined ? `${input.disk.volumeMiB}m` : undefined;
+  const { uid, gid } = input.identity;
   const mounts: Dockerode.MountSettings[] = [
     { Type: 'bind', Source: input.hostDir, Target: SANDBOX_RPC_DIR, ReadOnly: false },
   ];
+  if (input.accountFiles) {
+    mounts.push(
+      { Type: 'bind', Source: input.accountFiles.passwd, Target: '/etc/passwd', ReadOnly: true },
+      { Type: 'bind', Source: input.accountFiles.group, Target: '/etc/group', ReadOnly: true },
+    );
+  }
+  if (input.resolvConf) mounts.push({ Type: 'bind', Source: input.resolvConf, Target: '/etc/resolv.conf', ReadOnly: true });
   if (input.persistentVolumes) {
     for (const [target, source] of [
       [input.workspaceDir, input.persistentVolumes.workspace],
@@ -284,7 +318,8 @@ export function buildContainerCreateOptions(input: ContainerSpecInput): Dockerod
         // Docker copies the image's files (and their owner) into a new volume.
         VolumeOptions: {
           NoCopy: false,
-          Labels: { ...input.volumeLabels },
+          // The uid rides along, so a later container of the task (on any executor) runs as the files' owner.
+          Labels: { ...input.volumeLabels, [LABEL.uid]: String(uid) },
           // Applies when Docker creates the volume (the task's first container); an existing volume keeps its own.
           DriverConfig: { Name: 'local', Options: volumeSize ? { size: volumeSize } : {} },
         },
@@ -292,14 +327,14 @@ export function buildContainerCreateOptions(input: ContainerSpecInput): Dockerod
     }
   } else if (input.readOnlyRoot) {
     // Nothing else would be writable: the workspace and home live in memory.
-    const owner = `uid=${SANDBOX_UID},gid=${SANDBOX_GID}`;
+    const owner = `uid=${uid},gid=${gid}`;
     tmpfs[input.workspaceDir] = `rw,nosuid,nodev,${owner},mode=755,size=1024m`;
     tmpfs[input.homeDir] = `rw,nosuid,nodev,${owner},mode=755,size=256m`;
   }
   const hostConfig: Dockerode.HostConfig = {
     Init: true,
     CapDrop: ['ALL'],
-    CapAdd: ['CHOWN', 'DAC_OVERRIDE', 'FOWNER'],
+    CapAdd: [...CONTAINER_CAPABILITIES],
     SecurityOpt: ['no-new-privileges:true'],
     PidsLimit: input.pidsLimit,
     Memory: Math.round(input.memoryMiB * 1024 * 1024),
@@ -326,12 +361,19 @@ export function buildContainerCreateOptions(input: ContainerSpecInput): Dockerod
   return {
     name: input.name,
     Image: input.image,
-    User: `${SANDBOX_UID}:${SANDBOX_GID}`,
+    // Root with four capabilities, for the entrypoint and the agent only: see the top of this file.
+    User: '0:0',
     WorkingDir: input.workspaceDir,
-    Entrypoint: ['/bin/sh', '-c', AGENT_ENTRYPOINT_SCRIPT, 'berth-sandbox'],
+    Entrypoint: [
+      '/bin/sh',
+      '-c',
+      AGENT_ENTRYPOINT_SCRIPT,
+      'berth-sandbox',
+      ...entrypointArgs(input.identity, [input.workspaceDir, input.homeDir]),
+    ],
     Cmd: [],
     Env: Object.entries(env).map(([k, v]) => `${k}=${v}`),
-    Labels: { ...input.extra?.labels, ...input.labels },
+    Labels: { ...input.extra?.labels, ...input.labels, [LABEL.uid]: String(uid) },
     Tty: false,
     OpenStdin: false,
     AttachStdin: false,

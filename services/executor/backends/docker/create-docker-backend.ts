@@ -1,7 +1,7 @@
 /** The docker backend from config (see docker-options.ts for the mapping). */
 import type { BerthConfig } from '../../../common/config.js';
 import type { Logger } from '../../../common/logging.js';
-import type { ContainerStartSink } from '../../executor-metrics.js';
+import type { ContainerStartSink } from '../../backend.js';
 import { DockerBackend } from './docker-backend.js';
 import { dockerOptionsFromConfig } from './docker-options.js';
 

@@ -74,6 +74,11 @@ export class DiskLimits {
     this.#state = { layer: initial, volumes: options.volumes ? initial : 'off' };
   }
 
+  /** terminal.container_disk, MiB. */
+  get sizeMiB(): number {
+    return this.#options.sizeMiB;
+  }
+
   /** What is known of each part: asked for and applied, refused by the daemon, or not asked for. */
   get state(): Readonly<Record<DiskLimitPart, DiskLimitState>> {
     return { ...this.#state };

@@ -18,23 +18,22 @@
  */
 import { rm } from 'node:fs/promises';
 import type { Logger } from '../../../common/logging.js';
-import type {
-  BackendEnvironment,
-  BackgroundHandle,
-  BackgroundOptions,
-  ExecOptions,
-  ExecResult,
-  FileStat,
-  TaskKey,
-} from '../../backend.js';
-import { ChannelOperations, awaitForeground } from '../shared/channel-commands.js';
-import { interruptedBeforeStart } from '../shared/exec-deadline.js';
-import { assertNotReleased, deliverOutput } from '../shared/guards.js';
-import { buildPreparedSnapshot } from '../../shell-state-runner.js';
+import { taskKeyString, type BackgroundHandle, type BackgroundOptions, type ExecOptions, type ExecResult, type TaskKey } from '../../backend.js';
+import {
+  ChannelEnvironment,
+  type DroppedStreamWords,
+  type ReplaceCause,
+  type Replacement,
+} from '../shared/channel-environment.js';
+import { prepareSnapshot } from '../shared/shell-bootstrap.js';
+import type { DiskMeter } from './disk-meter.js';
 import { OOM_KILLS, PIDS_LIMIT_HITS, parseCounter, type CgroupCounter } from './cgroup-counters.js';
 import { SANDBOX_RPC_DIR, type PersistentVolumeNames } from './container-spec.js';
+import { restartContainer } from './container-restart.js';
+import { packTmpfsScript, unpackTmpfsScript } from './tmpfs-keeper.js';
+import { UnavailableError } from '../../../common/errors.js';
 import type { ContainerFactory, ContainerFate, SandboxContainer } from './sandbox-container.js';
-import { SandboxLostError, type ProcessExit, type SandboxChannel, type SandboxProcess } from '../shared/sandbox-channel.js';
+import type { ProcessExit, SandboxChannel } from '../shared/sandbox-channel.js';
 
 export interface DockerEnvironmentOptions {
   readonly key: TaskKey;
@@ -44,6 +43,8 @@ export interface DockerEnvironmentOptions {
   readonly labels: () => Readonly<Record<string, string>>;
   readonly persistentVolumes?: PersistentVolumeNames;
   readonly volumeLabels?: Readonly<Record<string, string>>;
+  /** A fork's snapshot image: a replacement container starts from it too. */
+  readonly image?: string;
   readonly initialCwd: string;
   readonly homeDir: string;
   /** A snapshot the container wrote while in the warm pool. */
@@ -59,6 +60,13 @@ export interface DockerEnvironmentOptions {
   readonly onRemoveFailed: (containerId: string) => void;
   /** Called when a lost container has been replaced by a new one. */
   readonly onReplaced?: () => void;
+  /**
+   * terminal.container_disk where Docker cannot enforce it: checked before
+   * each command and file write, and every `diskCheckIntervalMs` while
+   * background processes run (past the limit they are stopped).
+   */
+  readonly diskMeter?: DiskMeter;
+  readonly diskCheckIntervalMs?: number;
 }
 
 function describeFate(fate: ContainerFate | undefined): string {
@@ -75,25 +83,12 @@ function describeFate(fate: ContainerFate | undefined): string {
 /** The runner's state files, in the bind-mounted per-task directory (kept when a container is replaced). */
 export const SANDBOX_STATE_DIR = `${SANDBOX_RPC_DIR}/state`;
 
-/**
- * Runs the shell-state bootstrap in a container that has no task yet;
- * resolves to the snapshot's path, or undefined when the login shell failed
- * (the task's runner then tries again itself, login shell or not).
- */
-export async function prepareShellSnapshot(channel: SandboxChannel, initialCwd: string): Promise<string | undefined> {
-  const prepared = buildPreparedSnapshot(SANDBOX_STATE_DIR, initialCwd);
-  const proc = await channel.spawn({ script: prepared.script, cwd: initialCwd, onOutput: () => undefined });
-  const timer = setTimeout(() => void proc.kill(1000).catch(() => undefined), 30_000);
-  try {
-    const exit = await proc.exited;
-    if (exit.code !== 0) return undefined;
-  } finally {
-    clearTimeout(timer);
-  }
-  return (await channel.stat(prepared.path)).exists ? prepared.path : undefined;
+/** The kit's {@link prepareSnapshot} in a warm container's state directory. */
+export function prepareShellSnapshot(channel: SandboxChannel, initialCwd: string): Promise<string | undefined> {
+  return prepareSnapshot(channel, SANDBOX_STATE_DIR, initialCwd);
 }
 
-export class DockerEnvironment implements BackendEnvironment {
+export class DockerEnvironment extends ChannelEnvironment<SandboxContainer> {
   readonly homeDir: string;
   readonly initialCwd: string;
   readonly stateDir = SANDBOX_STATE_DIR;
@@ -101,22 +96,14 @@ export class DockerEnvironment implements BackendEnvironment {
   readonly rpcDir: { readonly hostPath: string; readonly sandboxPath: string };
   readonly containerName: string;
   readonly #o: DockerEnvironmentOptions;
-  readonly #ops = new ChannelOperations({
-    withChannel: (fn) => this.#withChannel(fn),
-    cwd: () => this.initialCwd,
-    killGraceMs: () => this.#o.killGraceMs,
-    logger: () => this.#o.logger,
-  });
-  #container: SandboxContainer;
-  #recreating: Promise<SandboxContainer> | undefined;
-  #notices: string[] = [];
-  #recreated = false;
-  #disposing: Promise<void> | undefined;
   /** Counter values when last looked at; undefined where the container has no such file. */
   readonly #counters = new Map<CgroupCounter, number | undefined>();
+  /** Background processes the disk check stops past terminal.container_disk (where Berth measures it). */
+  readonly #background = new Set<BackgroundHandle>();
+  #diskTimer: NodeJS.Timeout | undefined;
 
   constructor(container: SandboxContainer, options: DockerEnvironmentOptions) {
-    this.#container = container;
+    super(container, { killGraceMs: options.killGraceMs, logger: options.logger });
     this.#o = options;
     this.containerName = options.containerName;
     this.homeDir = options.homeDir;
@@ -126,35 +113,103 @@ export class DockerEnvironment implements BackendEnvironment {
   }
 
   get description(): string {
-    return `docker:${this.containerName} (${this.#container.id.slice(0, 12)})`;
+    return `docker:${this.containerName} (${this.link.id.slice(0, 12)})`;
   }
 
   /** The current container (tests and the backend look at it). */
   get container(): SandboxContainer {
-    return this.#container;
+    return this.link;
   }
 
-  /** Notices gathered since the last call: a replaced container, a limit that killed a command. */
-  takeNotices(): string[] {
-    return this.#notices.splice(0);
+  override async exec(options: ExecOptions): Promise<ExecResult> {
+    await this.#checkDisk();
+    return super.exec(options);
   }
 
-  /** Whether a new container replaced a lost one since the last call. */
-  takeRecreated(): boolean {
-    const recreated = this.#recreated;
-    this.#recreated = false;
-    return recreated;
+  override async startBackground(options: BackgroundOptions): Promise<BackgroundHandle> {
+    await this.#checkDisk();
+    const handle = await super.startBackground(options);
+    if (this.#o.diskMeter?.measuredParts().length) {
+      this.#background.add(handle);
+      this.#diskTimer ??= setInterval(() => void this.#checkBackgroundDisk(), this.#o.diskCheckIntervalMs ?? 30_000);
+      this.#diskTimer.unref();
+    }
+    return handle;
   }
 
-  /** Adds a notice for the next result (the backend's word on how the environment began). */
-  addNotice(text: string): void {
-    this.#notices.push(text);
+  /** Past terminal.container_disk, the background processes started since the last check are stopped, with a notice. */
+  async #checkBackgroundDisk(): Promise<void> {
+    try {
+      await this.#checkDisk();
+    } catch (err) {
+      const handles = [...this.#background];
+      this.#stopDiskTimer();
+      await Promise.all(handles.map((h) => h.kill().catch(() => undefined)));
+      this.addNotice(`Background processes were stopped: ${err instanceof Error ? err.message : String(err)}`);
+    }
+  }
+
+  #stopDiskTimer(): void {
+    if (this.#diskTimer) clearInterval(this.#diskTimer);
+    this.#diskTimer = undefined;
+    this.#background.clear();
+  }
+
+  override async dispose(): Promise<void> {
+    this.#stopDiskTimer();
+    return super.dispose();
+  }
+
+  /**
+   * Stops the container (docker-lifecycle.ts): its background processes
+   * end; its in-memory files are packed first (tmpfs-keeper.ts).
+   */
+  async suspend(): Promise<{ readonly processesKept: boolean }> {
+    await this.#inContainer(packTmpfsScript(), 'packing its in-memory files (/tmp and other tmpfs) for the suspension');
+    await this.suspendLink((container) => container.stop());
+    this.#stopDiskTimer();
+    return { processesKept: false };
+  }
+
+  /** Starts the same container again (its agent dials in anew) and unpacks its in-memory files. */
+  async resume(): Promise<void> {
+    await this.resumeLink((container) => restartContainer(this.#o.factory, container));
+    await this.init().catch(() => undefined);
+    // The task runs again whatever happens here: what could not be unpacked is told, not a failed resumption.
+    await this.#inContainer(unpackTmpfsScript(), 'unpacking its in-memory files (/tmp and other tmpfs) after the suspension').catch(
+      (err: unknown) => this.addNotice(`Some files in memory (/tmp and other tmpfs) could not be restored after the suspension: ${String(err)}`),
+    );
+  }
+
+  /** Runs a script of the executor's own as the task's user; fails naming `what` with the script's output. */
+  async #inContainer(script: string, what: string): Promise<void> {
+    // What the sandbox prints is bounded: only its first 2000 bytes are kept, for the error.
+    let output = Buffer.alloc(0);
+    const onOutput = (chunk: Buffer) => {
+      if (output.length < 2000) output = Buffer.concat([output, chunk.subarray(0, 2000 - output.length)]);
+    };
+    const r = await super.exec({ script, timeoutMs: 120_000, onOutput });
+    if (r.exitCode !== 0) {
+      const text = output.toString('utf8').trim() || 'no output';
+      throw new UnavailableError(`${this.containerName}: ${what} failed (exit ${r.exitCode}): ${text}`);
+    }
+  }
+
+  override async writeFile(absPath: string, data: Uint8Array): Promise<void> {
+    await this.#checkDisk();
+    return super.writeFile(absPath, data);
+  }
+
+  /** Refuses the call (RESOURCE_EXHAUSTED) when the task holds more disk than terminal.container_disk. */
+  async #checkDisk(): Promise<void> {
+    const { id, identity } = this.link;
+    await this.#o.diskMeter?.check(id, `${identity.uid}:${identity.gid}`, taskKeyString(this.#o.key));
   }
 
   /** Records the baselines of the OOM and pids counters; called once the container runs. */
   async init(): Promise<void> {
     this.#counters.clear();
-    const channel = this.#container.channel;
+    const channel = this.link.channel;
     const [oom, pids] = await Promise.all([OOM_KILLS, PIDS_LIMIT_HITS].map((c) => this.#readCounter(channel, c)));
     this.#counters.set(OOM_KILLS, oom);
     this.#counters.set(PIDS_LIMIT_HITS, pids);
@@ -181,165 +236,84 @@ export class DockerEnvironment implements BackendEnvironment {
       return before !== undefined && value > before;
     };
     if (rise(OOM_KILLS, values.oomKills)) {
-      this.#notices.push(
+      this.addNotice(
         `A process was killed by the out-of-memory killer: the container's memory limit is ${this.#o.memoryMiB} MiB.`,
       );
     }
     if (rise(PIDS_LIMIT_HITS, values.pidsMaxHits)) {
-      this.#notices.push(
+      this.addNotice(
         `The command hit the container's limit of ${this.#o.pidsLimit} processes: new processes could not be started.`,
       );
     }
   }
 
   /** After a command: did a limit of the container kill or hobble it? */
-  async #limitNotices(channel: SandboxChannel, exit: ProcessExit, exitCode: number): Promise<void> {
+  protected override async afterCommand(container: SandboxContainer, exit: ProcessExit, result: ExecResult): Promise<void> {
     if (exit.counters) {
       this.#applyCounters(exit.counters);
       return;
     }
     // The docker exec fallback reports no counters: read them, but only after a failure.
-    if (exitCode === 0) return;
+    if (result.exitCode === 0) return;
     const [oomKills, pidsMaxHits] = await Promise.all([
-      this.#readCounter(channel, OOM_KILLS).catch(() => undefined),
-      this.#readCounter(channel, PIDS_LIMIT_HITS).catch(() => undefined),
+      this.#readCounter(container.channel, OOM_KILLS).catch(() => undefined),
+      this.#readCounter(container.channel, PIDS_LIMIT_HITS).catch(() => undefined),
     ]);
     this.#applyCounters({ oomKills, pidsMaxHits });
   }
 
-  /** The current container, replaced first if it was lost. */
-  async #ready(): Promise<SandboxContainer> {
-    assertNotReleased(this, this.#disposing);
-    if (this.#recreating) return this.#recreating;
-    const current = this.#container;
-    return current.channel.isLost ? this.#recreate(current, '') : current;
+  protected override droppedStreamWords(): DroppedStreamWords {
+    return { agent: "the container's exec agent", kept: 'the container and its background processes were kept' };
   }
 
-  /** Replaces a lost container (once, however many callers noticed). */
-  #recreate(lost: SandboxContainer, during: string): Promise<SandboxContainer> {
-    if (this.#container !== lost && !this.#recreating) return Promise.resolve(this.#container);
-    this.#recreating ??= (async () => {
-      // A dropped stream whose agent dialled in again: same container, nothing to replace.
-      if (await lost.channel.recover?.()) return lost;
-      const fate = await lost.fate().catch(() => undefined);
-      this.#o.logger.warn({ container: lost.name, fate }, 'task container lost; starting a new one');
-      await lost.remove().catch((err: unknown) => {
-        this.#o.logger.warn({ err }, 'removing the lost container failed');
-        this.#o.onRemoveFailed(lost.id);
-      });
-      assertNotReleased(this, this.#disposing);
-      const next = await this.#o.factory.start({
-        name: this.containerName,
-        hostDir: lost.hostDir,
-        labels: this.#o.labels(),
-        tenant: this.#o.key.tenant,
-        ...(this.#o.persistentVolumes ? { persistentVolumes: this.#o.persistentVolumes } : {}),
-        ...(this.#o.volumeLabels ? { volumeLabels: this.#o.volumeLabels } : {}),
-      });
-      if (this.#disposing) {
-        await next.remove().catch(() => this.#o.onRemoveFailed(next.id));
-        assertNotReleased(this, this.#disposing);
-      }
-      this.#container = next;
-      this.#recreated = true;
-      this.#o.onReplaced?.();
-      await this.init().catch(() => undefined);
-      const kept = this.#o.persistentVolumes
-        ? `files in ${this.initialCwd} and ${this.homeDir} were kept`
-        : 'files written in the old container are gone';
-      this.#notices.push(
+  /** A new container under the same name and host directory, in place of a lost one. */
+  protected async replaceLink(lost: SandboxContainer, cause: ReplaceCause): Promise<Replacement<SandboxContainer>> {
+    const fate = await lost.fate().catch(() => undefined);
+    this.#o.logger.warn({ container: lost.name, fate }, 'task container lost; starting a new one');
+    await lost.remove().catch((err: unknown) => {
+      this.#o.logger.warn({ err }, 'removing the lost container failed');
+      this.#o.onRemoveFailed(lost.id);
+    });
+    this.assertLive();
+    const next = await this.#o.factory.start({
+      name: this.containerName,
+      hostDir: lost.hostDir,
+      identity: lost.identity,
+      labels: this.#o.labels(),
+      tenant: this.#o.key.tenant,
+      ...(this.#o.persistentVolumes ? { persistentVolumes: this.#o.persistentVolumes } : {}),
+      ...(this.#o.volumeLabels ? { volumeLabels: this.#o.volumeLabels } : {}),
+      ...(this.#o.image !== undefined ? { image: this.#o.image } : {}),
+    });
+    const during = cause.kind === 'lost' && cause.duringCommand ? ' while the command ran' : '';
+    const kept = this.#o.persistentVolumes
+      ? `files in ${this.initialCwd} and ${this.homeDir} were kept`
+      : 'files written in the old container are gone';
+    return {
+      link: next,
+      recreated: true,
+      notices: [
         `The task's container ${describeFate(fate)}${during}; a new container was started: ` +
           `background processes were stopped and ${kept}.`,
-      );
-      return next;
-    })().finally(() => {
-      this.#recreating = undefined;
+      ],
+    };
+  }
+
+  protected override async adopted(): Promise<void> {
+    this.#o.onReplaced?.();
+    await this.init().catch(() => undefined);
+  }
+
+  protected async discardLink(container: SandboxContainer): Promise<void> {
+    await container.remove().catch(() => this.#o.onRemoveFailed(container.id));
+  }
+
+  protected async releaseLink(container: SandboxContainer): Promise<void> {
+    await container.remove().catch((err: unknown) => {
+      this.#o.logger.warn({ err, container: container.name }, 'removing the task container failed; will retry');
+      this.#o.onRemoveFailed(container.id);
     });
-    return this.#recreating;
-  }
-
-  /** Runs `fn` on the channel; once more on a new container if the old one was lost. */
-  async #withChannel<T>(fn: (channel: SandboxChannel) => Promise<T>): Promise<T> {
-    const container = await this.#ready();
-    try {
-      return await fn(container.channel);
-    } catch (err) {
-      if (!(err instanceof SandboxLostError) || this.#disposing) throw err;
-      const next = await this.#recreate(container, '');
-      return fn(next.channel);
-    }
-  }
-
-  async exec(options: ExecOptions): Promise<ExecResult> {
-    assertNotReleased(this, this.#disposing);
-    const early = interruptedBeforeStart(options);
-    if (early) return early;
-    let container = await this.#ready();
-    const spawn = (channel: SandboxChannel) =>
-      channel.spawn({
-        script: options.script,
-        cwd: this.initialCwd,
-        ...(options.env ? { env: options.env } : {}),
-        ...(options.pty ? { pty: true } : {}),
-        ...(options.stdin !== undefined ? { stdin: options.stdin } : {}),
-        onOutput: (chunk) => deliverOutput(options.onOutput, chunk, this.#o.logger),
-      });
-    let proc: SandboxProcess;
-    try {
-      proc = await spawn(container.channel);
-    } catch (err) {
-      if (!(err instanceof SandboxLostError) || this.#disposing) throw err;
-      container = await this.#recreate(container, '');
-      proc = await spawn(container.channel);
-    }
-
-    const outcome = await awaitForeground(proc, options, this.#o.killGraceMs);
-    if (!outcome.exit) {
-      // The container (or only the stream to its agent) went away under the command: nothing of it runs any more.
-      if (this.#disposing) throw outcome.lost;
-      if (await container.channel.recover?.()) {
-        this.#notices.push(
-          "The connection to the container's exec agent dropped while the command ran; the command was stopped " +
-            '(the container and its background processes were kept).',
-        );
-        return outcome.deadline.result(137);
-      }
-      await this.#recreate(container, ' while the command ran');
-      return outcome.deadline.result(137);
-    }
-    await this.#limitNotices(container.channel, outcome.exit, outcome.result.exitCode);
-    return outcome.result;
-  }
-
-  startBackground(options: BackgroundOptions): Promise<BackgroundHandle> {
-    assertNotReleased(this, this.#disposing);
-    return this.#ops.startBackground(options);
-  }
-
-  readFile(absPath: string): Promise<Buffer> {
-    return this.#ops.readFile(absPath);
-  }
-
-  writeFile(absPath: string, data: Uint8Array): Promise<void> {
-    return this.#ops.writeFile(absPath, data);
-  }
-
-  stat(absPath: string): Promise<FileStat> {
-    return this.#ops.stat(absPath);
-  }
-
-  dispose(): Promise<void> {
-    this.#disposing ??= (async () => {
-      await this.#recreating?.catch(() => undefined);
-      const container = this.#container;
-      await container.remove().catch((err: unknown) => {
-        this.#o.logger.warn({ err, container: container.name }, 'removing the task container failed; will retry');
-        this.#o.onRemoveFailed(container.id);
-      });
-      if (this.#o.ownsHostDir) await rm(container.hostDir, { recursive: true, force: true }).catch(() => undefined);
-      this.#o.onDisposed();
-    })();
-    return this.#disposing;
+    if (this.#o.ownsHostDir) await rm(container.hostDir, { recursive: true, force: true }).catch(() => undefined);
+    this.#o.onDisposed();
   }
 }
-

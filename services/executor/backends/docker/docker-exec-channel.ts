@@ -16,11 +16,12 @@ import { fileTooLargeError } from '../shared/file-errors.js';
 import { MAX_READ_FILE_BYTES } from '../shared/file-limits.js';
 import { deliverOutput } from '../shared/guards.js';
 import { atomicWriteScript } from '../shared/write-script.js';
+import { endsLine, ptyEof } from '../shared/pty-input.js';
 import { killGroupArgv } from '../shared/process-group.js';
 import type { Logger } from '../../../common/logging.js';
-import { SANDBOX_GID, SANDBOX_UID } from './container-spec.js';
 import { dockerError, isConflict, isNotFound } from './docker-errors.js';
 import { DockerStreamDemuxer } from './docker-stream-demuxer.js';
+import type { TaskIdentity } from './task-identity.js';
 import {
   SandboxLostError,
   fileErrnoError,
@@ -70,12 +71,15 @@ export class DockerExecChannel implements SandboxChannel {
   readonly #daemon: string;
   readonly #description: string;
   readonly #logger: Logger | undefined;
+  readonly #user: string;
   #lost = false;
   #closed = false;
   readonly #streams = new Set<Duplex>();
 
-  constructor(container: Dockerode.Container, description: string, daemon: string, logger?: Logger) {
+  /** Every exec runs as `identity`, the task's uid and gid (the container itself starts as root). */
+  constructor(container: Dockerode.Container, description: string, identity: TaskIdentity, daemon: string, logger?: Logger) {
     this.#container = container;
+    this.#user = `${identity.uid}:${identity.gid}`;
     this.#description = description;
     this.#daemon = daemon;
     this.#logger = logger;
@@ -104,7 +108,7 @@ export class DockerExecChannel implements SandboxChannel {
         AttachStdout: true,
         AttachStderr: true,
         Tty: options.tty ?? false,
-        User: `${SANDBOX_UID}:${SANDBOX_GID}`,
+        User: this.#user,
         ...(options.env ? { Env: Object.entries(options.env).map(([k, v]) => `${k}=${v}`) } : {}),
         ...(options.cwd ? { WorkingDir: options.cwd } : {}),
       });
@@ -218,7 +222,7 @@ export class DockerExecChannel implements SandboxChannel {
     if (!options.keepStdin) {
       stdinOpen = false;
       // A PTY takes ^D as end of input; a plain exec takes a half-close.
-      if (pty) stream.write(stdin && stdin.length > 0 && stdin[stdin.length - 1] !== 0x0a ? '\x04\x04' : '\x04');
+      if (pty) stream.write(ptyEof(endsLine(stdin ?? Buffer.alloc(0))));
       else stream.end();
     }
     const knownPid = await pidKnown;

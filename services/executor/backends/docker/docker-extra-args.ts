@@ -19,7 +19,7 @@
  */
 import { posix } from 'node:path';
 import { InvalidArgumentError } from '../../../common/errors.js';
-import { LABEL, SANDBOX_RPC_DIR, parseVolumeSpec } from './container-spec.js';
+import { CONTAINER_CAPABILITIES, LABEL, SANDBOX_RPC_DIR, parseVolumeSpec } from './container-spec.js';
 
 /** What the flags add to a container's create options. */
 export interface ExtraDockerOptions {
@@ -51,8 +51,8 @@ const KEY = 'terminal.docker_extra_args';
 /** Flags Berth owns or refuses, with what to use instead. */
 const REFUSED: Readonly<Record<string, string>> = {
   '--privileged': 'a privileged container is no sandbox; Berth never runs one',
-  '--user': 'containers run as the sandbox user (uid 1000)',
-  '-u': 'containers run as the sandbox user (uid 1000)',
+  '--user': "commands run as each task's own uid (docker.task_uids)",
+  '-u': "commands run as each task's own uid (docker.task_uids)",
   '--network': 'use docker.network (none or bridge)',
   '--net': 'use docker.network (none or bridge)',
   '--runtime': 'use docker.runtime',
@@ -264,12 +264,20 @@ export function parseDockerExtraArgs(args: readonly string[]): ParsedExtraArgs {
         const cap = value.toUpperCase().replace(/^CAP_/, '');
         if (cap === 'ALL') throw new InvalidArgumentError(`${KEY}: --cap-add ALL is not accepted: add capabilities one by one`);
         capAdd.push(cap);
-        weakening.push(`--cap-add ${cap} is added to the bounding set (the sandbox user still gets no effective capability)`);
+        weakening.push(`--cap-add ${cap} is added to the bounding set (commands, under the task's uid, still get no effective capability)`);
         break;
       }
-      case '--cap-drop':
-        capDrop.push(value.toUpperCase().replace(/^CAP_/, ''));
+      case '--cap-drop': {
+        const cap = value.toUpperCase().replace(/^CAP_/, '');
+        if ((CONTAINER_CAPABILITIES as readonly string[]).includes(cap)) {
+          throw new InvalidArgumentError(
+            `${KEY}: --cap-drop ${cap} is not accepted: the container's root needs it to run commands as the task's own uid ` +
+              `(it keeps only ${CONTAINER_CAPABILITIES.join(', ')}, and commands get none of them)`,
+          );
+        }
+        capDrop.push(cap);
         break;
+      }
       case '--security-opt':
         if (/^no-new-privileges(:false|=false)$/i.test(value)) {
           throw new InvalidArgumentError(`${KEY}: --security-opt ${value} is not accepted: no-new-privileges stays on`);

@@ -1,11 +1,10 @@
 /**
- * The docker backend's options from config. Types only from the backend
- * itself, so the executor can hand these to execute_code's code containers
- * (beside the ssh and singularity backends) without loading the Docker client.
+ * The docker backend's options from config, for its task containers and for
+ * execute_code's code containers beside the ssh and singularity backends.
  */
 import type { BerthConfig } from '../../../common/config.js';
 import type { Logger } from '../../../common/logging.js';
-import type { ContainerStartSink } from '../../executor-metrics.js';
+import type { ContainerStartSink } from '../../backend.js';
 import type { DockerBackendOptions } from './docker-backend.js';
 
 /**
@@ -31,9 +30,13 @@ export function dockerOptionsFromConfig(
     runtime: config.docker.runtime,
     readOnlyRoot: config.docker.read_only_root,
     warmPool: config.docker.warm_pool,
+    warmPoolAdaptive: { max: config.docker.warm_pool_max, windowMs: config.docker.warm_pool_window_s * 1000, memoryMiB: config.docker.warm_pool_memory_mb },
     memoryMiB: config.terminal.container_memory,
     diskMiB: config.terminal.container_disk,
     diskLimit: config.docker.disk_limit,
+    taskUids: config.docker.task_uids,
+    nameKeyFile: config.docker.name_key_file,
+    memoryOvercommit: config.docker.memory_overcommit,
     cpus: config.terminal.container_cpu,
     persistent: config.terminal.container_persistent,
     dockerEnv: config.terminal.docker_env,

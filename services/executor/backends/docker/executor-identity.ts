@@ -11,8 +11,21 @@
  * - Same state root (executors sharing a host directory, e.g. pods on one
  *   node with a hostPath state root): its heartbeat file under
  *   `<stateRoot>/docker/executors/` is missing or stale.
+ * - Its own container (an executor that runs in a container of the same
+ *   Docker daemon, as in the compose stack, labels its containers with that
+ *   container's id): the daemon says that container has exited or is gone.
+ *   Immediate, across pid namespaces. A paused executor container is not
+ *   gone by this rule: its heartbeat decides.
  * Otherwise (another host's executor on a shared daemon) nothing is known,
  * and the container is left to its own executor.
+ *
+ * Fencing: a task's container is taken over only by removing it (the new
+ * owner removes the gone executor's container, then starts its own with the
+ * task's volumes), so an executor judged gone that was only paused finds,
+ * when it runs again, that its container is gone, and it cannot start
+ * another for the task while the new owner's lives (the name is taken by a
+ * live executor's container). Volumes are reached only through a container,
+ * so two executors never drive one container or one volume at once.
  */
 import { randomBytes } from 'node:crypto';
 import { readFileSync, readlinkSync } from 'node:fs';
@@ -29,6 +42,26 @@ export interface ExecutorIdentity {
   /** Boot id and pid-namespace inode: pids are only comparable within one. */
   readonly pidNamespace: string;
   readonly stateRoot: string;
+  /** The executor's own container on the task containers' Docker daemon, when it runs in one. */
+  readonly containerId?: string;
+}
+
+/**
+ * The id of the Docker container this process runs in, from its mount table
+ * (Docker bind-mounts `/var/lib/docker/containers/<id>/{hostname,hosts,resolv.conf}`
+ * into every container); undefined outside one.
+ */
+export function containerIdFromMountinfo(mountinfo: string): string | undefined {
+  return /\/containers\/([0-9a-f]{64})\/(?:hostname|hosts|resolv\.conf)\s/.exec(mountinfo)?.[1];
+}
+
+/** {@link containerIdFromMountinfo} of this process. */
+export function ownContainerId(): string | undefined {
+  try {
+    return containerIdFromMountinfo(readFileSync('/proc/self/mountinfo', 'utf8'));
+  } catch {
+    return undefined;
+  }
 }
 
 /** `starttime` of a process from /proc, or undefined when it does not exist. */
@@ -60,14 +93,15 @@ function currentPidNamespace(): string {
   return `${boot}/${ns}`;
 }
 
-/** A fresh identity for this process's executor. */
-export function newExecutorIdentity(stateRoot: string, id?: string): ExecutorIdentity {
+/** A fresh identity for this process's executor; `containerId`: its own container, confirmed on the daemon. */
+export function newExecutorIdentity(stateRoot: string, id?: string, containerId?: string): ExecutorIdentity {
   return {
     id: id ?? `ex-${randomBytes(6).toString('hex')}`,
     pid: process.pid,
     startTicks: processStartTicks(process.pid) ?? '0',
     pidNamespace: currentPidNamespace(),
     stateRoot,
+    ...(containerId ? { containerId } : {}),
   };
 }
 
@@ -78,6 +112,7 @@ export function executorLabels(identity: ExecutorIdentity): ExecutorLabels {
     [LABEL.executorStart]: identity.startTicks,
     [LABEL.executorPidNs]: identity.pidNamespace,
     [LABEL.stateRoot]: identity.stateRoot,
+    ...(identity.containerId ? { [LABEL.executorContainer]: identity.containerId } : {}),
   };
 }
 
@@ -88,6 +123,8 @@ export interface LivenessProbes {
   readonly processStartTicks: (pid: number) => string | undefined;
   /** Age of an executor's heartbeat file in ms; undefined when it does not exist. */
   readonly heartbeatAgeMs: (executorId: string) => number | undefined;
+  /** Whether an executor's own container has exited or is gone (true), runs or is paused (false), or is not known (undefined). */
+  readonly containerGone?: (containerId: string) => boolean | undefined;
 }
 
 /**
@@ -112,6 +149,8 @@ export function judgeExecutor(
     const ticks = probes.processStartTicks(pid);
     return ticks !== undefined && ticks === labels[LABEL.executorStart] ? 'alive' : 'gone';
   }
+  const container = labels[LABEL.executorContainer];
+  if (container && probes.containerGone?.(container) === true) return 'gone';
   if (labels[LABEL.stateRoot] && labels[LABEL.stateRoot] === self.stateRoot) {
     const age = probes.heartbeatAgeMs(id);
     return age === undefined || age > HEARTBEAT_STALE_MS ? 'gone' : 'alive';
@@ -152,24 +191,45 @@ export class Heartbeat {
   }
 }
 
-/** Probes against this host's /proc and the heartbeat files under `stateRoot`. */
-export function hostProbes(stateRoot: string): LivenessProbes & { refresh(): Promise<void> } {
+/**
+ * Probes against this host's /proc and the heartbeat files under `stateRoot`,
+ * and, given `containerStatus` (Docker's `State.Status` of a container, `gone`
+ * when the daemon has none of that id, undefined when it cannot tell), the
+ * executors' own containers.
+ */
+export function hostProbes(
+  stateRoot: string,
+  containerStatus?: (id: string) => Promise<string | undefined>,
+): LivenessProbes & { refresh(executorContainers?: readonly string[]): Promise<void> } {
   const ages = new Map<string, number>();
+  const statuses = new Map<string, string>();
   return {
     processStartTicks,
     heartbeatAgeMs: (id) => ages.get(id),
-    /** Heartbeat ages are read ahead of a sweep, since judging is synchronous. */
-    async refresh() {
+    containerGone: (id) => {
+      const status = statuses.get(id);
+      if (status === undefined) return undefined;
+      return status === 'gone' || status === 'exited' || status === 'dead';
+    },
+    /** Heartbeat ages and container states are read ahead of judging, which is synchronous. */
+    async refresh(executorContainers = []) {
       ages.clear();
+      statuses.clear();
       const dir = heartbeatDir(stateRoot);
       const names = await readdir(dir).catch(() => [] as string[]);
       const now = Date.now();
-      await Promise.all(
-        names.map(async (name) => {
+      await Promise.all([
+        ...names.map(async (name) => {
           const info = await stat(path.join(dir, name)).catch(() => undefined);
           if (info) ages.set(name, now - info.mtimeMs);
         }),
-      );
+        ...(containerStatus
+          ? [...new Set(executorContainers)].map(async (id) => {
+              const status = await containerStatus(id).catch(() => undefined);
+              if (status !== undefined) statuses.set(id, status);
+            })
+          : []),
+      ]);
     },
   };
 }

@@ -43,6 +43,8 @@ import {
 } from './network-policy.js';
 
 const run = promisify(execFile);
+/** Docker's embedded DNS, inside each container on a user-defined network. */
+const EMBEDDED_DNS = '127.0.0.11/32';
 
 export interface NetworkIsolationOptions {
   readonly docker: Dockerode;
@@ -172,13 +174,51 @@ export class NetworkIsolation {
       policies.set(rulesId(rules), rules);
     }
     const isolation = new NetworkIsolation(o, families, forwardParent, policies, resolvers);
-    try {
-      await isolation.#installRules();
-    } catch (err) {
-      throw refuse(`installing its rules failed (${(err as Error).message.trim().split('\n')[0]})`);
+    // Another executor on this host that closes meanwhile removes the shared chains when it sees no Berth network
+    // (this one's are made later, on first use), which can pull a chain from under a rule going in: try again.
+    for (let attempt = 1; ; attempt++) {
+      try {
+        await isolation.#installRules();
+        break;
+      } catch (err) {
+        if (attempt >= 3) throw refuse(`installing its rules failed (${(err as Error).message.trim().split('\n')[0]})`);
+        o.logger.debug({ err, attempt }, 'network isolation: installing the rules failed; trying again');
+        await new Promise((resolve) => setTimeout(resolve, 300 * attempt));
+      }
     }
     o.logger.info({ families, policies: [...policies.keys()] }, 'network isolation rules installed');
     return isolation;
+  }
+
+  /** The upstream resolvers of Docker's embedded DNS, open on port 53 under every policy: a container's resolv.conf names them. */
+  get resolvers(): readonly string[] {
+    return this.#resolvers;
+  }
+
+  /**
+   * Closes Docker's embedded DNS (127.0.0.11) in a started container's
+   * network namespace: it answers the name, aliases and short id of every
+   * container on the network, and the address of each, so on a network
+   * shared by tasks it would confirm that another task's container exists.
+   * The container asks the upstream resolvers itself instead (its own
+   * resolv.conf; the rules open them already). Throws when the rule cannot
+   * go in: the caller removes the container rather than run it open.
+   */
+  static async closeEmbeddedDns(pid: number): Promise<void> {
+    if (!Number.isInteger(pid) || pid <= 0) throw new FailedPreconditionError('closing the embedded DNS: the container is not running');
+    try {
+      await run(
+        'nsenter',
+        // The xtables lock is the host's (only the network namespace is entered): wait for it as long as other rule changes take.
+        ['--target', String(pid), '--net', '--', 'iptables', '-w', '30', '-I', 'OUTPUT', '-d', EMBEDDED_DNS, '-j', 'REJECT'],
+        { timeout: 60_000 },
+      );
+    } catch (err) {
+      throw new FailedPreconditionError(
+        `docker.network: isolated could not close Docker's embedded DNS in a container (${(err as Error).message.trim().split('\n')[0]}); ` +
+          'the executor needs nsenter (util-linux) and the host\'s PID namespace (/proc/<container pid>/ns/net)',
+      );
+    }
   }
 
   /** Id of the network of a tenant's containers (undefined: the operator's, e.g. warm pool containers). */
@@ -326,7 +366,9 @@ export class NetworkIsolation {
       try {
         await docker.createNetwork(networkCreateOptions(id, rules));
       } catch (err) {
-        if (!isConflict(err)) throw dockerError(err, `creating network ${name}`, daemon);
+        // Another executor on this daemon created it meanwhile: Docker answers 409, or (same bridge name) 403/500.
+        const raced = isConflict(err) || (await docker.getNetwork(name).inspect().then(() => true, () => false));
+        if (!raced) throw dockerError(err, `creating network ${name}`, daemon);
       }
       info = (await docker.getNetwork(name).inspect()) as Dockerode.NetworkInspectInfo;
     }

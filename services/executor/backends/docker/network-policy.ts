@@ -32,21 +32,11 @@
  */
 import { createHash } from 'node:crypto';
 import type Dockerode from 'dockerode';
-import { EGRESS_MODES, type EgressMode } from '../../../common/config.js';
+import { EGRESS_MODES } from '../../../common/config.js';
 import { parseCidr, type IpFamily } from '../../../common/cidr.js';
+import { canonicalCidrs, LINK_LOCAL, NON_PUBLIC, ofFamily, type NetworkPolicy } from '../shared/network-policy.js';
 
-/** What a container may reach beyond Docker's embedded DNS. */
-export interface NetworkPolicy {
-  readonly egress: EgressMode;
-  /** CIDR ranges opened although private (any family). */
-  readonly egressAllow: readonly string[];
-}
-
-/** `tenants[].network`: narrows the operator's policy (validated at config load). */
-export interface TenantNetworkOverride {
-  readonly egress?: EgressMode | undefined;
-  readonly egress_allow?: readonly string[] | undefined;
-}
+export { LINK_LOCAL, NON_PUBLIC, ofFamily, tenantPolicy, type NetworkPolicy, type TenantNetworkOverride } from '../shared/network-policy.js';
 
 export const CHAIN_FORWARD = 'BERTH-FORWARD';
 export const CHAIN_INPUT = 'BERTH-INPUT';
@@ -56,32 +46,6 @@ export const BRIDGE_WILDCARD = `${BRIDGE_PREFIX}+`;
 export const NETWORK_LABEL = 'berth.network';
 /** The rules a network enforces (policy and resolvers), as JSON: any executor can put them back from it. */
 export const NETWORK_POLICY_LABEL = 'berth.network.policy';
-
-/** Not public: never reached under public-only unless named in egress_allow. */
-export const NON_PUBLIC: Readonly<Record<IpFamily, readonly string[]>> = {
-  4: [
-    '0.0.0.0/8',
-    '10.0.0.0/8',
-    '100.64.0.0/10',
-    '127.0.0.0/8',
-    '169.254.0.0/16',
-    '172.16.0.0/12',
-    '192.168.0.0/16',
-    '224.0.0.0/4',
-    '240.0.0.0/4',
-  ],
-  6: ['::/128', '::1/128', '::ffff:0:0/96', 'fc00::/7', 'fe80::/10', 'fec0::/10', 'ff00::/8'],
-};
-/** Still closed under `open`: link-local, where cloud metadata endpoints live. */
-export const LINK_LOCAL: Readonly<Record<IpFamily, readonly string[]>> = { 4: ['169.254.0.0/16'], 6: ['fe80::/10'] };
-
-/** The tenant's effective policy: the operator's, narrowed by the tenant's override. */
-export function tenantPolicy(operator: NetworkPolicy, override: TenantNetworkOverride | undefined): NetworkPolicy {
-  return {
-    egress: override?.egress ?? operator.egress,
-    egressAllow: override?.egress_allow ?? operator.egressAllow,
-  };
-}
 
 /**
  * What one Berth network enforces: the policy, and the upstream resolvers
@@ -95,8 +59,7 @@ export interface NetworkRules {
 
 /** Short stable id of a network's rules: equal rules share a network and a chain. */
 export function rulesId(rules: NetworkRules): string {
-  const norm = (list: readonly string[]) => [...new Set(list.map((c) => parseCidr(c)?.text ?? c))].sort();
-  const key = [rules.policy.egress, norm(rules.policy.egressAllow), norm(rules.resolvers)];
+  const key = [rules.policy.egress, canonicalCidrs(rules.policy.egressAllow), canonicalCidrs(rules.resolvers)];
   return createHash('sha256').update(JSON.stringify(key)).digest('hex').slice(0, 10);
 }
 
@@ -147,14 +110,6 @@ export function rulesFromLabel(label: string | undefined): NetworkRules {
     // falls through to the narrowest rules
   }
   return { policy: { egress: 'none', egressAllow: [] }, resolvers: [] };
-}
-
-/** The ranges of one family among `cidrs` (normalised). */
-export function ofFamily(cidrs: readonly string[], family: IpFamily): string[] {
-  return cidrs.flatMap((c) => {
-    const parsed = parseCidr(c);
-    return parsed?.family === family ? [parsed.text] : [];
-  });
 }
 
 function dnsRules(chain: string, servers: readonly string[]): string[] {

@@ -19,7 +19,7 @@ export interface SweepOptions {
   readonly docker: Dockerode;
   readonly daemon: string;
   readonly identity: ExecutorIdentity;
-  readonly probes: LivenessProbes & { refresh(): Promise<void> };
+  readonly probes: LivenessProbes & { refresh(executorContainers?: readonly string[]): Promise<void> };
   readonly logger: Logger;
 }
 
@@ -38,13 +38,13 @@ export function isInside(root: string, dir: string): boolean {
 
 export async function sweepOrphans(options: SweepOptions): Promise<SweepResult> {
   const { docker, daemon, identity, probes, logger } = options;
-  await probes.refresh();
   let containers: Dockerode.ContainerInfo[];
   try {
     containers = await docker.listContainers({ all: true, filters: { label: [LABEL.executor] } });
   } catch (err) {
     throw dockerError(err, 'listing containers for the orphan sweep', daemon);
   }
+  await probes.refresh(containers.flatMap((c) => c.Labels?.[LABEL.executorContainer] ?? []));
   const removed: string[] = [];
   const gone = new Set<string>();
   const dockerRoot = path.join(identity.stateRoot, 'docker');

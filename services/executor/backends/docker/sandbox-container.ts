@@ -7,20 +7,21 @@
  */
 import { randomBytes } from 'node:crypto';
 import { constants as fsConstants } from 'node:fs';
-import { access, chmod, copyFile, lchown, lstat, mkdir, open, readFile, rm } from 'node:fs/promises';
+import { access, chmod, copyFile, lchown, lstat, mkdir, open, readFile, rm, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import type Dockerode from 'dockerode';
-import { UnavailableError } from '../../../common/errors.js';
+import { FailedPreconditionError, UnavailableError } from '../../../common/errors.js';
 import type { Logger } from '../../../common/logging.js';
 import { AgentListener } from './agent-listener.js';
+import { AgentChannel } from '../shared/agent/agent-channel.js';
+import { AGENT_FILE_NAME } from '../shared/agent/agent-script.js';
 import {
+  ACCOUNT_FILES,
+  RESOLV_CONF_FILE,
   AGENT_TOKEN_FILE,
   AGENT_UNAVAILABLE_FILE,
   LABEL,
-  SANDBOX_GID,
-  SANDBOX_UID,
   buildContainerCreateOptions,
-  tenantCgroupParent,
   type ContainerSpecInput,
   type PersistentVolumeNames,
 } from './container-spec.js';
@@ -29,7 +30,19 @@ import type { ExtraDockerOptions } from './docker-extra-args.js';
 import { DockerExecChannel } from './docker-exec-channel.js';
 import { dockerError, dockerMessage, isConflict, isNotFound, missingImageError } from './docker-errors.js';
 import { DockerStreamDemuxer } from './docker-stream-demuxer.js';
+import type { ImageAccounts } from './image-accounts.js';
+import { taskAccounts, type TaskIdentity } from './task-identity.js';
 import type { SandboxChannel } from '../shared/sandbox-channel.js';
+
+/**
+ * Whether the executor runs as uid 0: then what it writes in a host
+ * directory is the container root's (the agent's) alone. Otherwise the
+ * container's root is another user for those files, and they fall back to
+ * modes that let it read them.
+ */
+function executorIsRoot(): boolean {
+  return process.getuid?.() === 0;
+}
 
 /** Settings shared by every container of one backend. */
 export interface ContainerFactoryOptions {
@@ -56,8 +69,10 @@ export interface ContainerFactoryOptions {
   readonly binds: readonly string[];
   readonly workspaceDir: string;
   readonly homeDir: string;
-  /** berth_agent.py on the executor's host, copied into each host directory. */
+  /** The agent's archive on the executor's host, copied into each host directory. */
   readonly agentScriptPath: string;
+  /** The image's own account files, the base of each task's (see task-identity.ts). */
+  readonly accounts: ImageAccounts;
   readonly agentConnectTimeoutMs: number;
   readonly logger: Logger;
   /**
@@ -65,14 +80,27 @@ export interface ContainerFactoryOptions {
    * leftover, throws if a live executor owns it.
    */
   readonly resolveNameConflict: (name: string) => Promise<void>;
+  /**
+   * Under `docker.network: isolated`: the resolvers a container asks itself,
+   * and how Docker's embedded DNS is closed in a started container (see
+   * NetworkIsolation.closeEmbeddedDns), so that no name of another task's
+   * container resolves there.
+   */
+  readonly embeddedDns?: { readonly resolvers: () => readonly string[]; readonly close: (pid: number) => Promise<void> };
+  /** The cgroup parent of a tenant's containers under the daemon's cgroup driver (TaskNames.cgroupParent). */
+  readonly cgroupParent: (tenant: string, driver: string | undefined) => string | undefined;
 }
 
 export interface StartParams {
   readonly name: string;
   readonly hostDir: string;
+  /** The uid and gid the container's commands run as (the task's; see task-uids.ts). */
+  readonly identity: TaskIdentity;
   readonly labels: Readonly<Record<string, string>>;
   readonly persistentVolumes?: PersistentVolumeNames;
   readonly volumeLabels?: Readonly<Record<string, string>>;
+  /** The image to start from instead of the configured one: a fork's snapshot image (by id). Its accounts are the configured image's. */
+  readonly image?: string;
   /** Whose container this is (picks its network policy); undefined for a warm pool container. */
   readonly tenant?: string;
   readonly signal?: AbortSignal;
@@ -90,6 +118,8 @@ export interface ContainerFate {
 export class SandboxContainer {
   readonly id: string;
   readonly hostDir: string;
+  /** The uid and gid its commands run as. */
+  readonly identity: TaskIdentity;
   readonly channel: SandboxChannel;
   readonly startedAt: number;
   /** A shell snapshot written while the container waited in the warm pool (see BackendEnvironment.preparedSnapshot). */
@@ -105,6 +135,7 @@ export class SandboxContainer {
     container: Dockerode.Container,
     name: string,
     hostDir: string,
+    identity: TaskIdentity,
     listener: AgentListener,
     channel: SandboxChannel,
   ) {
@@ -113,6 +144,7 @@ export class SandboxContainer {
     this.id = container.id;
     this.#name = name;
     this.hostDir = hostDir;
+    this.identity = identity;
     this.#listener = listener;
     this.channel = channel;
     this.startedAt = Date.now();
@@ -155,6 +187,24 @@ export class SandboxContainer {
     }
   }
 
+  /**
+   * Stops the container for a suspension: everything running in it ends
+   * (SIGKILL: the shell state is on disk after every command), its
+   * filesystem, volumes and host directory stay, and so does its name. The
+   * channel and the agent socket are closed; {@link restartContainer} makes
+   * a new {@link SandboxContainer} of it.
+   */
+  async stop(): Promise<void> {
+    this.channel.close();
+    await this.#listener.close();
+    try {
+      await this.#container.stop({ t: 0 });
+    } catch (err) {
+      // 304: stopped already.
+      if ((err as { statusCode?: number }).statusCode !== 304) throw dockerError(err, `stopping ${this.#name}`, this.#factory.options.daemon);
+    }
+  }
+
   /** Force-removes the container (killing everything in it). Idempotent; a missing container is fine. */
   remove(): Promise<void> {
     this.#removing ??= (async () => {
@@ -192,22 +242,31 @@ export async function removeContainer(container: Dockerode.Container, daemon: st
   throw new UnavailableError(`${daemon} did not finish removing container ${container.id} within 30 s`);
 }
 
+/** Whether `container` still runs, for its agent listener (an engine that does not answer: assume it does). */
+export function runningProbe(container: Dockerode.Container): () => Promise<boolean> {
+  return async () => {
+    try {
+      return (await container.inspect()).State.Running;
+    } catch (err) {
+      return !isNotFound(err);
+    }
+  };
+}
+
 /**
- * Writes the agent's token where only the sandbox user can read it (0600,
- * owned by it; 0644 where the executor may not chown: the host directory's
- * parent stays private to the executor, and the file is gone before any
- * command of the task runs). Never follows a link left in the directory.
+ * Writes the agent's token where only the container's root, the agent, can
+ * read it (0600, the executor's: root on the host is root in the container;
+ * 0644 where the executor is not root and the container's root would
+ * otherwise not read it: the host directory's parent stays private to the
+ * executor, and the file is gone before any command of the task runs).
+ * Never follows a link left in the directory.
  */
-async function writeTokenFile(file: string, token: string): Promise<void> {
+export async function writeTokenFile(file: string, token: string): Promise<void> {
   await rm(file, { force: true });
   const handle = await open(file, fsConstants.O_WRONLY | fsConstants.O_CREAT | fsConstants.O_EXCL | fsConstants.O_NOFOLLOW, 0o600);
   try {
     await handle.writeFile(token, 'utf8');
-    try {
-      await handle.chown(SANDBOX_UID, SANDBOX_GID);
-    } catch {
-      await handle.chmod(0o644);
-    }
+    if (!executorIsRoot()) await handle.chmod(0o644);
   } finally {
     await handle.close();
   }
@@ -219,6 +278,18 @@ function isMissingNetwork(err: unknown): boolean {
 }
 
 /** Prepares host directories and starts containers with one backend's settings. */
+/** A resolv.conf naming `resolvers` (created afresh, never through what the previous container may have left). */
+async function writeResolvConf(file: string, resolvers: readonly string[]): Promise<void> {
+  await rm(file, { force: true });
+  const lines = [
+    "# Berth: Docker's embedded DNS (127.0.0.11) is closed in this container; names resolve through these.",
+    ...resolvers.slice(0, 3).map((r) => `nameserver ${r}`),
+    'options ndots:0',
+    '',
+  ];
+  await writeFile(file, lines.join('\n'), { flag: 'wx', mode: 0o644 });
+}
+
 export class ContainerFactory {
   readonly options: ContainerFactoryOptions;
   readonly #fallbackLogged = new Set<string>();
@@ -228,11 +299,11 @@ export class ContainerFactory {
     this.options = options;
   }
 
-  /** Fails with the image name and how to build it when the image is missing. Never pulls. */
-  async ensureImage(): Promise<void> {
+  /** Fails with the image name and how to build it when the image is missing. Never pulls. Resolves to the image's id. */
+  async ensureImage(): Promise<string> {
     const { docker, image, daemon } = this.options;
     try {
-      await docker.getImage(image).inspect();
+      return (await docker.getImage(image).inspect()).Id;
     } catch (err) {
       if (isNotFound(err)) throw missingImageError(image, daemon);
       throw dockerError(err, `looking up the image ${image}`, daemon);
@@ -240,35 +311,51 @@ export class ContainerFactory {
   }
 
   /**
-   * The host directory bind-mounted at /run/berth: owned by the sandbox user
-   * (or world-writable where the executor may not chown; its parent stays
-   * private to the executor), with the agent script and a `state` directory
-   * for the shell-state runner.
+   * The host directory bind-mounted at /run/berth: the executor's (0755;
+   * world-writable only where the executor is not root, so the container's
+   * root can still leave its marker there), with the agent script (readable
+   * by the container's root only), the task's account files and a `state`
+   * directory of the task's uid for the shell-state runner. Commands can
+   * write nothing here but `state` (and the execute_code run dirs handed to
+   * them), so nothing they leave can be taken for the agent's.
    */
-  async prepareHostDir(hostDir: string): Promise<void> {
-    // Entries inside hostDir were writable by the previous container of the
-    // task (this runs with none running). Whatever it left there, symlinks
-    // to host files included, is replaced, never followed: rm removes links
-    // themselves and the agent is copied with COPYFILE_EXCL.
+  async prepareHostDir(hostDir: string, identity: TaskIdentity, accounts: { passwd: string; group: string }): Promise<void> {
+    // Entries inside hostDir may have been writable by the previous container of the
+    // task (an older executor gave it the whole directory). Whatever it left there,
+    // symlinks to host files included, is replaced, never followed: rm removes links
+    // themselves, and the files are created exclusively.
+    const root = executorIsRoot();
     await mkdir(path.dirname(hostDir), { recursive: true, mode: 0o700 });
     await mkdir(hostDir, { recursive: true, mode: 0o755 });
+    const hostInfo = await lstat(hostDir);
+    if (!hostInfo.isDirectory()) throw new FailedPreconditionError(`${hostDir} is not a directory; refusing to use it`);
+    // One an older executor gave the sandbox user goes back to the container's root where that is allowed.
+    if (root && hostInfo.uid !== 0) await lchown(hostDir, 0, 0).catch(() => undefined);
+    await chmod(hostDir, root ? 0o755 : 0o777);
     const state = path.join(hostDir, 'state');
     const stateInfo = await lstat(state).catch(() => undefined);
     if (stateInfo && !stateInfo.isDirectory()) await rm(state, { force: true });
     await mkdir(state, { recursive: true, mode: 0o755 });
-    for (const dir of [hostDir, state]) {
-      try {
-        await lchown(dir, SANDBOX_UID, SANDBOX_GID);
-      } catch {
-        await chmod(dir, 0o777);
-      }
+    try {
+      await lchown(state, identity.uid, identity.gid);
+    } catch {
+      // An executor without CAP_CHOWN (not root, or root with its capabilities dropped, as in compose).
+      await chmod(state, 0o777);
     }
     await rm(path.join(hostDir, AGENT_UNAVAILABLE_FILE), { force: true });
     await rm(path.join(hostDir, AGENT_TOKEN_FILE), { force: true });
-    const agent = path.join(hostDir, 'berth_agent.py');
+    const agent = path.join(hostDir, AGENT_FILE_NAME);
     await rm(agent, { force: true });
     await copyFile(this.options.agentScriptPath, agent, fsConstants.COPYFILE_EXCL);
-    await chmod(agent, 0o644);
+    await chmod(agent, root ? 0o600 : 0o644);
+    for (const [name, content] of [
+      [ACCOUNT_FILES.passwd, accounts.passwd],
+      [ACCOUNT_FILES.group, accounts.group],
+    ] as const) {
+      const file = path.join(hostDir, name);
+      await rm(file, { force: true });
+      await writeFile(file, content, { flag: 'wx', mode: 0o644 });
+    }
   }
 
   /** The daemon's cgroup driver, asked once; a failed answer is asked again next time. */
@@ -287,22 +374,21 @@ export class ContainerFactory {
     const o = this.options;
     // First, so that a network the host cannot isolate fails before anything is made.
     const network = await o.networkFor(params.tenant, false);
-    // Pool containers have no tenant yet: they keep the daemon's default parent (see README, fair share).
+    // Pool containers have no tenant yet: they keep the daemon's default parent (see docs/performance.md, fair share).
     const tenant = params.labels[LABEL.tenant];
-    const cgroupParent = tenant === undefined ? undefined : tenantCgroupParent(tenant, await this.#driver());
-    await this.prepareHostDir(params.hostDir);
-    const listener = await AgentListener.listen(
-      path.join(params.hostDir, 'agent.sock'),
-      params.name,
-      { uid: SANDBOX_UID, gid: SANDBOX_GID },
-      o.logger,
-    );
+    const cgroupParent = tenant === undefined ? undefined : o.cgroupParent(tenant, await this.#driver());
+    const imageAccounts = await o.accounts.of(o.image, await this.ensureImage());
+    await this.prepareHostDir(params.hostDir, params.identity, taskAccounts(imageAccounts, params.identity, o.homeDir));
+    // The container's root (the agent) only: no command can even connect to it.
+    const listener = await AgentListener.listen(path.join(params.hostDir, 'agent.sock'), params.name, { uid: 0, gid: 0 }, o.logger);
+    const resolvConf = o.embeddedDns ? path.join(params.hostDir, RESOLV_CONF_FILE) : undefined;
+    if (resolvConf && o.embeddedDns) await writeResolvConf(resolvConf, o.embeddedDns.resolvers());
     const token = randomBytes(16).toString('hex');
     const tokenFile = path.join(params.hostDir, AGENT_TOKEN_FILE);
     await writeTokenFile(tokenFile, token);
     const spec: ContainerSpecInput = {
       name: params.name,
-      image: o.image,
+      image: params.image ?? o.image,
       hostDir: params.hostDir,
       labels: params.labels,
       env: o.env,
@@ -319,6 +405,12 @@ export class ContainerFactory {
       workspaceDir: o.workspaceDir,
       homeDir: o.homeDir,
       ...(cgroupParent !== undefined ? { cgroupParent } : {}),
+      identity: params.identity,
+      accountFiles: {
+        passwd: path.join(params.hostDir, ACCOUNT_FILES.passwd),
+        group: path.join(params.hostDir, ACCOUNT_FILES.group),
+      },
+      ...(resolvConf ? { resolvConf } : {}),
     };
     // Expect the agent before the container starts: a busy daemon may answer the start request only after
     // the agent has dialled in, and a hello nobody waits for is refused (the agent then exits, and so does
@@ -343,17 +435,13 @@ export class ContainerFactory {
         }
       }
       const started = container;
-      listener.isAlive = async () => {
-        try {
-          return (await started.inspect()).State.Running;
-        } catch (err) {
-          return !isNotFound(err);
-        }
-      };
-      const channel = await this.#connect(container, params, agent, signal);
+      // Before any command can run: the executor sends none until the agent's hello, awaited below.
+      if (o.embeddedDns) await o.embeddedDns.close((await started.inspect()).State.Pid);
+      listener.isAlive = runningProbe(started);
+      const channel = await this.connect(container, params, agent, signal);
       // The agent removed it before dialling in; gone for certain now (and for the docker exec fallback).
       await rm(tokenFile, { force: true });
-      return new SandboxContainer(this, container, params.name, params.hostDir, listener, channel);
+      return new SandboxContainer(this, container, params.name, params.hostDir, params.identity, listener, channel);
     } catch (err) {
       await rm(tokenFile, { force: true }).catch(() => undefined);
       await listener.close();
@@ -393,8 +481,11 @@ export class ContainerFactory {
     }
   }
 
-  /** Waits for the agent, the "cannot run the agent" marker, or the container's exit; `signal` ends the wait. */
-  async #connect(
+  /**
+   * Waits for the agent, the "cannot run the agent" marker, or the container's exit; `signal` ends the wait.
+   * Also for a stopped container started again (container-restart.ts).
+   */
+  async connect(
     container: Dockerode.Container,
     params: StartParams,
     agent: Promise<SandboxChannel>,
@@ -416,7 +507,17 @@ export class ContainerFactory {
     })();
     try {
       const first = await Promise.race([agent, fallback]);
-      if (first !== 'fallback' && first !== 'exited') return first;
+      if (first !== 'fallback' && first !== 'exited') {
+        if (first instanceof AgentChannel && !first.hello.capabilities.includes('task-user')) {
+          // An agent that ignored --user would run commands as the container's root.
+          first.close();
+          throw new FailedPreconditionError(
+            `the exec agent of ${params.name} cannot run commands as the task's uid (an agent without ` +
+              "the 'task-user' capability); run the one shipped with this executor",
+          );
+        }
+        return first;
+      }
       if (first === 'fallback') {
         const reason = await readFile(marker, 'utf8').catch(() => '');
         if (!this.#fallbackLogged.has(o.image)) {
@@ -426,7 +527,7 @@ export class ContainerFactory {
             'the image cannot run the exec agent; using docker exec for its containers (slower: ~45 ms a command)',
           );
         }
-        return new DockerExecChannel(container, params.name, o.daemon, o.logger);
+        return new DockerExecChannel(container, params.name, params.identity, o.daemon, o.logger);
       }
       throw new UnavailableError(
         `container ${params.name} (image ${o.image}) stopped before its exec agent connected: ${await this.#logsTail(container)}`,

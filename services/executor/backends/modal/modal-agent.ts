@@ -4,39 +4,20 @@
  * on it, not a new exec.
  *
  * The image (`terminal.modal_image`) does not carry the agent, so the exec
- * runs a few lines of Python that read the agent's source (a known number
+ * runs a few lines of Python that read the agent's archive (a known number
  * of bytes, unbuffered, so not one byte of the stream after it is taken)
- * from stdin and run it as `berth_agent.py --stdio`. Nothing is written to
- * the sandbox's disk, so a snapshot never carries a stale agent and a
- * command cannot swap the file the next start would run.
+ * from stdin, import its package from memory and run its __main__.py as
+ * `berth_agent.pyz --stdio`. Nothing is written to the sandbox's disk, so a
+ * snapshot never carries a stale agent and a command cannot swap the file
+ * the next start would run.
  */
 import { EventEmitter } from 'node:events';
 import { PassThrough, Readable, Writable } from 'node:stream';
 import type { ContainerProcess, Sandbox } from 'modal';
+import { bootstrapCode } from '../shared/agent/agent-bootstrap.js';
 import type { AgentProcess } from '../shared/agent/stdio-agent.js';
 
-/**
- * Python (2-compatible syntax, so an old interpreter reaches the agent's own
- * version message) that reads `length` bytes of source from fd 0 and runs
- * them as the agent's main module, with the arguments that follow `-c CODE`.
- */
-export function bootstrapCode(length: number): string {
-  return [
-    'import os, sys',
-    `n = ${length}`,
-    "b = b''",
-    'while len(b) < n:',
-    '    c = os.read(0, n - len(b))',
-    '    if not c:',
-    '        sys.exit(3)',
-    '    b += c',
-    // Where the exec started (the image's working directory): commands read it to find the task's start directory.
-    "os.environ['BERTH_SANDBOX_WORKDIR'] = os.getcwd()",
-    // The agent's own options (--stdio, --linger PATH, --resume PID) follow `-c CODE` on the exec's argv.
-    "sys.argv = ['berth_agent.py'] + sys.argv[1:]",
-    "exec(compile(b, 'berth_agent.py', 'exec'), {'__name__': '__main__', '__file__': 'berth_agent.py'})",
-  ].join('\n');
-}
+export { bootstrapCode };
 
 /**
  * A ContainerProcess of the SDK as the {@link AgentProcess} startStdioAgent
@@ -140,7 +121,7 @@ export class ModalAgentProcess extends EventEmitter implements AgentProcess {
 /**
  * Starts the agent in `sandbox` (an AgentSpawn for startStdioAgent: argv is
  * `python, path, --stdio [--linger PATH [--resume PID]]`); `source` is
- * berth_agent.py's content (loadAgentScript). With `after`, the exec starts
+ * the agent's archive (loadAgentScript). With `after`, the exec starts
  * once it settled (the previous exec's stdin closed, so the agent there
  * already knows its stream is gone when the resume looks for it).
  */

@@ -23,34 +23,27 @@
  *   MODAL_SERVER_URL, ~/.modal.toml) from the executor's environment; the
  *   sandbox's environment never gets them.
  */
-import { ChannelOperations, awaitForeground } from '../shared/channel-commands.js';
 import { createHash, randomBytes } from 'node:crypto';
 import { posix } from 'node:path';
-import type { Duplex } from 'node:stream';
 import type * as ModalSdk from 'modal';
-import { FailedPreconditionError, InvalidArgumentError, ResourceExhaustedError, UnavailableError } from '../../../common/errors.js';
+import { FailedPreconditionError, InvalidArgumentError, UnavailableError } from '../../../common/errors.js';
 import type { Logger } from '../../../common/logging.js';
 import type {
   Backend,
   BackendCapabilities,
   BackendEnvironment,
-  BackgroundHandle,
-  BackgroundOptions,
-  ExecOptions,
-  ExecResult,
-  FileStat,
-  RelayedSocket,
-  RpcRelay,
+  DiagnosisPhase,
+  DiagnosticFinding,
   TaskKey,
 } from '../../backend.js';
 import { taskKeyString } from '../../backend.js';
 import type { AgentChannel } from '../shared/agent/agent-channel.js';
-import { loadAgentScript } from '../shared/agent/agent-script.js';
+import { AGENT_FILE_NAME, loadAgentScript } from '../shared/agent/agent-script.js';
 import { AgentUnavailableError, startStdioAgent } from '../shared/agent/stdio-agent.js';
-import { interruptedBeforeStart } from '../shared/exec-deadline.js';
-import { assertNotReleased, deliverOutput } from '../shared/guards.js';
-import { SandboxLostError, type SandboxChannel, type SandboxProcess } from '../shared/sandbox-channel.js';
+import type { SandboxChannel } from '../shared/sandbox-channel.js';
 import { spawnModalAgent, type ModalAgentProcess } from './modal-agent.js';
+import { ModalEnvironment, SANDBOX_CODE_DIR, type LiveSandbox, type OpenedSandbox } from './modal-environment.js';
+import { modalError } from './modal-errors.js';
 import { modalNetwork, tenantModalPolicy, type ModalNetworkPolicy } from './modal-network.js';
 import { SnapshotStore } from './snapshot-store.js';
 
@@ -60,12 +53,6 @@ type ModalClient = InstanceType<Sdk['ModalClient']>;
 /** Modal's sandbox timeout for Berth's sandboxes. */
 export const SANDBOX_TIMEOUT_MS = 3600_000;
 export const DEFAULT_APP_NAME = 'berth';
-/**
- * Where execute_code's run dirs go inside the sandbox (one sandbox per task,
- * so private to the task); emptied when the agent starts in a sandbox, which
- * drops run dirs a snapshot or an earlier executor's sandbox still held.
- */
-export const SANDBOX_CODE_DIR = '/tmp/berth-code';
 
 export interface ModalBackendOptions {
   /** `terminal.modal_image`: a registry image with python3 (3.8+) and bash. */
@@ -93,41 +80,6 @@ export interface ModalBackendOptions {
 /** Modal's name for a task's sandbox: stable, and valid whatever characters tenant and task ids hold. */
 export function sandboxName(key: TaskKey): string {
   return `berth-${createHash('sha256').update(taskKeyString(key)).digest('hex').slice(0, 40)}`;
-}
-
-/** What a user reads when Modal (or the SDK) says no: the provider, what failed, and the fix. */
-export function modalError(err: unknown, doing: string, image?: string): Error {
-  const e = err as { code?: unknown; details?: unknown; message?: unknown; name?: unknown };
-  const message = typeof e.details === 'string' && e.details ? e.details : String(e.message ?? err);
-  const name = typeof e.name === 'string' ? e.name : '';
-  if (/Profile is missing credentials/.test(message)) {
-    return new FailedPreconditionError(
-      'Modal credentials are missing: set MODAL_TOKEN_ID and MODAL_TOKEN_SECRET in the executor\'s environment ' +
-        '(create a token with `modal token new`)',
-      { cause: err },
-    );
-  }
-  if (e.code === 16 || e.code === 7) {
-    return new FailedPreconditionError(
-      `Modal refused the credentials while ${doing} (${message}): check MODAL_TOKEN_ID and MODAL_TOKEN_SECRET ` +
-        'in the executor\'s environment (create a token with `modal token new`)',
-      { cause: err },
-    );
-  }
-  if (e.code === 8 || name === 'ResourceExhaustedError') {
-    return new ResourceExhaustedError(`Modal has no capacity or quota left while ${doing}: ${message}`, { cause: err });
-  }
-  if (/^Image build for .* failed/.test(message)) {
-    return new FailedPreconditionError(
-      `Modal could not build terminal.modal_image ${JSON.stringify(image ?? '')} while ${doing}: ${message.replace(/\s+/g, ' ')}; ` +
-        'check the image name and that Modal can pull it',
-      { cause: err },
-    );
-  }
-  if (e.code === 14) {
-    return new UnavailableError(`cannot reach Modal while ${doing}: ${message}`, { cause: err });
-  }
-  return new UnavailableError(`Modal failed while ${doing}: ${message}`, { cause: err });
 }
 
 /** The SDK's logger as Berth's: its key/value argument pairs become fields. */
@@ -230,6 +182,29 @@ export class ModalBackend implements Backend {
       if (err instanceof this.#sdk.NotFoundError) return false;
       throw modalError(err, 'looking up a sandbox');
     }
+  }
+
+  /** How commands reach the sandbox and the network policy; after release, that the sandbox was terminated. */
+  async diagnose(key: TaskKey, phase: DiagnosisPhase): Promise<DiagnosticFinding[]> {
+    if (phase === 'released') {
+      return this.sandboxRunning(key).then(
+        (running): DiagnosticFinding[] => [
+          running
+            ? { verdict: 'fail', text: "the doctor's Modal sandbox still runs after its release; terminate it in Modal's dashboard (app berth)" }
+            : { verdict: 'ok', text: 'release terminated the Modal sandbox' },
+        ],
+        (err: unknown) => [
+          { verdict: 'warn', text: `could not check that the doctor's Modal sandbox was terminated: ${(err as Error).message}` },
+        ],
+      );
+    }
+    const findings: DiagnosticFinding[] = [
+      { verdict: 'ok', text: "commands reach the Modal sandbox through the exec agent, on one exec of Modal's SDK; execute_code runs in the sandbox" },
+    ];
+    const network = this.networkFinding(key.tenant);
+    // A policy that cannot apply was logged at start-up too: it arrives as that warning.
+    if (network.verdict === 'ok') findings.push(network);
+    return findings;
   }
 
   get sandboxTimeoutMs(): number {
@@ -366,7 +341,7 @@ export class ModalBackend implements Backend {
           previous = spawnModalAgent(sandbox, argv, agent.content, previous?.stdinEnded);
           return previous;
         },
-        agentPath: 'berth_agent.py',
+        agentPath: AGENT_FILE_NAME,
         lingerPath: `${stateDir}/agent/linger.sock`,
         description,
         fallbackLogKey: `modal image ${this.#o.image}`,
@@ -437,273 +412,3 @@ async function runSmall(channel: SandboxChannel, script: string): Promise<string
   }
   return out.slice(0, 8192);
 }
-
-/** A task's sandbox, found or made, before its agent runs. */
-interface OpenedSandbox {
-  readonly sandbox: ModalSdk.Sandbox;
-  /** When it was created (an estimate for one found running); its timeout runs from then. */
-  readonly createdAt: number;
-  /** Found running (an earlier executor's), not created now. */
-  readonly reattached?: boolean;
-  readonly notice?: string;
-}
-
-/** One running sandbox of a task and the agent in it. */
-interface LiveSandbox {
-  readonly sandbox: ModalSdk.Sandbox;
-  readonly channel: AgentChannel;
-  readonly description: string;
-  readonly stateDir: string;
-  readonly homeDir: string;
-  readonly initialCwd: string;
-  /** When the sandbox was created: its timeout runs from then. */
-  readonly startedAt: number;
-}
-
-interface EnvironmentSettings {
-  readonly persistent: boolean;
-  readonly killGraceMs: number;
-  readonly logger: Logger | undefined;
-  readonly onDisposed: () => void;
-}
-
-/** How long before the sandbox's timeout a task in use gets a new sandbox. */
-function renewMarginMs(timeoutMs: number): number {
-  return Math.min(5 * 60_000, Math.floor(timeoutMs / 4));
-}
-
-export class ModalEnvironment implements BackendEnvironment {
-  readonly #backend: ModalBackend;
-  readonly #key: TaskKey;
-  readonly #s: EnvironmentSettings;
-  readonly #ops = new ChannelOperations({
-    withChannel: (fn) => this.#withChannel(fn),
-    cwd: () => this.initialCwd,
-    killGraceMs: () => this.#s.killGraceMs,
-    logger: () => this.#s.logger,
-  });
-  #live: LiveSandbox;
-  #replacing: Promise<LiveSandbox> | undefined;
-  #notices: string[] = [];
-  #recreated = false;
-  #disposing: Promise<void> | undefined;
-  /**
-   * execute_code runs in the sandbox itself: the agent makes the run dir and
-   * rpc.sock there and relays each connection over its stream, so the
-   * script's open() sees the files its terminal() calls wrote.
-   */
-  readonly rpcRelay: RpcRelay;
-
-  constructor(backend: ModalBackend, key: TaskKey, live: LiveSandbox, settings: EnvironmentSettings) {
-    this.#backend = backend;
-    this.#key = key;
-    this.#live = live;
-    this.#s = settings;
-    this.rpcRelay = {
-      sandboxDir: SANDBOX_CODE_DIR,
-      listen: (socketPath: string, onConnection: (socket: Duplex) => void): Promise<RelayedSocket> => {
-        assertNotReleased(this, this.#disposing);
-        return this.#withChannel((channel) => channel.listen(socketPath, onConnection));
-      },
-    };
-  }
-
-  get description(): string {
-    return this.#live.description;
-  }
-  get homeDir(): string {
-    return this.#live.homeDir;
-  }
-  get initialCwd(): string {
-    return this.#live.initialCwd;
-  }
-  get stateDir(): string {
-    return this.#live.stateDir;
-  }
-  /** The current sandbox's exec agent (tests drop its stream). */
-  get agentChannel(): AgentChannel {
-    return this.#live.channel;
-  }
-  /** The current sandbox (tests look at it). */
-  get sandboxId(): string {
-    return this.#live.sandbox.sandboxId;
-  }
-
-  takeNotices(): string[] {
-    return this.#notices.splice(0);
-  }
-
-  /** Whether a new sandbox replaced the old one (lost or renewed) since the last call. */
-  takeRecreated(): boolean {
-    const recreated = this.#recreated;
-    this.#recreated = false;
-    return recreated;
-  }
-
-  addNotice(text: string): void {
-    this.#notices.push(text);
-  }
-
-  /** The current sandbox: replaced first if it was lost, or renewed if its timeout is near. */
-  async #ready(): Promise<LiveSandbox> {
-    assertNotReleased(this, this.#disposing);
-    if (this.#replacing) return this.#replacing;
-    const live = this.#live;
-    if (live.channel.isLost) return this.#replace(live, 'lost');
-    const timeout = this.#backend.sandboxTimeoutMs;
-    if (Date.now() >= live.startedAt + timeout - renewMarginMs(timeout)) return this.#replace(live, 'renew');
-    return live;
-  }
-
-  /**
-   * A new sandbox for the task: after a loss, from its recorded snapshot
-   * (persistent) or the image; to renew, from a snapshot of the old one.
-   */
-  #replace(old: LiveSandbox, why: 'lost' | 'renew', during = ''): Promise<LiveSandbox> {
-    if (this.#live !== old && !this.#replacing) return Promise.resolve(this.#live);
-    this.#replacing ??= (async () => {
-      // A dropped stream whose agent was found again (it lingered): same sandbox, background processes kept.
-      if (why === 'lost' && (await old.channel.recover())) return old;
-      const logger = this.#s.logger;
-      let image: ModalSdk.Image | undefined;
-      let what: string;
-      if (why === 'renew') {
-        image = await old.sandbox.snapshotFilesystem().catch((err: unknown) => {
-          logger?.warn({ err }, 'snapshot for the renewal failed; the new sandbox starts without the files');
-          return undefined;
-        });
-        what =
-          `The task's Modal sandbox reached the end of its ${this.#backend.sandboxTimeoutMs / 1000}-second ` +
-          `lifetime; a new sandbox was started from a snapshot of its files${image ? '' : ' (the snapshot failed: files are gone)'}: ` +
-          'background processes were stopped.';
-      } else {
-        const code = await old.sandbox.poll().catch(() => null);
-        const fate = code === null ? 'lost its exec agent' : code === 124 ? 'reached its timeout' : `ended (exit ${code})`;
-        what =
-          `The task's Modal sandbox ${fate}${during}; a new sandbox was started: background processes were stopped and ` +
-          (this.#s.persistent ? 'files written since the last release are gone.' : 'files written in the old sandbox are gone.');
-      }
-      old.channel.close();
-      await old.sandbox.terminate().catch((err: unknown) => logger?.warn({ err }, 'terminating the old sandbox failed'));
-      old.sandbox.detach();
-      assertNotReleased(this, this.#disposing);
-      const opened = await this.#backend.openSandbox(this.#key, false, logger, image);
-      let next: LiveSandbox;
-      try {
-        next = await this.#backend.attach(opened.sandbox, this.#key, logger, opened.createdAt);
-      } catch (err) {
-        await opened.sandbox.terminate().catch(() => undefined);
-        throw err;
-      }
-      if (this.#disposing) {
-        next.channel.close();
-        await next.sandbox.terminate().catch(() => undefined);
-        assertNotReleased(this, this.#disposing);
-      }
-      this.#live = next;
-      this.#recreated = true;
-      logger?.warn({ sandbox: next.sandbox.sandboxId, why }, 'task sandbox replaced');
-      this.#notices.push(what);
-      if (opened.notice) this.#notices.push(opened.notice);
-      return next;
-    })().finally(() => {
-      this.#replacing = undefined;
-    });
-    return this.#replacing;
-  }
-
-  async #withChannel<T>(fn: (channel: AgentChannel) => Promise<T>): Promise<T> {
-    const live = await this.#ready();
-    try {
-      return await fn(live.channel);
-    } catch (err) {
-      if (!(err instanceof SandboxLostError) || this.#disposing) throw err;
-      const next = await this.#replace(live, 'lost');
-      return fn(next.channel);
-    }
-  }
-
-  async exec(options: ExecOptions): Promise<ExecResult> {
-    assertNotReleased(this, this.#disposing);
-    const early = interruptedBeforeStart(options);
-    if (early) return early;
-    let live = await this.#ready();
-    const spawn = (l: LiveSandbox) =>
-      l.channel.spawn({
-        script: options.script,
-        cwd: l.initialCwd,
-        ...(options.env ? { env: options.env } : {}),
-        ...(options.pty ? { pty: true } : {}),
-        ...(options.stdin !== undefined ? { stdin: options.stdin } : {}),
-        onOutput: (chunk) => deliverOutput(options.onOutput, chunk, this.#s.logger),
-      });
-    let proc: SandboxProcess;
-    try {
-      proc = await spawn(live);
-    } catch (err) {
-      if (!(err instanceof SandboxLostError) || this.#disposing) throw err;
-      live = await this.#replace(live, 'lost');
-      proc = await spawn(live);
-    }
-    const outcome = await awaitForeground(proc, options, this.#s.killGraceMs);
-    if (!outcome.exit) {
-      if (this.#disposing) throw outcome.lost;
-      if (await live.channel.recover()) {
-        this.#notices.push(
-          `The connection to the exec agent in ${live.description} dropped while the command ran; the command was stopped ` +
-            '(the sandbox and its background processes were kept).',
-        );
-        return outcome.deadline.result(137);
-      }
-      // The sandbox went away under the command: nothing of it runs any more.
-      await this.#replace(live, 'lost', ' while the command ran');
-      return outcome.deadline.result(137);
-    }
-    return outcome.result;
-  }
-
-  startBackground(options: BackgroundOptions): Promise<BackgroundHandle> {
-    assertNotReleased(this, this.#disposing);
-    return this.#ops.startBackground(options);
-  }
-
-  readFile(absPath: string): Promise<Buffer> {
-    return this.#ops.readFile(absPath);
-  }
-
-  writeFile(absPath: string, data: Uint8Array): Promise<void> {
-    return this.#ops.writeFile(absPath, data);
-  }
-
-  stat(absPath: string): Promise<FileStat> {
-    return this.#ops.stat(absPath);
-  }
-
-  /** Stops the agent (and what it runs), snapshots in persistent mode, terminates the sandbox. */
-  dispose(): Promise<void> {
-    this.#disposing ??= (async () => {
-      await this.#replacing?.catch(() => undefined);
-      const live = this.#live;
-      const logger = this.#s.logger;
-      live.channel.close();
-      if (this.#s.persistent) {
-        try {
-          const image = await live.sandbox.snapshotFilesystem();
-          await this.#backend.recordSnapshot(this.#key, image.imageId);
-          logger?.info({ image: image.imageId }, 'task files snapshotted for its next sandbox');
-        } catch (err) {
-          logger?.warn({ err: modalError(err, 'snapshotting the sandbox').message }, 'the task\'s files could not be snapshotted');
-        }
-      } else {
-        await this.#backend.recordSnapshot(this.#key, undefined).catch(() => undefined);
-      }
-      await live.sandbox.terminate().catch((err: unknown) => {
-        logger?.warn({ err: modalError(err, 'terminating the sandbox').message }, 'terminating the task sandbox failed');
-      });
-      live.sandbox.detach();
-      this.#s.onDisposed();
-    })();
-    return this.#disposing;
-  }
-}
-

@@ -7,17 +7,11 @@
  */
 import { FailedPreconditionError } from '../../../common/errors.js';
 import type { Logger } from '../../../common/logging.js';
-import type { BackgroundHandle, BackgroundOptions, ExecOptions, ExecResult, FileStat } from '../../backend.js';
+import type { BackgroundHandle, BackgroundOptions, ExecOptions, ExecResult } from '../../backend.js';
 import { backgroundExitCode, foregroundExitCode } from './agent/agent-protocol.js';
 import { ExecDeadline } from './exec-deadline.js';
-import { assertAbsolute, deliverExit, deliverOutput } from './guards.js';
-import {
-  SandboxLostError,
-  type ProcessExit,
-  type SandboxChannel,
-  type SandboxProcess,
-  type SpawnOptions,
-} from './sandbox-channel.js';
+import { deliverExit, deliverOutput } from './guards.js';
+import { SandboxLostError, type ProcessExit, type SandboxProcess, type SpawnOptions } from './sandbox-channel.js';
 
 /** How a foreground command ended: its exit, or the loss of the sandbox (or its channel) under it. */
 export type ForegroundOutcome =
@@ -28,11 +22,19 @@ export type ForegroundOutcome =
  * Waits for a started foreground command under `options`' timeout and
  * interrupt; either kills its process group (SIGTERM, SIGKILL after
  * `killGraceMs`) and the result says 124 or 130. Other errors are thrown.
+ * While it runs, its kill is in `running` (for an environment that kills
+ * what still runs when it is released).
  */
-export async function awaitForeground(proc: SandboxProcess, options: ExecOptions, killGraceMs: number): Promise<ForegroundOutcome> {
+export async function awaitForeground(
+  proc: SandboxProcess,
+  options: ExecOptions,
+  killGraceMs: number,
+  running?: Set<() => Promise<void>>,
+): Promise<ForegroundOutcome> {
   let killing: Promise<void> | undefined;
   const kill = () => (killing ??= proc.kill(options.killGraceMs ?? killGraceMs).catch(() => undefined));
   const deadline = new ExecDeadline(options, () => void kill());
+  running?.add(kill);
   try {
     const exit = await proc.exited;
     if (killing) await killing;
@@ -43,6 +45,7 @@ export async function awaitForeground(proc: SandboxProcess, options: ExecOptions
     return { lost: err, deadline };
   } finally {
     deadline.dispose();
+    running?.delete(kill);
   }
 }
 
@@ -97,48 +100,4 @@ export function spawnOptionsOf(
     ...extra,
     onOutput: (chunk) => deliverOutput(options.onOutput, chunk, logger),
   };
-}
-
-/** How an environment reaches its channel, reconnecting or replacing its sandbox as its backend does. */
-export interface ChannelAccess {
-  withChannel<T>(fn: (channel: SandboxChannel) => Promise<T>): Promise<T>;
-  /** Where commands start. */
-  cwd(): string;
-  killGraceMs(): number;
-  logger(): Logger | undefined;
-}
-
-/**
- * What every environment on a sandbox channel does the same way: background
- * starts (kept by an agent across a dropped stream) and file operations.
- */
-export class ChannelOperations {
-  readonly #access: ChannelAccess;
-
-  constructor(access: ChannelAccess) {
-    this.#access = access;
-  }
-
-  async startBackground(options: BackgroundOptions): Promise<BackgroundHandle> {
-    const access = this.#access;
-    const spawn = spawnOptionsOf(options, access.cwd(), access.logger(), { keepStdin: true, background: true });
-    const proc = await access.withChannel((channel) => channel.spawn(spawn));
-    return backgroundHandle(proc, options, access.killGraceMs(), access.logger());
-  }
-
-  readFile(absPath: string): Promise<Buffer> {
-    assertAbsolute(absPath);
-    return this.#access.withChannel((channel) => channel.readFile(absPath));
-  }
-
-  writeFile(absPath: string, data: Uint8Array): Promise<void> {
-    assertAbsolute(absPath);
-    return this.#access.withChannel((channel) => channel.writeFile(absPath, data));
-  }
-
-  async stat(absPath: string): Promise<FileStat> {
-    assertAbsolute(absPath);
-    const s = await this.#access.withChannel((channel) => channel.stat(absPath));
-    return { exists: s.exists, isDirectory: s.isDirectory, sizeBytes: s.sizeBytes };
-  }
 }

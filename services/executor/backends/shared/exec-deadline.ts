@@ -61,7 +61,10 @@ export class ExecDeadline {
   }
 }
 
+/** What an exec interrupted before its command started reports (nothing was run). */
+export const INTERRUPTED_BEFORE_START: ExecResult = Object.freeze({ exitCode: 130, timedOut: false, interrupted: true });
+
 /** The result for an exec whose signal was aborted before it started (nothing is run), else undefined. */
 export function interruptedBeforeStart(options: Pick<ExecOptions, 'signal'>): ExecResult | undefined {
-  return options.signal?.aborted ? { exitCode: 130, timedOut: false, interrupted: true } : undefined;
+  return options.signal?.aborted ? INTERRUPTED_BEFORE_START : undefined;
 }

@@ -63,8 +63,8 @@ export interface SandboxStat extends FileStat {
 }
 
 export interface SandboxChannel {
-  /** `agent`: the in-container agent; `docker-exec`: the fallback. */
-  readonly kind: 'agent' | 'docker-exec';
+  /** `agent`: the in-container agent; `docker-exec`, `pod-exec`: a process per command (docker's, kubernetes' fallback). */
+  readonly kind: 'agent' | 'docker-exec' | 'pod-exec';
   /** True once the channel can no longer reach the container. */
   readonly isLost: boolean;
   spawn(options: SpawnOptions): Promise<SandboxProcess>;

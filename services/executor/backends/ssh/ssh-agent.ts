@@ -1,15 +1,16 @@
 /**
- * The exec agent on an ssh host: copied once to `~/.berth/agent-<hash>.py`
+ * The exec agent on an ssh host: copied once to `~/.berth/agent-<hash>.pyz`
  * (content-addressed: an upgraded executor copies its own version beside
  * the old one, and executors of different versions never overwrite each
  * other's file), then started per task on one channel of the tenant's
- * connection as `python3 ~/.berth/agent-<hash>.py --stdio`. Everything
+ * connection as `python3 ~/.berth/agent-<hash>.pyz --stdio`. Everything
  * after the start (hello, version check, framing, the "no python3"
  * verdict) is the shared stdio agent's.
  */
 import { posix } from 'node:path';
 import type { ClientChannel } from 'ssh2';
 import type { Logger } from '../../../common/logging.js';
+import type { DiagnosticFinding } from '../../backend.js';
 import { shellQuote } from '../../../common/shell/quote.js';
 import type { AgentChannel } from '../shared/agent/agent-channel.js';
 import type { AgentScript } from '../shared/agent/agent-script.js';
@@ -100,4 +101,18 @@ export async function startSshAgent(options: StartSshAgentOptions): Promise<Agen
     fallbackLogKey: options.fallbackLogKey,
     ...(options.logger ? { logger: options.logger } : {}),
   });
+}
+
+/** `berth doctor`: whether commands reach the ssh host through the exec agent, or one channel each (no usable python3 there). */
+export function sshAgentFinding(usesAgent: boolean | undefined, whyNot: string | undefined): DiagnosticFinding | undefined {
+  if (usesAgent === undefined) return undefined;
+  if (usesAgent) return { verdict: 'ok', text: 'commands reach the ssh host through the exec agent (one channel per task)' };
+  return {
+    verdict: 'warn',
+    text:
+      'the ssh host cannot run the exec agent' +
+      (whyNot ? ` (${whyNot})` : '') +
+      ': commands open one ssh channel each (slower), and execute_code runs in a per-task code container; ' +
+      'install python3 (3.8 or newer) on the host',
+  };
 }

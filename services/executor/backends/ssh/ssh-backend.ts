@@ -6,8 +6,8 @@
  * - Each task gets its own directory on the host,
  *   `~/.berth/tasks/<hash>/{work,state,bg}`; a preflight at task start checks
  *   the connection, bash and setsid, and says exactly what failed.
- * - Each task runs the exec agent (berth_agent.py, copied once to
- *   `~/.berth/agent-<hash>.py`) on one channel of the connection: a command
+ * - Each task runs the exec agent (its archive, copied once to
+ *   `~/.berth/agent-<hash>.pyz`) on one channel of the connection: a command
  *   is one message, killed by process group inside the host; files go
  *   through it too. A host without a usable python3 (3.8+) gets a channel
  *   per command instead (ssh-channel-exec.ts) and SFTP for files; said once
@@ -21,12 +21,12 @@
 import { posix } from 'node:path';
 import { FailedPreconditionError, InvalidArgumentError, UnavailableError } from '../../../common/errors.js';
 import type { Logger } from '../../../common/logging.js';
-import type { Backend, BackendCapabilities, BackendEnvironment, TaskKey } from '../../backend.js';
+import type { Backend, BackendCapabilities, BackendEnvironment, DiagnosisPhase, DiagnosticFinding, TaskKey } from '../../backend.js';
 import { taskKeyString } from '../../backend.js';
 import { loadAgentScript, type AgentScript } from '../shared/agent/agent-script.js';
 import { AgentUnavailableError } from '../shared/agent/stdio-agent.js';
 import { KnownHostsFile } from './known-hosts.js';
-import { AGENT_DIR, buildAgentCopyCommand, remoteAgentPath, startSshAgent } from './ssh-agent.js';
+import { AGENT_DIR, buildAgentCopyCommand, remoteAgentPath, sshAgentFinding, startSshAgent } from './ssh-agent.js';
 import { runShort } from './ssh-background.js';
 import { SshConnection, type HostKeyPolicy } from './ssh-connection.js';
 import { SshEnvironment, type EnvironmentSetup } from './ssh-environment.js';
@@ -70,7 +70,7 @@ export interface SshBackendOptions {
    * command (the agent is never copied).
    */
   readonly agent?: 'auto' | 'off';
-  /** berth_agent.py to copy; default: the one of this installation. */
+  /** The agent's archive to copy; default: the one of this installation. */
   readonly agentScriptPath?: string;
   readonly logger?: Logger;
 }
@@ -140,6 +140,12 @@ export class SshBackend implements Backend {
   /** Why the host cannot run the exec agent, once a task found out; undefined while it can (or nobody tried). */
   get agentUnusable(): string | undefined {
     return this.#agentUnusable;
+  }
+
+  /** How the task's commands reach the host: through the exec agent, or one channel each. */
+  async diagnose(key: TaskKey, phase: DiagnosisPhase): Promise<DiagnosticFinding[]> {
+    const finding = phase === 'live' ? sshAgentFinding(this.environmentOf(key)?.usesAgent, this.#agentUnusable) : undefined;
+    return finding ? [finding] : [];
   }
 
   async createEnvironment(key: TaskKey): Promise<BackendEnvironment> {

@@ -11,6 +11,7 @@ import { UnavailableError } from '../../../common/errors.js';
 import type { Logger } from '../../../common/logging.js';
 import type { ExecOptions, ExecResult } from '../../backend.js';
 import { ExecDeadline } from '../shared/exec-deadline.js';
+import { endsLine, ptyEof } from '../shared/pty-input.js';
 import { deliverOutput } from '../shared/guards.js';
 import { PgidLineFilter } from '../shared/pgid-line-filter.js';
 import { signalExitCode } from '../shared/process-group.js';
@@ -97,9 +98,9 @@ export async function execOnChannel(host: ChannelExecHost, options: ExecOptions)
     const sendStdin = () => {
       const bytes = options.stdin === undefined ? Buffer.alloc(0) : Buffer.from(options.stdin);
       if (options.pty) {
-        // A terminal has no half-close: type the input, then EOF (^D; twice after an unterminated line).
+        // A terminal has no half-close: type the input, then EOF.
         if (bytes.length > 0) channel.write(bytes);
-        channel.write(bytes.length === 0 || bytes[bytes.length - 1] === 0x0a ? '\x04' : '\x04\x04');
+        channel.write(ptyEof(endsLine(bytes)));
       } else {
         channel.end(bytes.length > 0 ? bytes : undefined);
       }

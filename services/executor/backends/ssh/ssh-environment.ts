@@ -6,6 +6,7 @@
  */
 import { posix } from 'node:path';
 import { UnavailableError } from '../../../common/errors.js';
+import { InterruptedBeforeStartError, unlessAborted } from '../../../common/interrupts.js';
 import type { Logger } from '../../../common/logging.js';
 import type {
   BackendEnvironment,
@@ -17,10 +18,10 @@ import type {
   RpcRelay,
 } from '../../backend.js';
 import type { AgentChannel } from '../shared/agent/agent-channel.js';
-import { foregroundExitCode } from '../shared/agent/agent-protocol.js';
-import { ExecDeadline, interruptedBeforeStart } from '../shared/exec-deadline.js';
-import { assertAbsolute, assertNotReleased, deliverOutput } from '../shared/guards.js';
-import { SandboxLostError, type ProcessExit } from '../shared/sandbox-channel.js';
+import { awaitForeground, spawnOptionsOf } from '../shared/channel-commands.js';
+import { INTERRUPTED_BEFORE_START, interruptedBeforeStart } from '../shared/exec-deadline.js';
+import { assertAbsolute, assertNotReleased } from '../shared/guards.js';
+import { SandboxLostError } from '../shared/sandbox-channel.js';
 import { BackgroundProcesses, runShort, type ShortResult } from './ssh-background.js';
 import { execOnChannel, killAfterDrop, lostWhileRunning, type ChannelExecHost } from './ssh-channel-exec.js';
 import type { SshConnection } from './ssh-connection.js';
@@ -153,37 +154,31 @@ export class SshEnvironment implements BackendEnvironment {
     assertNotReleased(this, this.#disposing);
     const early = interruptedBeforeStart(options);
     if (early) return early;
-    const agent = await this.#liveAgent();
-    if (!agent) return execOnChannel(this.#channelHost, options);
-    const proc = await this.#withAgent(agent, (a) =>
-      a.spawn({
-        script: options.script,
-        cwd: this.initialCwd,
-        ...(options.env ? { env: options.env } : {}),
-        ...(options.pty ? { pty: true } : {}),
-        ...(options.stdin !== undefined ? { stdin: options.stdin } : {}),
-        onOutput: (chunk) => deliverOutput(options.onOutput, chunk, this.#setup.logger),
-      }),
-    );
-    let killing: Promise<void> | undefined;
-    const kill = () => (killing ??= proc.kill(options.killGraceMs ?? this.#setup.killGraceMs).catch(() => undefined));
-    const deadline = new ExecDeadline(options, () => void kill());
-    this.#running.add(kill);
-    let exit: ProcessExit;
+    // Starting a new agent (the last one was lost) takes a round trip or more: an interrupt meanwhile ends the call.
+    let agent: AgentChannel | undefined;
     try {
-      exit = await proc.exited;
+      agent = await unlessAborted(this.#liveAgent(), options.signal, 'the command');
     } catch (err) {
-      if (!(err instanceof SandboxLostError)) throw err;
-      // The agent ends what it started when its stream ends; in case the host never noticed, kill the group too.
-      void killAfterDrop(this.#channelHost, proc.pid);
-      this.#setup.logger?.warn({ err: err.message }, 'the exec agent stream was lost while a command ran');
-      throw lostWhileRunning(this.#connection);
-    } finally {
-      deadline.dispose();
-      this.#running.delete(kill);
+      if (err instanceof InterruptedBeforeStartError) return INTERRUPTED_BEFORE_START;
+      throw err;
     }
-    if (killing) await killing;
-    return deadline.result(foregroundExitCode(exit.code, exit.signal));
+    if (!agent) return execOnChannel(this.#channelHost, options);
+    const stdin = options.stdin !== undefined ? { stdin: options.stdin } : {};
+    const proc = await this.#withAgent(agent, (a) => {
+      // A retry on a new agent must not start what an interrupt ended meanwhile.
+      if (options.signal?.aborted) throw new InterruptedBeforeStartError('the command');
+      return a.spawn(spawnOptionsOf(options, this.initialCwd, this.#setup.logger, stdin));
+    }).catch((err: unknown) => {
+      if (err instanceof InterruptedBeforeStartError) return undefined;
+      throw err;
+    });
+    if (!proc) return INTERRUPTED_BEFORE_START;
+    const outcome = await awaitForeground(proc, options, this.#setup.killGraceMs, this.#running);
+    if (outcome.exit) return outcome.result;
+    // The agent ends what it started when its stream ends; in case the host never noticed, kill the group too.
+    void killAfterDrop(this.#channelHost, proc.pid);
+    this.#setup.logger?.warn({ err: outcome.lost.message }, 'the exec agent stream was lost while a command ran');
+    throw lostWhileRunning(this.#connection);
   }
 
   /** A helper command (background start, stdin, kill, cleanup): through the agent when there is one. */

@@ -30,6 +30,11 @@ export interface ListToolsResponse {
    * "" otherwise.
    */
   availabilityJson: string;
+  /**
+   * The backend this caller's tasks run on (local, docker, ssh, ...), so a client can say what
+   * isolates them; "" from a server that predates the field.
+   */
+  backend: string;
 }
 
 export interface CallToolRequest {
@@ -50,6 +55,12 @@ export interface SessionClientMessage {
     | { $case: "approvalAnswer"; value: ApprovalAnswer }
     | { $case: "interrupt"; value: InterruptRequest }
     | { $case: "settings"; value: SessionSettings }
+    | //
+    /**
+     * Events of a task, from after `after` (reconnecting with the last id seen). A
+     * session also subscribes by itself, from that moment on, to every task it calls.
+     */
+    { $case: "subscribeEvents"; value: TaskEventsRequest }
     | undefined;
 }
 
@@ -83,7 +94,11 @@ export interface SessionServerMessage {
   message: { $case: "output"; value: SessionToolOutput } | { $case: "result"; value: SessionToolResult } | {
     $case: "approvalRequest";
     value: ApprovalRequest;
-  } | undefined;
+  } | //
+  /** An event of a task this session subscribed to (see subscribe_events). */
+  { $case: "event"; value: TaskEvent } | //
+  /** A subscription is in place (or failed: error set). */
+  { $case: "eventsReady"; value: TaskEventsReady } | undefined;
 }
 
 export interface SessionToolOutput {
@@ -141,6 +156,124 @@ export interface EndTaskRequest {
 
 export interface EndTaskResponse {
   released: boolean;
+}
+
+export interface TaskEventsRequest {
+  taskId: string;
+  /** The id of the last event the client saw; "" = every event still retained. */
+  after: string;
+}
+
+export interface TaskEventsResponse {
+  message: { $case: "ready"; value: TaskEventsReady } | { $case: "event"; value: TaskEvent } | undefined;
+}
+
+/** The subscription is in place: nothing produced from now on is missed. */
+export interface TaskEventsReady {
+  taskId: string;
+  /** The newest retained event's id; "" when the task has none. */
+  lastId: string;
+  /** Session only: why the subscription could not be made ("" when it was). */
+  error: string;
+}
+
+/** One event about a task's background processes, or a note that some were dropped. */
+export interface TaskEvent {
+  taskId: string;
+  /** Opaque; give the last one seen as `after` when reconnecting to get what was missed. */
+  id: string;
+  /**
+   * completion | watch_match | watch_disabled | heartbeat | watch_overflow_tripped |
+   * watch_overflow_released | events_dropped
+   */
+  type: string;
+  /** The event as upstream hermes-agent's process registry shapes it, secrets masked. */
+  eventJson: string;
+  /** The text upstream puts into the conversation for it. */
+  text: string;
+}
+
+export interface SuspendRequest {
+  taskId: string;
+}
+
+export interface SuspendResponse {
+  /** False when the task has no environment here (or was suspended already). */
+  suspended: boolean;
+  /**
+   * Whether its background processes are kept (false: they end, and the next
+   * call's result says so).
+   */
+  processesKept: boolean;
+}
+
+export interface ResumeRequest {
+  taskId: string;
+}
+
+export interface ResumeResponse {
+  /** False when the task has no environment or was not suspended. */
+  resumed: boolean;
+}
+
+export interface SnapshotRequest {
+  taskId: string;
+  /** Free text for the tenant's own use (at most 256 characters). */
+  label: string;
+}
+
+export interface SnapshotResponse {
+  snapshot: SnapshotInfo | undefined;
+}
+
+/** One snapshot, as listed. */
+export interface SnapshotInfo {
+  /** `snap_` and random characters. */
+  snapshotId: string;
+  label: string;
+  /** The task it was taken of. */
+  sourceTaskId: string;
+  /** The backend that holds it (docker, ...). */
+  backend: string;
+  /** RFC 3339, UTC. */
+  createdAt: string;
+  sizeBytes: number;
+  /** True only when a fork gets the source's running processes back. */
+  includesProcesses: boolean;
+  /** What a fork gets: `files`, `shell_state` and, where `includes_processes`, `processes`. */
+  includes: string[];
+}
+
+export interface ForkRequest {
+  /** Exactly one of `snapshot_id` and `source_task_id`. */
+  snapshotId: string;
+  sourceTaskId: string;
+  /** The new task; it must not have an environment yet. */
+  taskId: string;
+  /** The label of the snapshot taken when forking from a task. */
+  label: string;
+}
+
+export interface ForkResponse {
+  taskId: string;
+  /** The snapshot the fork was made from (taken now when forking from a task). */
+  snapshot: SnapshotInfo | undefined;
+}
+
+export interface ListSnapshotsRequest {
+}
+
+export interface ListSnapshotsResponse {
+  /** Newest first. */
+  snapshots: SnapshotInfo[];
+}
+
+export interface DeleteSnapshotRequest {
+  snapshotId: string;
+}
+
+export interface DeleteSnapshotResponse {
+  deleted: boolean;
 }
 
 function createBaseListToolsRequest(): ListToolsRequest {
@@ -253,7 +386,7 @@ export const ListToolsRequest: MessageFns<ListToolsRequest> = {
 };
 
 function createBaseListToolsResponse(): ListToolsResponse {
-  return { toolsJson: "", unknownToolsets: [], availabilityJson: "" };
+  return { toolsJson: "", unknownToolsets: [], availabilityJson: "", backend: "" };
 }
 
 export const ListToolsResponse: MessageFns<ListToolsResponse> = {
@@ -266,6 +399,9 @@ export const ListToolsResponse: MessageFns<ListToolsResponse> = {
     }
     if (message.availabilityJson !== "") {
       writer.uint32(26).string(message.availabilityJson);
+    }
+    if (message.backend !== "") {
+      writer.uint32(34).string(message.backend);
     }
     return writer;
   },
@@ -307,6 +443,14 @@ export const ListToolsResponse: MessageFns<ListToolsResponse> = {
             message.availabilityJson = reader.string();
             continue;
           }
+          case 4: {
+            if (tag !== 34) {
+              break;
+            }
+
+            message.backend = reader.string();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -336,6 +480,7 @@ export const ListToolsResponse: MessageFns<ListToolsResponse> = {
         : isSet(object.availability_json)
         ? globalThis.String(object.availability_json)
         : "",
+      backend: isSet(object.backend) ? globalThis.String(object.backend) : "",
     };
   },
 
@@ -350,6 +495,9 @@ export const ListToolsResponse: MessageFns<ListToolsResponse> = {
     if (message.availabilityJson !== "") {
       obj.availabilityJson = message.availabilityJson;
     }
+    if (message.backend !== "") {
+      obj.backend = message.backend;
+    }
     return obj;
   },
 
@@ -361,6 +509,7 @@ export const ListToolsResponse: MessageFns<ListToolsResponse> = {
     message.toolsJson = object.toolsJson ?? "";
     message.unknownToolsets = object.unknownToolsets?.map((e) => e) || [];
     message.availabilityJson = object.availabilityJson ?? "";
+    message.backend = object.backend ?? "";
     return message;
   },
 };
@@ -586,6 +735,9 @@ export const SessionClientMessage: MessageFns<SessionClientMessage> = {
       case "settings":
         SessionSettings.encode(message.message.value, writer.uint32(34).fork()).join();
         break;
+      case "subscribeEvents":
+        TaskEventsRequest.encode(message.message.value, writer.uint32(42).fork()).join();
+        break;
     }
     return writer;
   },
@@ -635,6 +787,14 @@ export const SessionClientMessage: MessageFns<SessionClientMessage> = {
             message.message = { $case: "settings", value: SessionSettings.decode(reader, reader.uint32()) };
             continue;
           }
+          case 5: {
+            if (tag !== 42) {
+              break;
+            }
+
+            message.message = { $case: "subscribeEvents", value: TaskEventsRequest.decode(reader, reader.uint32()) };
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -659,6 +819,10 @@ export const SessionClientMessage: MessageFns<SessionClientMessage> = {
         ? { $case: "interrupt", value: InterruptRequest.fromJSON(object.interrupt) }
         : isSet(object.settings)
         ? { $case: "settings", value: SessionSettings.fromJSON(object.settings) }
+        : isSet(object.subscribeEvents)
+        ? { $case: "subscribeEvents", value: TaskEventsRequest.fromJSON(object.subscribeEvents) }
+        : isSet(object.subscribe_events)
+        ? { $case: "subscribeEvents", value: TaskEventsRequest.fromJSON(object.subscribe_events) }
         : undefined,
     };
   },
@@ -673,6 +837,8 @@ export const SessionClientMessage: MessageFns<SessionClientMessage> = {
       obj.interrupt = InterruptRequest.toJSON(message.message.value);
     } else if (message.message?.$case === "settings") {
       obj.settings = SessionSettings.toJSON(message.message.value);
+    } else if (message.message?.$case === "subscribeEvents") {
+      obj.subscribeEvents = TaskEventsRequest.toJSON(message.message.value);
     }
     return obj;
   },
@@ -704,6 +870,12 @@ export const SessionClientMessage: MessageFns<SessionClientMessage> = {
       case "settings": {
         if (object.message?.value !== undefined && object.message?.value !== null) {
           message.message = { $case: "settings", value: SessionSettings.fromPartial(object.message.value) };
+        }
+        break;
+      }
+      case "subscribeEvents": {
+        if (object.message?.value !== undefined && object.message?.value !== null) {
+          message.message = { $case: "subscribeEvents", value: TaskEventsRequest.fromPartial(object.message.value) };
         }
         break;
       }
@@ -997,6 +1169,12 @@ export const SessionServerMessage: MessageFns<SessionServerMessage> = {
       case "approvalRequest":
         ApprovalRequest.encode(message.message.value, writer.uint32(26).fork()).join();
         break;
+      case "event":
+        TaskEvent.encode(message.message.value, writer.uint32(34).fork()).join();
+        break;
+      case "eventsReady":
+        TaskEventsReady.encode(message.message.value, writer.uint32(42).fork()).join();
+        break;
     }
     return writer;
   },
@@ -1038,6 +1216,22 @@ export const SessionServerMessage: MessageFns<SessionServerMessage> = {
             message.message = { $case: "approvalRequest", value: ApprovalRequest.decode(reader, reader.uint32()) };
             continue;
           }
+          case 4: {
+            if (tag !== 34) {
+              break;
+            }
+
+            message.message = { $case: "event", value: TaskEvent.decode(reader, reader.uint32()) };
+            continue;
+          }
+          case 5: {
+            if (tag !== 42) {
+              break;
+            }
+
+            message.message = { $case: "eventsReady", value: TaskEventsReady.decode(reader, reader.uint32()) };
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -1060,6 +1254,12 @@ export const SessionServerMessage: MessageFns<SessionServerMessage> = {
         ? { $case: "approvalRequest", value: ApprovalRequest.fromJSON(object.approvalRequest) }
         : isSet(object.approval_request)
         ? { $case: "approvalRequest", value: ApprovalRequest.fromJSON(object.approval_request) }
+        : isSet(object.event)
+        ? { $case: "event", value: TaskEvent.fromJSON(object.event) }
+        : isSet(object.eventsReady)
+        ? { $case: "eventsReady", value: TaskEventsReady.fromJSON(object.eventsReady) }
+        : isSet(object.events_ready)
+        ? { $case: "eventsReady", value: TaskEventsReady.fromJSON(object.events_ready) }
         : undefined,
     };
   },
@@ -1072,6 +1272,10 @@ export const SessionServerMessage: MessageFns<SessionServerMessage> = {
       obj.result = SessionToolResult.toJSON(message.message.value);
     } else if (message.message?.$case === "approvalRequest") {
       obj.approvalRequest = ApprovalRequest.toJSON(message.message.value);
+    } else if (message.message?.$case === "event") {
+      obj.event = TaskEvent.toJSON(message.message.value);
+    } else if (message.message?.$case === "eventsReady") {
+      obj.eventsReady = TaskEventsReady.toJSON(message.message.value);
     }
     return obj;
   },
@@ -1097,6 +1301,18 @@ export const SessionServerMessage: MessageFns<SessionServerMessage> = {
       case "approvalRequest": {
         if (object.message?.value !== undefined && object.message?.value !== null) {
           message.message = { $case: "approvalRequest", value: ApprovalRequest.fromPartial(object.message.value) };
+        }
+        break;
+      }
+      case "event": {
+        if (object.message?.value !== undefined && object.message?.value !== null) {
+          message.message = { $case: "event", value: TaskEvent.fromPartial(object.message.value) };
+        }
+        break;
+      }
+      case "eventsReady": {
+        if (object.message?.value !== undefined && object.message?.value !== null) {
+          message.message = { $case: "eventsReady", value: TaskEventsReady.fromPartial(object.message.value) };
         }
         break;
       }
@@ -1970,6 +2186,1601 @@ export const EndTaskResponse: MessageFns<EndTaskResponse> = {
   },
 };
 
+function createBaseTaskEventsRequest(): TaskEventsRequest {
+  return { taskId: "", after: "" };
+}
+
+export const TaskEventsRequest: MessageFns<TaskEventsRequest> = {
+  encode(message: TaskEventsRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.taskId !== "") {
+      writer.uint32(10).string(message.taskId);
+    }
+    if (message.after !== "") {
+      writer.uint32(18).string(message.after);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): TaskEventsRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseTaskEventsRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.taskId = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.after = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): TaskEventsRequest {
+    return {
+      taskId: isSet(object.taskId)
+        ? globalThis.String(object.taskId)
+        : isSet(object.task_id)
+        ? globalThis.String(object.task_id)
+        : "",
+      after: isSet(object.after) ? globalThis.String(object.after) : "",
+    };
+  },
+
+  toJSON(message: TaskEventsRequest): unknown {
+    const obj: any = {};
+    if (message.taskId !== "") {
+      obj.taskId = message.taskId;
+    }
+    if (message.after !== "") {
+      obj.after = message.after;
+    }
+    return obj;
+  },
+
+  create(base?: DeepPartial<TaskEventsRequest>): TaskEventsRequest {
+    return TaskEventsRequest.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<TaskEventsRequest>): TaskEventsRequest {
+    const message = createBaseTaskEventsRequest();
+    message.taskId = object.taskId ?? "";
+    message.after = object.after ?? "";
+    return message;
+  },
+};
+
+function createBaseTaskEventsResponse(): TaskEventsResponse {
+  return { message: undefined };
+}
+
+export const TaskEventsResponse: MessageFns<TaskEventsResponse> = {
+  encode(message: TaskEventsResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    switch (message.message?.$case) {
+      case "ready":
+        TaskEventsReady.encode(message.message.value, writer.uint32(10).fork()).join();
+        break;
+      case "event":
+        TaskEvent.encode(message.message.value, writer.uint32(18).fork()).join();
+        break;
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): TaskEventsResponse {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseTaskEventsResponse();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.message = { $case: "ready", value: TaskEventsReady.decode(reader, reader.uint32()) };
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.message = { $case: "event", value: TaskEvent.decode(reader, reader.uint32()) };
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): TaskEventsResponse {
+    return {
+      message: isSet(object.ready)
+        ? { $case: "ready", value: TaskEventsReady.fromJSON(object.ready) }
+        : isSet(object.event)
+        ? { $case: "event", value: TaskEvent.fromJSON(object.event) }
+        : undefined,
+    };
+  },
+
+  toJSON(message: TaskEventsResponse): unknown {
+    const obj: any = {};
+    if (message.message?.$case === "ready") {
+      obj.ready = TaskEventsReady.toJSON(message.message.value);
+    } else if (message.message?.$case === "event") {
+      obj.event = TaskEvent.toJSON(message.message.value);
+    }
+    return obj;
+  },
+
+  create(base?: DeepPartial<TaskEventsResponse>): TaskEventsResponse {
+    return TaskEventsResponse.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<TaskEventsResponse>): TaskEventsResponse {
+    const message = createBaseTaskEventsResponse();
+    switch (object.message?.$case) {
+      case "ready": {
+        if (object.message?.value !== undefined && object.message?.value !== null) {
+          message.message = { $case: "ready", value: TaskEventsReady.fromPartial(object.message.value) };
+        }
+        break;
+      }
+      case "event": {
+        if (object.message?.value !== undefined && object.message?.value !== null) {
+          message.message = { $case: "event", value: TaskEvent.fromPartial(object.message.value) };
+        }
+        break;
+      }
+    }
+    return message;
+  },
+};
+
+function createBaseTaskEventsReady(): TaskEventsReady {
+  return { taskId: "", lastId: "", error: "" };
+}
+
+export const TaskEventsReady: MessageFns<TaskEventsReady> = {
+  encode(message: TaskEventsReady, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.taskId !== "") {
+      writer.uint32(10).string(message.taskId);
+    }
+    if (message.lastId !== "") {
+      writer.uint32(18).string(message.lastId);
+    }
+    if (message.error !== "") {
+      writer.uint32(26).string(message.error);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): TaskEventsReady {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseTaskEventsReady();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.taskId = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.lastId = reader.string();
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.error = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): TaskEventsReady {
+    return {
+      taskId: isSet(object.taskId)
+        ? globalThis.String(object.taskId)
+        : isSet(object.task_id)
+        ? globalThis.String(object.task_id)
+        : "",
+      lastId: isSet(object.lastId)
+        ? globalThis.String(object.lastId)
+        : isSet(object.last_id)
+        ? globalThis.String(object.last_id)
+        : "",
+      error: isSet(object.error) ? globalThis.String(object.error) : "",
+    };
+  },
+
+  toJSON(message: TaskEventsReady): unknown {
+    const obj: any = {};
+    if (message.taskId !== "") {
+      obj.taskId = message.taskId;
+    }
+    if (message.lastId !== "") {
+      obj.lastId = message.lastId;
+    }
+    if (message.error !== "") {
+      obj.error = message.error;
+    }
+    return obj;
+  },
+
+  create(base?: DeepPartial<TaskEventsReady>): TaskEventsReady {
+    return TaskEventsReady.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<TaskEventsReady>): TaskEventsReady {
+    const message = createBaseTaskEventsReady();
+    message.taskId = object.taskId ?? "";
+    message.lastId = object.lastId ?? "";
+    message.error = object.error ?? "";
+    return message;
+  },
+};
+
+function createBaseTaskEvent(): TaskEvent {
+  return { taskId: "", id: "", type: "", eventJson: "", text: "" };
+}
+
+export const TaskEvent: MessageFns<TaskEvent> = {
+  encode(message: TaskEvent, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.taskId !== "") {
+      writer.uint32(10).string(message.taskId);
+    }
+    if (message.id !== "") {
+      writer.uint32(18).string(message.id);
+    }
+    if (message.type !== "") {
+      writer.uint32(26).string(message.type);
+    }
+    if (message.eventJson !== "") {
+      writer.uint32(34).string(message.eventJson);
+    }
+    if (message.text !== "") {
+      writer.uint32(42).string(message.text);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): TaskEvent {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseTaskEvent();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.taskId = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.id = reader.string();
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.type = reader.string();
+            continue;
+          }
+          case 4: {
+            if (tag !== 34) {
+              break;
+            }
+
+            message.eventJson = reader.string();
+            continue;
+          }
+          case 5: {
+            if (tag !== 42) {
+              break;
+            }
+
+            message.text = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): TaskEvent {
+    return {
+      taskId: isSet(object.taskId)
+        ? globalThis.String(object.taskId)
+        : isSet(object.task_id)
+        ? globalThis.String(object.task_id)
+        : "",
+      id: isSet(object.id) ? globalThis.String(object.id) : "",
+      type: isSet(object.type) ? globalThis.String(object.type) : "",
+      eventJson: isSet(object.eventJson)
+        ? globalThis.String(object.eventJson)
+        : isSet(object.event_json)
+        ? globalThis.String(object.event_json)
+        : "",
+      text: isSet(object.text) ? globalThis.String(object.text) : "",
+    };
+  },
+
+  toJSON(message: TaskEvent): unknown {
+    const obj: any = {};
+    if (message.taskId !== "") {
+      obj.taskId = message.taskId;
+    }
+    if (message.id !== "") {
+      obj.id = message.id;
+    }
+    if (message.type !== "") {
+      obj.type = message.type;
+    }
+    if (message.eventJson !== "") {
+      obj.eventJson = message.eventJson;
+    }
+    if (message.text !== "") {
+      obj.text = message.text;
+    }
+    return obj;
+  },
+
+  create(base?: DeepPartial<TaskEvent>): TaskEvent {
+    return TaskEvent.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<TaskEvent>): TaskEvent {
+    const message = createBaseTaskEvent();
+    message.taskId = object.taskId ?? "";
+    message.id = object.id ?? "";
+    message.type = object.type ?? "";
+    message.eventJson = object.eventJson ?? "";
+    message.text = object.text ?? "";
+    return message;
+  },
+};
+
+function createBaseSuspendRequest(): SuspendRequest {
+  return { taskId: "" };
+}
+
+export const SuspendRequest: MessageFns<SuspendRequest> = {
+  encode(message: SuspendRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.taskId !== "") {
+      writer.uint32(10).string(message.taskId);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): SuspendRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseSuspendRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.taskId = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): SuspendRequest {
+    return {
+      taskId: isSet(object.taskId)
+        ? globalThis.String(object.taskId)
+        : isSet(object.task_id)
+        ? globalThis.String(object.task_id)
+        : "",
+    };
+  },
+
+  toJSON(message: SuspendRequest): unknown {
+    const obj: any = {};
+    if (message.taskId !== "") {
+      obj.taskId = message.taskId;
+    }
+    return obj;
+  },
+
+  create(base?: DeepPartial<SuspendRequest>): SuspendRequest {
+    return SuspendRequest.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<SuspendRequest>): SuspendRequest {
+    const message = createBaseSuspendRequest();
+    message.taskId = object.taskId ?? "";
+    return message;
+  },
+};
+
+function createBaseSuspendResponse(): SuspendResponse {
+  return { suspended: false, processesKept: false };
+}
+
+export const SuspendResponse: MessageFns<SuspendResponse> = {
+  encode(message: SuspendResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.suspended !== false) {
+      writer.uint32(8).bool(message.suspended);
+    }
+    if (message.processesKept !== false) {
+      writer.uint32(16).bool(message.processesKept);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): SuspendResponse {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseSuspendResponse();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 8) {
+              break;
+            }
+
+            message.suspended = reader.bool();
+            continue;
+          }
+          case 2: {
+            if (tag !== 16) {
+              break;
+            }
+
+            message.processesKept = reader.bool();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): SuspendResponse {
+    return {
+      suspended: isSet(object.suspended) ? globalThis.Boolean(object.suspended) : false,
+      processesKept: isSet(object.processesKept)
+        ? globalThis.Boolean(object.processesKept)
+        : isSet(object.processes_kept)
+        ? globalThis.Boolean(object.processes_kept)
+        : false,
+    };
+  },
+
+  toJSON(message: SuspendResponse): unknown {
+    const obj: any = {};
+    if (message.suspended !== false) {
+      obj.suspended = message.suspended;
+    }
+    if (message.processesKept !== false) {
+      obj.processesKept = message.processesKept;
+    }
+    return obj;
+  },
+
+  create(base?: DeepPartial<SuspendResponse>): SuspendResponse {
+    return SuspendResponse.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<SuspendResponse>): SuspendResponse {
+    const message = createBaseSuspendResponse();
+    message.suspended = object.suspended ?? false;
+    message.processesKept = object.processesKept ?? false;
+    return message;
+  },
+};
+
+function createBaseResumeRequest(): ResumeRequest {
+  return { taskId: "" };
+}
+
+export const ResumeRequest: MessageFns<ResumeRequest> = {
+  encode(message: ResumeRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.taskId !== "") {
+      writer.uint32(10).string(message.taskId);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): ResumeRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseResumeRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.taskId = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): ResumeRequest {
+    return {
+      taskId: isSet(object.taskId)
+        ? globalThis.String(object.taskId)
+        : isSet(object.task_id)
+        ? globalThis.String(object.task_id)
+        : "",
+    };
+  },
+
+  toJSON(message: ResumeRequest): unknown {
+    const obj: any = {};
+    if (message.taskId !== "") {
+      obj.taskId = message.taskId;
+    }
+    return obj;
+  },
+
+  create(base?: DeepPartial<ResumeRequest>): ResumeRequest {
+    return ResumeRequest.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<ResumeRequest>): ResumeRequest {
+    const message = createBaseResumeRequest();
+    message.taskId = object.taskId ?? "";
+    return message;
+  },
+};
+
+function createBaseResumeResponse(): ResumeResponse {
+  return { resumed: false };
+}
+
+export const ResumeResponse: MessageFns<ResumeResponse> = {
+  encode(message: ResumeResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.resumed !== false) {
+      writer.uint32(8).bool(message.resumed);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): ResumeResponse {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseResumeResponse();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 8) {
+              break;
+            }
+
+            message.resumed = reader.bool();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): ResumeResponse {
+    return { resumed: isSet(object.resumed) ? globalThis.Boolean(object.resumed) : false };
+  },
+
+  toJSON(message: ResumeResponse): unknown {
+    const obj: any = {};
+    if (message.resumed !== false) {
+      obj.resumed = message.resumed;
+    }
+    return obj;
+  },
+
+  create(base?: DeepPartial<ResumeResponse>): ResumeResponse {
+    return ResumeResponse.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<ResumeResponse>): ResumeResponse {
+    const message = createBaseResumeResponse();
+    message.resumed = object.resumed ?? false;
+    return message;
+  },
+};
+
+function createBaseSnapshotRequest(): SnapshotRequest {
+  return { taskId: "", label: "" };
+}
+
+export const SnapshotRequest: MessageFns<SnapshotRequest> = {
+  encode(message: SnapshotRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.taskId !== "") {
+      writer.uint32(10).string(message.taskId);
+    }
+    if (message.label !== "") {
+      writer.uint32(18).string(message.label);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): SnapshotRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseSnapshotRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.taskId = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.label = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): SnapshotRequest {
+    return {
+      taskId: isSet(object.taskId)
+        ? globalThis.String(object.taskId)
+        : isSet(object.task_id)
+        ? globalThis.String(object.task_id)
+        : "",
+      label: isSet(object.label) ? globalThis.String(object.label) : "",
+    };
+  },
+
+  toJSON(message: SnapshotRequest): unknown {
+    const obj: any = {};
+    if (message.taskId !== "") {
+      obj.taskId = message.taskId;
+    }
+    if (message.label !== "") {
+      obj.label = message.label;
+    }
+    return obj;
+  },
+
+  create(base?: DeepPartial<SnapshotRequest>): SnapshotRequest {
+    return SnapshotRequest.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<SnapshotRequest>): SnapshotRequest {
+    const message = createBaseSnapshotRequest();
+    message.taskId = object.taskId ?? "";
+    message.label = object.label ?? "";
+    return message;
+  },
+};
+
+function createBaseSnapshotResponse(): SnapshotResponse {
+  return { snapshot: undefined };
+}
+
+export const SnapshotResponse: MessageFns<SnapshotResponse> = {
+  encode(message: SnapshotResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.snapshot !== undefined) {
+      SnapshotInfo.encode(message.snapshot, writer.uint32(10).fork()).join();
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): SnapshotResponse {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseSnapshotResponse();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.snapshot = SnapshotInfo.decode(reader, reader.uint32());
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): SnapshotResponse {
+    return { snapshot: isSet(object.snapshot) ? SnapshotInfo.fromJSON(object.snapshot) : undefined };
+  },
+
+  toJSON(message: SnapshotResponse): unknown {
+    const obj: any = {};
+    if (message.snapshot !== undefined) {
+      obj.snapshot = SnapshotInfo.toJSON(message.snapshot);
+    }
+    return obj;
+  },
+
+  create(base?: DeepPartial<SnapshotResponse>): SnapshotResponse {
+    return SnapshotResponse.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<SnapshotResponse>): SnapshotResponse {
+    const message = createBaseSnapshotResponse();
+    message.snapshot = (object.snapshot !== undefined && object.snapshot !== null)
+      ? SnapshotInfo.fromPartial(object.snapshot)
+      : undefined;
+    return message;
+  },
+};
+
+function createBaseSnapshotInfo(): SnapshotInfo {
+  return {
+    snapshotId: "",
+    label: "",
+    sourceTaskId: "",
+    backend: "",
+    createdAt: "",
+    sizeBytes: 0,
+    includesProcesses: false,
+    includes: [],
+  };
+}
+
+export const SnapshotInfo: MessageFns<SnapshotInfo> = {
+  encode(message: SnapshotInfo, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.snapshotId !== "") {
+      writer.uint32(10).string(message.snapshotId);
+    }
+    if (message.label !== "") {
+      writer.uint32(18).string(message.label);
+    }
+    if (message.sourceTaskId !== "") {
+      writer.uint32(26).string(message.sourceTaskId);
+    }
+    if (message.backend !== "") {
+      writer.uint32(34).string(message.backend);
+    }
+    if (message.createdAt !== "") {
+      writer.uint32(42).string(message.createdAt);
+    }
+    if (message.sizeBytes !== 0) {
+      writer.uint32(48).uint64(message.sizeBytes);
+    }
+    if (message.includesProcesses !== false) {
+      writer.uint32(56).bool(message.includesProcesses);
+    }
+    for (const v of message.includes) {
+      writer.uint32(66).string(v!);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): SnapshotInfo {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseSnapshotInfo();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.snapshotId = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.label = reader.string();
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.sourceTaskId = reader.string();
+            continue;
+          }
+          case 4: {
+            if (tag !== 34) {
+              break;
+            }
+
+            message.backend = reader.string();
+            continue;
+          }
+          case 5: {
+            if (tag !== 42) {
+              break;
+            }
+
+            message.createdAt = reader.string();
+            continue;
+          }
+          case 6: {
+            if (tag !== 48) {
+              break;
+            }
+
+            message.sizeBytes = longToNumber(reader.uint64());
+            continue;
+          }
+          case 7: {
+            if (tag !== 56) {
+              break;
+            }
+
+            message.includesProcesses = reader.bool();
+            continue;
+          }
+          case 8: {
+            if (tag !== 66) {
+              break;
+            }
+
+            message.includes.push(reader.string());
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): SnapshotInfo {
+    return {
+      snapshotId: isSet(object.snapshotId)
+        ? globalThis.String(object.snapshotId)
+        : isSet(object.snapshot_id)
+        ? globalThis.String(object.snapshot_id)
+        : "",
+      label: isSet(object.label) ? globalThis.String(object.label) : "",
+      sourceTaskId: isSet(object.sourceTaskId)
+        ? globalThis.String(object.sourceTaskId)
+        : isSet(object.source_task_id)
+        ? globalThis.String(object.source_task_id)
+        : "",
+      backend: isSet(object.backend) ? globalThis.String(object.backend) : "",
+      createdAt: isSet(object.createdAt)
+        ? globalThis.String(object.createdAt)
+        : isSet(object.created_at)
+        ? globalThis.String(object.created_at)
+        : "",
+      sizeBytes: isSet(object.sizeBytes)
+        ? globalThis.Number(object.sizeBytes)
+        : isSet(object.size_bytes)
+        ? globalThis.Number(object.size_bytes)
+        : 0,
+      includesProcesses: isSet(object.includesProcesses)
+        ? globalThis.Boolean(object.includesProcesses)
+        : isSet(object.includes_processes)
+        ? globalThis.Boolean(object.includes_processes)
+        : false,
+      includes: globalThis.Array.isArray(object?.includes)
+        ? object.includes.map((e: any) => globalThis.String(e))
+        : [],
+    };
+  },
+
+  toJSON(message: SnapshotInfo): unknown {
+    const obj: any = {};
+    if (message.snapshotId !== "") {
+      obj.snapshotId = message.snapshotId;
+    }
+    if (message.label !== "") {
+      obj.label = message.label;
+    }
+    if (message.sourceTaskId !== "") {
+      obj.sourceTaskId = message.sourceTaskId;
+    }
+    if (message.backend !== "") {
+      obj.backend = message.backend;
+    }
+    if (message.createdAt !== "") {
+      obj.createdAt = message.createdAt;
+    }
+    if (message.sizeBytes !== 0) {
+      obj.sizeBytes = Math.round(message.sizeBytes);
+    }
+    if (message.includesProcesses !== false) {
+      obj.includesProcesses = message.includesProcesses;
+    }
+    if (message.includes?.length) {
+      obj.includes = message.includes;
+    }
+    return obj;
+  },
+
+  create(base?: DeepPartial<SnapshotInfo>): SnapshotInfo {
+    return SnapshotInfo.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<SnapshotInfo>): SnapshotInfo {
+    const message = createBaseSnapshotInfo();
+    message.snapshotId = object.snapshotId ?? "";
+    message.label = object.label ?? "";
+    message.sourceTaskId = object.sourceTaskId ?? "";
+    message.backend = object.backend ?? "";
+    message.createdAt = object.createdAt ?? "";
+    message.sizeBytes = object.sizeBytes ?? 0;
+    message.includesProcesses = object.includesProcesses ?? false;
+    message.includes = object.includes?.map((e) => e) || [];
+    return message;
+  },
+};
+
+function createBaseForkRequest(): ForkRequest {
+  return { snapshotId: "", sourceTaskId: "", taskId: "", label: "" };
+}
+
+export const ForkRequest: MessageFns<ForkRequest> = {
+  encode(message: ForkRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.snapshotId !== "") {
+      writer.uint32(10).string(message.snapshotId);
+    }
+    if (message.sourceTaskId !== "") {
+      writer.uint32(18).string(message.sourceTaskId);
+    }
+    if (message.taskId !== "") {
+      writer.uint32(26).string(message.taskId);
+    }
+    if (message.label !== "") {
+      writer.uint32(34).string(message.label);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): ForkRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseForkRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.snapshotId = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.sourceTaskId = reader.string();
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.taskId = reader.string();
+            continue;
+          }
+          case 4: {
+            if (tag !== 34) {
+              break;
+            }
+
+            message.label = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): ForkRequest {
+    return {
+      snapshotId: isSet(object.snapshotId)
+        ? globalThis.String(object.snapshotId)
+        : isSet(object.snapshot_id)
+        ? globalThis.String(object.snapshot_id)
+        : "",
+      sourceTaskId: isSet(object.sourceTaskId)
+        ? globalThis.String(object.sourceTaskId)
+        : isSet(object.source_task_id)
+        ? globalThis.String(object.source_task_id)
+        : "",
+      taskId: isSet(object.taskId)
+        ? globalThis.String(object.taskId)
+        : isSet(object.task_id)
+        ? globalThis.String(object.task_id)
+        : "",
+      label: isSet(object.label) ? globalThis.String(object.label) : "",
+    };
+  },
+
+  toJSON(message: ForkRequest): unknown {
+    const obj: any = {};
+    if (message.snapshotId !== "") {
+      obj.snapshotId = message.snapshotId;
+    }
+    if (message.sourceTaskId !== "") {
+      obj.sourceTaskId = message.sourceTaskId;
+    }
+    if (message.taskId !== "") {
+      obj.taskId = message.taskId;
+    }
+    if (message.label !== "") {
+      obj.label = message.label;
+    }
+    return obj;
+  },
+
+  create(base?: DeepPartial<ForkRequest>): ForkRequest {
+    return ForkRequest.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<ForkRequest>): ForkRequest {
+    const message = createBaseForkRequest();
+    message.snapshotId = object.snapshotId ?? "";
+    message.sourceTaskId = object.sourceTaskId ?? "";
+    message.taskId = object.taskId ?? "";
+    message.label = object.label ?? "";
+    return message;
+  },
+};
+
+function createBaseForkResponse(): ForkResponse {
+  return { taskId: "", snapshot: undefined };
+}
+
+export const ForkResponse: MessageFns<ForkResponse> = {
+  encode(message: ForkResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.taskId !== "") {
+      writer.uint32(10).string(message.taskId);
+    }
+    if (message.snapshot !== undefined) {
+      SnapshotInfo.encode(message.snapshot, writer.uint32(18).fork()).join();
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): ForkResponse {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseForkResponse();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.taskId = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.snapshot = SnapshotInfo.decode(reader, reader.uint32());
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): ForkResponse {
+    return {
+      taskId: isSet(object.taskId)
+        ? globalThis.String(object.taskId)
+        : isSet(object.task_id)
+        ? globalThis.String(object.task_id)
+        : "",
+      snapshot: isSet(object.snapshot) ? SnapshotInfo.fromJSON(object.snapshot) : undefined,
+    };
+  },
+
+  toJSON(message: ForkResponse): unknown {
+    const obj: any = {};
+    if (message.taskId !== "") {
+      obj.taskId = message.taskId;
+    }
+    if (message.snapshot !== undefined) {
+      obj.snapshot = SnapshotInfo.toJSON(message.snapshot);
+    }
+    return obj;
+  },
+
+  create(base?: DeepPartial<ForkResponse>): ForkResponse {
+    return ForkResponse.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<ForkResponse>): ForkResponse {
+    const message = createBaseForkResponse();
+    message.taskId = object.taskId ?? "";
+    message.snapshot = (object.snapshot !== undefined && object.snapshot !== null)
+      ? SnapshotInfo.fromPartial(object.snapshot)
+      : undefined;
+    return message;
+  },
+};
+
+function createBaseListSnapshotsRequest(): ListSnapshotsRequest {
+  return {};
+}
+
+export const ListSnapshotsRequest: MessageFns<ListSnapshotsRequest> = {
+  encode(_: ListSnapshotsRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): ListSnapshotsRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseListSnapshotsRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(_: any): ListSnapshotsRequest {
+    return {};
+  },
+
+  toJSON(_: ListSnapshotsRequest): unknown {
+    const obj: any = {};
+    return obj;
+  },
+
+  create(base?: DeepPartial<ListSnapshotsRequest>): ListSnapshotsRequest {
+    return ListSnapshotsRequest.fromPartial(base ?? {});
+  },
+  fromPartial(_: DeepPartial<ListSnapshotsRequest>): ListSnapshotsRequest {
+    const message = createBaseListSnapshotsRequest();
+    return message;
+  },
+};
+
+function createBaseListSnapshotsResponse(): ListSnapshotsResponse {
+  return { snapshots: [] };
+}
+
+export const ListSnapshotsResponse: MessageFns<ListSnapshotsResponse> = {
+  encode(message: ListSnapshotsResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    for (const v of message.snapshots) {
+      SnapshotInfo.encode(v!, writer.uint32(10).fork()).join();
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): ListSnapshotsResponse {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseListSnapshotsResponse();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.snapshots.push(SnapshotInfo.decode(reader, reader.uint32()));
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): ListSnapshotsResponse {
+    return {
+      snapshots: globalThis.Array.isArray(object?.snapshots)
+        ? object.snapshots.map((e: any) => SnapshotInfo.fromJSON(e))
+        : [],
+    };
+  },
+
+  toJSON(message: ListSnapshotsResponse): unknown {
+    const obj: any = {};
+    if (message.snapshots?.length) {
+      obj.snapshots = message.snapshots.map((e) => SnapshotInfo.toJSON(e));
+    }
+    return obj;
+  },
+
+  create(base?: DeepPartial<ListSnapshotsResponse>): ListSnapshotsResponse {
+    return ListSnapshotsResponse.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<ListSnapshotsResponse>): ListSnapshotsResponse {
+    const message = createBaseListSnapshotsResponse();
+    message.snapshots = object.snapshots?.map((e) => SnapshotInfo.fromPartial(e)) || [];
+    return message;
+  },
+};
+
+function createBaseDeleteSnapshotRequest(): DeleteSnapshotRequest {
+  return { snapshotId: "" };
+}
+
+export const DeleteSnapshotRequest: MessageFns<DeleteSnapshotRequest> = {
+  encode(message: DeleteSnapshotRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.snapshotId !== "") {
+      writer.uint32(10).string(message.snapshotId);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): DeleteSnapshotRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseDeleteSnapshotRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.snapshotId = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): DeleteSnapshotRequest {
+    return {
+      snapshotId: isSet(object.snapshotId)
+        ? globalThis.String(object.snapshotId)
+        : isSet(object.snapshot_id)
+        ? globalThis.String(object.snapshot_id)
+        : "",
+    };
+  },
+
+  toJSON(message: DeleteSnapshotRequest): unknown {
+    const obj: any = {};
+    if (message.snapshotId !== "") {
+      obj.snapshotId = message.snapshotId;
+    }
+    return obj;
+  },
+
+  create(base?: DeepPartial<DeleteSnapshotRequest>): DeleteSnapshotRequest {
+    return DeleteSnapshotRequest.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<DeleteSnapshotRequest>): DeleteSnapshotRequest {
+    const message = createBaseDeleteSnapshotRequest();
+    message.snapshotId = object.snapshotId ?? "";
+    return message;
+  },
+};
+
+function createBaseDeleteSnapshotResponse(): DeleteSnapshotResponse {
+  return { deleted: false };
+}
+
+export const DeleteSnapshotResponse: MessageFns<DeleteSnapshotResponse> = {
+  encode(message: DeleteSnapshotResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.deleted !== false) {
+      writer.uint32(8).bool(message.deleted);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): DeleteSnapshotResponse {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseDeleteSnapshotResponse();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 8) {
+              break;
+            }
+
+            message.deleted = reader.bool();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): DeleteSnapshotResponse {
+    return { deleted: isSet(object.deleted) ? globalThis.Boolean(object.deleted) : false };
+  },
+
+  toJSON(message: DeleteSnapshotResponse): unknown {
+    const obj: any = {};
+    if (message.deleted !== false) {
+      obj.deleted = message.deleted;
+    }
+    return obj;
+  },
+
+  create(base?: DeepPartial<DeleteSnapshotResponse>): DeleteSnapshotResponse {
+    return DeleteSnapshotResponse.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<DeleteSnapshotResponse>): DeleteSnapshotResponse {
+    const message = createBaseDeleteSnapshotResponse();
+    message.deleted = object.deleted ?? false;
+    return message;
+  },
+};
+
 /**
  * The public API agents' backends call. Names and numbers here are fixed:
  * add fields and methods freely, never rename or renumber.
@@ -2033,6 +3844,86 @@ export const DispatcherDefinition = {
       responseStream: false,
       options: {},
     },
+    /**
+     * The task's background-process events (notify_on_complete completions,
+     * watch-pattern matches and their summaries, heartbeats), for clients that
+     * use unary calls: first `ready`, then every retained event after `after`,
+     * then new ones as they happen, until the client cancels.
+     */
+    taskEvents: {
+      name: "TaskEvents",
+      requestType: TaskEventsRequest as typeof TaskEventsRequest,
+      requestStream: false,
+      responseType: TaskEventsResponse as typeof TaskEventsResponse,
+      responseStream: true,
+      options: {},
+    },
+    /**
+     * Suspends the task's environment: no CPU, as little memory as its backend
+     * allows; files, volumes and shell state are kept, and the task's next call
+     * resumes it transparently. A task with no environment (never used, ended,
+     * or another tenant's) answers suspended=false, like EndTask. A backend that
+     * cannot suspend answers FAILED_PRECONDITION naming it.
+     */
+    suspend: {
+      name: "Suspend",
+      requestType: SuspendRequest as typeof SuspendRequest,
+      requestStream: false,
+      responseType: SuspendResponse as typeof SuspendResponse,
+      responseStream: false,
+      options: {},
+    },
+    /** Resumes a suspended task now (its next call would do it anyway). */
+    resume: {
+      name: "Resume",
+      requestType: ResumeRequest as typeof ResumeRequest,
+      requestStream: false,
+      responseType: ResumeResponse as typeof ResumeResponse,
+      responseStream: false,
+      options: {},
+    },
+    /**
+     * Snapshots the task's environment (files and shell state; running
+     * processes only where the backend checkpoints memory). Owned by the tenant.
+     */
+    snapshot: {
+      name: "Snapshot",
+      requestType: SnapshotRequest as typeof SnapshotRequest,
+      requestStream: false,
+      responseType: SnapshotResponse as typeof SnapshotResponse,
+      responseStream: false,
+      options: {},
+    },
+    /**
+     * Makes a new task from a snapshot, or from a task (a snapshot of it is
+     * taken first and kept).
+     */
+    fork: {
+      name: "Fork",
+      requestType: ForkRequest as typeof ForkRequest,
+      requestStream: false,
+      responseType: ForkResponse as typeof ForkResponse,
+      responseStream: false,
+      options: {},
+    },
+    /** The tenant's snapshots. */
+    listSnapshots: {
+      name: "ListSnapshots",
+      requestType: ListSnapshotsRequest as typeof ListSnapshotsRequest,
+      requestStream: false,
+      responseType: ListSnapshotsResponse as typeof ListSnapshotsResponse,
+      responseStream: false,
+      options: {},
+    },
+    /** Deletes one of the tenant's snapshots; forks made from it keep working. */
+    deleteSnapshot: {
+      name: "DeleteSnapshot",
+      requestType: DeleteSnapshotRequest as typeof DeleteSnapshotRequest,
+      requestStream: false,
+      responseType: DeleteSnapshotResponse as typeof DeleteSnapshotResponse,
+      responseStream: false,
+      options: {},
+    },
   },
 } as const;
 
@@ -2052,6 +3943,46 @@ export interface DispatcherServiceImplementation<CallContextExt = {}> {
   interrupt(request: InterruptRequest, context: CallContext & CallContextExt): Promise<DeepPartial<InterruptResponse>>;
   /** Releases the task's environment (processes, container, files it owns). */
   endTask(request: EndTaskRequest, context: CallContext & CallContextExt): Promise<DeepPartial<EndTaskResponse>>;
+  /**
+   * The task's background-process events (notify_on_complete completions,
+   * watch-pattern matches and their summaries, heartbeats), for clients that
+   * use unary calls: first `ready`, then every retained event after `after`,
+   * then new ones as they happen, until the client cancels.
+   */
+  taskEvents(
+    request: TaskEventsRequest,
+    context: CallContext & CallContextExt,
+  ): ServerStreamingMethodResult<DeepPartial<TaskEventsResponse>>;
+  /**
+   * Suspends the task's environment: no CPU, as little memory as its backend
+   * allows; files, volumes and shell state are kept, and the task's next call
+   * resumes it transparently. A task with no environment (never used, ended,
+   * or another tenant's) answers suspended=false, like EndTask. A backend that
+   * cannot suspend answers FAILED_PRECONDITION naming it.
+   */
+  suspend(request: SuspendRequest, context: CallContext & CallContextExt): Promise<DeepPartial<SuspendResponse>>;
+  /** Resumes a suspended task now (its next call would do it anyway). */
+  resume(request: ResumeRequest, context: CallContext & CallContextExt): Promise<DeepPartial<ResumeResponse>>;
+  /**
+   * Snapshots the task's environment (files and shell state; running
+   * processes only where the backend checkpoints memory). Owned by the tenant.
+   */
+  snapshot(request: SnapshotRequest, context: CallContext & CallContextExt): Promise<DeepPartial<SnapshotResponse>>;
+  /**
+   * Makes a new task from a snapshot, or from a task (a snapshot of it is
+   * taken first and kept).
+   */
+  fork(request: ForkRequest, context: CallContext & CallContextExt): Promise<DeepPartial<ForkResponse>>;
+  /** The tenant's snapshots. */
+  listSnapshots(
+    request: ListSnapshotsRequest,
+    context: CallContext & CallContextExt,
+  ): Promise<DeepPartial<ListSnapshotsResponse>>;
+  /** Deletes one of the tenant's snapshots; forks made from it keep working. */
+  deleteSnapshot(
+    request: DeleteSnapshotRequest,
+    context: CallContext & CallContextExt,
+  ): Promise<DeepPartial<DeleteSnapshotResponse>>;
 }
 
 export interface DispatcherClient<CallOptionsExt = {}> {
@@ -2070,6 +4001,46 @@ export interface DispatcherClient<CallOptionsExt = {}> {
   interrupt(request: DeepPartial<InterruptRequest>, options?: CallOptions & CallOptionsExt): Promise<InterruptResponse>;
   /** Releases the task's environment (processes, container, files it owns). */
   endTask(request: DeepPartial<EndTaskRequest>, options?: CallOptions & CallOptionsExt): Promise<EndTaskResponse>;
+  /**
+   * The task's background-process events (notify_on_complete completions,
+   * watch-pattern matches and their summaries, heartbeats), for clients that
+   * use unary calls: first `ready`, then every retained event after `after`,
+   * then new ones as they happen, until the client cancels.
+   */
+  taskEvents(
+    request: DeepPartial<TaskEventsRequest>,
+    options?: CallOptions & CallOptionsExt,
+  ): AsyncIterable<TaskEventsResponse>;
+  /**
+   * Suspends the task's environment: no CPU, as little memory as its backend
+   * allows; files, volumes and shell state are kept, and the task's next call
+   * resumes it transparently. A task with no environment (never used, ended,
+   * or another tenant's) answers suspended=false, like EndTask. A backend that
+   * cannot suspend answers FAILED_PRECONDITION naming it.
+   */
+  suspend(request: DeepPartial<SuspendRequest>, options?: CallOptions & CallOptionsExt): Promise<SuspendResponse>;
+  /** Resumes a suspended task now (its next call would do it anyway). */
+  resume(request: DeepPartial<ResumeRequest>, options?: CallOptions & CallOptionsExt): Promise<ResumeResponse>;
+  /**
+   * Snapshots the task's environment (files and shell state; running
+   * processes only where the backend checkpoints memory). Owned by the tenant.
+   */
+  snapshot(request: DeepPartial<SnapshotRequest>, options?: CallOptions & CallOptionsExt): Promise<SnapshotResponse>;
+  /**
+   * Makes a new task from a snapshot, or from a task (a snapshot of it is
+   * taken first and kept).
+   */
+  fork(request: DeepPartial<ForkRequest>, options?: CallOptions & CallOptionsExt): Promise<ForkResponse>;
+  /** The tenant's snapshots. */
+  listSnapshots(
+    request: DeepPartial<ListSnapshotsRequest>,
+    options?: CallOptions & CallOptionsExt,
+  ): Promise<ListSnapshotsResponse>;
+  /** Deletes one of the tenant's snapshots; forks made from it keep working. */
+  deleteSnapshot(
+    request: DeepPartial<DeleteSnapshotRequest>,
+    options?: CallOptions & CallOptionsExt,
+  ): Promise<DeleteSnapshotResponse>;
 }
 
 type Builtin = Date | Function | Uint8Array | string | number | boolean | undefined;
@@ -2080,6 +4051,17 @@ export type DeepPartial<T> = T extends Builtin ? T
   : T extends { $case: string; value: unknown } ? { $case: T["$case"]; value?: DeepPartial<T["value"]> }
   : T extends {} ? { [K in keyof T]?: DeepPartial<T[K]> }
   : Partial<T>;
+
+function longToNumber(int64: { toString(): string }): number {
+  const num = globalThis.Number(int64.toString());
+  if (num > globalThis.Number.MAX_SAFE_INTEGER) {
+    throw new globalThis.Error("Value is larger than Number.MAX_SAFE_INTEGER");
+  }
+  if (num < globalThis.Number.MIN_SAFE_INTEGER) {
+    throw new globalThis.Error("Value is smaller than Number.MIN_SAFE_INTEGER");
+  }
+  return num;
+}
 
 function isSet(value: any): boolean {
   return value !== null && value !== undefined;

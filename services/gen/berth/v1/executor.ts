@@ -56,6 +56,27 @@ export function codeExecutionModeToJSON(object: CodeExecutionMode): string {
   }
 }
 
+export interface McpRequestMessage {
+  task:
+    | TaskRef
+    | undefined;
+  /** The server's name and its `mcp_servers` entry as JSON (the dispatcher's config). */
+  serverName: string;
+  serverJson: string;
+  /** `list_tools` or `call_tool`. */
+  method: string;
+  tool: string;
+  /** The call's arguments, a JSON object. */
+  argumentsJson: string;
+}
+
+export interface McpResponseMessage {
+  /** tools/list: `{"tools": [...]}`; tools/call: the CallToolResult. Empty when `error` is set. */
+  resultJson: string;
+  /** Why the request failed (the server would not start, exited, timed out), for the model. */
+  error: string;
+}
+
 export interface TaskRef {
   tenant: string;
   taskId: string;
@@ -112,6 +133,15 @@ export interface StartBackgroundRequest {
   pty: boolean;
   notifyOnComplete: boolean;
   watchPatterns: string[];
+  /**
+   * Keep stdin a pipe until the process action `close`. Without it (and
+   * without a PTY) the process starts with its stdin at end of input.
+   */
+  pipeStdin: boolean;
+  /** Heartbeat interval in seconds; 0 = none (the executor raises others to 60). */
+  heartbeatSeconds: number;
+  /** Reported by `list` as persist_on_release. */
+  persistOnRelease: boolean;
 }
 
 export interface StartBackgroundResponse {
@@ -170,7 +200,16 @@ export interface StatFileResponse {
 }
 
 export interface InterruptTaskRequest {
-  task: TaskRef | undefined;
+  task:
+    | TaskRef
+    | undefined;
+  /**
+   * Tool calls (the `berth-call-id` metadata of their executor calls) the
+   * interrupt is for. Every call of the task in flight is interrupted anyway;
+   * these ids are also remembered for a while, so a call of one of them that
+   * arrives after the interrupt is interrupted on arrival.
+   */
+  callIds: string[];
 }
 
 export interface InterruptTaskResponse {
@@ -297,6 +336,362 @@ export interface RunCodeResult {
   /** The interpreter that ran the script, as resolved in the environment. */
   interpreter: string;
 }
+
+export interface WatchTaskEventsRequest {
+  task:
+    | TaskRef
+    | undefined;
+  /** The id of the last event the caller has; "" = every event still retained. */
+  afterId: string;
+  /** Ignore after_id: only events that happen after this call. */
+  fromLatest: boolean;
+}
+
+export interface WatchTaskEventsResponse {
+  message: { $case: "subscribed"; value: TaskEventsSubscribed } | { $case: "event"; value: ProcessEventRecord } | {
+    $case: "dropped";
+    value: TaskEventsDropped;
+  } | undefined;
+}
+
+/** Sent first: the subscription is in place (nothing produced from now on is missed). */
+export interface TaskEventsSubscribed {
+  /** The newest retained event's id; "" when the task has none. */
+  lastId: string;
+}
+
+export interface ProcessEventRecord {
+  /** Opaque; increases within one task's log. */
+  id: string;
+  /** The event as common/process-notification.ts shapes it (unredacted). */
+  eventJson: string;
+}
+
+/**
+ * Events the caller has not seen are gone (pushed out of the log, or the log
+ * was started afresh: the executor restarted, or the task's events expired).
+ */
+export interface TaskEventsDropped {
+  /** The id the caller can resume after (the event before the oldest retained), "" for the log's start. */
+  id: string;
+  /** How many were dropped; -1 when it is not known. */
+  count: number;
+}
+
+export interface SuspendTaskRequest {
+  task: TaskRef | undefined;
+}
+
+export interface SuspendTaskResponse {
+  suspended: boolean;
+  processesKept: boolean;
+}
+
+export interface ResumeTaskRequest {
+  task: TaskRef | undefined;
+}
+
+export interface ResumeTaskResponse {
+  resumed: boolean;
+}
+
+export interface TaskSnapshotRecord {
+  snapshotId: string;
+  tenant: string;
+  sourceTaskId: string;
+  label: string;
+  /** Milliseconds since the epoch. */
+  createdAtMs: number;
+  sizeBytes: number;
+  includesProcesses: boolean;
+  backend: string;
+}
+
+export interface SnapshotTaskRequest {
+  task: TaskRef | undefined;
+  label: string;
+}
+
+export interface SnapshotTaskResponse {
+  snapshot: TaskSnapshotRecord | undefined;
+}
+
+export interface ForkTaskRequest {
+  /** The new task. */
+  task: TaskRef | undefined;
+  snapshotId: string;
+}
+
+export interface ForkTaskResponse {
+  snapshot: TaskSnapshotRecord | undefined;
+}
+
+export interface ListTaskSnapshotsRequest {
+  tenant: string;
+}
+
+export interface ListTaskSnapshotsResponse {
+  snapshots: TaskSnapshotRecord[];
+}
+
+export interface DeleteTaskSnapshotRequest {
+  tenant: string;
+  snapshotId: string;
+}
+
+export interface DeleteTaskSnapshotResponse {
+  deleted: boolean;
+}
+
+function createBaseMcpRequestMessage(): McpRequestMessage {
+  return { task: undefined, serverName: "", serverJson: "", method: "", tool: "", argumentsJson: "" };
+}
+
+export const McpRequestMessage: MessageFns<McpRequestMessage> = {
+  encode(message: McpRequestMessage, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.task !== undefined) {
+      TaskRef.encode(message.task, writer.uint32(10).fork()).join();
+    }
+    if (message.serverName !== "") {
+      writer.uint32(18).string(message.serverName);
+    }
+    if (message.serverJson !== "") {
+      writer.uint32(26).string(message.serverJson);
+    }
+    if (message.method !== "") {
+      writer.uint32(34).string(message.method);
+    }
+    if (message.tool !== "") {
+      writer.uint32(42).string(message.tool);
+    }
+    if (message.argumentsJson !== "") {
+      writer.uint32(50).string(message.argumentsJson);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): McpRequestMessage {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseMcpRequestMessage();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.task = TaskRef.decode(reader, reader.uint32());
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.serverName = reader.string();
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.serverJson = reader.string();
+            continue;
+          }
+          case 4: {
+            if (tag !== 34) {
+              break;
+            }
+
+            message.method = reader.string();
+            continue;
+          }
+          case 5: {
+            if (tag !== 42) {
+              break;
+            }
+
+            message.tool = reader.string();
+            continue;
+          }
+          case 6: {
+            if (tag !== 50) {
+              break;
+            }
+
+            message.argumentsJson = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): McpRequestMessage {
+    return {
+      task: isSet(object.task) ? TaskRef.fromJSON(object.task) : undefined,
+      serverName: isSet(object.serverName)
+        ? globalThis.String(object.serverName)
+        : isSet(object.server_name)
+        ? globalThis.String(object.server_name)
+        : "",
+      serverJson: isSet(object.serverJson)
+        ? globalThis.String(object.serverJson)
+        : isSet(object.server_json)
+        ? globalThis.String(object.server_json)
+        : "",
+      method: isSet(object.method) ? globalThis.String(object.method) : "",
+      tool: isSet(object.tool) ? globalThis.String(object.tool) : "",
+      argumentsJson: isSet(object.argumentsJson)
+        ? globalThis.String(object.argumentsJson)
+        : isSet(object.arguments_json)
+        ? globalThis.String(object.arguments_json)
+        : "",
+    };
+  },
+
+  toJSON(message: McpRequestMessage): unknown {
+    const obj: any = {};
+    if (message.task !== undefined) {
+      obj.task = TaskRef.toJSON(message.task);
+    }
+    if (message.serverName !== "") {
+      obj.serverName = message.serverName;
+    }
+    if (message.serverJson !== "") {
+      obj.serverJson = message.serverJson;
+    }
+    if (message.method !== "") {
+      obj.method = message.method;
+    }
+    if (message.tool !== "") {
+      obj.tool = message.tool;
+    }
+    if (message.argumentsJson !== "") {
+      obj.argumentsJson = message.argumentsJson;
+    }
+    return obj;
+  },
+
+  create(base?: DeepPartial<McpRequestMessage>): McpRequestMessage {
+    return McpRequestMessage.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<McpRequestMessage>): McpRequestMessage {
+    const message = createBaseMcpRequestMessage();
+    message.task = (object.task !== undefined && object.task !== null) ? TaskRef.fromPartial(object.task) : undefined;
+    message.serverName = object.serverName ?? "";
+    message.serverJson = object.serverJson ?? "";
+    message.method = object.method ?? "";
+    message.tool = object.tool ?? "";
+    message.argumentsJson = object.argumentsJson ?? "";
+    return message;
+  },
+};
+
+function createBaseMcpResponseMessage(): McpResponseMessage {
+  return { resultJson: "", error: "" };
+}
+
+export const McpResponseMessage: MessageFns<McpResponseMessage> = {
+  encode(message: McpResponseMessage, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.resultJson !== "") {
+      writer.uint32(10).string(message.resultJson);
+    }
+    if (message.error !== "") {
+      writer.uint32(18).string(message.error);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): McpResponseMessage {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseMcpResponseMessage();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.resultJson = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.error = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): McpResponseMessage {
+    return {
+      resultJson: isSet(object.resultJson)
+        ? globalThis.String(object.resultJson)
+        : isSet(object.result_json)
+        ? globalThis.String(object.result_json)
+        : "",
+      error: isSet(object.error) ? globalThis.String(object.error) : "",
+    };
+  },
+
+  toJSON(message: McpResponseMessage): unknown {
+    const obj: any = {};
+    if (message.resultJson !== "") {
+      obj.resultJson = message.resultJson;
+    }
+    if (message.error !== "") {
+      obj.error = message.error;
+    }
+    return obj;
+  },
+
+  create(base?: DeepPartial<McpResponseMessage>): McpResponseMessage {
+    return McpResponseMessage.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<McpResponseMessage>): McpResponseMessage {
+    const message = createBaseMcpResponseMessage();
+    message.resultJson = object.resultJson ?? "";
+    message.error = object.error ?? "";
+    return message;
+  },
+};
 
 function createBaseTaskRef(): TaskRef {
   return { tenant: "", taskId: "" };
@@ -985,7 +1380,17 @@ export const ExecExit: MessageFns<ExecExit> = {
 };
 
 function createBaseStartBackgroundRequest(): StartBackgroundRequest {
-  return { task: undefined, command: "", workdir: "", pty: false, notifyOnComplete: false, watchPatterns: [] };
+  return {
+    task: undefined,
+    command: "",
+    workdir: "",
+    pty: false,
+    notifyOnComplete: false,
+    watchPatterns: [],
+    pipeStdin: false,
+    heartbeatSeconds: 0,
+    persistOnRelease: false,
+  };
 }
 
 export const StartBackgroundRequest: MessageFns<StartBackgroundRequest> = {
@@ -1007,6 +1412,15 @@ export const StartBackgroundRequest: MessageFns<StartBackgroundRequest> = {
     }
     for (const v of message.watchPatterns) {
       writer.uint32(50).string(v!);
+    }
+    if (message.pipeStdin !== false) {
+      writer.uint32(56).bool(message.pipeStdin);
+    }
+    if (message.heartbeatSeconds !== 0) {
+      writer.uint32(64).uint32(message.heartbeatSeconds);
+    }
+    if (message.persistOnRelease !== false) {
+      writer.uint32(72).bool(message.persistOnRelease);
     }
     return writer;
   },
@@ -1072,6 +1486,30 @@ export const StartBackgroundRequest: MessageFns<StartBackgroundRequest> = {
             message.watchPatterns.push(reader.string());
             continue;
           }
+          case 7: {
+            if (tag !== 56) {
+              break;
+            }
+
+            message.pipeStdin = reader.bool();
+            continue;
+          }
+          case 8: {
+            if (tag !== 64) {
+              break;
+            }
+
+            message.heartbeatSeconds = reader.uint32();
+            continue;
+          }
+          case 9: {
+            if (tag !== 72) {
+              break;
+            }
+
+            message.persistOnRelease = reader.bool();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -1100,6 +1538,21 @@ export const StartBackgroundRequest: MessageFns<StartBackgroundRequest> = {
         : globalThis.Array.isArray(object?.watch_patterns)
         ? object.watch_patterns.map((e: any) => globalThis.String(e))
         : [],
+      pipeStdin: isSet(object.pipeStdin)
+        ? globalThis.Boolean(object.pipeStdin)
+        : isSet(object.pipe_stdin)
+        ? globalThis.Boolean(object.pipe_stdin)
+        : false,
+      heartbeatSeconds: isSet(object.heartbeatSeconds)
+        ? globalThis.Number(object.heartbeatSeconds)
+        : isSet(object.heartbeat_seconds)
+        ? globalThis.Number(object.heartbeat_seconds)
+        : 0,
+      persistOnRelease: isSet(object.persistOnRelease)
+        ? globalThis.Boolean(object.persistOnRelease)
+        : isSet(object.persist_on_release)
+        ? globalThis.Boolean(object.persist_on_release)
+        : false,
     };
   },
 
@@ -1123,6 +1576,15 @@ export const StartBackgroundRequest: MessageFns<StartBackgroundRequest> = {
     if (message.watchPatterns?.length) {
       obj.watchPatterns = message.watchPatterns;
     }
+    if (message.pipeStdin !== false) {
+      obj.pipeStdin = message.pipeStdin;
+    }
+    if (message.heartbeatSeconds !== 0) {
+      obj.heartbeatSeconds = Math.round(message.heartbeatSeconds);
+    }
+    if (message.persistOnRelease !== false) {
+      obj.persistOnRelease = message.persistOnRelease;
+    }
     return obj;
   },
 
@@ -1137,6 +1599,9 @@ export const StartBackgroundRequest: MessageFns<StartBackgroundRequest> = {
     message.pty = object.pty ?? false;
     message.notifyOnComplete = object.notifyOnComplete ?? false;
     message.watchPatterns = object.watchPatterns?.map((e) => e) || [];
+    message.pipeStdin = object.pipeStdin ?? false;
+    message.heartbeatSeconds = object.heartbeatSeconds ?? 0;
+    message.persistOnRelease = object.persistOnRelease ?? false;
     return message;
   },
 };
@@ -2129,13 +2594,16 @@ export const StatFileResponse: MessageFns<StatFileResponse> = {
 };
 
 function createBaseInterruptTaskRequest(): InterruptTaskRequest {
-  return { task: undefined };
+  return { task: undefined, callIds: [] };
 }
 
 export const InterruptTaskRequest: MessageFns<InterruptTaskRequest> = {
   encode(message: InterruptTaskRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
     if (message.task !== undefined) {
       TaskRef.encode(message.task, writer.uint32(10).fork()).join();
+    }
+    for (const v of message.callIds) {
+      writer.uint32(18).string(v!);
     }
     return writer;
   },
@@ -2161,6 +2629,14 @@ export const InterruptTaskRequest: MessageFns<InterruptTaskRequest> = {
             message.task = TaskRef.decode(reader, reader.uint32());
             continue;
           }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.callIds.push(reader.string());
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -2174,13 +2650,23 @@ export const InterruptTaskRequest: MessageFns<InterruptTaskRequest> = {
   },
 
   fromJSON(object: any): InterruptTaskRequest {
-    return { task: isSet(object.task) ? TaskRef.fromJSON(object.task) : undefined };
+    return {
+      task: isSet(object.task) ? TaskRef.fromJSON(object.task) : undefined,
+      callIds: globalThis.Array.isArray(object?.callIds)
+        ? object.callIds.map((e: any) => globalThis.String(e))
+        : globalThis.Array.isArray(object?.call_ids)
+        ? object.call_ids.map((e: any) => globalThis.String(e))
+        : [],
+    };
   },
 
   toJSON(message: InterruptTaskRequest): unknown {
     const obj: any = {};
     if (message.task !== undefined) {
       obj.task = TaskRef.toJSON(message.task);
+    }
+    if (message.callIds?.length) {
+      obj.callIds = message.callIds;
     }
     return obj;
   },
@@ -2191,6 +2677,7 @@ export const InterruptTaskRequest: MessageFns<InterruptTaskRequest> = {
   fromPartial(object: DeepPartial<InterruptTaskRequest>): InterruptTaskRequest {
     const message = createBaseInterruptTaskRequest();
     message.task = (object.task !== undefined && object.task !== null) ? TaskRef.fromPartial(object.task) : undefined;
+    message.callIds = object.callIds?.map((e) => e) || [];
     return message;
   },
 };
@@ -3832,6 +4319,1590 @@ export const RunCodeResult: MessageFns<RunCodeResult> = {
   },
 };
 
+function createBaseWatchTaskEventsRequest(): WatchTaskEventsRequest {
+  return { task: undefined, afterId: "", fromLatest: false };
+}
+
+export const WatchTaskEventsRequest: MessageFns<WatchTaskEventsRequest> = {
+  encode(message: WatchTaskEventsRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.task !== undefined) {
+      TaskRef.encode(message.task, writer.uint32(10).fork()).join();
+    }
+    if (message.afterId !== "") {
+      writer.uint32(18).string(message.afterId);
+    }
+    if (message.fromLatest !== false) {
+      writer.uint32(24).bool(message.fromLatest);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): WatchTaskEventsRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseWatchTaskEventsRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.task = TaskRef.decode(reader, reader.uint32());
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.afterId = reader.string();
+            continue;
+          }
+          case 3: {
+            if (tag !== 24) {
+              break;
+            }
+
+            message.fromLatest = reader.bool();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): WatchTaskEventsRequest {
+    return {
+      task: isSet(object.task) ? TaskRef.fromJSON(object.task) : undefined,
+      afterId: isSet(object.afterId)
+        ? globalThis.String(object.afterId)
+        : isSet(object.after_id)
+        ? globalThis.String(object.after_id)
+        : "",
+      fromLatest: isSet(object.fromLatest)
+        ? globalThis.Boolean(object.fromLatest)
+        : isSet(object.from_latest)
+        ? globalThis.Boolean(object.from_latest)
+        : false,
+    };
+  },
+
+  toJSON(message: WatchTaskEventsRequest): unknown {
+    const obj: any = {};
+    if (message.task !== undefined) {
+      obj.task = TaskRef.toJSON(message.task);
+    }
+    if (message.afterId !== "") {
+      obj.afterId = message.afterId;
+    }
+    if (message.fromLatest !== false) {
+      obj.fromLatest = message.fromLatest;
+    }
+    return obj;
+  },
+
+  create(base?: DeepPartial<WatchTaskEventsRequest>): WatchTaskEventsRequest {
+    return WatchTaskEventsRequest.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<WatchTaskEventsRequest>): WatchTaskEventsRequest {
+    const message = createBaseWatchTaskEventsRequest();
+    message.task = (object.task !== undefined && object.task !== null) ? TaskRef.fromPartial(object.task) : undefined;
+    message.afterId = object.afterId ?? "";
+    message.fromLatest = object.fromLatest ?? false;
+    return message;
+  },
+};
+
+function createBaseWatchTaskEventsResponse(): WatchTaskEventsResponse {
+  return { message: undefined };
+}
+
+export const WatchTaskEventsResponse: MessageFns<WatchTaskEventsResponse> = {
+  encode(message: WatchTaskEventsResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    switch (message.message?.$case) {
+      case "subscribed":
+        TaskEventsSubscribed.encode(message.message.value, writer.uint32(10).fork()).join();
+        break;
+      case "event":
+        ProcessEventRecord.encode(message.message.value, writer.uint32(18).fork()).join();
+        break;
+      case "dropped":
+        TaskEventsDropped.encode(message.message.value, writer.uint32(26).fork()).join();
+        break;
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): WatchTaskEventsResponse {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseWatchTaskEventsResponse();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.message = { $case: "subscribed", value: TaskEventsSubscribed.decode(reader, reader.uint32()) };
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.message = { $case: "event", value: ProcessEventRecord.decode(reader, reader.uint32()) };
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.message = { $case: "dropped", value: TaskEventsDropped.decode(reader, reader.uint32()) };
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): WatchTaskEventsResponse {
+    return {
+      message: isSet(object.subscribed)
+        ? { $case: "subscribed", value: TaskEventsSubscribed.fromJSON(object.subscribed) }
+        : isSet(object.event)
+        ? { $case: "event", value: ProcessEventRecord.fromJSON(object.event) }
+        : isSet(object.dropped)
+        ? { $case: "dropped", value: TaskEventsDropped.fromJSON(object.dropped) }
+        : undefined,
+    };
+  },
+
+  toJSON(message: WatchTaskEventsResponse): unknown {
+    const obj: any = {};
+    if (message.message?.$case === "subscribed") {
+      obj.subscribed = TaskEventsSubscribed.toJSON(message.message.value);
+    } else if (message.message?.$case === "event") {
+      obj.event = ProcessEventRecord.toJSON(message.message.value);
+    } else if (message.message?.$case === "dropped") {
+      obj.dropped = TaskEventsDropped.toJSON(message.message.value);
+    }
+    return obj;
+  },
+
+  create(base?: DeepPartial<WatchTaskEventsResponse>): WatchTaskEventsResponse {
+    return WatchTaskEventsResponse.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<WatchTaskEventsResponse>): WatchTaskEventsResponse {
+    const message = createBaseWatchTaskEventsResponse();
+    switch (object.message?.$case) {
+      case "subscribed": {
+        if (object.message?.value !== undefined && object.message?.value !== null) {
+          message.message = { $case: "subscribed", value: TaskEventsSubscribed.fromPartial(object.message.value) };
+        }
+        break;
+      }
+      case "event": {
+        if (object.message?.value !== undefined && object.message?.value !== null) {
+          message.message = { $case: "event", value: ProcessEventRecord.fromPartial(object.message.value) };
+        }
+        break;
+      }
+      case "dropped": {
+        if (object.message?.value !== undefined && object.message?.value !== null) {
+          message.message = { $case: "dropped", value: TaskEventsDropped.fromPartial(object.message.value) };
+        }
+        break;
+      }
+    }
+    return message;
+  },
+};
+
+function createBaseTaskEventsSubscribed(): TaskEventsSubscribed {
+  return { lastId: "" };
+}
+
+export const TaskEventsSubscribed: MessageFns<TaskEventsSubscribed> = {
+  encode(message: TaskEventsSubscribed, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.lastId !== "") {
+      writer.uint32(10).string(message.lastId);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): TaskEventsSubscribed {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseTaskEventsSubscribed();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.lastId = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): TaskEventsSubscribed {
+    return {
+      lastId: isSet(object.lastId)
+        ? globalThis.String(object.lastId)
+        : isSet(object.last_id)
+        ? globalThis.String(object.last_id)
+        : "",
+    };
+  },
+
+  toJSON(message: TaskEventsSubscribed): unknown {
+    const obj: any = {};
+    if (message.lastId !== "") {
+      obj.lastId = message.lastId;
+    }
+    return obj;
+  },
+
+  create(base?: DeepPartial<TaskEventsSubscribed>): TaskEventsSubscribed {
+    return TaskEventsSubscribed.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<TaskEventsSubscribed>): TaskEventsSubscribed {
+    const message = createBaseTaskEventsSubscribed();
+    message.lastId = object.lastId ?? "";
+    return message;
+  },
+};
+
+function createBaseProcessEventRecord(): ProcessEventRecord {
+  return { id: "", eventJson: "" };
+}
+
+export const ProcessEventRecord: MessageFns<ProcessEventRecord> = {
+  encode(message: ProcessEventRecord, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.id !== "") {
+      writer.uint32(10).string(message.id);
+    }
+    if (message.eventJson !== "") {
+      writer.uint32(18).string(message.eventJson);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): ProcessEventRecord {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseProcessEventRecord();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.id = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.eventJson = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): ProcessEventRecord {
+    return {
+      id: isSet(object.id) ? globalThis.String(object.id) : "",
+      eventJson: isSet(object.eventJson)
+        ? globalThis.String(object.eventJson)
+        : isSet(object.event_json)
+        ? globalThis.String(object.event_json)
+        : "",
+    };
+  },
+
+  toJSON(message: ProcessEventRecord): unknown {
+    const obj: any = {};
+    if (message.id !== "") {
+      obj.id = message.id;
+    }
+    if (message.eventJson !== "") {
+      obj.eventJson = message.eventJson;
+    }
+    return obj;
+  },
+
+  create(base?: DeepPartial<ProcessEventRecord>): ProcessEventRecord {
+    return ProcessEventRecord.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<ProcessEventRecord>): ProcessEventRecord {
+    const message = createBaseProcessEventRecord();
+    message.id = object.id ?? "";
+    message.eventJson = object.eventJson ?? "";
+    return message;
+  },
+};
+
+function createBaseTaskEventsDropped(): TaskEventsDropped {
+  return { id: "", count: 0 };
+}
+
+export const TaskEventsDropped: MessageFns<TaskEventsDropped> = {
+  encode(message: TaskEventsDropped, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.id !== "") {
+      writer.uint32(10).string(message.id);
+    }
+    if (message.count !== 0) {
+      writer.uint32(16).sint64(message.count);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): TaskEventsDropped {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseTaskEventsDropped();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.id = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 16) {
+              break;
+            }
+
+            message.count = longToNumber(reader.sint64());
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): TaskEventsDropped {
+    return {
+      id: isSet(object.id) ? globalThis.String(object.id) : "",
+      count: isSet(object.count) ? globalThis.Number(object.count) : 0,
+    };
+  },
+
+  toJSON(message: TaskEventsDropped): unknown {
+    const obj: any = {};
+    if (message.id !== "") {
+      obj.id = message.id;
+    }
+    if (message.count !== 0) {
+      obj.count = Math.round(message.count);
+    }
+    return obj;
+  },
+
+  create(base?: DeepPartial<TaskEventsDropped>): TaskEventsDropped {
+    return TaskEventsDropped.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<TaskEventsDropped>): TaskEventsDropped {
+    const message = createBaseTaskEventsDropped();
+    message.id = object.id ?? "";
+    message.count = object.count ?? 0;
+    return message;
+  },
+};
+
+function createBaseSuspendTaskRequest(): SuspendTaskRequest {
+  return { task: undefined };
+}
+
+export const SuspendTaskRequest: MessageFns<SuspendTaskRequest> = {
+  encode(message: SuspendTaskRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.task !== undefined) {
+      TaskRef.encode(message.task, writer.uint32(10).fork()).join();
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): SuspendTaskRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseSuspendTaskRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.task = TaskRef.decode(reader, reader.uint32());
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): SuspendTaskRequest {
+    return { task: isSet(object.task) ? TaskRef.fromJSON(object.task) : undefined };
+  },
+
+  toJSON(message: SuspendTaskRequest): unknown {
+    const obj: any = {};
+    if (message.task !== undefined) {
+      obj.task = TaskRef.toJSON(message.task);
+    }
+    return obj;
+  },
+
+  create(base?: DeepPartial<SuspendTaskRequest>): SuspendTaskRequest {
+    return SuspendTaskRequest.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<SuspendTaskRequest>): SuspendTaskRequest {
+    const message = createBaseSuspendTaskRequest();
+    message.task = (object.task !== undefined && object.task !== null) ? TaskRef.fromPartial(object.task) : undefined;
+    return message;
+  },
+};
+
+function createBaseSuspendTaskResponse(): SuspendTaskResponse {
+  return { suspended: false, processesKept: false };
+}
+
+export const SuspendTaskResponse: MessageFns<SuspendTaskResponse> = {
+  encode(message: SuspendTaskResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.suspended !== false) {
+      writer.uint32(8).bool(message.suspended);
+    }
+    if (message.processesKept !== false) {
+      writer.uint32(16).bool(message.processesKept);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): SuspendTaskResponse {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseSuspendTaskResponse();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 8) {
+              break;
+            }
+
+            message.suspended = reader.bool();
+            continue;
+          }
+          case 2: {
+            if (tag !== 16) {
+              break;
+            }
+
+            message.processesKept = reader.bool();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): SuspendTaskResponse {
+    return {
+      suspended: isSet(object.suspended) ? globalThis.Boolean(object.suspended) : false,
+      processesKept: isSet(object.processesKept)
+        ? globalThis.Boolean(object.processesKept)
+        : isSet(object.processes_kept)
+        ? globalThis.Boolean(object.processes_kept)
+        : false,
+    };
+  },
+
+  toJSON(message: SuspendTaskResponse): unknown {
+    const obj: any = {};
+    if (message.suspended !== false) {
+      obj.suspended = message.suspended;
+    }
+    if (message.processesKept !== false) {
+      obj.processesKept = message.processesKept;
+    }
+    return obj;
+  },
+
+  create(base?: DeepPartial<SuspendTaskResponse>): SuspendTaskResponse {
+    return SuspendTaskResponse.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<SuspendTaskResponse>): SuspendTaskResponse {
+    const message = createBaseSuspendTaskResponse();
+    message.suspended = object.suspended ?? false;
+    message.processesKept = object.processesKept ?? false;
+    return message;
+  },
+};
+
+function createBaseResumeTaskRequest(): ResumeTaskRequest {
+  return { task: undefined };
+}
+
+export const ResumeTaskRequest: MessageFns<ResumeTaskRequest> = {
+  encode(message: ResumeTaskRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.task !== undefined) {
+      TaskRef.encode(message.task, writer.uint32(10).fork()).join();
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): ResumeTaskRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseResumeTaskRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.task = TaskRef.decode(reader, reader.uint32());
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): ResumeTaskRequest {
+    return { task: isSet(object.task) ? TaskRef.fromJSON(object.task) : undefined };
+  },
+
+  toJSON(message: ResumeTaskRequest): unknown {
+    const obj: any = {};
+    if (message.task !== undefined) {
+      obj.task = TaskRef.toJSON(message.task);
+    }
+    return obj;
+  },
+
+  create(base?: DeepPartial<ResumeTaskRequest>): ResumeTaskRequest {
+    return ResumeTaskRequest.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<ResumeTaskRequest>): ResumeTaskRequest {
+    const message = createBaseResumeTaskRequest();
+    message.task = (object.task !== undefined && object.task !== null) ? TaskRef.fromPartial(object.task) : undefined;
+    return message;
+  },
+};
+
+function createBaseResumeTaskResponse(): ResumeTaskResponse {
+  return { resumed: false };
+}
+
+export const ResumeTaskResponse: MessageFns<ResumeTaskResponse> = {
+  encode(message: ResumeTaskResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.resumed !== false) {
+      writer.uint32(8).bool(message.resumed);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): ResumeTaskResponse {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseResumeTaskResponse();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 8) {
+              break;
+            }
+
+            message.resumed = reader.bool();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): ResumeTaskResponse {
+    return { resumed: isSet(object.resumed) ? globalThis.Boolean(object.resumed) : false };
+  },
+
+  toJSON(message: ResumeTaskResponse): unknown {
+    const obj: any = {};
+    if (message.resumed !== false) {
+      obj.resumed = message.resumed;
+    }
+    return obj;
+  },
+
+  create(base?: DeepPartial<ResumeTaskResponse>): ResumeTaskResponse {
+    return ResumeTaskResponse.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<ResumeTaskResponse>): ResumeTaskResponse {
+    const message = createBaseResumeTaskResponse();
+    message.resumed = object.resumed ?? false;
+    return message;
+  },
+};
+
+function createBaseTaskSnapshotRecord(): TaskSnapshotRecord {
+  return {
+    snapshotId: "",
+    tenant: "",
+    sourceTaskId: "",
+    label: "",
+    createdAtMs: 0,
+    sizeBytes: 0,
+    includesProcesses: false,
+    backend: "",
+  };
+}
+
+export const TaskSnapshotRecord: MessageFns<TaskSnapshotRecord> = {
+  encode(message: TaskSnapshotRecord, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.snapshotId !== "") {
+      writer.uint32(10).string(message.snapshotId);
+    }
+    if (message.tenant !== "") {
+      writer.uint32(18).string(message.tenant);
+    }
+    if (message.sourceTaskId !== "") {
+      writer.uint32(26).string(message.sourceTaskId);
+    }
+    if (message.label !== "") {
+      writer.uint32(34).string(message.label);
+    }
+    if (message.createdAtMs !== 0) {
+      writer.uint32(40).int64(message.createdAtMs);
+    }
+    if (message.sizeBytes !== 0) {
+      writer.uint32(48).uint64(message.sizeBytes);
+    }
+    if (message.includesProcesses !== false) {
+      writer.uint32(56).bool(message.includesProcesses);
+    }
+    if (message.backend !== "") {
+      writer.uint32(66).string(message.backend);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): TaskSnapshotRecord {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseTaskSnapshotRecord();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.snapshotId = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.tenant = reader.string();
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.sourceTaskId = reader.string();
+            continue;
+          }
+          case 4: {
+            if (tag !== 34) {
+              break;
+            }
+
+            message.label = reader.string();
+            continue;
+          }
+          case 5: {
+            if (tag !== 40) {
+              break;
+            }
+
+            message.createdAtMs = longToNumber(reader.int64());
+            continue;
+          }
+          case 6: {
+            if (tag !== 48) {
+              break;
+            }
+
+            message.sizeBytes = longToNumber(reader.uint64());
+            continue;
+          }
+          case 7: {
+            if (tag !== 56) {
+              break;
+            }
+
+            message.includesProcesses = reader.bool();
+            continue;
+          }
+          case 8: {
+            if (tag !== 66) {
+              break;
+            }
+
+            message.backend = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): TaskSnapshotRecord {
+    return {
+      snapshotId: isSet(object.snapshotId)
+        ? globalThis.String(object.snapshotId)
+        : isSet(object.snapshot_id)
+        ? globalThis.String(object.snapshot_id)
+        : "",
+      tenant: isSet(object.tenant) ? globalThis.String(object.tenant) : "",
+      sourceTaskId: isSet(object.sourceTaskId)
+        ? globalThis.String(object.sourceTaskId)
+        : isSet(object.source_task_id)
+        ? globalThis.String(object.source_task_id)
+        : "",
+      label: isSet(object.label) ? globalThis.String(object.label) : "",
+      createdAtMs: isSet(object.createdAtMs)
+        ? globalThis.Number(object.createdAtMs)
+        : isSet(object.created_at_ms)
+        ? globalThis.Number(object.created_at_ms)
+        : 0,
+      sizeBytes: isSet(object.sizeBytes)
+        ? globalThis.Number(object.sizeBytes)
+        : isSet(object.size_bytes)
+        ? globalThis.Number(object.size_bytes)
+        : 0,
+      includesProcesses: isSet(object.includesProcesses)
+        ? globalThis.Boolean(object.includesProcesses)
+        : isSet(object.includes_processes)
+        ? globalThis.Boolean(object.includes_processes)
+        : false,
+      backend: isSet(object.backend) ? globalThis.String(object.backend) : "",
+    };
+  },
+
+  toJSON(message: TaskSnapshotRecord): unknown {
+    const obj: any = {};
+    if (message.snapshotId !== "") {
+      obj.snapshotId = message.snapshotId;
+    }
+    if (message.tenant !== "") {
+      obj.tenant = message.tenant;
+    }
+    if (message.sourceTaskId !== "") {
+      obj.sourceTaskId = message.sourceTaskId;
+    }
+    if (message.label !== "") {
+      obj.label = message.label;
+    }
+    if (message.createdAtMs !== 0) {
+      obj.createdAtMs = Math.round(message.createdAtMs);
+    }
+    if (message.sizeBytes !== 0) {
+      obj.sizeBytes = Math.round(message.sizeBytes);
+    }
+    if (message.includesProcesses !== false) {
+      obj.includesProcesses = message.includesProcesses;
+    }
+    if (message.backend !== "") {
+      obj.backend = message.backend;
+    }
+    return obj;
+  },
+
+  create(base?: DeepPartial<TaskSnapshotRecord>): TaskSnapshotRecord {
+    return TaskSnapshotRecord.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<TaskSnapshotRecord>): TaskSnapshotRecord {
+    const message = createBaseTaskSnapshotRecord();
+    message.snapshotId = object.snapshotId ?? "";
+    message.tenant = object.tenant ?? "";
+    message.sourceTaskId = object.sourceTaskId ?? "";
+    message.label = object.label ?? "";
+    message.createdAtMs = object.createdAtMs ?? 0;
+    message.sizeBytes = object.sizeBytes ?? 0;
+    message.includesProcesses = object.includesProcesses ?? false;
+    message.backend = object.backend ?? "";
+    return message;
+  },
+};
+
+function createBaseSnapshotTaskRequest(): SnapshotTaskRequest {
+  return { task: undefined, label: "" };
+}
+
+export const SnapshotTaskRequest: MessageFns<SnapshotTaskRequest> = {
+  encode(message: SnapshotTaskRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.task !== undefined) {
+      TaskRef.encode(message.task, writer.uint32(10).fork()).join();
+    }
+    if (message.label !== "") {
+      writer.uint32(18).string(message.label);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): SnapshotTaskRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseSnapshotTaskRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.task = TaskRef.decode(reader, reader.uint32());
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.label = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): SnapshotTaskRequest {
+    return {
+      task: isSet(object.task) ? TaskRef.fromJSON(object.task) : undefined,
+      label: isSet(object.label) ? globalThis.String(object.label) : "",
+    };
+  },
+
+  toJSON(message: SnapshotTaskRequest): unknown {
+    const obj: any = {};
+    if (message.task !== undefined) {
+      obj.task = TaskRef.toJSON(message.task);
+    }
+    if (message.label !== "") {
+      obj.label = message.label;
+    }
+    return obj;
+  },
+
+  create(base?: DeepPartial<SnapshotTaskRequest>): SnapshotTaskRequest {
+    return SnapshotTaskRequest.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<SnapshotTaskRequest>): SnapshotTaskRequest {
+    const message = createBaseSnapshotTaskRequest();
+    message.task = (object.task !== undefined && object.task !== null) ? TaskRef.fromPartial(object.task) : undefined;
+    message.label = object.label ?? "";
+    return message;
+  },
+};
+
+function createBaseSnapshotTaskResponse(): SnapshotTaskResponse {
+  return { snapshot: undefined };
+}
+
+export const SnapshotTaskResponse: MessageFns<SnapshotTaskResponse> = {
+  encode(message: SnapshotTaskResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.snapshot !== undefined) {
+      TaskSnapshotRecord.encode(message.snapshot, writer.uint32(10).fork()).join();
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): SnapshotTaskResponse {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseSnapshotTaskResponse();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.snapshot = TaskSnapshotRecord.decode(reader, reader.uint32());
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): SnapshotTaskResponse {
+    return { snapshot: isSet(object.snapshot) ? TaskSnapshotRecord.fromJSON(object.snapshot) : undefined };
+  },
+
+  toJSON(message: SnapshotTaskResponse): unknown {
+    const obj: any = {};
+    if (message.snapshot !== undefined) {
+      obj.snapshot = TaskSnapshotRecord.toJSON(message.snapshot);
+    }
+    return obj;
+  },
+
+  create(base?: DeepPartial<SnapshotTaskResponse>): SnapshotTaskResponse {
+    return SnapshotTaskResponse.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<SnapshotTaskResponse>): SnapshotTaskResponse {
+    const message = createBaseSnapshotTaskResponse();
+    message.snapshot = (object.snapshot !== undefined && object.snapshot !== null)
+      ? TaskSnapshotRecord.fromPartial(object.snapshot)
+      : undefined;
+    return message;
+  },
+};
+
+function createBaseForkTaskRequest(): ForkTaskRequest {
+  return { task: undefined, snapshotId: "" };
+}
+
+export const ForkTaskRequest: MessageFns<ForkTaskRequest> = {
+  encode(message: ForkTaskRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.task !== undefined) {
+      TaskRef.encode(message.task, writer.uint32(10).fork()).join();
+    }
+    if (message.snapshotId !== "") {
+      writer.uint32(18).string(message.snapshotId);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): ForkTaskRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseForkTaskRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.task = TaskRef.decode(reader, reader.uint32());
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.snapshotId = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): ForkTaskRequest {
+    return {
+      task: isSet(object.task) ? TaskRef.fromJSON(object.task) : undefined,
+      snapshotId: isSet(object.snapshotId)
+        ? globalThis.String(object.snapshotId)
+        : isSet(object.snapshot_id)
+        ? globalThis.String(object.snapshot_id)
+        : "",
+    };
+  },
+
+  toJSON(message: ForkTaskRequest): unknown {
+    const obj: any = {};
+    if (message.task !== undefined) {
+      obj.task = TaskRef.toJSON(message.task);
+    }
+    if (message.snapshotId !== "") {
+      obj.snapshotId = message.snapshotId;
+    }
+    return obj;
+  },
+
+  create(base?: DeepPartial<ForkTaskRequest>): ForkTaskRequest {
+    return ForkTaskRequest.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<ForkTaskRequest>): ForkTaskRequest {
+    const message = createBaseForkTaskRequest();
+    message.task = (object.task !== undefined && object.task !== null) ? TaskRef.fromPartial(object.task) : undefined;
+    message.snapshotId = object.snapshotId ?? "";
+    return message;
+  },
+};
+
+function createBaseForkTaskResponse(): ForkTaskResponse {
+  return { snapshot: undefined };
+}
+
+export const ForkTaskResponse: MessageFns<ForkTaskResponse> = {
+  encode(message: ForkTaskResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.snapshot !== undefined) {
+      TaskSnapshotRecord.encode(message.snapshot, writer.uint32(10).fork()).join();
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): ForkTaskResponse {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseForkTaskResponse();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.snapshot = TaskSnapshotRecord.decode(reader, reader.uint32());
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): ForkTaskResponse {
+    return { snapshot: isSet(object.snapshot) ? TaskSnapshotRecord.fromJSON(object.snapshot) : undefined };
+  },
+
+  toJSON(message: ForkTaskResponse): unknown {
+    const obj: any = {};
+    if (message.snapshot !== undefined) {
+      obj.snapshot = TaskSnapshotRecord.toJSON(message.snapshot);
+    }
+    return obj;
+  },
+
+  create(base?: DeepPartial<ForkTaskResponse>): ForkTaskResponse {
+    return ForkTaskResponse.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<ForkTaskResponse>): ForkTaskResponse {
+    const message = createBaseForkTaskResponse();
+    message.snapshot = (object.snapshot !== undefined && object.snapshot !== null)
+      ? TaskSnapshotRecord.fromPartial(object.snapshot)
+      : undefined;
+    return message;
+  },
+};
+
+function createBaseListTaskSnapshotsRequest(): ListTaskSnapshotsRequest {
+  return { tenant: "" };
+}
+
+export const ListTaskSnapshotsRequest: MessageFns<ListTaskSnapshotsRequest> = {
+  encode(message: ListTaskSnapshotsRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.tenant !== "") {
+      writer.uint32(10).string(message.tenant);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): ListTaskSnapshotsRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseListTaskSnapshotsRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.tenant = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): ListTaskSnapshotsRequest {
+    return { tenant: isSet(object.tenant) ? globalThis.String(object.tenant) : "" };
+  },
+
+  toJSON(message: ListTaskSnapshotsRequest): unknown {
+    const obj: any = {};
+    if (message.tenant !== "") {
+      obj.tenant = message.tenant;
+    }
+    return obj;
+  },
+
+  create(base?: DeepPartial<ListTaskSnapshotsRequest>): ListTaskSnapshotsRequest {
+    return ListTaskSnapshotsRequest.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<ListTaskSnapshotsRequest>): ListTaskSnapshotsRequest {
+    const message = createBaseListTaskSnapshotsRequest();
+    message.tenant = object.tenant ?? "";
+    return message;
+  },
+};
+
+function createBaseListTaskSnapshotsResponse(): ListTaskSnapshotsResponse {
+  return { snapshots: [] };
+}
+
+export const ListTaskSnapshotsResponse: MessageFns<ListTaskSnapshotsResponse> = {
+  encode(message: ListTaskSnapshotsResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    for (const v of message.snapshots) {
+      TaskSnapshotRecord.encode(v!, writer.uint32(10).fork()).join();
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): ListTaskSnapshotsResponse {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseListTaskSnapshotsResponse();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.snapshots.push(TaskSnapshotRecord.decode(reader, reader.uint32()));
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): ListTaskSnapshotsResponse {
+    return {
+      snapshots: globalThis.Array.isArray(object?.snapshots)
+        ? object.snapshots.map((e: any) => TaskSnapshotRecord.fromJSON(e))
+        : [],
+    };
+  },
+
+  toJSON(message: ListTaskSnapshotsResponse): unknown {
+    const obj: any = {};
+    if (message.snapshots?.length) {
+      obj.snapshots = message.snapshots.map((e) => TaskSnapshotRecord.toJSON(e));
+    }
+    return obj;
+  },
+
+  create(base?: DeepPartial<ListTaskSnapshotsResponse>): ListTaskSnapshotsResponse {
+    return ListTaskSnapshotsResponse.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<ListTaskSnapshotsResponse>): ListTaskSnapshotsResponse {
+    const message = createBaseListTaskSnapshotsResponse();
+    message.snapshots = object.snapshots?.map((e) => TaskSnapshotRecord.fromPartial(e)) || [];
+    return message;
+  },
+};
+
+function createBaseDeleteTaskSnapshotRequest(): DeleteTaskSnapshotRequest {
+  return { tenant: "", snapshotId: "" };
+}
+
+export const DeleteTaskSnapshotRequest: MessageFns<DeleteTaskSnapshotRequest> = {
+  encode(message: DeleteTaskSnapshotRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.tenant !== "") {
+      writer.uint32(10).string(message.tenant);
+    }
+    if (message.snapshotId !== "") {
+      writer.uint32(18).string(message.snapshotId);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): DeleteTaskSnapshotRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseDeleteTaskSnapshotRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.tenant = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.snapshotId = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): DeleteTaskSnapshotRequest {
+    return {
+      tenant: isSet(object.tenant) ? globalThis.String(object.tenant) : "",
+      snapshotId: isSet(object.snapshotId)
+        ? globalThis.String(object.snapshotId)
+        : isSet(object.snapshot_id)
+        ? globalThis.String(object.snapshot_id)
+        : "",
+    };
+  },
+
+  toJSON(message: DeleteTaskSnapshotRequest): unknown {
+    const obj: any = {};
+    if (message.tenant !== "") {
+      obj.tenant = message.tenant;
+    }
+    if (message.snapshotId !== "") {
+      obj.snapshotId = message.snapshotId;
+    }
+    return obj;
+  },
+
+  create(base?: DeepPartial<DeleteTaskSnapshotRequest>): DeleteTaskSnapshotRequest {
+    return DeleteTaskSnapshotRequest.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<DeleteTaskSnapshotRequest>): DeleteTaskSnapshotRequest {
+    const message = createBaseDeleteTaskSnapshotRequest();
+    message.tenant = object.tenant ?? "";
+    message.snapshotId = object.snapshotId ?? "";
+    return message;
+  },
+};
+
+function createBaseDeleteTaskSnapshotResponse(): DeleteTaskSnapshotResponse {
+  return { deleted: false };
+}
+
+export const DeleteTaskSnapshotResponse: MessageFns<DeleteTaskSnapshotResponse> = {
+  encode(message: DeleteTaskSnapshotResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.deleted !== false) {
+      writer.uint32(8).bool(message.deleted);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): DeleteTaskSnapshotResponse {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseDeleteTaskSnapshotResponse();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 8) {
+              break;
+            }
+
+            message.deleted = reader.bool();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): DeleteTaskSnapshotResponse {
+    return { deleted: isSet(object.deleted) ? globalThis.Boolean(object.deleted) : false };
+  },
+
+  toJSON(message: DeleteTaskSnapshotResponse): unknown {
+    const obj: any = {};
+    if (message.deleted !== false) {
+      obj.deleted = message.deleted;
+    }
+    return obj;
+  },
+
+  create(base?: DeepPartial<DeleteTaskSnapshotResponse>): DeleteTaskSnapshotResponse {
+    return DeleteTaskSnapshotResponse.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<DeleteTaskSnapshotResponse>): DeleteTaskSnapshotResponse {
+    const message = createBaseDeleteTaskSnapshotResponse();
+    message.deleted = object.deleted ?? false;
+    return message;
+  },
+};
+
 /**
  * Internal API between the dispatcher and an executor (one terminal backend).
  * Every request names the tenant and task: the executor keys environments on both.
@@ -3941,6 +6012,95 @@ export const ExecutorDefinition = {
       responseStream: true,
       options: {},
     },
+    /**
+     * One request to an MCP server of the task (tools/list or tools/call): a
+     * stdio server runs inside the task's environment, started on first use and
+     * again after it exited; an HTTP server is reached from the executor under
+     * the tenant's egress policy.
+     */
+    mcpRequest: {
+      name: "McpRequest",
+      requestType: McpRequestMessage as typeof McpRequestMessage,
+      requestStream: false,
+      responseType: McpResponseMessage as typeof McpResponseMessage,
+      responseStream: false,
+      options: {},
+    },
+    /**
+     * The task's background-process events (notify_on_complete completions,
+     * watch matches and their summaries, heartbeats) from its event log here:
+     * first `subscribed`, then the retained events after `after_id` (with
+     * `dropped` first when some of them are gone), then new ones as they
+     * happen, until the caller cancels. A task with no events yet (or no
+     * environment) waits like any other.
+     */
+    watchTaskEvents: {
+      name: "WatchTaskEvents",
+      requestType: WatchTaskEventsRequest as typeof WatchTaskEventsRequest,
+      requestStream: false,
+      responseType: WatchTaskEventsResponse as typeof WatchTaskEventsResponse,
+      responseStream: true,
+      options: {},
+    },
+    /**
+     * Suspends the task's environment once no call runs on it (FAILED_PRECONDITION
+     * while one does, or when the backend cannot suspend).
+     */
+    suspendTask: {
+      name: "SuspendTask",
+      requestType: SuspendTaskRequest as typeof SuspendTaskRequest,
+      requestStream: false,
+      responseType: SuspendTaskResponse as typeof SuspendTaskResponse,
+      responseStream: false,
+      options: {},
+    },
+    /** Resumes a suspended task's environment. */
+    resumeTask: {
+      name: "ResumeTask",
+      requestType: ResumeTaskRequest as typeof ResumeTaskRequest,
+      requestStream: false,
+      responseType: ResumeTaskResponse as typeof ResumeTaskResponse,
+      responseStream: false,
+      options: {},
+    },
+    /**
+     * Snapshots the task's environment (waits for its foreground work; none
+     * starts meanwhile). FAILED_PRECONDITION where the backend cannot.
+     */
+    snapshotTask: {
+      name: "SnapshotTask",
+      requestType: SnapshotTaskRequest as typeof SnapshotTaskRequest,
+      requestStream: false,
+      responseType: SnapshotTaskResponse as typeof SnapshotTaskResponse,
+      responseStream: false,
+      options: {},
+    },
+    /** Creates task `task`'s environment from one of its tenant's snapshots. */
+    forkTask: {
+      name: "ForkTask",
+      requestType: ForkTaskRequest as typeof ForkTaskRequest,
+      requestStream: false,
+      responseType: ForkTaskResponse as typeof ForkTaskResponse,
+      responseStream: false,
+      options: {},
+    },
+    /** The tenant's complete snapshots this executor's backend can see. */
+    listTaskSnapshots: {
+      name: "ListTaskSnapshots",
+      requestType: ListTaskSnapshotsRequest as typeof ListTaskSnapshotsRequest,
+      requestStream: false,
+      responseType: ListTaskSnapshotsResponse as typeof ListTaskSnapshotsResponse,
+      responseStream: false,
+      options: {},
+    },
+    deleteTaskSnapshot: {
+      name: "DeleteTaskSnapshot",
+      requestType: DeleteTaskSnapshotRequest as typeof DeleteTaskSnapshotRequest,
+      requestStream: false,
+      responseType: DeleteTaskSnapshotResponse as typeof DeleteTaskSnapshotResponse,
+      responseStream: false,
+      options: {},
+    },
   },
 } as const;
 
@@ -3989,6 +6149,60 @@ export interface ExecutorServiceImplementation<CallContextExt = {}> {
     request: AsyncIterable<RunCodeClientMessage>,
     context: CallContext & CallContextExt,
   ): ServerStreamingMethodResult<DeepPartial<RunCodeServerMessage>>;
+  /**
+   * One request to an MCP server of the task (tools/list or tools/call): a
+   * stdio server runs inside the task's environment, started on first use and
+   * again after it exited; an HTTP server is reached from the executor under
+   * the tenant's egress policy.
+   */
+  mcpRequest(
+    request: McpRequestMessage,
+    context: CallContext & CallContextExt,
+  ): Promise<DeepPartial<McpResponseMessage>>;
+  /**
+   * The task's background-process events (notify_on_complete completions,
+   * watch matches and their summaries, heartbeats) from its event log here:
+   * first `subscribed`, then the retained events after `after_id` (with
+   * `dropped` first when some of them are gone), then new ones as they
+   * happen, until the caller cancels. A task with no events yet (or no
+   * environment) waits like any other.
+   */
+  watchTaskEvents(
+    request: WatchTaskEventsRequest,
+    context: CallContext & CallContextExt,
+  ): ServerStreamingMethodResult<DeepPartial<WatchTaskEventsResponse>>;
+  /**
+   * Suspends the task's environment once no call runs on it (FAILED_PRECONDITION
+   * while one does, or when the backend cannot suspend).
+   */
+  suspendTask(
+    request: SuspendTaskRequest,
+    context: CallContext & CallContextExt,
+  ): Promise<DeepPartial<SuspendTaskResponse>>;
+  /** Resumes a suspended task's environment. */
+  resumeTask(
+    request: ResumeTaskRequest,
+    context: CallContext & CallContextExt,
+  ): Promise<DeepPartial<ResumeTaskResponse>>;
+  /**
+   * Snapshots the task's environment (waits for its foreground work; none
+   * starts meanwhile). FAILED_PRECONDITION where the backend cannot.
+   */
+  snapshotTask(
+    request: SnapshotTaskRequest,
+    context: CallContext & CallContextExt,
+  ): Promise<DeepPartial<SnapshotTaskResponse>>;
+  /** Creates task `task`'s environment from one of its tenant's snapshots. */
+  forkTask(request: ForkTaskRequest, context: CallContext & CallContextExt): Promise<DeepPartial<ForkTaskResponse>>;
+  /** The tenant's complete snapshots this executor's backend can see. */
+  listTaskSnapshots(
+    request: ListTaskSnapshotsRequest,
+    context: CallContext & CallContextExt,
+  ): Promise<DeepPartial<ListTaskSnapshotsResponse>>;
+  deleteTaskSnapshot(
+    request: DeleteTaskSnapshotRequest,
+    context: CallContext & CallContextExt,
+  ): Promise<DeepPartial<DeleteTaskSnapshotResponse>>;
 }
 
 export interface ExecutorClient<CallOptionsExt = {}> {
@@ -4033,6 +6247,60 @@ export interface ExecutorClient<CallOptionsExt = {}> {
     request: AsyncIterable<DeepPartial<RunCodeClientMessage>>,
     options?: CallOptions & CallOptionsExt,
   ): AsyncIterable<RunCodeServerMessage>;
+  /**
+   * One request to an MCP server of the task (tools/list or tools/call): a
+   * stdio server runs inside the task's environment, started on first use and
+   * again after it exited; an HTTP server is reached from the executor under
+   * the tenant's egress policy.
+   */
+  mcpRequest(
+    request: DeepPartial<McpRequestMessage>,
+    options?: CallOptions & CallOptionsExt,
+  ): Promise<McpResponseMessage>;
+  /**
+   * The task's background-process events (notify_on_complete completions,
+   * watch matches and their summaries, heartbeats) from its event log here:
+   * first `subscribed`, then the retained events after `after_id` (with
+   * `dropped` first when some of them are gone), then new ones as they
+   * happen, until the caller cancels. A task with no events yet (or no
+   * environment) waits like any other.
+   */
+  watchTaskEvents(
+    request: DeepPartial<WatchTaskEventsRequest>,
+    options?: CallOptions & CallOptionsExt,
+  ): AsyncIterable<WatchTaskEventsResponse>;
+  /**
+   * Suspends the task's environment once no call runs on it (FAILED_PRECONDITION
+   * while one does, or when the backend cannot suspend).
+   */
+  suspendTask(
+    request: DeepPartial<SuspendTaskRequest>,
+    options?: CallOptions & CallOptionsExt,
+  ): Promise<SuspendTaskResponse>;
+  /** Resumes a suspended task's environment. */
+  resumeTask(
+    request: DeepPartial<ResumeTaskRequest>,
+    options?: CallOptions & CallOptionsExt,
+  ): Promise<ResumeTaskResponse>;
+  /**
+   * Snapshots the task's environment (waits for its foreground work; none
+   * starts meanwhile). FAILED_PRECONDITION where the backend cannot.
+   */
+  snapshotTask(
+    request: DeepPartial<SnapshotTaskRequest>,
+    options?: CallOptions & CallOptionsExt,
+  ): Promise<SnapshotTaskResponse>;
+  /** Creates task `task`'s environment from one of its tenant's snapshots. */
+  forkTask(request: DeepPartial<ForkTaskRequest>, options?: CallOptions & CallOptionsExt): Promise<ForkTaskResponse>;
+  /** The tenant's complete snapshots this executor's backend can see. */
+  listTaskSnapshots(
+    request: DeepPartial<ListTaskSnapshotsRequest>,
+    options?: CallOptions & CallOptionsExt,
+  ): Promise<ListTaskSnapshotsResponse>;
+  deleteTaskSnapshot(
+    request: DeepPartial<DeleteTaskSnapshotRequest>,
+    options?: CallOptions & CallOptionsExt,
+  ): Promise<DeleteTaskSnapshotResponse>;
 }
 
 function bytesFromBase64(b64: string): Uint8Array {

@@ -2,7 +2,7 @@
  * The executor's end of one exec agent connection: requests are framed and
  * multiplexed by id over one byte stream (see agent-protocol.ts). The
  * stream is whatever the backend has: the Unix socket the agent dialled,
- * or the stdin/stdout of `python3 berth_agent.py --stdio` (stdio-agent.ts).
+ * or the stdin/stdout of `python3 berth_agent.pyz --stdio` (stdio-agent.ts).
  *
  * The channel can outlive one stream: when a stream drops (EOF, reset; never
  * after a protocol fault, which loses the channel for good) and the backend
@@ -11,42 +11,27 @@
  * back on a new stream they are bound to it (`resume`), so their output,
  * stdin, exit and kill carry on.
  */
-import { timingSafeEqual } from 'node:crypto';
 import type { Duplex } from 'node:stream';
 import { FailedPreconditionError, ResourceExhaustedError } from '../../../../common/errors.js';
 import type { Logger } from '../../../../common/logging.js';
-import { fileTooLargeError } from '../file-errors.js';
-import { MAX_READ_FILE_BYTES } from '../file-limits.js';
 import { deliverOutput } from '../guards.js';
-import { RelayListener } from './agent-relay.js';
+import { readAgentFile, statAgentFile, writeAgentFile } from './agent-files.js';
+import type { AgentLink, RelayRoute } from './agent-link.js';
+import { LIVENESS_PROBE_AFTER_MS, LIVENESS_TIMEOUT_MS, LivenessWatchdog } from './agent-liveness.js';
+import { AgentOpError, replyError } from './agent-op-error.js';
+import { agentProcess } from './agent-process.js';
+import { listenRelayed, type AgentSocketRelay } from './agent-relay.js';
+import { findAgentAgain, parseResumed, REATTACH_TIMEOUT_MS, type AgentReattach } from './agent-resume.js';
+import { dismiss } from './agent-stream.js';
 import type { AgentHello, FrameDecoder } from './agent-protocol.js';
-import {
-  FILE_CHUNK_BYTES,
-  FrameError,
-  MAX_OUTBOUND_FRAME_BYTES,
-  encodeFrame,
-  type Frame,
-  type FrameHeader,
-} from './agent-protocol.js';
+import { FrameError, MAX_OUTBOUND_FRAME_BYTES, encodeFrame, type Frame, type FrameHeader } from './agent-protocol.js';
 import {
   SandboxLostError,
-  fileErrnoError,
-  type ProcessExit,
   type SandboxChannel,
   type SandboxProcess,
   type SandboxStat,
   type SpawnOptions,
 } from '../sandbox-channel.js';
-
-/** An error reply from the agent. */
-class AgentOpError extends Error {
-  constructor(
-    readonly errno: string,
-    message: string,
-  ) {
-    super(message);
-  }
-}
 
 /**
  * Bytes the executor may have queued for an agent that is not reading them
@@ -69,31 +54,6 @@ export const MAX_OPEN_REQUESTS = 1024;
  */
 export const REQUEST_TIMEOUT_MS = 60_000;
 
-/**
- * How long the channel waits for its agent to come back after the stream
- * dropped (the agent redials, or a new stdio start finds it) before it
- * counts the agent as lost.
- */
-export const REATTACH_TIMEOUT_MS = 15_000;
-
-/** A stream to an agent, just past its hello. */
-export interface AgentStream {
-  readonly stream: Duplex;
-  /** Holds whatever followed the hello in the same read. */
-  readonly decoder: FrameDecoder;
-  readonly hello: AgentHello;
-  /** Frames that arrived together with the hello. */
-  readonly buffered: readonly Frame[];
-}
-
-/**
- * Finds the agent of `previous` again after its stream dropped: resolves
- * with a new stream whose hello says `resumed`; rejects when it cannot
- * (the sandbox is gone, nobody dialled in). `signal` aborts when the
- * channel stops waiting.
- */
-export type AgentReattach = (previous: AgentHello, signal: AbortSignal) => Promise<AgentStream>;
-
 /** Tuning of one channel; defaults are the production values. */
 export interface AgentChannelOptions {
   /** {@link REQUEST_TIMEOUT_MS} unless set (tests shorten it). */
@@ -106,6 +66,10 @@ export interface AgentChannelOptions {
   readonly reattach?: AgentReattach;
   /** {@link REATTACH_TIMEOUT_MS} unless set. */
   readonly reattachTimeoutMs?: number;
+  /** {@link LIVENESS_PROBE_AFTER_MS} unless set. */
+  readonly livenessProbeAfterMs?: number;
+  /** {@link LIVENESS_TIMEOUT_MS} unless set. */
+  readonly livenessTimeoutMs?: number;
 }
 
 interface Pending {
@@ -122,31 +86,10 @@ interface ProcEntry {
   readonly background: boolean;
 }
 
-/**
- * The ids a `resumed` answer names, or undefined when it is malformed: each
- * must be one the executor asked about, so no more than were asked.
- */
-export function parseResumed(frame: Frame, asked: ReadonlySet<number>): Set<number> | undefined {
-  const procs = frame.header.procs;
-  if (frame.header.op !== 'resumed' || !Array.isArray(procs) || procs.length > asked.size) return undefined;
-  const alive = new Set<number>();
-  for (const id of procs) {
-    if (typeof id !== 'number' || !asked.has(id)) return undefined;
-    alive.add(id);
-  }
-  return alive;
-}
-
 export type { AgentHello } from './agent-protocol.js';
 
 /** Frames the agent sends about a relayed socket's connections. */
 const RELAY_EVENTS = new Set(['conn', 'cdata', 'cack', 'cend', 'cclosed']);
-
-/** A Unix socket inside the sandbox, relayed over the agent's stream (see {@link AgentChannel.listen}). */
-export interface AgentSocketRelay {
-  /** Closes the socket and its connections; `removeDir`: a directory (the run dir) the agent removes after. */
-  close(removeDir?: string): Promise<void>;
-}
 
 export class AgentChannel implements SandboxChannel {
   readonly kind = 'agent' as const;
@@ -164,11 +107,14 @@ export class AgentChannel implements SandboxChannel {
   readonly #description: string;
   readonly #pending = new Map<number, Pending & { readonly timer: NodeJS.Timeout }>();
   readonly #procs = new Map<number, ProcEntry>();
-  readonly #relays = new Map<number, RelayListener>();
+  readonly #relays = new Map<number, RelayRoute>();
+  /** The channel as its file operations and relayed sockets use it; made on first use. */
+  #linkView: AgentLink | undefined;
   readonly #requestTimeoutMs: number;
   #nextId = 1;
   #lost: Error | undefined;
   readonly #lostListeners: ((err: Error) => void)[] = [];
+  readonly #liveness: LivenessWatchdog;
 
   /**
    * Takes over `socket` (a socket, or any Duplex byte stream) after the
@@ -187,6 +133,27 @@ export class AgentChannel implements SandboxChannel {
     this.hello = hello;
     this.#description = description;
     this.#logger = logger;
+    const probeAfterMs = options.livenessProbeAfterMs ?? LIVENESS_PROBE_AFTER_MS;
+    const timeoutMs = options.livenessTimeoutMs ?? LIVENESS_TIMEOUT_MS;
+    this.#liveness = new LivenessWatchdog({
+      probeAfterMs,
+      timeoutMs,
+      isWaiting: () =>
+        !this.#lost && !this.#streamDown && (this.#pending.size > 0 || [...this.#procs.values()].some((p) => !p.isStarted)),
+      probe: () => void this.#send1('ping', {}).catch(() => undefined),
+      // Taken for a broken stream, not a protocol fault: a stream that only stalled (a network path of a cloud
+      // backend) is found again where the backend can, with its background processes; a wedged agent is not, and
+      // the channel is lost then.
+      onSilent: (silentMs) => {
+        this.#logger?.error({ silentMs }, 'exec agent stopped answering; dropping its stream');
+        this.#onDrop(
+          new SandboxLostError(
+            `the exec agent of ${this.#description} stopped answering (nothing heard for ${silentMs} ms, ` +
+              `not even a reply to a liveness check within ${timeoutMs} ms); its stream was dropped`,
+          ),
+        );
+      },
+    });
     this.#bind(socket, decoder);
   }
 
@@ -282,24 +249,11 @@ export class AgentChannel implements SandboxChannel {
 
   async #reattach(reattach: AgentReattach, cause: SandboxLostError): Promise<void> {
     const timeoutMs = this.#options.reattachTimeoutMs ?? REATTACH_TIMEOUT_MS;
-    let timer: NodeJS.Timeout | undefined;
     try {
-      const next = await Promise.race([
-        reattach(this.hello, this.#reattachAbort.signal),
-        new Promise<never>((_, reject) => {
-          timer = setTimeout(() => reject(new Error(`not found again within ${timeoutMs} ms`)), timeoutMs);
-          timer.unref();
-        }),
-      ]);
-      clearTimeout(timer);
+      const next = await findAgentAgain(reattach, this.hello, this.#reattachAbort.signal, timeoutMs);
       if (this.#lost) {
         dismiss(next.stream);
         throw this.#lost;
-      }
-      const h = next.hello;
-      if (!h.resumed || h.pid !== this.hello.pid || h.version !== this.hello.version || !sameKey(h.resumeKey, this.hello.resumeKey)) {
-        dismiss(next.stream);
-        throw new Error(`another agent answered (pid ${h.pid}, resumed ${h.resumed})`);
       }
       this.#bind(next.stream, next.decoder);
       for (const frame of next.buffered) this.#dispatch(frame);
@@ -318,7 +272,6 @@ export class AgentChannel implements SandboxChannel {
       }
       this.#logger?.info({ background: alive.size, ended: asked.size - alive.size }, 'the exec agent was found again after its stream dropped');
     } catch (err) {
-      clearTimeout(timer);
       const lost =
         err instanceof SandboxLostError
           ? err
@@ -363,6 +316,7 @@ export class AgentChannel implements SandboxChannel {
   #fail(err: Error): void {
     if (this.#lost) return;
     this.#lost = err;
+    this.#liveness.disarm();
     this.#reattachAbort.abort(err);
     if (this.#closing && !this.#streamDown) dismiss(this.#socket);
     else this.#socket.destroy();
@@ -382,6 +336,7 @@ export class AgentChannel implements SandboxChannel {
   }
 
   #onData(chunk: Buffer): void {
+    this.#liveness.heard();
     let frames: Frame[];
     try {
       frames = this.#decoder.push(chunk);
@@ -499,6 +454,7 @@ export class AgentChannel implements SandboxChannel {
       }, timeoutMs);
       timer.unref();
       this.#pending.set(id, { resolve, reject, timer });
+      this.#liveness.arm();
       try {
         this.#send({ ...fields, op, id }, body);
       } catch (err) {
@@ -535,6 +491,7 @@ export class AgentChannel implements SandboxChannel {
       isStarted: false,
       background: options.background ?? false,
     });
+    this.#liveness.arm();
     const stdin = options.stdin === undefined ? undefined : Buffer.from(options.stdin);
     try {
       this.#send(
@@ -562,166 +519,27 @@ export class AgentChannel implements SandboxChannel {
         ? new FailedPreconditionError(`cannot start a command in ${this.#description}: ${err.message}`)
         : err;
     }
-    const pid = Number(startedFrame.header.pid);
-    const exited = exitFrame.then(
-      (frame): ProcessExit => {
-        const c = (frame.header.counters ?? {}) as { oom_kill?: unknown; pids_max?: unknown };
-        return {
-          code: typeof frame.header.code === 'number' ? frame.header.code : null,
-          signal: typeof frame.header.signal === 'number' ? frame.header.signal : null,
-          counters: {
-            ...(typeof c.oom_kill === 'number' ? { oomKills: c.oom_kill } : {}),
-            ...(typeof c.pids_max === 'number' ? { pidsMaxHits: c.pids_max } : {}),
-          },
-        };
-      },
-    );
-    // The caller awaits it later; a connection lost in between must not count as unhandled.
-    exited.catch(() => undefined);
-    const procOp = async (op: string, fields: Record<string, unknown>, body?: Uint8Array, extraTimeoutMs?: number): Promise<void> => {
-      try {
-        await this.#request(op, { ...fields, proc: id }, body, extraTimeoutMs);
-      } catch (err) {
-        if (err instanceof AgentOpError) {
-          throw new FailedPreconditionError(err.errno === 'ESRCH' ? 'the process has exited' : err.message);
-        }
-        throw err;
-      }
-    };
-    return {
-      pid,
-      exited,
-      write: (data) => procOp('stdin', {}, Buffer.from(data)),
-      closeStdin: () => procOp('eof', {}),
-      kill: (graceMs) => procOp('kill', { grace_ms: graceMs }, undefined, graceMs),
-    };
+    return agentProcess(id, startedFrame, exitFrame, (op, fields, body, extraTimeoutMs) => this.#request(op, fields, body, extraTimeoutMs));
+  }
+
+  readFile(absPath: string): Promise<Buffer> {
+    return readAgentFile(this.#link, absPath);
+  }
+
+  writeFile(absPath: string, data: Uint8Array): Promise<void> {
+    return writeAgentFile(this.#link, absPath, data);
+  }
+
+  stat(absPath: string): Promise<SandboxStat> {
+    return statAgentFile(this.#link, absPath);
   }
 
   /**
-   * Reads a regular file in {@link FILE_CHUNK_BYTES} chunks, one request
-   * each; the agent refuses other file types and files over the cap. The
-   * agent's answers are checked, not trusted: a chunk longer than asked, or
-   * more in all than the cap, ends the read.
+   * Listens on a Unix socket at `socketPath` inside the sandbox; each
+   * connection is handed to `onConnection` (see {@link listenRelayed}).
    */
-  async readFile(absPath: string): Promise<Buffer> {
-    const chunks: Buffer[] = [];
-    let total = 0;
-    try {
-      for (;;) {
-        const frame = await this.#request('read', {
-          path: absPath,
-          offset: total,
-          length: FILE_CHUNK_BYTES,
-          max: MAX_READ_FILE_BYTES,
-        });
-        if (frame.body.length > FILE_CHUNK_BYTES) {
-          this.#fail(new SandboxLostError(`the exec agent of ${this.#description} sent more file data than asked`));
-          throw this.#lost;
-        }
-        chunks.push(frame.body);
-        total += frame.body.length;
-        if (total > MAX_READ_FILE_BYTES) throw fileTooLargeError(absPath, total);
-        if (frame.header.eof === true || frame.body.length < FILE_CHUNK_BYTES) break;
-      }
-    } catch (err) {
-      throw this.#fileError(err, absPath, 'read');
-    }
-    return Buffer.concat(chunks, total);
-  }
-
-  /**
-   * Writes atomically in {@link FILE_CHUNK_BYTES} chunks: the agent puts them
-   * in a temp file beside the file and renames it over the file with the
-   * last one, so nobody sees a half-written file. The first chunk's answer
-   * names the write for the rest; a write that fails halfway is aborted (the
-   * agent removes its temp file; it also does when the stream drops).
-   */
-  async writeFile(absPath: string, data: Uint8Array): Promise<void> {
-    if (!this.hello.capabilities.includes('atomic-write')) {
-      throw new FailedPreconditionError(
-        `the exec agent of ${this.#description} cannot write files atomically (an older berth_agent.py); run the one shipped with this executor`,
-      );
-    }
-    let write: number | undefined;
-    try {
-      let offset = 0;
-      do {
-        const end = Math.min(offset + FILE_CHUNK_BYTES, data.byteLength);
-        const last = end >= data.byteLength;
-        const frame = await this.#request(
-          'write',
-          { path: absPath, offset, last, ...(write !== undefined ? { write } : {}) },
-          data.subarray(offset, end),
-        );
-        if (last) write = undefined;
-        else if (write === undefined) {
-          const named = frame.header.write;
-          if (typeof named !== 'number' || !Number.isSafeInteger(named)) {
-            this.#fail(new SandboxLostError(`the exec agent of ${this.#description} did not name its write`));
-            throw this.#lost;
-          }
-          write = named;
-        }
-        offset = end;
-      } while (offset < data.byteLength);
-    } catch (err) {
-      if (write !== undefined && !this.#lost) await this.#request('abort', { write }).catch(() => undefined);
-      throw this.#fileError(err, absPath, 'write');
-    }
-  }
-
-  async stat(absPath: string): Promise<SandboxStat> {
-    let frame: Frame;
-    try {
-      frame = await this.#request('stat', { path: absPath });
-    } catch (err) {
-      throw this.#fileError(err, absPath, 'stat');
-    }
-    const h = frame.header;
-    return {
-      exists: h.exists === true,
-      isDirectory: h.is_dir === true,
-      sizeBytes: typeof h.size === 'number' ? h.size : 0,
-      uid: typeof h.uid === 'number' ? h.uid : -1,
-    };
-  }
-
-  /**
-   * Listens on a Unix socket at `socketPath` inside the sandbox (its
-   * directory made 0700 unless it exists; the socket 0600, the sandbox
-   * user's): each connection to it is handed to `onConnection` as a Duplex
-   * carried over this channel. Needs the agent's `relay` capability.
-   */
-  async listen(socketPath: string, onConnection: (socket: Duplex) => void): Promise<AgentSocketRelay> {
-    if (!this.hello.capabilities.includes('relay')) {
-      throw new FailedPreconditionError(
-        `the exec agent of ${this.#description} cannot relay a socket (an older berth_agent.py); run the one shipped with this executor`,
-      );
-    }
-    await this.#attached();
-    const id = this.#nextId++;
-    const relay = new RelayListener(id, (header, body) => this.#send(header, body), onConnection, this.#logger);
-    this.#relays.set(id, relay);
-    try {
-      await this.#request('listen', { path: socketPath }, undefined, 0, id);
-    } catch (err) {
-      this.#relays.delete(id);
-      throw err instanceof AgentOpError
-        ? new FailedPreconditionError(`cannot listen on ${socketPath} in ${this.#description}: ${err.message} (${err.errno})`)
-        : err;
-    }
-    let closing: Promise<void> | undefined;
-    return {
-      close: (removeDir) =>
-        (closing ??= (async () => {
-          relay.closeAll();
-          try {
-            if (!this.#lost) await this.#request('unlisten', { listener: id, ...(removeDir ? { remove: removeDir } : {}) });
-          } finally {
-            this.#relays.delete(id);
-          }
-        })()),
-    };
+  listen(socketPath: string, onConnection: (socket: Duplex) => void): Promise<AgentSocketRelay> {
+    return listenRelayed(this.#link, socketPath, onConnection);
   }
 
   /** One round trip; for health checks and latency measurements. */
@@ -729,33 +547,23 @@ export class AgentChannel implements SandboxChannel {
     await this.#request('ping', {});
   }
 
-  #fileError(err: unknown, absPath: string, op: 'read' | 'write' | 'stat'): Error {
-    if (err instanceof AgentOpError) return fileErrnoError(err.errno, absPath, err.message, op);
-    return err instanceof Error ? err : new Error(String(err));
+  /** The channel as its file operations and relayed sockets use it. */
+  get #link(): AgentLink {
+    this.#linkView ??= {
+      description: this.#description,
+      capabilities: this.hello.capabilities,
+      logger: this.#logger,
+      isLost: () => this.isLost,
+      attached: () => this.#attached(),
+      newId: () => this.#nextId++,
+      send: (header, body) => this.#send(header, body),
+      request: (op, fields, body, id) => this.#request(op, fields, body, 0, id),
+      fault: (message) => {
+        this.#fail(new SandboxLostError(message));
+        return this.#lost!;
+      },
+      route: (id, relay) => void (relay ? this.#relays.set(id, relay) : this.#relays.delete(id)),
+    };
+    return this.#linkView;
   }
-}
-
-/** Tells the agent on `stream` to end everything and closes the stream once that is written. */
-function dismiss(stream: Duplex): void {
-  if (stream.destroyed) return;
-  try {
-    stream.end(encodeFrame({ op: 'bye', id: 0 }));
-  } catch {
-    stream.destroy();
-    return;
-  }
-  // A peer that does not read is not waited for.
-  setTimeout(() => stream.destroy(), 2000).unref();
-}
-
-function sameKey(a: string, b: string): boolean {
-  const ab = Buffer.from(a, 'utf8');
-  const bb = Buffer.from(b, 'utf8');
-  return ab.length === bb.length && ab.length > 0 && timingSafeEqual(ab, bb);
-}
-
-function replyError(header: FrameHeader): AgentOpError {
-  const errno = typeof header.errno === 'string' ? header.errno : 'EIO';
-  const message = typeof header.message === 'string' ? header.message : errno;
-  return new AgentOpError(errno, message);
 }

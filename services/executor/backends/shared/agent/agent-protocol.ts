@@ -1,6 +1,6 @@
 /**
  * The wire format between the executor and the exec agent in a task's
- * sandbox (sandbox-image/agent/berth_agent.py documents the operations),
+ * sandbox (sandbox-image/agent/berth_agent/__init__.py documents the operations),
  * whatever carries it: the docker backend's Unix socket, or the agent's
  * stdin/stdout (`--stdio`) under `docker exec -i`, ssh or apptainer.
  *
@@ -92,7 +92,7 @@ export function parseHello(frame: Frame): AgentHello | undefined {
 export function versionMismatchMessage(agentVersion: number, description: string): string {
   return (
     `the exec agent of ${description} speaks protocol version ${agentVersion}, ` +
-    `this executor speaks version ${AGENT_PROTOCOL_VERSION}; run the berth_agent.py shipped with this executor`
+    `this executor speaks version ${AGENT_PROTOCOL_VERSION}; run the agent shipped with this executor`
   );
 }
 

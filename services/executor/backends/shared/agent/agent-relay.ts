@@ -1,5 +1,5 @@
 /**
- * The executor's end of the agent's socket relay (berth_agent.py, "socket
+ * The executor's end of the agent's socket relay (sandbox-image/agent/berth_agent/relay.py, "socket
  * relay"): a Unix socket inside the sandbox whose connections are carried
  * over the agent's stream. Each connection becomes a Duplex here, so a
  * server written for net.Socket (execute_code's RPC server) serves it
@@ -16,7 +16,10 @@
  * that connection) instead of the agent or the stream queueing them.
  */
 import { Duplex } from 'node:stream';
+import { FailedPreconditionError } from '../../../../common/errors.js';
 import type { Logger } from '../../../../common/logging.js';
+import type { AgentLink } from './agent-link.js';
+import { AgentOpError } from './agent-op-error.js';
 import { FILE_CHUNK_BYTES, type FrameHeader } from './agent-protocol.js';
 
 /** Bytes the agent forwards on one connection ahead of our acks (its RELAY_WINDOW). */
@@ -190,4 +193,52 @@ export class RelayListener {
     for (const socket of this.#conns.values()) socket.receiveClosed();
     this.#conns.clear();
   }
+}
+
+/** A Unix socket inside the sandbox, relayed over the agent's stream (see {@link listenRelayed}). */
+export interface AgentSocketRelay {
+  /** Closes the socket and its connections; `removeDir`: a directory (the run dir) the agent removes after. */
+  close(removeDir?: string): Promise<void>;
+}
+
+/**
+ * Listens on a Unix socket at `socketPath` inside the sandbox (its
+ * directory made 0700 unless it exists; the socket 0600, the sandbox
+ * user's): each connection to it is handed to `onConnection` as a Duplex
+ * carried over the channel. Needs the agent's `relay` capability.
+ */
+export async function listenRelayed(
+  host: AgentLink,
+  socketPath: string,
+  onConnection: (socket: Duplex) => void,
+): Promise<AgentSocketRelay> {
+  if (!host.capabilities.includes('relay')) {
+    throw new FailedPreconditionError(
+      `the exec agent of ${host.description} cannot relay a socket (an older agent); run the one shipped with this executor`,
+    );
+  }
+  await host.attached();
+  const id = host.newId();
+  const relay = new RelayListener(id, host.send, onConnection, host.logger);
+  host.route(id, relay);
+  try {
+    await host.request('listen', { path: socketPath }, undefined, id);
+  } catch (err) {
+    host.route(id, undefined);
+    throw err instanceof AgentOpError
+      ? new FailedPreconditionError(`cannot listen on ${socketPath} in ${host.description}: ${err.message} (${err.errno})`)
+      : err;
+  }
+  let closing: Promise<void> | undefined;
+  return {
+    close: (removeDir) =>
+      (closing ??= (async () => {
+        relay.closeAll();
+        try {
+          if (!host.isLost()) await host.request('unlisten', { listener: id, ...(removeDir ? { remove: removeDir } : {}) });
+        } finally {
+          host.route(id, undefined);
+        }
+      })()),
+  };
 }

@@ -1,5 +1,5 @@
 /**
- * Starts the exec agent on its stdin/stdout (`python3 berth_agent.py
+ * Starts the exec agent on its stdin/stdout (`python3 berth_agent.pyz
  * --stdio`) through whatever a backend uses to start one process in its
  * sandbox, and hands back a connected {@link AgentChannel}: a local child
  * process, `docker exec -i`, an ssh channel, `apptainer exec`. The backend
@@ -21,7 +21,8 @@
 import { Duplex, type Readable, type Writable } from 'node:stream';
 import { UnavailableError } from '../../../../common/errors.js';
 import type { Logger } from '../../../../common/logging.js';
-import { AgentChannel, type AgentChannelOptions, type AgentStream } from './agent-channel.js';
+import { AgentChannel, type AgentChannelOptions } from './agent-channel.js';
+import type { AgentStream } from './agent-stream.js';
 import {
   AGENT_PROTOCOL_VERSION,
   FrameDecoder,
@@ -40,7 +41,7 @@ export const STDIO_HELLO_TIMEOUT_MS = 15_000;
 /** How shells and runtimes say that the command (python3) does not exist. */
 const NO_COMMAND = /executable file not found|command not found/i;
 
-/** Exit status of berth_agent.py when its Python is older than it supports. */
+/** Exit status of the agent when its Python is older than it supports. */
 export const AGENT_EXIT_PYTHON_TOO_OLD = 4;
 
 /** The agent's stderr kept for an error message when it fails before its hello. */
@@ -106,7 +107,7 @@ export class AgentUnavailableError extends UnavailableError {
 
 export interface StartStdioAgentOptions {
   readonly spawn: AgentSpawn;
-  /** berth_agent.py as the sandbox sees it. */
+  /** The agent's archive as the sandbox sees it. */
   readonly agentPath: string;
   /** Names the sandbox in errors and logs (`container berth-x`, `host gpu-1`). */
   readonly description: string;

@@ -1,0 +1,108 @@
+/**
+ * Watches executors with the standard gRPC health check so the router sends
+ * new tasks only to executors that answer. A task whose executor died gets a
+ * clear error naming the lost environment on its next call, then a new
+ * environment on a healthy executor (rendezvous hashing picks the next one).
+ */
+import { ClientError, createClient, type Channel } from 'nice-grpc';
+import { HealthDefinition } from 'nice-grpc-server-health';
+import type { Logger } from '../../common/logging.js';
+import type { ExecutorEndpoint } from './executor-router.js';
+
+/** grpc.health.v1 HealthCheckResponse.ServingStatus.SERVING */
+const SERVING = 1;
+const NOT_SERVING = 2;
+
+export interface HealthWatcherOptions {
+  readonly intervalMs: number;
+  readonly timeoutMs: number;
+  /** Consecutive failed checks before an executor is taken out of rotation (a busy machine misses some). */
+  readonly failuresBeforeDown: number;
+  readonly logger: Logger;
+}
+
+/** An executor to watch: its endpoint, the channel to check it over (read at each check), and how to explain a failed check. */
+export interface WatchedExecutor {
+  readonly endpoint: ExecutorEndpoint;
+  readonly channel: Channel;
+  readonly explain?: (details: string) => Promise<string>;
+}
+
+export class ExecutorHealthWatcher {
+  #targets: Array<{ watched: WatchedExecutor; failures: number; checked: boolean }>;
+  readonly #options: HealthWatcherOptions;
+  #timer: NodeJS.Timeout | undefined;
+
+  constructor(targets: readonly WatchedExecutor[], options: HealthWatcherOptions) {
+    this.#targets = targets.map((watched) => ({ watched, failures: 0, checked: false }));
+    this.#options = options;
+  }
+
+  /** Watches one more executor (discovered); it is checked at once. */
+  async add(watched: WatchedExecutor): Promise<void> {
+    const target = { watched, failures: 0, checked: false };
+    this.#targets.push(target);
+    await this.#check(target);
+  }
+
+  /** Stops watching an executor (it left the membership). */
+  remove(endpointId: string): void {
+    this.#targets = this.#targets.filter((t) => t.watched.endpoint.id !== endpointId);
+  }
+
+  /** One round of checks; exported for tests and for a check right at start. */
+  async checkAll(): Promise<void> {
+    await Promise.all(this.#targets.map((target) => this.#check(target)));
+  }
+
+  async #check(target: { watched: WatchedExecutor; failures: number; checked: boolean }): Promise<void> {
+    const { endpoint, explain } = target.watched;
+    // A client per check: the channel changes when the dispatcher's client certificate is reloaded.
+    const health = createClient(HealthDefinition, target.watched.channel);
+    let answered = false;
+    let draining = false;
+    let failure = '';
+    try {
+      const r = await health.check({ service: '' }, { signal: AbortSignal.timeout(this.#options.timeoutMs) });
+      answered = r.status === SERVING;
+      // An executor that says NOT_SERVING is draining: out of rotation at once, not after a few misses.
+      draining = r.status === NOT_SERVING;
+    } catch (err) {
+      answered = false;
+      failure = err instanceof ClientError ? err.details : String(err);
+    }
+    const first = !target.checked;
+    target.checked = true;
+    target.failures = answered ? 0 : target.failures + 1;
+    const healthy = answered || (!draining && endpoint.healthy && target.failures < this.#options.failuresBeforeDown);
+    // A TLS mismatch shows at the first check: say so at start rather than at the first call.
+    if (healthy !== endpoint.healthy || (first && !answered)) {
+      const reason = !answered && explain && failure ? await explain(failure) : failure || undefined;
+      this.#options.logger[answered ? 'info' : 'warn'](
+        { executor: endpoint.id, backend: endpoint.backend, healthy, ...(reason ? { reason } : {}) },
+        answered
+          ? 'executor is back'
+          : draining
+            ? 'executor is draining; no new tasks go to it'
+            : `executor is not answering${healthy ? '' : '; no new tasks go to it'}${reason ? `: ${reason}` : ''}`,
+      );
+    }
+    endpoint.healthy = healthy;
+    if (answered) endpoint.draining = false;
+    else if (draining) endpoint.draining = true;
+  }
+
+  start(): void {
+    const tick = () => {
+      void this.checkAll().finally(() => {
+        if (this.#timer !== undefined) this.#timer = setTimeout(tick, this.#options.intervalMs).unref();
+      });
+    };
+    this.#timer = setTimeout(tick, this.#options.intervalMs).unref();
+  }
+
+  stop(): void {
+    if (this.#timer !== undefined) clearTimeout(this.#timer);
+    this.#timer = undefined;
+  }
+}

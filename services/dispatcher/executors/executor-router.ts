@@ -1,0 +1,177 @@
+/**
+ * Picks the executor for a tenant's task: rendezvous (highest random weight)
+ * hashing of `tenant/task_id` over the executors of the tenant's backend, so a
+ * task's environment stays on one executor and only the tasks of a removed
+ * executor move.
+ *
+ * Membership changes (discovery, scaling) move some tasks' rendezvous choice
+ * away from the executor that holds their environment. So a task this
+ * dispatcher has not placed yet is first looked up: the executors say which
+ * tasks they hold (TaskUsage), and a holder keeps the task. See docs/deploying.md's
+ * design notes on membership for the failure cases.
+ */
+import { createHash } from 'node:crypto';
+import type { BackendName } from '../../common/config.js';
+import { FailedPreconditionError, PermissionDeniedError, UnavailableError } from '../../common/errors.js';
+import type { ExecutorClient } from '../../gen/berth/v1/executor.js';
+
+export interface ExecutorEndpoint {
+  readonly id: string;
+  readonly backend: BackendName;
+  readonly client: ExecutorClient;
+  /** False while health checks fail; unhealthy executors get no new tasks. */
+  healthy: boolean;
+  /** The executor said NOT_SERVING: it is draining (shutdown, upgrade, scale-down). */
+  draining?: boolean;
+}
+
+/** Why a task's environment is gone: its executor stopped answering, drained, or left the membership. */
+export type LossReason = 'unreachable' | 'draining' | 'removed';
+
+export interface Placement {
+  readonly backend: BackendName;
+  readonly client: ExecutorClient;
+  readonly executorId: string;
+  /** Set when the task had lived on another executor that no longer serves it. */
+  readonly lost?: { readonly executorId: string; readonly reason: LossReason };
+  /** True when nothing said where the task lived: a draining refusal may send it elsewhere. */
+  readonly fresh: boolean;
+}
+
+/** How long one executor's TaskUsage answer serves holder lookups (a burst of new tasks costs one call per executor). */
+const HOLDERS_TTL_MS = 1000;
+const HOLDERS_TIMEOUT_MS = 2000;
+
+export interface TenantPolicy {
+  readonly backend: BackendName;
+  readonly allowedBackends?: readonly BackendName[];
+}
+
+function weight(endpointId: string, key: string): bigint {
+  return createHash('sha256').update(`${endpointId}\0${key}`).digest().readBigUInt64BE(0);
+}
+
+/** Pure rendezvous choice; exported for tests. */
+export function rendezvousPick<T extends { id: string }>(candidates: readonly T[], key: string): T | undefined {
+  let best: T | undefined;
+  let bestWeight = -1n;
+  for (const c of candidates) {
+    const w = weight(c.id, key);
+    if (w > bestWeight) {
+      best = c;
+      bestWeight = w;
+    }
+  }
+  return best;
+}
+
+export class ExecutorRouter {
+  readonly #endpoints: () => readonly ExecutorEndpoint[];
+  readonly #policyFor: (tenant: string) => TenantPolicy;
+  readonly #holders = new Map<string, { atMs: number; tasks: Promise<Set<string>> }>();
+
+  /** `endpoints`: the membership, read at every call (discovery changes it). */
+  constructor(endpoints: readonly ExecutorEndpoint[] | (() => readonly ExecutorEndpoint[]), policyFor: (tenant: string) => TenantPolicy) {
+    this.#endpoints = typeof endpoints === 'function' ? endpoints : () => endpoints;
+    this.#policyFor = policyFor;
+  }
+  /** The backend the tenant's tasks run on. */
+  backendFor(tenant: string): BackendName {
+    return this.#policyFor(tenant).backend;
+  }
+
+
+  get endpoints(): readonly ExecutorEndpoint[] {
+    return this.#endpoints();
+  }
+
+  /**
+   * Where a task's calls go. `previous`: the executor this dispatcher last
+   * sent the task to. A healthy previous executor keeps the task even when
+   * the rendezvous choice moved (membership grew); one that is gone, draining
+   * or removed is reported in `lost`. Without a previous executor the
+   * executors are asked who holds the task before the rendezvous choice is
+   * taken as a new task's home.
+   */
+  async place(tenant: string, taskId: string, previous: string | undefined): Promise<Placement> {
+    const choice = this.route(tenant, taskId);
+    const members = this.#endpoints();
+    if (previous !== undefined) {
+      const was = members.find((e) => e.id === previous);
+      if (was && was.healthy) return { backend: was.backend, client: was.client, executorId: was.id, fresh: false };
+      if (previous === choice.executorId) return { ...choice, fresh: false };
+      const reason: LossReason = was === undefined ? 'removed' : was.draining ? 'draining' : 'unreachable';
+      return { ...choice, lost: { executorId: previous, reason }, fresh: false };
+    }
+    const holder = await this.#findHolder(tenant, taskId, choice);
+    if (holder) return { backend: holder.backend, client: holder.client, executorId: holder.id, fresh: false };
+    return { ...choice, fresh: true };
+  }
+
+  /** Takes an executor that refused a new task out of rotation until its health check says otherwise. */
+  markDraining(executorId: string): void {
+    const endpoint = this.#endpoints().find((e) => e.id === executorId);
+    if (endpoint) {
+      endpoint.healthy = false;
+      endpoint.draining = true;
+    }
+    this.#holders.delete(executorId);
+  }
+
+  /** Forgets cached holder lists (an executor refused a task, membership changed). */
+  forgetHolders(executorId?: string): void {
+    if (executorId === undefined) this.#holders.clear();
+    else this.#holders.delete(executorId);
+  }
+
+  async #findHolder(tenant: string, taskId: string, choice: { backend: BackendName; executorId: string }) {
+    const candidates = this.#endpoints().filter((e) => e.backend === choice.backend && e.healthy);
+    if (candidates.length <= 1) return undefined;
+    const key = `${tenant}/${taskId}`;
+    // The rendezvous choice usually holds the task (membership unchanged since it was made): ask it alone first.
+    const first = candidates.find((e) => e.id === choice.executorId);
+    if (first && (await this.#holds(first, key))) return first;
+    const others = candidates.filter((e) => e !== first);
+    const answers = await Promise.all(others.map((e) => this.#holds(e, key)));
+    return others.find((_, i) => answers[i]);
+  }
+
+  async #holds(endpoint: ExecutorEndpoint, key: string): Promise<boolean> {
+    const nowMs = Date.now();
+    let entry = this.#holders.get(endpoint.id);
+    if (entry === undefined || nowMs - entry.atMs > HOLDERS_TTL_MS) {
+      entry = {
+        atMs: nowMs,
+        tasks: endpoint.client
+          .taskUsage({}, { signal: AbortSignal.timeout(HOLDERS_TIMEOUT_MS) })
+          .then((r) => new Set(r.tasks.map((t) => `${t.task?.tenant ?? ''}/${t.task?.taskId ?? ''}`)))
+          // An executor that cannot answer holds nothing we could reach anyway.
+          .catch(() => new Set<string>()),
+      };
+      this.#holders.set(endpoint.id, entry);
+    }
+    return (await entry.tasks).has(key);
+  }
+
+  route(tenant: string, taskId: string): { backend: BackendName; client: ExecutorClient; executorId: string } {
+    const policy = this.#policyFor(tenant);
+    if (policy.allowedBackends && !policy.allowedBackends.includes(policy.backend)) {
+      throw new PermissionDeniedError(`tenant '${tenant}' may not use the ${policy.backend} backend`);
+    }
+    const ofBackend = this.#endpoints().filter((e) => e.backend === policy.backend);
+    if (ofBackend.length === 0) {
+      throw new FailedPreconditionError(
+        `no executor serves the ${policy.backend} backend; start one with 'berth executor --backend ${policy.backend}' ` +
+          'and list it under executors: (or executor_discovery:) in the dispatcher config',
+      );
+    }
+    // Health only steers when there is somewhere else to go: with every
+    // executor marked down (often just a saturated machine missing health
+    // checks) the call goes to its usual executor and fails on its own if
+    // that executor is really gone.
+    const healthy = ofBackend.filter((e) => e.healthy);
+    const chosen = rendezvousPick(healthy.length > 0 ? healthy : ofBackend, `${tenant}/${taskId}`);
+    if (!chosen) throw new UnavailableError(`no executor of the ${policy.backend} backend`);
+    return { backend: chosen.backend, client: chosen.client, executorId: chosen.id };
+  }
+}

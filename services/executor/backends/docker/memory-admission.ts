@@ -1,0 +1,102 @@
+/**
+ * How much sandbox memory one docker executor admits: the memory limits of
+ * its containers (task containers, those starting, warm pool ones) may add
+ * up to at most the Docker host's memory, or the cgroup limit the executor
+ * runs under if that is lower, times `docker.memory_overcommit`. A new task
+ * past that is answered RESOURCE_EXHAUSTED naming the setting, rather than
+ * started to push the host into swapping or its OOM killer, where one
+ * tenant's tasks would take every tenant's memory.
+ */
+import { readFile } from 'node:fs/promises';
+import { ResourceExhaustedError, type CAPACITY_SETTINGS } from '../../../common/errors.js';
+
+/** A capacity setting: its refusal reaches the caller as RESOURCE_EXHAUSTED, not as a tool result. */
+export const MEMORY_OVERCOMMIT_SETTING: (typeof CAPACITY_SETTINGS)[number] = 'docker.memory_overcommit';
+/** The default factor: limits are ceilings, which most tasks stay far below. */
+export const DEFAULT_MEMORY_OVERCOMMIT = 1.5;
+const MIB = 1024 * 1024;
+
+/** The memory limit of the cgroup this process runs in, MiB (v2, then v1); undefined when there is none. */
+export async function ownCgroupMemoryMiB(root = '/sys/fs/cgroup'): Promise<number | undefined> {
+  for (const file of [`${root}/memory.max`, `${root}/memory/memory.limit_in_bytes`]) {
+    const text = (await readFile(file, 'utf8').catch(() => '')).trim();
+    if (!/^\d+$/.test(text)) continue;
+    const bytes = Number(text);
+    // v1 reports "no limit" as a number near 2^63.
+    if (bytes > 0 && bytes < 2 ** 60) return Math.floor(bytes / MIB);
+  }
+  return undefined;
+}
+
+export interface MemoryBudget {
+  /** The memory admission is measured against (the Docker host's, or the executor's cgroup limit if lower), MiB. */
+  readonly hostMiB: number;
+  readonly factor: number;
+  /** hostMiB × factor. */
+  readonly limitMiB: number;
+  /** Memory limits of the containers held now, MiB. */
+  readonly heldMiB: number;
+}
+
+export interface MemoryAdmissionOptions {
+  /** terminal.container_memory: each container's limit. */
+  readonly perContainerMiB: number;
+  /** docker.memory_overcommit; 0 admits without a bound. */
+  readonly factor: number;
+  /** The Docker host's memory (`docker info` MemTotal), MiB. */
+  readonly hostMiB: () => Promise<number | undefined>;
+  /** The executor's own cgroup limit, MiB. */
+  readonly cgroupMiB?: () => Promise<number | undefined>;
+  /** Containers held now that are not being admitted (live environments, ready pool containers). */
+  readonly held: () => number;
+}
+
+export class MemoryAdmission {
+  readonly #o: MemoryAdmissionOptions;
+  /** Containers admitted and still starting. */
+  #starting = 0;
+
+  constructor(o: MemoryAdmissionOptions) {
+    this.#o = o;
+  }
+
+  /** The budget now; undefined when the factor is 0 or the host's memory is unknown. */
+  async budget(): Promise<MemoryBudget | undefined> {
+    const { factor } = this.#o;
+    if (factor <= 0) return undefined;
+    const [host, cgroup] = await Promise.all([this.#o.hostMiB(), this.#o.cgroupMiB?.() ?? Promise.resolve(undefined)]);
+    const hostMiB = host === undefined ? cgroup : cgroup === undefined ? host : Math.min(host, cgroup);
+    if (hostMiB === undefined) return undefined;
+    const heldMiB = (this.#o.held() + this.#starting) * this.#o.perContainerMiB;
+    return { hostMiB, factor, limitMiB: Math.floor(hostMiB * factor), heldMiB };
+  }
+
+  /**
+   * Admits one more container or throws ResourceExhaustedError naming the
+   * setting. The returned function gives the admission back once the
+   * container counts as held (or failed to start); calling it twice is harmless.
+   */
+  async admit(): Promise<() => void> {
+    const budget = await this.budget();
+    // Checked and counted with no await in between, so concurrent admissions cannot both take the last room.
+    if (budget !== undefined) {
+      const heldMiB = (this.#o.held() + this.#starting) * this.#o.perContainerMiB;
+      const per = this.#o.perContainerMiB;
+      if (heldMiB + per > budget.limitMiB) {
+        throw new ResourceExhaustedError(
+          `${MEMORY_OVERCOMMIT_SETTING}: this executor's sandboxes hold ${heldMiB} MiB of memory limits ` +
+            `(terminal.container_memory: ${per} MiB each); one more would pass ${budget.limitMiB} MiB, the Docker host's ` +
+            `${budget.hostMiB} MiB × ${budget.factor}. End idle tasks, lower terminal.container_memory, add executors, ` +
+            `or raise ${MEMORY_OVERCOMMIT_SETTING}`,
+        );
+      }
+    }
+    this.#starting += 1;
+    let done = false;
+    return () => {
+      if (done) return;
+      done = true;
+      this.#starting -= 1;
+    };
+  }
+}

@@ -1,0 +1,439 @@
+/**
+ * One task's environment on the local backend: `bash -c` on this host in
+ * the task's starting directory, each command in its own process group
+ * (pipes, or a PTY from node-pty), files straight on the host's file system.
+ */
+import { spawn, type ChildProcess } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
+import { existsSync } from 'node:fs';
+import { mkdir, rm, stat } from 'node:fs/promises';
+import path from 'node:path';
+import type * as NodePty from 'node-pty';
+import { FailedPreconditionError, UnavailableError, type BerthError } from '../../../common/errors.js';
+import type { Logger } from '../../../common/logging.js';
+import type {
+  BackendEnvironment,
+  BackgroundHandle,
+  BackgroundOptions,
+  ExecOptions,
+  ExecResult,
+  FileStat,
+} from '../../backend.js';
+import { ExecDeadline, interruptedBeforeStart } from '../shared/exec-deadline.js';
+import { errnoName, fileErrorFromNode } from '../shared/file-errors.js';
+import { assertAbsolute, assertNotReleased, deliverExit, deliverOutput } from '../shared/guards.js';
+import { readRegularFile, writeRegularFile } from '../shared/host-files.js';
+import { endsLine, ptyEof } from '../shared/pty-input.js';
+import { shellSignalExitCode, signalGroup, signalNumber, sleep, terminateGroup } from './local-process-group.js';
+import { PTY_WRAPPER, PtyDoneFilter, requireNodePty } from './local-pty.js';
+
+export interface ResolvedOptions {
+  readonly initialCwd: string;
+  readonly homeDir: string;
+  readonly childEnv: Readonly<Record<string, string>>;
+  /** The task's first snapshot, already in its state dir (see login-snapshot.ts); absent: the runner bootstraps. */
+  readonly preparedSnapshot?: string;
+  readonly killGraceMs: number;
+  readonly pipeDrainMs: number;
+  readonly logger: Logger | undefined;
+}
+
+/** What the environment tracks for each process group it started. */
+interface RunningGroup {
+  readonly pgid: number;
+  /** Kills the group and resolves when the child is gone. */
+  readonly kill: () => Promise<void>;
+  /** The leader has exited; the entry stays only while other members live on. */
+  leaderExited: boolean;
+}
+
+
+/** A command started under a PTY by {@link LocalEnvironment}. */
+interface SpawnedPty {
+  readonly term: NodePty.IPty;
+  /** Strips the wrapper's end token from the output. */
+  readonly filter: PtyDoneFilter;
+  /** Written back to the wrapper to say its end token was seen. */
+  readonly nonce: string;
+}
+
+export class LocalEnvironment implements BackendEnvironment {
+  readonly description: string;
+  readonly homeDir: string;
+  readonly initialCwd: string;
+  readonly stateDir: string;
+  /** The state dir: the executor and the task's processes see the same host path. */
+  readonly rpcDir: { readonly hostPath: string; readonly sandboxPath: string };
+  readonly preparedSnapshot: string | undefined;
+  /** Set by the backend so it forgets disposed environments. */
+  onDisposed: (() => void) | undefined;
+
+  readonly #options: ResolvedOptions;
+  /** Groups whose leader may still run, or whose leftover members must die with the environment. */
+  readonly #groups = new Map<number, RunningGroup>();
+  #disposing: Promise<void> | undefined;
+
+  constructor(id: string, stateDir: string, options: ResolvedOptions) {
+    this.description = `local:${id}`;
+    this.homeDir = options.homeDir;
+    this.initialCwd = options.initialCwd;
+    this.stateDir = stateDir;
+    this.rpcDir = { hostPath: stateDir, sandboxPath: stateDir };
+    this.preparedSnapshot = options.preparedSnapshot;
+    this.#options = options;
+  }
+
+  /**
+   * Where bash starts. The runner `cd`s on its own, so if the starting
+   * directory was deleted, start in the state dir rather than fail to spawn
+   * (the runner then reports the missing directory itself).
+   */
+  #spawnCwd(): string {
+    return existsSync(this.initialCwd) ? this.initialCwd : this.stateDir;
+  }
+
+  #env(extra?: Readonly<Record<string, string>>): Record<string, string> {
+    return { ...this.#options.childEnv, ...extra };
+  }
+
+  /**
+   * Marks `pgid`'s leader as exited, then forgets every finished group with
+   * no members left. Groups whose members outlived the leader are kept so
+   * dispose kills them; checking all of them here keeps the window in which a
+   * recycled pid could be mistaken for ours short.
+   */
+  #forgetIfEmpty(pgid: number): void {
+    const group = this.#groups.get(pgid);
+    if (group) group.leaderExited = true;
+    for (const [id, g] of this.#groups) {
+      if (g.leaderExited && !signalGroup(id, 0)) this.#groups.delete(id);
+    }
+  }
+
+  #spawnError(err: unknown): BerthError {
+    const detail = err instanceof Error ? err.message : String(err);
+    if (errnoName(err) === 'ENOENT') {
+      return new UnavailableError(
+        `cannot start bash for ${this.description} (is bash installed and ${this.initialCwd} present?): ${detail}`,
+        { cause: err },
+      );
+    }
+    return new UnavailableError(`cannot start bash for ${this.description}: ${detail}`, { cause: err });
+  }
+
+  async exec(options: ExecOptions): Promise<ExecResult> {
+    assertNotReleased(this, this.#disposing);
+    const early = interruptedBeforeStart(options);
+    if (early) return early;
+    return options.pty ? this.#execPty(options) : this.#execPipes(options);
+  }
+
+  /** `bash -c script` in a process group of its own, on pipes; throws the backend's spawn error. */
+  #spawnPipes(script: string, env: Readonly<Record<string, string>> | undefined): ChildProcess {
+    try {
+      return spawn('bash', ['-c', script], { cwd: this.#spawnCwd(), env: this.#env(env), detached: true, stdio: ['pipe', 'pipe', 'pipe'] });
+    } catch (err) {
+      throw this.#spawnError(err);
+    }
+  }
+
+  #execPipes(options: ExecOptions): Promise<ExecResult> {
+    return new Promise<ExecResult>((resolve, reject) => {
+      let child: ChildProcess;
+      try {
+        child = this.#spawnPipes(options.script, options.env);
+      } catch (err) {
+        reject(err);
+        return;
+      }
+      const pid = child.pid;
+      let killing: Promise<void> | undefined;
+      let drainTimer: NodeJS.Timeout | undefined;
+      let closed = false;
+
+      const kill = (): Promise<void> => {
+        if (pid === undefined) return Promise.resolve();
+        killing ??= terminateGroup(pid, options.killGraceMs ?? this.#options.killGraceMs).then(() => {
+          if (closed) return;
+          // Whoever still holds our pipes is outside the group; stop waiting for them.
+          drainTimer = setTimeout(() => {
+            child.stdout?.destroy();
+            child.stderr?.destroy();
+          }, this.#options.pipeDrainMs);
+        });
+        return killing;
+      };
+      const deadline = new ExecDeadline(options, () => void kill());
+
+      child.once('error', (err) => {
+        // Spawn failure: no 'close' follows a failed spawn when pid is undefined.
+        if (pid === undefined) {
+          deadline.dispose();
+          reject(this.#spawnError(err));
+        } else {
+          this.#options.logger?.warn({ err }, 'child process error');
+        }
+      });
+      if (pid === undefined) return;
+      this.#groups.set(pid, { pgid: pid, kill, leaderExited: false });
+
+      child.stdout?.on('data', (chunk: Buffer) => deliverOutput(options.onOutput, chunk, this.#options.logger));
+      child.stderr?.on('data', (chunk: Buffer) => deliverOutput(options.onOutput, chunk, this.#options.logger));
+      // EPIPE when the script exits without reading its stdin: not an error of ours.
+      child.stdin?.on('error', () => undefined);
+      child.stdin?.end(options.stdin === undefined ? undefined : Buffer.from(options.stdin));
+
+      // 'close' fires once the process exited and both pipes ended: no output is lost.
+      child.once('close', (code: number | null, signal: NodeJS.Signals | null) => {
+        closed = true;
+        deadline.dispose();
+        if (drainTimer) clearTimeout(drainTimer);
+        const settle = () => {
+          this.#forgetIfEmpty(pid);
+          resolve(deadline.result(code ?? shellSignalExitCode(signal)));
+        };
+        // If we are mid-kill, let SIGKILL reach stragglers before reporting.
+        if (killing) void killing.then(settle);
+        else settle();
+      });
+    });
+  }
+
+  /**
+   * `bash -c script` under a new PTY, wrapped so that the end of its output
+   * can be told apart (PTY_WRAPPER); the filter strips the end token. Throws
+   * the backend's spawn error.
+   */
+  #spawnPty(script: string, env: Readonly<Record<string, string>> | undefined): SpawnedPty {
+    const ptyLib = requireNodePty();
+    const nonce = randomBytes(8).toString('hex');
+    const token = `__berth_pty_done_${nonce}__`;
+    try {
+      const term = ptyLib.spawn('bash', ['-c', PTY_WRAPPER, 'berth-pty', script, token, nonce], {
+        name: 'xterm-256color',
+        cols: 200,
+        rows: 50,
+        cwd: this.#spawnCwd(),
+        env: this.#env(env),
+        encoding: null,
+      });
+      return { term, filter: new PtyDoneFilter(token), nonce };
+    } catch (err) {
+      throw this.#spawnError(err);
+    }
+  }
+
+  #execPty(options: ExecOptions): Promise<ExecResult> {
+    return new Promise<ExecResult>((resolve, reject) => {
+      let spawned: SpawnedPty;
+      try {
+        spawned = this.#spawnPty(options.script, options.env);
+      } catch (err) {
+        reject(err);
+        return;
+      }
+      const { term, filter, nonce } = spawned;
+      const pid = term.pid;
+      let killing: Promise<void> | undefined;
+      const kill = (): Promise<void> =>
+        (killing ??= terminateGroup(pid, options.killGraceMs ?? this.#options.killGraceMs));
+      this.#groups.set(pid, { pgid: pid, kill, leaderExited: false });
+      const deadline = new ExecDeadline(options, () => void kill());
+
+      const dataSub = term.onData((data: string | Buffer) => {
+        const chunk = typeof data === 'string' ? Buffer.from(data) : data;
+        const forward = filter.push(chunk, () => term.write(`${nonce}\n`));
+        deliverOutput(options.onOutput, forward, this.#options.logger);
+      });
+      const exitSub = term.onExit(({ exitCode, signal }) => {
+        deadline.dispose();
+        // Without the done token (killed), give the reader a moment for bytes already in flight.
+        const settleDelayMs = filter.done ? 0 : 50;
+        setTimeout(() => {
+          deliverOutput(options.onOutput, filter.flush(), this.#options.logger);
+          dataSub.dispose();
+          exitSub.dispose();
+          const finish = () => {
+            this.#forgetIfEmpty(pid);
+            resolve(deadline.result(signal ? 128 + signal : exitCode));
+          };
+          if (killing) void killing.then(finish);
+          else finish();
+        }, settleDelayMs);
+      });
+
+      writePtyInput(term, options.stdin);
+    });
+  }
+
+  async startBackground(options: BackgroundOptions): Promise<BackgroundHandle> {
+    assertNotReleased(this, this.#disposing);
+    return options.pty ? this.#backgroundPty(options) : this.#backgroundPipes(options);
+  }
+
+  #backgroundPipes(options: BackgroundOptions): BackgroundHandle {
+    const child = this.#spawnPipes(options.script, options.env);
+    const pid = child.pid;
+    if (pid === undefined) {
+      // The 'error' event carries the reason; it is emitted asynchronously and must be consumed.
+      child.once('error', () => undefined);
+      throw this.#spawnError(new Error('spawn failed'));
+    }
+    child.on('error', (err) => this.#options.logger?.warn({ err, pid }, 'background process error'));
+    child.stdout?.on('data', (chunk: Buffer) => deliverOutput(options.onOutput, chunk, this.#options.logger));
+    child.stderr?.on('data', (chunk: Buffer) => deliverOutput(options.onOutput, chunk, this.#options.logger));
+    child.stdin?.on('error', () => undefined);
+
+    let exited = false;
+    const exitedPromise = new Promise<void>((resolveExit) => {
+      let reported = false;
+      const report = (code: number | null, signal: NodeJS.Signals | null) => {
+        if (reported) return;
+        reported = true;
+        exited = true;
+        this.#forgetIfEmpty(pid);
+        deliverExit(options.onExit, code ?? -signalNumber(signal), this.#options.logger);
+        resolveExit();
+      };
+      child.once('close', report);
+      child.once('exit', (code, signal) => {
+        // Normally 'close' follows at once; a straggler holding the pipes must not delay the exit report forever.
+        setTimeout(() => report(code, signal), this.#options.pipeDrainMs).unref();
+      });
+    });
+
+    let killing: Promise<void> | undefined;
+    const kill = (): Promise<void> =>
+      (killing ??= terminateGroup(pid, this.#options.killGraceMs).then(() =>
+        Promise.race([exitedPromise, sleep(this.#options.pipeDrainMs + 1000)]),
+      ));
+    this.#groups.set(pid, { pgid: pid, kill, leaderExited: false });
+
+    return {
+      pid,
+      write: (data) =>
+        new Promise<void>((resolveWrite, rejectWrite) => {
+          const stdin = child.stdin;
+          if (exited || !stdin || stdin.writableEnded || stdin.destroyed) {
+            rejectWrite(new FailedPreconditionError(exited ? 'the process has exited' : 'stdin is closed'));
+            return;
+          }
+          stdin.write(typeof data === 'string' ? data : Buffer.from(data), (err) =>
+            err ? rejectWrite(new FailedPreconditionError(`cannot write to stdin: ${err.message}`)) : resolveWrite(),
+          );
+        }),
+      closeStdin: () =>
+        new Promise<void>((resolveClose) => {
+          const stdin = child.stdin;
+          if (!stdin || stdin.writableEnded || stdin.destroyed) {
+            resolveClose();
+            return;
+          }
+          stdin.end(() => resolveClose());
+        }),
+      kill,
+    };
+  }
+
+  #backgroundPty(options: BackgroundOptions): BackgroundHandle {
+    const { term, filter, nonce } = this.#spawnPty(options.script, options.env);
+    const pid = term.pid;
+    let exited = false;
+    let stdinClosed = false;
+    let lastInputEndedLine = true;
+    const exitedPromise = new Promise<void>((resolveExit) => {
+      term.onData((data: string | Buffer) => {
+        const chunk = typeof data === 'string' ? Buffer.from(data) : data;
+        deliverOutput(options.onOutput, filter.push(chunk, () => term.write(`${nonce}\n`)), this.#options.logger);
+      });
+      term.onExit(({ exitCode, signal }) => {
+        setTimeout(
+          () => {
+            exited = true;
+            deliverOutput(options.onOutput, filter.flush(), this.#options.logger);
+            this.#forgetIfEmpty(pid);
+            deliverExit(options.onExit, signal ? -signal : exitCode, this.#options.logger);
+            resolveExit();
+          },
+          filter.done ? 0 : 50,
+        );
+      });
+    });
+    let killing: Promise<void> | undefined;
+    const kill = (): Promise<void> =>
+      (killing ??= terminateGroup(pid, this.#options.killGraceMs).then(() =>
+        Promise.race([exitedPromise, sleep(this.#options.pipeDrainMs + 1000)]),
+      ));
+    this.#groups.set(pid, { pgid: pid, kill, leaderExited: false });
+
+    return {
+      pid,
+      write: (data) => {
+        if (exited || stdinClosed) {
+          return Promise.reject(new FailedPreconditionError(exited ? 'the process has exited' : 'stdin is closed'));
+        }
+        const bytes = typeof data === 'string' ? Buffer.from(data) : Buffer.from(data);
+        lastInputEndedLine = endsLine(bytes, lastInputEndedLine);
+        term.write(bytes);
+        return Promise.resolve();
+      },
+      closeStdin: () => {
+        if (!exited && !stdinClosed) {
+          stdinClosed = true;
+          term.write(ptyEof(lastInputEndedLine));
+        }
+        return Promise.resolve();
+      },
+      kill,
+    };
+  }
+
+  async readFile(absPath: string): Promise<Buffer> {
+    assertAbsolute(absPath);
+    try {
+      return await readRegularFile(absPath);
+    } catch (err) {
+      throw fileErrorFromNode(err, absPath, 'read');
+    }
+  }
+
+  async writeFile(absPath: string, data: Uint8Array): Promise<void> {
+    assertAbsolute(absPath);
+    try {
+      await mkdir(path.dirname(absPath), { recursive: true });
+      await writeRegularFile(absPath, data);
+    } catch (err) {
+      throw fileErrorFromNode(err, absPath, 'write');
+    }
+  }
+
+  async stat(absPath: string): Promise<FileStat> {
+    assertAbsolute(absPath);
+    try {
+      const info = await stat(absPath);
+      return { exists: true, isDirectory: info.isDirectory(), sizeBytes: info.size };
+    } catch (err) {
+      if (errnoName(err) === 'ENOENT' || errnoName(err) === 'ENOTDIR') {
+        return { exists: false, isDirectory: false, sizeBytes: 0 };
+      }
+      throw fileErrorFromNode(err, absPath, 'stat');
+    }
+  }
+
+  dispose(): Promise<void> {
+    this.#disposing ??= (async () => {
+      await Promise.all([...this.#groups.values()].map((g) => g.kill().catch(() => undefined)));
+      this.#groups.clear();
+      await rm(this.stateDir, { recursive: true, force: true });
+      this.onDisposed?.();
+    })();
+    return this.#disposing;
+  }
+}
+
+/** Types the script's stdin into the terminal, then EOF (^D; two when the last line is unterminated). */
+function writePtyInput(term: NodePty.IPty, stdin: Uint8Array | string | undefined): void {
+  const bytes = stdin === undefined ? Buffer.alloc(0) : Buffer.from(stdin);
+  if (bytes.length > 0) term.write(bytes);
+  term.write(ptyEof(endsLine(bytes)));
+}

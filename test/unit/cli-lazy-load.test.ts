@@ -1,0 +1,137 @@
+/**
+ * `berth` starts fast because it loads only what a command uses: help and
+ * flag parsing load no gRPC stack, no config schema and no backend client;
+ * `berth call` loads the gRPC client but no server, backend, MCP or tracing
+ * code. Each command runs as a person runs it (bin/berth in a child
+ * process), with a module-load hook that lists every module the process
+ * loaded, ES modules and CommonJS alike.
+ */
+import { describe, test } from 'node:test';
+import assert from 'node:assert/strict';
+import { spawnSync } from 'node:child_process';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { createServer } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { REPO_ROOT } from '../support/serve-process.js';
+
+/**
+ * Preloaded with --import: records each ES module the loader loads (through a
+ * module.register load hook) and each CommonJS module required, and writes
+ * the list to $BERTH_MODULE_LOG when the process exits.
+ */
+const MODULE_LOG_HOOK = `
+import Module, { register } from 'node:module';
+import { MessageChannel } from 'node:worker_threads';
+import { writeFileSync } from 'node:fs';
+const seen = new Set();
+const { port1, port2 } = new MessageChannel();
+port1.on('message', (url) => seen.add(url));
+port1.unref();
+register('data:text/javascript,' + encodeURIComponent(\`
+let port;
+export function initialize(data) { port = data.port; }
+export async function load(url, context, next) { port.postMessage(url); return next(url, context); }
+\`), { data: { port: port2 }, transferList: [port2] });
+const load = Module._load;
+Module._load = function (request, parent, isMain) {
+  try { seen.add(Module._resolveFilename(request, parent, isMain)); } catch {}
+  return load.apply(this, arguments);
+};
+process.on('exit', () => writeFileSync(process.env.BERTH_MODULE_LOG, [...seen].join('\\n')));
+`;
+
+/** The packages a command may load only when it uses them. */
+const HEAVY = {
+  grpc: ['@grpc/grpc-js', 'nice-grpc', '@bufbuild/protobuf'],
+  config: ['zod', 'yaml', 'smol-toml', 'ajv'],
+  backends: ['dockerode', 'ssh2', '@kubernetes/client-node', '@daytonaio/sdk', 'testcontainers'],
+  servers: ['prom-client', 'pino', 'nice-grpc-server-health', 'nice-grpc-server-reflection', 'hono'],
+  mcp: ['@modelcontextprotocol/sdk'],
+  tracing: ['@opentelemetry/api', '@opentelemetry/sdk-trace-base'],
+};
+
+/** The package a module file belongs to (`@scope/name` or `name`), or undefined for Berth's own and node's. */
+function packageOf(moduleId: string): string | undefined {
+  const m = /node_modules\/((?:@[^/]+\/)?[^/]+)\//.exec(moduleId);
+  return m?.[1];
+}
+
+interface Run {
+  readonly status: number | null;
+  readonly stdout: string;
+  readonly stderr: string;
+  readonly modules: readonly string[];
+  readonly packages: ReadonlySet<string>;
+}
+
+function runBerth(args: readonly string[]): Run {
+  const dir = mkdtempSync(join(tmpdir(), 'berth-lazy-load-'));
+  try {
+    const log = join(dir, 'modules.txt');
+    const hook = `data:text/javascript,${encodeURIComponent(MODULE_LOG_HOOK)}`;
+    const r = spawnSync(process.execPath, ['--import', hook, join(REPO_ROOT, 'bin', 'berth'), ...args], {
+      cwd: dir,
+      encoding: 'utf8',
+      env: { ...process.env, BERTH_MODULE_LOG: log, BERTH_SERVER: '' },
+      timeout: 60_000,
+    });
+    const modules = readFileSync(log, 'utf8').split('\n').filter(Boolean);
+    const packages = new Set(modules.map(packageOf).filter((p): p is string => p !== undefined));
+    return { status: r.status, stdout: r.stdout, stderr: r.stderr, modules, packages };
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+}
+
+function assertNoneLoaded(run: Run, groups: readonly (keyof typeof HEAVY)[], what: string): void {
+  const loaded = groups.flatMap((g) => HEAVY[g]).filter((p) => run.packages.has(p));
+  assert.deepEqual(loaded, [], `${what} loaded ${loaded.join(', ')}; all packages it loaded: ${[...run.packages].join(', ')}`);
+}
+
+function closedPort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const server = createServer().once('error', reject);
+    server.listen(0, '127.0.0.1', () => {
+      const address = server.address();
+      server.close(() => (typeof address === 'object' && address !== null ? resolve(address.port) : reject(new Error('no port'))));
+    });
+  });
+}
+
+const ALL = Object.keys(HEAVY) as (keyof typeof HEAVY)[];
+
+describe('berth loads only what a command uses', () => {
+  test('the hook sees what a command loads: berth call loads the gRPC client', async () => {
+    const port = await closedPort();
+    const run = runBerth(['call', 'terminal', '{"command":"true"}', '--server', `127.0.0.1:${port}`]);
+    assert.equal(run.status, 6, run.stderr);
+    assert.match(run.stderr, /cannot reach the Berth server at 127\.0\.0\.1:\d+/);
+    assert.ok(run.packages.has('@grpc/grpc-js'), `no @grpc/grpc-js among ${[...run.packages].join(', ')}`);
+    assert.ok(run.modules.some((m) => m.endsWith('/dist/services/cli/client-connection.js')));
+    assertNoneLoaded(run, ['config', 'backends', 'servers', 'mcp', 'tracing'], 'berth call');
+  });
+
+  test('berth --help loads no gRPC, config schema, backend, server, MCP or tracing package', () => {
+    const run = runBerth(['--help']);
+    assert.equal(run.status, 0, run.stderr);
+    assert.match(run.stdout, /^Usage: berth/m);
+    assertNoneLoaded(run, ALL, 'berth --help');
+  });
+
+  for (const command of ['call', 'tools', 'shell', 'mcp', 'serve', 'dispatcher', 'executor', 'doctor', 'check-command', 'bench']) {
+    test(`berth ${command} --help loads none of them either`, () => {
+      const run = runBerth([command, '--help']);
+      assert.equal(run.status, 0, run.stderr);
+      assert.match(run.stdout, new RegExp(`berth ${command}`));
+      assertNoneLoaded(run, ALL, `berth ${command} --help`);
+    });
+  }
+
+  test('a usage error in berth call loads no gRPC stack', () => {
+    const run = runBerth(['call', '--bogus']);
+    assert.equal(run.status, 2);
+    assert.match(run.stderr, /unknown flag --bogus for 'berth call'/);
+    assertNoneLoaded(run, ALL, 'berth call --bogus');
+  });
+});

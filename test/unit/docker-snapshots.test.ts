@@ -1,0 +1,57 @@
+/** The pure parts of docker snapshots: what each setting allows, and the labels that carry a snapshot. */
+import assert from 'node:assert/strict';
+import { describe, test } from 'node:test';
+import { LABEL } from '../../services/executor/backends/docker/container-spec.js';
+import { dockerLifecycle } from '../../services/executor/backends/docker/docker-lifecycle.js';
+import { SNAPSHOT_LABEL, snapshotFromLabels, snapshotLabels } from '../../services/executor/backends/docker/docker-snapshots.js';
+
+const made = {
+  id: 'snap_0123456789abcdef01234567',
+  tenant: 'acme',
+  sourceTaskId: 'base',
+  label: 'deps "installed"\nline two',
+  createdAtMs: 1_764_000_000_000,
+  shell: { cwd: '/workspace/app dir', script: "declare -x A='b c'\nf () \n{ \n    echo $'\\x01'\n}\n" },
+};
+
+describe('docker snapshot labels', () => {
+  test('carry a snapshot there and back, shell state and label byte for byte', () => {
+    const labels = snapshotLabels(made, 'owner-hash');
+    assert.deepEqual(snapshotFromLabels(labels, 'acme', 'owner-hash', 1234), { ...made, sizeBytes: 1234, includesProcesses: false });
+  });
+
+  test("blank the source container's task, tenant, host directory and uid, so forks inherit none of them", () => {
+    const labels = snapshotLabels(made, 'owner-hash');
+    for (const key of [LABEL.task, LABEL.tenant, LABEL.hostDir, LABEL.uid]) assert.equal(labels[key], '', key);
+    assert.ok(!Object.values(labels).includes('acme'), 'the tenant id is never written, only its keyed hash');
+  });
+
+  test("are another owner's, or not a finished snapshot: nothing", () => {
+    const labels = snapshotLabels(made, 'owner-hash');
+    assert.equal(snapshotFromLabels(labels, 'acme', 'other-hash', 0), undefined);
+    assert.equal(snapshotFromLabels({ ...labels, [SNAPSHOT_LABEL.id]: '../etc' }, 'acme', 'owner-hash', 0), undefined);
+    assert.equal(snapshotFromLabels({ ...labels, [SNAPSHOT_LABEL.createdMs]: 'soon' }, 'acme', 'owner-hash', 0), undefined);
+    assert.equal(snapshotFromLabels({ [SNAPSHOT_LABEL.part]: made.id }, 'acme', 'owner-hash', 0), undefined);
+  });
+});
+
+describe('docker lifecycle capabilities', () => {
+  const base = { runtime: '', persistent: true, readOnlyRoot: false, role: 'task' } as const;
+
+  test('snapshots of files and shell state, never processes, by default and without volumes', () => {
+    for (const input of [base, { ...base, persistent: false }, { ...base, readOnlyRoot: true }]) {
+      const caps = dockerLifecycle(input);
+      assert.deepEqual([caps.snapshot, caps.processes], [true, false], JSON.stringify(input));
+      assert.match(caps.notes?.join(' ') ?? '', /not running processes/);
+    }
+  });
+
+  test('refused where docker commit cannot see the files: gVisor, or a read-only root without volumes', () => {
+    assert.match(dockerLifecycle({ ...base, runtime: 'runsc' }).notes?.[0] ?? '', /gVisor .* docker commit cannot see them/);
+    assert.equal(dockerLifecycle({ ...base, runtime: 'runsc' }).snapshot, false);
+    const tmpfs = dockerLifecycle({ ...base, persistent: false, readOnlyRoot: true });
+    assert.equal(tmpfs.snapshot, false);
+    assert.match(tmpfs.notes?.[0] ?? '', /set terminal.container_persistent: true/);
+    assert.equal(dockerLifecycle({ ...base, role: 'code' }).snapshot, false);
+  });
+});

@@ -1,0 +1,58 @@
+/** docker.memory_overcommit's arithmetic, the cgroup limit it also honours, and how its refusal reaches the caller. */
+import assert from 'node:assert/strict';
+import { mkdir, mkdtemp, rm, writeFile } from 'node:fs/promises';
+import os from 'node:os';
+import path from 'node:path';
+import { describe, test } from 'node:test';
+import { BerthError, ResourceExhaustedError, isInfrastructureError } from '../../services/common/errors.js';
+import { MemoryAdmission, ownCgroupMemoryMiB } from '../../services/executor/backends/docker/memory-admission.js';
+
+describe('memory admission', () => {
+  test('admits while the limits fit in host memory × factor, the smaller of host and cgroup counting', async () => {
+    let held = 0;
+    const admission = new MemoryAdmission({
+      perContainerMiB: 1000,
+      factor: 1.5,
+      hostMiB: () => Promise.resolve(8000),
+      cgroupMiB: () => Promise.resolve(2000),
+      held: () => held,
+    });
+    assert.deepEqual(await admission.budget(), { hostMiB: 2000, factor: 1.5, limitMiB: 3000, heldMiB: 0 });
+    const releases = [await admission.admit(), await admission.admit(), await admission.admit()];
+    await assert.rejects(admission.admit(), (err: unknown) => err instanceof ResourceExhaustedError && err.message.startsWith('docker.memory_overcommit: '));
+    // Started containers count as held; the admissions are given back.
+    held = 3;
+    for (const release of releases) release();
+    releases[0]!();
+    await assert.rejects(admission.admit(), ResourceExhaustedError);
+    held = 2;
+    (await admission.admit())();
+  });
+
+  test('factor 0 admits without a bound', async () => {
+    const admission = new MemoryAdmission({ perContainerMiB: 1000, factor: 0, hostMiB: () => Promise.resolve(1), held: () => 99 });
+    assert.equal(await admission.budget(), undefined);
+    (await admission.admit())();
+  });
+
+  test("the executor's cgroup limit: v2, v1, and none", async () => {
+    const root = await mkdtemp(path.join(os.tmpdir(), 'berth-cgroup-'));
+    try {
+      assert.equal(await ownCgroupMemoryMiB(root), undefined);
+      await writeFile(path.join(root, 'memory.max'), 'max\n');
+      assert.equal(await ownCgroupMemoryMiB(root), undefined);
+      await mkdir(path.join(root, 'memory'));
+      await writeFile(path.join(root, 'memory', 'memory.limit_in_bytes'), '9223372036854771712\n');
+      assert.equal(await ownCgroupMemoryMiB(root), undefined, 'v1 "no limit"');
+      await writeFile(path.join(root, 'memory.max'), `${4 * 1024 * 1024 * 1024}\n`);
+      assert.equal(await ownCgroupMemoryMiB(root), 4096);
+    } finally {
+      await rm(root, { recursive: true, force: true });
+    }
+  });
+
+  test('its refusal reaches the caller as RESOURCE_EXHAUSTED; a task\'s own limit stays a tool result', () => {
+    assert.equal(isInfrastructureError(new BerthError('RESOURCE_EXHAUSTED', 'docker.memory_overcommit: this executor ...')), true);
+    assert.equal(isInfrastructureError(new BerthError('RESOURCE_EXHAUSTED', 'This task already has 64 background processes running.')), false);
+  });
+});
