@@ -162,16 +162,19 @@ describe('ssh backend against a real sshd', { timeout: 300_000 }, () => {
     await untilServer(async () => (await serverProcesses(seconds)) === 0, 'the orphaned command being killed');
   });
 
-  it('an interrupt while a lost exec agent is restarted ends the command, which never runs', async () => {
+  type ExecResult = Awaited<ReturnType<TaskEnvironments['exec']>>;
+  /**
+   * Holds the next exec agent's start (its python3 waits for a release file), loses the current agent with
+   * `lose(call)`, interrupts while the new one is held, and checks that the command never runs.
+   */
+  const interruptWhileAgentRestarts = async (lose: (startCall: () => Promise<ExecResult>) => Promise<{ call: Promise<ExecResult> }>) => {
     const key = task();
     await envs.exec(key, { command: 'true', timeoutMs: 20_000 });
     const marker = `/tmp/berth-never-${taskNo}-${process.pid}`;
-    // The next agent's python3 waits for a release file (a slow start held in place); then the agent is lost.
     const shim = '/usr/local/bin/python3';
     await sshd.exec(['sh', '-c', `printf '#!/bin/sh\\ntouch /tmp/berth-agent-held\\nwhile [ ! -e /tmp/berth-agent-release ]; do sleep 0.05; done\\nexec /usr/bin/python3 "$@"\\n' > ${shim} && chmod 755 ${shim}`], 'root');
     try {
-      await sshd.exec(['pkill', '-KILL', '-f', 'agent-.*--stdio'], 'root');
-      const call = envs.exec(key, { command: `touch ${marker}`, timeoutMs: 60_000 });
+      const { call } = await lose(() => envs.exec(key, { command: `touch ${marker}`, timeoutMs: 60_000 }));
       await untilServer(async () => (await sshd.exec(['test', '-e', '/tmp/berth-agent-held'])).exitCode === 0, 'the new agent being held');
       assert.equal(envs.interrupt(key), 1);
       const r = await call;
@@ -179,7 +182,7 @@ describe('ssh backend against a real sshd', { timeout: 300_000 }, () => {
       await sshd.exec(['touch', '/tmp/berth-agent-release'], 'root');
       // The next call runs on a new agent (the held one may have run out of time to say hello while held: then
       // the call after starts another); the interrupted command never ran on any.
-      let after: Awaited<ReturnType<typeof envs.exec>> | undefined;
+      let after: ExecResult | undefined;
       for (let attempt = 0; attempt < 3 && !after; attempt++) {
         after = await envs.exec(key, { command: 'echo up', timeoutMs: 30_000 }).catch((err: unknown) => {
           if (!(err instanceof UnavailableError)) throw err;
@@ -191,6 +194,25 @@ describe('ssh backend against a real sshd', { timeout: 300_000 }, () => {
     } finally {
       await sshd.exec(['rm', '-f', shim, '/tmp/berth-agent-held', '/tmp/berth-agent-release'], 'root');
     }
+  };
+
+  it('an interrupt while a lost exec agent is restarted ends the command, which never runs', async () => {
+    await interruptWhileAgentRestarts(async (startCall) => {
+      await sshd.exec(['pkill', '-KILL', '-f', 'agent-.*--stdio'], 'root');
+      return { call: startCall() };
+    });
+  });
+
+  it('an interrupt while the agent a command was sent to is replaced ends the command, which never runs', async () => {
+    // The agent is stopped, so the command waits on it; its loss then sends the command on to a new agent
+    // (the retry of a request that got nowhere), whose start is held.
+    await interruptWhileAgentRestarts(async (startCall) => {
+      await sshd.exec(['pkill', '-STOP', '-f', 'agent-.*--stdio'], 'root');
+      const call = startCall();
+      await sleep(500);
+      await sshd.exec(['pkill', '-KILL', '-f', 'agent-.*--stdio'], 'root');
+      return { call };
+    });
   });
 
   it("runs 100 commands concurrently across 10 tasks of one tenant (one agent channel each, on the tenant's connections)", async () => {

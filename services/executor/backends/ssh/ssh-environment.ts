@@ -137,14 +137,17 @@ export class SshEnvironment implements BackendEnvironment {
     return this.#agentStarting;
   }
 
-  /** Runs `fn` on the agent; once more on a new agent when the stream was lost before `fn` got anywhere. */
-  async #withAgent<T>(agent: AgentChannel, fn: (agent: AgentChannel) => Promise<T>): Promise<T> {
+  /**
+   * Runs `fn` on the agent; once more on a new agent when the stream was lost before `fn` got anywhere.
+   * An abort of `signal` while that new agent starts ends the wait with an {@link InterruptedBeforeStartError}.
+   */
+  async #withAgent<T>(agent: AgentChannel, fn: (agent: AgentChannel) => Promise<T>, signal?: AbortSignal): Promise<T> {
     try {
       return await fn(agent);
     } catch (err) {
       if (!(err instanceof SandboxLostError) || this.#disposing) throw err;
       this.#setup.logger?.info({ err: err.message }, 'the exec agent stream was lost; starting a new one');
-      const next = await this.#liveAgent();
+      const next = await unlessAborted(this.#liveAgent(), signal, 'the command');
       if (!next) throw err;
       return fn(next);
     }
@@ -168,7 +171,7 @@ export class SshEnvironment implements BackendEnvironment {
       // A retry on a new agent must not start what an interrupt ended meanwhile.
       if (options.signal?.aborted) throw new InterruptedBeforeStartError('the command');
       return a.spawn(spawnOptionsOf(options, this.initialCwd, this.#setup.logger, stdin));
-    }).catch((err: unknown) => {
+    }, options.signal).catch((err: unknown) => {
       if (err instanceof InterruptedBeforeStartError) return undefined;
       throw err;
     });
