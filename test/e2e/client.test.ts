@@ -219,6 +219,11 @@ describe('berth/client against a real berth serve', () => {
     try {
       const { stdout } = await run('npm', ['pack', '--silent', '--pack-destination', project], { cwd: REPO_ROOT, maxBuffer: 64 * 1024 * 1024 });
       const tarball = join(project, stdout.trim().split('\n').at(-1) ?? '');
+      // Only what a user runs: no compiled tests, no build context of the deploy image (hundreds of MB once built).
+      const listing = (await run('tar', ['-tzf', tarball], { maxBuffer: 64 * 1024 * 1024 })).stdout.split('\n');
+      assert.ok(listing.includes('package/dist/services/cli/main.js'), 'the CLI is packed');
+      assert.ok(listing.includes('package/dist/agent/berth_agent.pyz'), "the exec agent's archive is packed");
+      assert.deepEqual(listing.filter((f) => /^package\/dist\/(?!services\/|agent\/)/.test(f)), [], 'nothing else of dist/ is packed');
       const installed = join(project, 'node_modules', 'berth');
       mkdirSync(installed, { recursive: true });
       await run('tar', ['-xzf', tarball, '-C', installed, '--strip-components=1']);
