@@ -5,18 +5,22 @@
  * and the local backend's refusal.
  */
 import assert from 'node:assert/strict';
+import { execFile } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { promisify } from 'node:util';
 import { after, before, describe, test } from 'node:test';
 import Dockerode from 'dockerode';
 import { LABEL } from '../../services/executor/backends/docker/container-spec.js';
 import { dockerUnavailableReason, removeLabelled } from '../support/docker-fixtures.js';
-import { startServe, type ServeProcess } from '../support/serve-process.js';
+import { grpcPython } from '../support/python-bin.js';
+import { REPO_ROOT, startServe, type ServeProcess } from '../support/serve-process.js';
 import { removeSnapshotImages } from '../support/snapshot-fixtures.js';
 
 const docker = new Dockerode();
+const execFileAsync = promisify(execFile);
 const unavailable = await dockerUnavailableReason(docker);
 const run = randomBytes(4).toString('hex');
 const task = (name: string) => `snap-${name}-${run}`;
@@ -24,7 +28,7 @@ const task = (name: string) => `snap-${name}-${run}`;
 describe('snapshots and forks through berth serve --backend docker and the CLI', { skip: unavailable }, () => {
   let serve: ServeProcess;
   let stateRoot = '';
-  const tasks = ['base', 'try-1', 'try-2'].map(task);
+  const tasks = ['base', 'try-1', 'try-2', 'py-source', 'py-fork'].map(task);
 
   before(async () => {
     serve = await startServe(['--backend', 'docker']);
@@ -83,6 +87,34 @@ describe('snapshots and forks through berth serve --backend docker and the CLI',
     assert.equal((await serve.client.endTask({ taskId: try2 })).released, true);
     assert.deepEqual(await json(['snapshot-delete', String(implied.snapshot_id)]), { snapshot_id: implied.snapshot_id, deleted: true });
     assert.deepEqual(JSON.parse((await cli(['snapshots'])).stdout), []);
+  });
+
+  const { python, reason: noPython } = grpcPython();
+  test("the Python client's asyncio snapshots: create, fork, list, delete", { skip: noPython }, async () => {
+    const [source, forkId] = tasks.slice(3) as [string, string];
+    await terminal('echo from-python-source > /workspace/py-mark', source);
+    const script = [
+      'import asyncio, json, sys',
+      'from berth_client.aio import AsyncBerth',
+      'async def main(address, source, fork_id):',
+      '    async with AsyncBerth(address, interactive=False) as berth:',
+      '        snap = await berth.snapshots.create(source, label="py")',
+      '        task = await berth.snapshots.fork(snap.snapshot_id, fork_id)',
+      '        output = (await task.terminal("cat /workspace/py-mark"))["output"]',
+      '        listed = [s.snapshot_id for s in await berth.snapshots.list()]',
+      '        deleted = await berth.snapshots.delete(snap.snapshot_id)',
+      '        await task.end()',
+      '        print(json.dumps({"label": snap.label, "backend": snap.backend, "output": output,',
+      '                          "listed": snap.snapshot_id in listed, "deleted": deleted}))',
+      'asyncio.run(main(*sys.argv[1:4]))',
+    ].join('\n');
+    const clientRoot = join(REPO_ROOT, 'clients', 'python');
+    const { stdout } = await execFileAsync(python!, ['-c', script, serve.address, source, forkId], {
+      cwd: clientRoot,
+      env: { ...process.env, PYTHONPATH: clientRoot },
+      timeout: 180_000,
+    });
+    assert.deepEqual(JSON.parse(stdout), { label: 'py', backend: 'docker', output: 'from-python-source', listed: true, deleted: true });
   });
 });
 

@@ -27,6 +27,7 @@ from .errors import BerthError, CancelledError, UnavailableError, from_rpc_error
 from .events import BackgroundEvent
 from .results import parse_result
 from .session import CHOICES, ApprovalRequest, Event, Output, Result, failed_call_error, to_event
+from .snapshots import AsyncSnapshots
 from .suspension import Suspension
 from .tools import ToolMethods
 
@@ -71,6 +72,11 @@ class AsyncBerth:
         }
         kwargs.update(overrides)
         return cls(os.environ.get("BERTH_SERVER") or DEFAULT_ADDRESS, **kwargs)
+
+    @property
+    def snapshots(self) -> AsyncSnapshots:
+        """The tenant's snapshots: create, fork, fork_task, list, delete (docs/lifecycle.md)."""
+        return AsyncSnapshots(self)
 
     def task(self, task_id: str, session_id: str = "") -> "AsyncTask":
         if not task_id:

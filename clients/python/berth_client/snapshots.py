@@ -3,6 +3,8 @@
     snap = berth.snapshots.create("base", label="deps installed")
     task = berth.snapshots.fork(snap.snapshot_id, "try-1")      # or fork_task("base", "try-2")
     print(task.terminal("pwd")["output"])                       # same files, cwd and variables as base had
+
+and the same coroutines on ``AsyncBerth.snapshots`` (``await berth.snapshots.create("base")``).
 """
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ from typing import TYPE_CHECKING, List, Tuple
 from ._gen import dispatcher_pb2 as pb
 
 if TYPE_CHECKING:
+    from .aio import AsyncBerth, AsyncTask
     from .client import Berth, Task
 
 
@@ -78,4 +81,40 @@ class Snapshots:
 
     def _fork(self, request: "pb.ForkRequest") -> Tuple["Task", Snapshot]:
         r: pb.ForkResponse = self._berth._unary(self._berth._stub.Fork, request)
+        return self._berth.task(r.task_id), Snapshot.from_message(r.snapshot)
+
+
+class AsyncSnapshots:
+    """``Snapshots`` for the asyncio client (``AsyncBerth.snapshots``): the same methods, as coroutines."""
+
+    def __init__(self, berth: "AsyncBerth") -> None:
+        self._berth = berth
+
+    async def create(self, task_id: str, label: str = "") -> Snapshot:
+        """See Snapshots.create."""
+        r: pb.SnapshotResponse = await self._berth._unary(self._berth._stub.Snapshot, pb.SnapshotRequest(task_id=task_id, label=label))
+        return Snapshot.from_message(r.snapshot)
+
+    async def fork(self, snapshot_id: str, task_id: str) -> "AsyncTask":
+        """See Snapshots.fork."""
+        return (await self._fork(pb.ForkRequest(snapshot_id=snapshot_id, task_id=task_id)))[0]
+
+    async def fork_task(self, source_task_id: str, task_id: str, label: str = "") -> Tuple["AsyncTask", Snapshot]:
+        """See Snapshots.fork_task."""
+        return await self._fork(pb.ForkRequest(source_task_id=source_task_id, task_id=task_id, label=label))
+
+    async def list(self) -> List[Snapshot]:
+        """See Snapshots.list."""
+        r: pb.ListSnapshotsResponse = await self._berth._unary(self._berth._stub.ListSnapshots, pb.ListSnapshotsRequest())
+        return [Snapshot.from_message(s) for s in r.snapshots]
+
+    async def delete(self, snapshot_id: str) -> bool:
+        """See Snapshots.delete."""
+        r: pb.DeleteSnapshotResponse = await self._berth._unary(
+            self._berth._stub.DeleteSnapshot, pb.DeleteSnapshotRequest(snapshot_id=snapshot_id)
+        )
+        return bool(r.deleted)
+
+    async def _fork(self, request: "pb.ForkRequest") -> Tuple["AsyncTask", Snapshot]:
+        r: pb.ForkResponse = await self._berth._unary(self._berth._stub.Fork, request)
         return self._berth.task(r.task_id), Snapshot.from_message(r.snapshot)
