@@ -14,6 +14,7 @@ import { promisify } from 'node:util';
 import { after, before, describe, test } from 'node:test';
 import Dockerode from 'dockerode';
 import { LABEL } from '../../services/executor/backends/docker/container-spec.js';
+import { SNAPSHOT_LABEL } from '../../services/executor/backends/docker/docker-snapshots.js';
 import { dockerUnavailableReason, removeLabelled } from '../support/docker-fixtures.js';
 import { grpcPython } from '../support/python-bin.js';
 import { REPO_ROOT, startServe, type ServeProcess } from '../support/serve-process.js';
@@ -126,7 +127,7 @@ describe('snapshot quotas (docker)', { skip: unavailable }, () => {
 
   before(async () => {
     const config = join(dir, 'config.yaml');
-    writeFileSync(config, 'terminal: { container_persistent: false }\nquotas: { max_snapshots: 1, max_snapshot_mb: 1000000 }\n');
+    writeFileSync(config, 'terminal: { container_persistent: false }\nquotas: { max_snapshots: 1, max_snapshot_mb: 3 }\n');
     serve = await startServe(['--backend', 'docker', '--config', config]);
     stateRoot = serve.stateRoot;
   });
@@ -153,6 +154,25 @@ describe('snapshot quotas (docker)', { skip: unavailable }, () => {
     const third = await serve.cli(['snapshot', source], { timeoutMs: 180_000 });
     assert.equal(third.code, 0, third.stderr);
     assert.equal((await serve.cli(['snapshot-delete', String((JSON.parse(third.stdout) as Record<string, unknown>).snapshot_id)])).code, 0);
+  });
+
+  test('max_snapshot_mb refuses a snapshot that would pass it, and keeps nothing of it', async () => {
+    // 5 MiB that no layer compresses away, beside the 3 MB the tenant may hold.
+    const big = await serve.cli(['call', 'terminal', '{"command":"head -c 5242880 /dev/urandom > big && stat -c %s big"}', '--task', source]);
+    assert.equal(big.code, 0, big.stderr);
+    const refused = await serve.cli(['snapshot', source], { timeoutMs: 180_000 });
+    assert.equal(refused.code, 5, refused.stdout);
+    assert.match(
+      refused.stderr,
+      /^berth: RESOURCE_EXHAUSTED: tenant default is at quotas\.max_snapshot_mb \(([6-9]|\d{2,}) of 3 MB of snapshots with this one\); delete a snapshot \('berth snapshot-delete ID'\) or raise the quota\n$/,
+    );
+    assert.deepEqual(JSON.parse((await serve.cli(['snapshots'])).stdout), [], 'the refused snapshot is not listed');
+    const images = await docker.listImages({ all: true, filters: { label: [SNAPSHOT_LABEL.part] } });
+    assert.deepEqual(images.filter((i) => i.Labels?.[LABEL.stateRoot] === stateRoot), [], 'and its image is gone');
+    // Below the limit again, a snapshot is taken.
+    assert.equal((await serve.cli(['call', 'terminal', '{"command":"rm big"}', '--task', source])).code, 0);
+    const small = await serve.cli(['snapshot', source], { timeoutMs: 180_000 });
+    assert.equal(small.code, 0, small.stderr);
     await serve.client.endTask({ taskId: source });
   });
 });
