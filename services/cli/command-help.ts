@@ -240,7 +240,7 @@ stand-ins' script), BERTH_BENCH_APPTAINER (an apptainer-compatible CLI);
 
 Flags:
   --quick             a two-minute budget (its minimum work takes longer on a busy machine)
-  --only NAME         suites (case file names) or parts of case names
+  --only NAME         suites (case file names), or else parts of case names
   --smoke             each case a few times, no files; non-zero only if a case fails
   --compare OLD.json  after the run, print each case's ratio to its baseline
                       beside the same ratio in an earlier results file, with

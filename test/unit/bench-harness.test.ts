@@ -11,6 +11,7 @@ import { renderMarkdown } from '../../services/cli/bench/report-markdown.js';
 import { reportToJson, type BenchReport } from '../../services/cli/bench/report.js';
 import type { CaseResult } from '../../services/cli/bench/bench-result.js';
 import { planFor, runCase } from '../../services/cli/bench/runner.js';
+import { selectCases } from '../../services/cli/bench/run-bench.js';
 import { formatMs, formatRatio, pairedMedianDelta, quantile, summarize } from '../../services/cli/bench/stats.js';
 import { escapeXml } from '../../services/cli/bench/svg.js';
 
@@ -305,5 +306,28 @@ describe('bench reports', () => {
     assert.match(json, /"samplesA": \[1,2,3\]/);
     const parsed = JSON.parse(json) as { cases: Array<{ latency: { ratioP90: unknown } }> };
     assert.equal(parsed.cases[0]!.latency.ratioP90, null);
+  });
+});
+
+describe('bench --only', () => {
+  const cases = [
+    { suite: 'memory', benchCase: { name: 'resident memory, berth executor' } },
+    { suite: 'fair-share', benchCase: { name: 'terminal `true` while another tenant runs a CPU burner, memory hog, docker' } },
+    { suite: 'terminal-docker', benchCase: { name: 'terminal `true`, docker backend, warm task' } },
+  ];
+  const names = (only: string[]) => selectCases(cases, only).map((c) => c.suite);
+
+  test("a suite's name selects that suite only, not cases that mention the word", () => {
+    assert.deepEqual(names(['memory']), ['memory']);
+    assert.deepEqual(names(['Fair-Share', 'memory']), ['memory', 'fair-share']);
+  });
+
+  test('any other word selects the cases whose names contain it', () => {
+    assert.deepEqual(names(['docker']), ['fair-share', 'terminal-docker']);
+    assert.deepEqual(names(['hog']), ['fair-share']);
+  });
+
+  test('a word that matches nothing is a usage error listing the suites', () => {
+    assert.throws(() => selectCases(cases, ['nope']), { message: '--only nope matches no case; suites: memory, fair-share, terminal-docker' });
   });
 });

@@ -74,11 +74,22 @@ export async function loadCases(mode: BenchMode, dir = CASES_DIR): Promise<Loade
   return loaded;
 }
 
-function select(all: readonly LoadedCase[], only: readonly string[]): LoadedCase[] {
+/**
+ * The cases `--only` names: a word that is a suite's name selects that suite
+ * (and nothing else, so `memory` is not also a case that mentions a memory
+ * hog); any other word selects the cases whose names contain it.
+ */
+export function selectCases<C extends { readonly suite: string; readonly benchCase: { readonly name: string } }>(
+  all: readonly C[],
+  only: readonly string[],
+): C[] {
   if (only.length === 0) return [...all];
+  const suites = new Set(all.map((c) => c.suite.toLowerCase()));
   const wanted = only.map((o) => o.toLowerCase());
+  const bySuite = wanted.filter((w) => suites.has(w));
+  const byName = wanted.filter((w) => !suites.has(w));
   const chosen = all.filter(
-    (c) => wanted.includes(c.suite.toLowerCase()) || wanted.some((w) => c.benchCase.name.toLowerCase().includes(w)),
+    (c) => bySuite.includes(c.suite.toLowerCase()) || byName.some((w) => c.benchCase.name.toLowerCase().includes(w)),
   );
   if (chosen.length === 0) {
     const suites = [...new Set(all.map((c) => c.suite))].join(', ');
@@ -119,7 +130,7 @@ export async function runBench(options: BenchOptions): Promise<number> {
   const stdout = options.stdout ?? process.stdout;
   // Read before the run: a wrong path should not cost a whole run.
   const earlier = options.compare === undefined ? undefined : readEarlierReport(options.compare);
-  const chosen = select(await loadCases(options.mode), options.only);
+  const chosen = selectCases(await loadCases(options.mode), options.only);
   const progress = new Progress(stderr, chosen.length);
   const notes: string[] = [];
   const note = (m: string) => {
