@@ -56,7 +56,8 @@ class Spawn(unittest.TestCase):
         # of it, whose script came through one more descriptor: neither may keep any other.
         tmp = TempDir(self)
         for req_id in (1, 2, 3):
-            pid = self.agent.spawn(req_id, "echo $$; cat", cwd=tmp.path, keep_stdin=True)
+            # A builtin waits for stdin: bash itself, not a program it became that is still loading.
+            pid = self.agent.spawn(req_id, "echo $$; read -r line; exit 0", cwd=tmp.path, keep_stdin=True)
             self.assertEqual(int(self.agent.read_until(req_id, b"\n")), pid)
             self.assertEqual(sorted(os.listdir("/proc/%d/fd" % pid)), ["0", "1", "2"], "command %d" % req_id)
             self.agent.request({"op": "eof", "id": 10 + req_id, "proc": req_id})
