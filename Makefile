@@ -3,7 +3,7 @@ SHELL := /bin/bash
 .DEFAULT_GOAL := help
 TS_SOURCES := $(shell find services test examples -name '*.ts' -not -path '*/node_modules/*' -not -path '*/dist/*' 2>/dev/null)
 
-.PHONY: help setup build run test test-setup test-unit lint proto proto-check proto-python proto-python-check client-gen client-check config-doc config-doc-check image deploy-image bench clean
+.PHONY: help setup build run test test-setup test-unit lint proto proto-check proto-python proto-python-check client-gen client-check config-doc config-doc-check api-report image deploy-image bench clean
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -82,6 +82,9 @@ config-doc: dist/.built ## Regenerate the configuration reference in docs/config
 
 config-doc-check: config-doc ## Fail if docs/configuration.md's reference differs from the config schema
 	@git diff --exit-code --stat -- docs/configuration.md || { echo "docs/configuration.md is stale: run 'make config-doc' and commit"; exit 1; }
+
+api-report: dist/.built ## Regenerate docs/api/*.api.md, the public API of berth/backend-kit and berth/conformance, after a change meant to it
+	node dist/test/support/api-report-main.js
 
 image: ## Build the sandbox image (starts Docker and builds its base without a registry where needed)
 	scripts/build-image.sh

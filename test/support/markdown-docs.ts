@@ -7,7 +7,7 @@ import { existsSync, readFileSync, readdirSync, statSync } from 'node:fs';
 import { dirname, join, relative, resolve } from 'node:path';
 import { REPO_ROOT } from './serve-process.js';
 
-/** README.md, CHANGELOG.md, every page under docs/, and the Python client's README. */
+/** README.md, CHANGELOG.md, every page under docs/, the sandbox image's and the Python client's READMEs. */
 export function docFiles(): string[] {
   const pages: string[] = [];
   const walk = (dir: string) => {
@@ -18,7 +18,7 @@ export function docFiles(): string[] {
     }
   };
   walk(join(REPO_ROOT, 'docs'));
-  return ['README.md', 'CHANGELOG.md', ...pages, 'clients/python/README.md'];
+  return ['README.md', 'CHANGELOG.md', ...pages, 'sandbox-image/README.md', 'clients/python/README.md'];
 }
 
 export function readDoc(file: string): string {

@@ -1,15 +1,18 @@
 /**
  * The exec agent's own unit tests, in Python (sandbox-image/agent/tests:
  * stdlib unittest, so nothing to install): framing and its bounds, files,
- * the linger socket and the bridge of a resume, the archive's entry point.
+ * the linger socket and the bridge of a resume, the archive's entry point,
+ * commands (spawn, output, exits, stdin, kills), terminals, the socket
+ * relay and the task's user. A skipped Python test fails here.
  * Each Python test is one test here, so they run and count with the suite.
  */
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
 import path from 'node:path';
 import { describe, it } from 'node:test';
-import { AGENT_SOURCE_DIR } from '../support/agent-variant.js';
+import { fencedBlocks } from '../support/markdown-docs.js';
 import { realPython } from '../support/python-bin.js';
+import { REPO_ROOT } from '../support/serve-process.js';
 
 interface PythonTest {
   readonly test: string;
@@ -17,9 +20,13 @@ interface PythonTest {
   readonly detail: string;
 }
 
-// -B: nothing written into the checkout (__pycache__).
-const run = spawnSync(realPython(), ['-B', path.join(AGENT_SOURCE_DIR, 'tests', 'run.py')], {
-  cwd: AGENT_SOURCE_DIR,
+/** The command docs/development.md gives for these tests (the block it says this file covers), run as shown. */
+const documented = fencedBlocks('docs/development.md').find((b) => b.note?.endsWith('covered by test/unit/agent-python.test.ts'));
+if (!documented) throw new Error('docs/development.md shows no command covered by test/unit/agent-python.test.ts');
+// From the checkout's root; its python3 the real interpreter, not a version manager's shim. (-B: no __pycache__.)
+const run = spawnSync('bash', ['-c', documented.body], {
+  cwd: REPO_ROOT,
+  env: { ...process.env, PATH: `${path.dirname(realPython())}:${process.env.PATH ?? ''}` },
   encoding: 'utf8',
   timeout: 180_000,
 });
@@ -29,11 +36,20 @@ const results: PythonTest[] = (run.stdout ?? '')
   .map((line) => JSON.parse(line) as PythonTest);
 
 describe("the exec agent's Python unit tests", () => {
-  it('ran to the end, with tests of the protocol, files, resume and the entry point', () => {
+  it('ran to the end, with tests of every module of the agent', () => {
     assert.equal(run.error, undefined, String(run.error));
-    assert.equal(run.status, 0, `tests/run.py exited ${run.status}; its stderr:\n${run.stderr}`);
+    assert.equal(run.status, 0, `${documented.body} exited ${run.status}; its stderr:\n${run.stderr}`);
     const modules = new Set(results.map((r) => r.test.split('.')[1]));
-    for (const module of ['test_protocol', 'test_files', 'test_resume', 'test_entry']) assert.ok(modules.has(module), `no test of ${module} ran`);
+    for (const module of [
+      'test_protocol',
+      'test_files',
+      'test_resume',
+      'test_entry',
+      'test_processes',
+      'test_terminal',
+      'test_relay',
+      'test_taskuser',
+    ]) assert.ok(modules.has(module), `no test of ${module} ran`);
   });
 
   for (const result of results) {

@@ -5,9 +5,10 @@
  */
 import { describe, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { existsSync } from 'node:fs';
+import { existsSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { commandBlocks } from '../support/markdown-docs.js';
+import { commandBlocks, type FencedBlock } from '../support/markdown-docs.js';
+import { blockCommands, commandWords, uncoveredWords } from '../support/doc-command-words.js';
 import { outputMismatch, parseConsole, substituteIds, type IdMap } from '../support/doc-console.js';
 import { REPO_ROOT } from '../support/serve-process.js';
 
@@ -28,6 +29,17 @@ describe('documentation command blocks', () => {
     assert.deepEqual(problems, []);
   });
 
+  test('a block covered by a test is run by it: the test names each command, subcommand, long flag and variable the block shows', () => {
+    const problems: string[] = [];
+    for (const { file, block, test: how } of blocks) {
+      if (how.kind !== 'covered') continue;
+      const paths = how.paths.filter((p) => existsSync(join(REPO_ROOT, p)));
+      const sources = paths.map((p) => readFileSync(join(REPO_ROOT, p), 'utf8'));
+      for (const missing of uncoveredWords(file, block, sources)) problems.push(`${file}:${block.line}: ${paths.join(', ')} never names ${missing}`);
+    }
+    assert.deepEqual(problems, []);
+  });
+
   test('blocks marked run are ones the runner can run: console blocks of commands, nothing left running in the background', () => {
     const run = blocks.filter((b) => b.test.kind === 'run');
     assert.ok(run.length >= 5, `only ${run.length} blocks are run`);
@@ -35,6 +47,34 @@ describe('documentation command blocks', () => {
       if (block.lang === 'console') assert.ok(parseConsole(block.body).length > 0, `${file}:${block.line}`);
       assert.doesNotMatch(block.body, /&\s*$/m, `${file}:${block.line}: a background command would outlive the test`);
     }
+  });
+});
+
+describe('what a covering test must name', () => {
+  const sh = (body: string): FencedBlock => ({ lang: 'sh', body, line: 1, note: undefined });
+
+  test('programs, subcommands, long flags and variables, not the plumbing, a here-document or a comment', () => {
+    assert.deepEqual(commandWords(`FOO=1 bin/berth call terminal '{"command":"echo a | b"}' --task t1 --json=x # not --this`), [
+      'FOO',
+      'berth',
+      'call',
+      '--task',
+      '--json',
+    ]);
+    assert.deepEqual(commandWords('sudo docker-compose -f deploy/compose.yaml up -d > out.log 2>&1 && grep -q ok out.log || exit 1'), ['docker-compose', 'up']);
+    assert.deepEqual(commandWords('export KEY=$(openssl rand -hex 16); cd x && make lint'), ['make', 'lint']);
+    const script = sh("set -e\ncat > c.yaml <<'YAML'\nkey: value\nYAML\nberth serve \\\n  --port 0 &\nwait");
+    assert.deepEqual(blockCommands(script).map(commandWords), [[], [], ['berth', 'serve', '--port'], []]);
+  });
+
+  test('a word the test does not name is reported, one inside a longer name does not count, and a test reading the block covers it', () => {
+    const block = sh('berth snapshot base --label x');
+    assert.deepEqual(uncoveredWords('docs/x.md', block, ["cli(['snapshot', 'base', '--label', 'deps'])", '// berth']), []);
+    assert.deepEqual(uncoveredWords('docs/x.md', block, ["cli(['snapshot-list', '--labels'])", 'berth']), [
+      "'snapshot' of `berth snapshot base --label x`",
+      "'--label' of `berth snapshot base --label x`",
+    ]);
+    assert.deepEqual(uncoveredWords('docs/x.md', block, ["const [b] = fencedBlocks('docs/x.md')"]), []);
   });
 });
 
