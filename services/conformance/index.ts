@@ -11,6 +11,7 @@
  * checks themselves grow with Berth's behaviour, as its own backends must
  * pass them too (docs/backends/writing-a-backend.md).
  */
-export { countProcessesScript, runBackendConformance, type BackendConformanceOptions } from './backend-conformance.js';
+export { runBackendConformance, type BackendConformanceOptions } from './backend-conformance.js';
+export { countProcessesScript } from './process-probe.js';
 export { runSuspendConformance, type SuspendConformanceOptions } from './suspend-conformance.js';
 export { runLifecycleConformance, type LifecycleConformanceOptions } from './lifecycle-conformance.js';

@@ -3,7 +3,7 @@
  * result shapes that show it: list entries, poll, log and the snapshot of a
  * finished process. Characters are counted as Python counts them (code
  * points) and lines split as `str.splitlines()` splits them, as upstream's
- * results do. Shapes: see process-registry.ts.
+ * results do. Shapes: see process-tool-actions.ts.
  */
 import type { StringDecoder } from 'node:string_decoder';
 import type { BackgroundHandle } from './backend.js';

@@ -19,7 +19,8 @@ import { after, describe, it } from 'node:test';
 import { fileURLToPath } from 'node:url';
 import { FailedPreconditionError } from '../../services/common/errors.js';
 import { createLogger } from '../../services/common/logging.js';
-import type { AgentChannel, AgentChannelOptions } from '../../services/executor/backends/shared/agent/agent-channel.js';
+import type { AgentChannel } from '../../services/executor/backends/shared/agent/agent-channel.js';
+import type { AgentChannelOptions } from '../../services/executor/backends/shared/agent/agent-channel-options.js';
 import { AgentListener } from '../../services/executor/backends/docker/agent-listener.js';
 import {
   AGENT_PROTOCOL_VERSION,

@@ -17,7 +17,7 @@ import type { TaskKey } from '../../services/executor/backend.js';
 import { SshBackend } from '../../services/executor/backends/ssh/ssh-backend.js';
 import { CodeRunner } from '../../services/executor/code-execution/code-runner.js';
 import { TaskEnvironments } from '../../services/executor/task-environment.js';
-import { countProcessesScript } from '../../services/conformance/backend-conformance.js';
+import { countProcessesScript } from '../../services/conformance/process-probe.js';
 import { startSshd, type StartedSshd } from '../../services/cli/bench/sshd-container.js';
 
 const ALL_TOOLS = ['read_file', 'write_file', 'search_files', 'patch', 'terminal'];

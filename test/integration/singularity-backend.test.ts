@@ -26,7 +26,7 @@ import {
   doubleState,
   doubleUnavailableReason,
 } from '../support/apptainer-double.js';
-import { countProcessesScript } from '../../services/conformance/backend-conformance.js';
+import { countProcessesScript } from '../../services/conformance/process-probe.js';
 
 const skip = doubleUnavailableReason();
 

@@ -21,7 +21,7 @@ import { findAgentScript } from '../../services/executor/backends/shared/agent/a
 import { buildAgentVariant } from '../support/agent-variant.js';
 import { SshBackend, type SshBackendOptions } from '../../services/executor/backends/ssh/ssh-backend.js';
 import { TaskEnvironments } from '../../services/executor/task-environment.js';
-import { countProcessesScript } from '../../services/conformance/backend-conformance.js';
+import { countProcessesScript } from '../../services/conformance/process-probe.js';
 import { startSshd, type StartedSshd } from '../../services/cli/bench/sshd-container.js';
 
 const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms));

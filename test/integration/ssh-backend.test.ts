@@ -16,7 +16,7 @@ import { SshBackend, type SshBackendOptions } from '../../services/executor/back
 import { SshConnectError } from '../../services/executor/backends/ssh/ssh-errors.js';
 import { sshRoundTrips } from '../../services/executor/backends/ssh/ssh-round-trips.js';
 import { TaskEnvironments } from '../../services/executor/task-environment.js';
-import { countProcessesScript } from '../../services/conformance/backend-conformance.js';
+import { countProcessesScript } from '../../services/conformance/process-probe.js';
 import { generateKeyPair, startSshd, type StartedSshd } from '../../services/cli/bench/sshd-container.js';
 
 const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms));

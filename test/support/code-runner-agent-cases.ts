@@ -15,7 +15,7 @@ import { buildHermesToolsModule } from '../../services/dispatcher/tools/code-exe
 import type { TaskKey } from '../../services/executor/backend.js';
 import { CodeRunner } from '../../services/executor/code-execution/code-runner.js';
 import type { TaskEnvironments } from '../../services/executor/task-environment.js';
-import { countProcessesScript } from '../../services/conformance/backend-conformance.js';
+import { countProcessesScript } from '../../services/conformance/process-probe.js';
 
 const ALL_TOOLS = ['read_file', 'write_file', 'search_files', 'patch', 'terminal'];
 

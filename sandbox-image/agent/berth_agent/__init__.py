@@ -14,9 +14,11 @@ The package. Sandboxes get it as one file, berth_agent.pyz (a zipapp that
 sandbox-image/agent/build.py makes of this package and ../__main__.py), run
 as `python3 [-I -S] berth_agent.pyz ...`. Its modules: protocol (frames,
 version, capabilities), streams (the two transports), agent (the main loop
-and dispatch), processes (commands, pre-started shells, exits, kills),
-terminal (PTYs), files, relay (the socket relay), resume (a dropped stream),
-taskuser (--user, capabilities), main (the command line). Unit tests:
+and dispatch), processes (commands, output pacing, exits, kills), proc (one
+command), prestart (pre-started shells), proctree (a command's process group
+and session), counters (cgroup counters), terminal (PTYs), files, relay (the
+socket relay), resume (a dropped stream), taskuser (--user, capabilities),
+main (the command line). Unit tests:
 sandbox-image/agent/tests/.
 
 Transports. `berth_agent.pyz [--user UID:GID] [SOCKET [TOKEN_FILE]]` dials

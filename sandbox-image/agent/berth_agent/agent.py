@@ -7,8 +7,11 @@ import signal
 import sys
 import time
 
+from .counters import find_counters
 from .files import Files
-from .processes import OUTPUT_BURST, Processes, find_counters, signal_tree, tree_members
+from .prestart import PreStart
+from .processes import OUTPUT_BURST, Processes
+from .proctree import signal_tree, tree_members
 from .protocol import CAPABILITIES, MAX_ERROR_MESSAGE, MAX_SEND_FRAME, VERSION, BadFrame, encode_frame, errno_name, log, take_frame
 from .relay import Relay
 from .resume import REDIAL_INTERVAL, Resume
@@ -16,7 +19,7 @@ from .taskuser import _NoSwitch
 from .terminal import Terminal
 
 
-class Agent(Processes, Terminal, Files, Relay, Resume):
+class Agent(Processes, PreStart, Terminal, Files, Relay, Resume):
     """One agent: its stream, its commands, file writes in progress, relayed sockets."""
 
     def __init__(self, sock, token, redial_path=None, linger_path=None, redial_peer=None, user=None):

@@ -1,5 +1,5 @@
-"""Commands: spawning `bash -c` (into a pre-started shell when one fits), their stdin and output, exits,
-kills, and the cgroup counters reported with every exit."""
+"""Commands: spawning `bash -c` (into a pre-started shell when one fits, prestart.py), their stdin and
+output, exits and kills."""
 
 import errno
 import os
@@ -8,11 +8,12 @@ import signal
 import subprocess
 import time
 
-from .protocol import READ_CHUNK, log
+from .counters import read_counter
+from .prestart import Ready
+from .proc import Proc
+from .proctree import signal_tree
+from .protocol import READ_CHUNK
 from .terminal import open_terminal
-
-# Scripts up to this size go to a pre-started shell: what an empty pipe takes without waiting.
-SCRIPT_PIPE_BYTES = 60 * 1024
 
 
 # After a kill, how long to wait for output pipes that a process outside the
@@ -26,172 +27,6 @@ DRAIN_AFTER_KILL = 1.0
 # executor (shared by every tenant) at most this rate, and loses nothing.
 OUTPUT_BURST = 16 * 1024 * 1024
 OUTPUT_RATE = 4 * 1024 * 1024
-
-
-# Counters reported with every exit, so the executor can tell that a limit
-# of the container (memory, pids) hit the command: name -> (files, line key).
-COUNTERS = {
-    "oom_kill": (("/sys/fs/cgroup/memory.events", "/sys/fs/cgroup/memory/memory.oom_control"), "oom_kill"),
-    "pids_max": (("/sys/fs/cgroup/pids.events", "/sys/fs/cgroup/pids/pids.events"), "max"),
-}
-
-
-def read_counter(path, key):
-    try:
-        with open(path, "rb") as f:
-            for line in f.read().decode("ascii", "replace").splitlines():
-                parts = line.split()
-                if len(parts) == 2 and parts[0] == key and parts[1].isdigit():
-                    return int(parts[1])
-    except OSError:
-        pass
-    return None
-
-
-def find_counters():
-    """The first readable file of each counter (cgroup v2, then v1)."""
-    found = {}
-    for name, (paths, key) in COUNTERS.items():
-        for path in paths:
-            if read_counter(path, key) is not None:
-                found[name] = (path, key)
-                break
-    return found
-
-
-def tree_members(pgid):
-    """Pids of live processes in process group `pgid` or in session `pgid`.
-
-    A command starts in a new session whose id is its leader's pid, so its
-    group and session ids both equal that pid. A process that moved to
-    another group of the session (bash job control does) is still found
-    through the session; only one that called setsid() itself escapes.
-    """
-    pids = []
-    try:
-        entries = os.listdir("/proc")
-    except OSError:
-        return pids
-    for entry in entries:
-        if not entry.isdigit():
-            continue
-        try:
-            with open("/proc/%s/stat" % entry, "rb") as f:
-                data = f.read()
-        except OSError:
-            continue
-        # After the command name: state ppid pgrp session ...
-        fields = data[data.rfind(b")") + 2:].split()
-        if len(fields) > 3 and fields[0] != b"Z" and (int(fields[2]) == pgid or int(fields[3]) == pgid):
-            pids.append(int(entry))
-    return pids
-
-
-def signal_tree(pgid, sig):
-    """Signals the command's process group and its session; False when none is left."""
-    found = False
-    try:
-        os.killpg(pgid, sig)
-        found = True
-    except OSError:
-        pass
-    for pid in tree_members(pgid):
-        try:
-            os.kill(pid, sig)
-            found = True
-        except OSError:
-            pass
-    return found
-
-
-class Proc(object):
-    """One spawned `bash -c` and its pipes (or PTY master)."""
-
-    def __init__(self, agent, req_id, pid, out_fds, stdin_fd, pty_slave):
-        self.agent = agent
-        self.id = req_id
-        self.pid = pid
-        self.out_fds = set(out_fds)
-        self.stdin_fd = stdin_fd
-        # Under a PTY the agent keeps a slave fd open until the process is
-        # reaped: otherwise the last close hangs the terminal up and Linux may
-        # discard output the reader has not taken yet.
-        self.pty_slave = pty_slave
-        self.is_pty = pty_slave is not None
-        self.stdin_queue = bytearray()
-        self.stdin_closed = False
-        self.stdin_last_newline = True
-        self.status = None  # (code, signal) once reaped
-        self.kill_phase = None  # None, "term" or "kill"
-        self.kill_until = 0.0
-        self.kill_replies = []
-        self.drain_deadline = None
-        self.pty_settle = None
-        self.reported = False
-        self.popen = None
-        self.cwd = None  # where it started: the next pre-started shell starts there too
-        # A background process outlives a dropped stream; while the agent has
-        # no stream its output is left in its pipes (paused), nothing lost.
-        self.background = False
-        self.paused = False
-        # A foreground process whose caller went with the stream: ended, and
-        # forgotten without a report.
-        self.abandoned = False
-
-    # --- stdin ---------------------------------------------------------
-
-    def write_stdin(self, data):
-        if self.status is not None:
-            raise OSError(errno.ESRCH, "the process has exited")
-        if self.stdin_fd is None or self.stdin_closed:
-            raise OSError(errno.EPIPE, "stdin is closed")
-        if data:
-            self.stdin_last_newline = data[-1:] == b"\n"
-            self.stdin_queue += data
-            self.flush_stdin()
-
-    def close_stdin(self):
-        if self.stdin_fd is None or self.stdin_closed:
-            return
-        self.stdin_closed = True
-        if self.is_pty:
-            # ^D is EOF only at the start of a line; a first one flushes a partial line.
-            self.stdin_queue += b"\x04" if self.stdin_last_newline else b"\x04\x04"
-        self.flush_stdin()
-
-    def flush_stdin(self):
-        fd = self.stdin_fd
-        if fd is None:
-            return
-        while self.stdin_queue:
-            try:
-                n = os.write(fd, bytes(self.stdin_queue[:READ_CHUNK]))
-            except (BlockingIOError, InterruptedError):
-                break
-            except OSError:
-                # EPIPE: the process stopped reading; what it did not take is dropped.
-                self.stdin_queue = bytearray()
-                break
-            del self.stdin_queue[:n]
-        if self.is_pty:
-            self.agent.watch_pty(self, bool(self.stdin_queue))
-            return
-        self.agent.watch_stdin(self, bool(self.stdin_queue))
-        if not self.stdin_queue and self.stdin_closed:
-            self.agent.drop_stdin(self)
-
-
-class Ready(object):
-    """A shell started ahead, waiting for its script on `script_w`."""
-
-    def __init__(self, popen, cwd, script_w, script_fd_number, in_w, out_r, err_r):
-        self.popen = popen
-        self.cwd = cwd
-        self.script_w = script_w
-        self.script_fd_number = script_fd_number
-        self.in_w = in_w
-        self.out_r = out_r
-        self.err_r = err_r
 
 
 class Processes(object):
@@ -262,85 +97,6 @@ class Processes(object):
             proc.write_stdin(body)
         if not header.get("keep_stdin"):
             proc.close_stdin()
-
-    # --- pre-started shells --------------------------------------------
-
-    def start_ready(self, cwd):
-        """Starts the next shell ahead of its command; failures only cost the head start."""
-        if self.ready is not None or not self.running or not self.prestart:
-            return
-        fds = []
-        try:
-            script_r, script_w = os.pipe()
-            fds += [script_r, script_w]
-            in_r, in_w = os.pipe()
-            fds += [in_r, in_w]
-            out_r, out_w = os.pipe()
-            fds += [out_r, out_w]
-            err_r, err_w = os.pipe()
-            fds += [err_r, err_w]
-            ids = self.child_ids(cwd)
-            with self.as_root():
-                popen = subprocess.Popen(["bash", "-c", ". /dev/fd/%d" % script_r, "bash"], stdin=in_r,
-                                         stdout=out_w, stderr=err_w, env=self.base_env, start_new_session=True,
-                                         close_fds=True, pass_fds=(script_r,), restore_signals=True, **ids)
-        except Exception as err:
-            for fd in fds:
-                os.close(fd)
-            log("cannot pre-start a shell: %s" % err)
-            return
-        for fd in (script_r, in_r, out_w, err_w):
-            os.close(fd)
-        for fd in (script_w, in_w, out_r, err_r):
-            os.set_blocking(fd, False)
-        self.ready = Ready(popen, cwd, script_w, script_r, in_w, out_r, err_r)
-        self.by_pid[popen.pid] = self.ready
-
-    def take_ready(self, req_id, cwd, script):
-        """The pre-started shell as the process of request `req_id`, or None when there is none that fits."""
-        ready = self.ready
-        if ready is None:
-            return None
-        # The script pipe is closed by the script's first line: nothing the command runs inherits it.
-        data = ("exec %d<&-\n" % ready.script_fd_number + script).encode("utf-8", "surrogateescape")
-        if len(data) > SCRIPT_PIPE_BYTES:
-            return None
-        if ready.cwd != cwd:
-            self.drop_ready()
-            return None
-        self.ready = None
-        try:
-            # Non-blocking: an empty pipe normally takes this much at once.
-            written = os.write(ready.script_w, data)
-        except OSError as err:
-            written = err
-        if written != len(data):
-            # A shell must never run part of a script: kill it before its pipe reaches EOF.
-            log("pre-started shell %d did not take its script at once (%s)" % (ready.popen.pid, written))
-            signal_tree(ready.popen.pid, signal.SIGKILL)
-            self.discard_ready(ready)
-            return None
-        os.close(ready.script_w)
-        ready.script_w = None
-        proc = Proc(self, req_id, ready.popen.pid, [ready.out_r, ready.err_r], ready.in_w, None)
-        proc.popen = ready.popen
-        proc.cwd = cwd
-        return proc
-
-    def drop_ready(self):
-        """Lets the pre-started shell go: with its script pipe closed it sources nothing and exits."""
-        ready, self.ready = self.ready, None
-        if ready is not None:
-            self.discard_ready(ready)
-
-    def discard_ready(self, ready):
-        for fd in (ready.script_w, ready.in_w, ready.out_r, ready.err_r):
-            if fd is not None:
-                try:
-                    os.close(fd)
-                except OSError:
-                    pass
-        ready.script_w = ready.in_w = ready.out_r = ready.err_r = None
 
     def pace_output(self):
         """Waits until the output budget allows another read (at most one chunk's worth of time)."""

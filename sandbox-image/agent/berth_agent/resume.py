@@ -10,7 +10,7 @@ import socket
 import struct
 import time
 
-from .processes import signal_tree, tree_members
+from .proctree import signal_tree, tree_members
 from .protocol import log
 from .streams import SocketStream
 

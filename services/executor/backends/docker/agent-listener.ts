@@ -28,7 +28,8 @@ import { chmod, chown, rm } from 'node:fs/promises';
 import { createServer, type Server, type Socket } from 'node:net';
 import { FailedPreconditionError, UnavailableError } from '../../../common/errors.js';
 import type { Logger } from '../../../common/logging.js';
-import { AgentChannel, type AgentChannelOptions } from '../shared/agent/agent-channel.js';
+import { AgentChannel } from '../shared/agent/agent-channel.js';
+import type { AgentChannelOptions } from '../shared/agent/agent-channel-options.js';
 import type { AgentStream } from '../shared/agent/agent-stream.js';
 import {
   AGENT_PROTOCOL_VERSION,

@@ -10,21 +10,25 @@
  * foreground work fails, background processes stay, and once the agent is
  * back on a new stream they are bound to it (`resume`), so their output,
  * stdin, exit and kill carry on.
+ *
+ * Where each frame from the agent goes is agent-routes.ts; the channel's
+ * limits and tuning are agent-channel-options.ts.
  */
 import type { Duplex } from 'node:stream';
 import { FailedPreconditionError, ResourceExhaustedError } from '../../../../common/errors.js';
 import type { Logger } from '../../../../common/logging.js';
-import { deliverOutput } from '../guards.js';
+import { MAX_OPEN_REQUESTS, MAX_UNSENT_BYTES, REQUEST_TIMEOUT_MS, type AgentChannelOptions } from './agent-channel-options.js';
 import { readAgentFile, statAgentFile, writeAgentFile } from './agent-files.js';
-import type { AgentLink, RelayRoute } from './agent-link.js';
+import type { AgentLink } from './agent-link.js';
 import { LIVENESS_PROBE_AFTER_MS, LIVENESS_TIMEOUT_MS, LivenessWatchdog } from './agent-liveness.js';
-import { AgentOpError, replyError } from './agent-op-error.js';
+import { AgentOpError } from './agent-op-error.js';
 import { agentProcess } from './agent-process.js';
 import { listenRelayed, type AgentSocketRelay } from './agent-relay.js';
 import { findAgentAgain, parseResumed, REATTACH_TIMEOUT_MS, type AgentReattach } from './agent-resume.js';
+import { AgentRoutes } from './agent-routes.js';
 import { dismiss } from './agent-stream.js';
 import type { AgentHello, FrameDecoder } from './agent-protocol.js';
-import { FrameError, MAX_OUTBOUND_FRAME_BYTES, encodeFrame, type Frame, type FrameHeader } from './agent-protocol.js';
+import { FrameError, encodeFrame, type Frame, type FrameHeader } from './agent-protocol.js';
 import {
   SandboxLostError,
   type SandboxChannel,
@@ -33,63 +37,7 @@ import {
   type SpawnOptions,
 } from '../sandbox-channel.js';
 
-/**
- * Bytes the executor may have queued for an agent that is not reading them
- * (beyond the one frame being queued): one frame of the largest size, so a
- * spawn with an 8 MiB script followed at once by other requests never
- * trips it. Requests wait for their replies and file content moves in
- * chunks, so a reading agent drains this in milliseconds; an agent that
- * stops reading is cut off here (memory) or at the answer deadline (time),
- * whichever comes first, instead of growing the executor.
- */
-export const MAX_UNSENT_BYTES = MAX_OUTBOUND_FRAME_BYTES;
-
-/** Requests and processes one channel may have open at once. */
-export const MAX_OPEN_REQUESTS = 1024;
-
-/**
- * How long the agent has to answer a request (a kill: this beyond its
- * grace). A live agent answers in milliseconds; one that does not answer is
- * stuck or is not our agent, and its channel is closed.
- */
-export const REQUEST_TIMEOUT_MS = 60_000;
-
-/** Tuning of one channel; defaults are the production values. */
-export interface AgentChannelOptions {
-  /** {@link REQUEST_TIMEOUT_MS} unless set (tests shorten it). */
-  readonly requestTimeoutMs?: number;
-  /**
-   * How a dropped stream (EOF, reset: no protocol fault) is survived:
-   * background processes are kept and bound to the new stream. Absent, or
-   * an agent without the `resume` capability: a drop loses the channel.
-   */
-  readonly reattach?: AgentReattach;
-  /** {@link REATTACH_TIMEOUT_MS} unless set. */
-  readonly reattachTimeoutMs?: number;
-  /** {@link LIVENESS_PROBE_AFTER_MS} unless set. */
-  readonly livenessProbeAfterMs?: number;
-  /** {@link LIVENESS_TIMEOUT_MS} unless set. */
-  readonly livenessTimeoutMs?: number;
-}
-
-interface Pending {
-  readonly resolve: (frame: Frame) => void;
-  readonly reject: (err: Error) => void;
-}
-
-interface ProcEntry {
-  readonly onOutput: (chunk: Buffer) => void;
-  readonly started: Pending;
-  readonly exit: Pending;
-  isStarted: boolean;
-  /** Outlives a dropped stream (the agent keeps it running); a foreground process does not. */
-  readonly background: boolean;
-}
-
 export type { AgentHello } from './agent-protocol.js';
-
-/** Frames the agent sends about a relayed socket's connections. */
-const RELAY_EVENTS = new Set(['conn', 'cdata', 'cack', 'cend', 'cclosed']);
 
 export class AgentChannel implements SandboxChannel {
   readonly kind = 'agent' as const;
@@ -105,9 +53,7 @@ export class AgentChannel implements SandboxChannel {
   readonly #options: AgentChannelOptions;
   readonly #logger: Logger | undefined;
   readonly #description: string;
-  readonly #pending = new Map<number, Pending & { readonly timer: NodeJS.Timeout }>();
-  readonly #procs = new Map<number, ProcEntry>();
-  readonly #relays = new Map<number, RelayRoute>();
+  readonly #routes: AgentRoutes;
   /** The channel as its file operations and relayed sockets use it; made on first use. */
   #linkView: AgentLink | undefined;
   readonly #requestTimeoutMs: number;
@@ -133,13 +79,13 @@ export class AgentChannel implements SandboxChannel {
     this.hello = hello;
     this.#description = description;
     this.#logger = logger;
+    this.#routes = new AgentRoutes(logger);
     const probeAfterMs = options.livenessProbeAfterMs ?? LIVENESS_PROBE_AFTER_MS;
     const timeoutMs = options.livenessTimeoutMs ?? LIVENESS_TIMEOUT_MS;
     this.#liveness = new LivenessWatchdog({
       probeAfterMs,
       timeoutMs,
-      isWaiting: () =>
-        !this.#lost && !this.#streamDown && (this.#pending.size > 0 || [...this.#procs.values()].some((p) => !p.isStarted)),
+      isWaiting: () => !this.#lost && !this.#streamDown && this.#routes.waiting,
       probe: () => void this.#send1('ping', {}).catch(() => undefined),
       // Taken for a broken stream, not a protocol fault: a stream that only stalled (a network path of a cloud
       // backend) is found again where the backend can, with its background processes; a wedged agent is not, and
@@ -227,20 +173,8 @@ export class AgentChannel implements SandboxChannel {
       return;
     }
     this.#socket.destroy();
-    for (const p of this.#pending.values()) {
-      clearTimeout(p.timer);
-      p.reject(err);
-    }
-    this.#pending.clear();
-    for (const [id, proc] of this.#procs) {
-      if (proc.background && proc.isStarted) continue;
-      if (!proc.isStarted) proc.started.reject(err);
-      proc.exit.reject(err);
-      this.#procs.delete(id);
-    }
-    for (const relay of this.#relays.values()) relay.closeAll();
-    this.#relays.clear();
-    this.#logger?.warn({ background: this.#procs.size }, 'the stream to the exec agent dropped; finding it again');
+    this.#routes.dropStream(err);
+    this.#logger?.warn({ background: this.#routes.processes }, 'the stream to the exec agent dropped; finding it again');
     this.#reattaching = this.#reattach(reattach, err).finally(() => {
       this.#reattaching = undefined;
     });
@@ -256,8 +190,8 @@ export class AgentChannel implements SandboxChannel {
         throw this.#lost;
       }
       this.#bind(next.stream, next.decoder);
-      for (const frame of next.buffered) this.#dispatch(frame);
-      const asked = new Set(this.#procs.keys());
+      for (const frame of next.buffered) this.#routes.dispatch(frame);
+      const asked = this.#routes.processIds();
       const answer = await this.#send1('resume', { procs: [...asked] });
       const alive = parseResumed(answer, asked);
       if (!alive) {
@@ -266,9 +200,7 @@ export class AgentChannel implements SandboxChannel {
         throw err;
       }
       for (const id of asked) {
-        if (alive.has(id)) continue;
-        this.#procs.get(id)?.exit.reject(cause);
-        this.#procs.delete(id);
+        if (!alive.has(id)) this.#routes.endProcess(id, cause);
       }
       this.#logger?.info({ background: alive.size, ended: asked.size - alive.size }, 'the exec agent was found again after its stream dropped');
     } catch (err) {
@@ -320,18 +252,7 @@ export class AgentChannel implements SandboxChannel {
     this.#reattachAbort.abort(err);
     if (this.#closing && !this.#streamDown) dismiss(this.#socket);
     else this.#socket.destroy();
-    for (const p of this.#pending.values()) {
-      clearTimeout(p.timer);
-      p.reject(err);
-    }
-    this.#pending.clear();
-    for (const proc of this.#procs.values()) {
-      if (!proc.isStarted) proc.started.reject(err);
-      proc.exit.reject(err);
-    }
-    this.#procs.clear();
-    for (const relay of this.#relays.values()) relay.closeAll();
-    this.#relays.clear();
+    this.#routes.failAll(err);
     for (const listener of this.#lostListeners.splice(0)) listener(err);
   }
 
@@ -346,54 +267,12 @@ export class AgentChannel implements SandboxChannel {
       this.#fail(new SandboxLostError(`the exec agent of ${this.#description} sent a malformed frame: ${detail}`));
       return;
     }
-    for (const frame of frames) this.#dispatch(frame);
+    for (const frame of frames) this.#routes.dispatch(frame);
   }
 
   /** Handles the frames that arrived together with the hello. */
   drainBuffered(frames: readonly Frame[]): void {
-    for (const frame of frames) this.#dispatch(frame);
-  }
-
-  #dispatch(frame: Frame): void {
-    const { header } = frame;
-    if (RELAY_EVENTS.has(header.op)) {
-      const relay = this.#relays.get(header.id);
-      if (relay) relay.dispatch(header, frame.body);
-      else this.#logger?.debug({ op: header.op, id: header.id }, 'relay frame for an unknown socket');
-      return;
-    }
-    const proc = this.#procs.get(header.id);
-    if (proc) {
-      switch (header.op) {
-        case 'started':
-          proc.isStarted = true;
-          proc.started.resolve(frame);
-          return;
-        case 'out':
-          deliverOutput(proc.onOutput, frame.body, this.#logger);
-          return;
-        case 'exit':
-          this.#procs.delete(header.id);
-          proc.exit.resolve(frame);
-          return;
-        case 'error':
-          this.#procs.delete(header.id);
-          proc.started.reject(replyError(header));
-          return;
-        default:
-          this.#logger?.warn({ op: header.op }, 'unexpected frame for a process');
-          return;
-      }
-    }
-    const pending = this.#pending.get(header.id);
-    if (!pending) {
-      this.#logger?.debug({ op: header.op, id: header.id }, 'frame for an unknown request');
-      return;
-    }
-    this.#pending.delete(header.id);
-    clearTimeout(pending.timer);
-    if (header.op === 'error') pending.reject(replyError(header));
-    else pending.resolve(frame);
+    for (const frame of frames) this.#routes.dispatch(frame);
   }
 
   #send(header: FrameHeader, body?: Uint8Array): void {
@@ -413,7 +292,7 @@ export class AgentChannel implements SandboxChannel {
   }
 
   #assertRoom(): void {
-    if (this.#pending.size + this.#procs.size >= MAX_OPEN_REQUESTS) {
+    if (this.#routes.open >= MAX_OPEN_REQUESTS) {
       throw new ResourceExhaustedError(
         `${this.#description} has ${MAX_OPEN_REQUESTS} requests and processes open on its exec agent; ` +
           'wait for some to finish (or end background processes) and try again',
@@ -453,13 +332,12 @@ export class AgentChannel implements SandboxChannel {
         );
       }, timeoutMs);
       timer.unref();
-      this.#pending.set(id, { resolve, reject, timer });
+      this.#routes.addRequest(id, { resolve, reject, timer });
       this.#liveness.arm();
       try {
         this.#send({ ...fields, op, id }, body);
       } catch (err) {
-        clearTimeout(timer);
-        this.#pending.delete(id);
+        this.#routes.removeRequest(id);
         reject(err as Error);
       }
     });
@@ -469,28 +347,7 @@ export class AgentChannel implements SandboxChannel {
     await this.#attached();
     this.#assertRoom();
     const id = this.#nextId++;
-    let startedResolve!: (f: Frame) => void;
-    let startedReject!: (e: Error) => void;
-    const started = new Promise<Frame>((res, rej) => {
-      startedResolve = res;
-      startedReject = rej;
-    });
-    let exitResolve!: (f: Frame) => void;
-    let exitReject!: (e: Error) => void;
-    const exitFrame = new Promise<Frame>((res, rej) => {
-      exitResolve = res;
-      exitReject = rej;
-    });
-    // Nobody may be waiting on these yet when the connection drops (even while this spawn is being sent).
-    started.catch(() => undefined);
-    exitFrame.catch(() => undefined);
-    this.#procs.set(id, {
-      onOutput: options.onOutput,
-      started: { resolve: startedResolve, reject: startedReject },
-      exit: { resolve: exitResolve, reject: exitReject },
-      isStarted: false,
-      background: options.background ?? false,
-    });
+    const { started, exit: exitFrame } = this.#routes.addProcess(id, options.onOutput, options.background ?? false);
     this.#liveness.arm();
     const stdin = options.stdin === undefined ? undefined : Buffer.from(options.stdin);
     try {
@@ -508,7 +365,7 @@ export class AgentChannel implements SandboxChannel {
         stdin,
       );
     } catch (err) {
-      this.#procs.delete(id);
+      this.#routes.removeProcess(id);
       throw err;
     }
     let startedFrame: Frame;
@@ -562,7 +419,7 @@ export class AgentChannel implements SandboxChannel {
         this.#fail(new SandboxLostError(message));
         return this.#lost!;
       },
-      route: (id, relay) => void (relay ? this.#relays.set(id, relay) : this.#relays.delete(id)),
+      route: (id, relay) => this.#routes.route(id, relay),
     };
     return this.#linkView;
   }

@@ -21,7 +21,8 @@
 import { Duplex, type Readable, type Writable } from 'node:stream';
 import { UnavailableError } from '../../../../common/errors.js';
 import type { Logger } from '../../../../common/logging.js';
-import { AgentChannel, type AgentChannelOptions } from './agent-channel.js';
+import { AgentChannel } from './agent-channel.js';
+import type { AgentChannelOptions } from './agent-channel-options.js';
 import type { AgentStream } from './agent-stream.js';
 import {
   AGENT_PROTOCOL_VERSION,
