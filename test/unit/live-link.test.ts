@@ -17,12 +17,14 @@ import {
   type SandboxStat,
 } from '../../services/executor/backends/shared/sandbox-channel.js';
 
-/** A channel whose file reads answer with its name; `loseNext` makes the next operation fail as a lost stream would. */
+/** A channel whose file reads answer with its name; `loseNext` makes the next operation fail as a lost stream would, `losing` every one. */
 class MadeUpChannel implements SandboxChannel {
   readonly kind = 'agent' as const;
   isLost = false;
   closed = false;
   loseNext = false;
+  /** Every operation fails as on a lost stream. */
+  losing = false;
   /** What recover() answers: whether the dropped stream is found again. */
   recovers = false;
   readonly spawned: string[] = [];
@@ -30,7 +32,7 @@ class MadeUpChannel implements SandboxChannel {
   constructor(readonly name: string) {}
 
   #operation(): void {
-    if (!this.loseNext) return;
+    if (!this.loseNext && !this.losing) return;
     this.loseNext = false;
     this.isLost = true;
     throw new SandboxLostError(`the exec agent of ${this.name} disconnected`);
@@ -104,6 +106,12 @@ describe('LiveLink', () => {
     assert.deepEqual(names, ['second', 'second', 'second']);
     assert.deepEqual(causes, [{ kind: 'lost', duringCommand: false }]);
     assert.equal(live.link.channel.name, 'second');
+
+    // Operations already under way on a link that is then lost retry on one new link.
+    live.link.channel.losing = true;
+    const retried = await Promise.all([live.withLink(readName), live.withLink(readName), live.withLink(readName)]);
+    assert.deepEqual(retried, ['third', 'third', 'third']);
+    assert.equal(causes.length, 2);
   });
 
   it('runs an operation whose channel was lost before it got anywhere once more, on a new link, and no more', async () => {
