@@ -144,31 +144,28 @@ describe('LiveLink', () => {
     assert.deepEqual(causes, []);
   });
 
-  it('an interrupt while a replacement is awaited ends the command before it starts; the replacement goes on', async () => {
+  /** Loses the first channel with `lose`, starts a command, interrupts it while its new link is held, then lets the link go. */
+  const interruptWhileReplaced = async (lose: (first: MadeUpChannel) => void) => {
     const first = new MadeUpChannel('first');
     const { live, letGo } = liveLink(first, true);
-    first.isLost = true;
-    const interrupt = new AbortController();
-    const starting = live.startCommand({ script: 'touch /never', timeoutMs: 10_000, signal: interrupt.signal }, '/work', undefined);
-    interrupt.abort();
-    assert.deepEqual(await starting, { ended: { exitCode: 130, timedOut: false, interrupted: true } });
-    letGo();
-    const next = await live.ready();
-    assert.equal(next.channel.name, 'second');
-    assert.deepEqual(next.channel.spawned, [], 'the interrupted command never ran');
-  });
-
-  it('an interrupt while the retry of a lost start waits for the new link ends the command before it starts', async () => {
-    const first = new MadeUpChannel('first');
-    const { live, letGo } = liveLink(first, true);
-    first.loseNext = true;
+    lose(first);
     const interrupt = new AbortController();
     const starting = live.startCommand({ script: 'touch /never', timeoutMs: 10_000, signal: interrupt.signal }, '/work', undefined);
     await new Promise((resolve) => setImmediate(resolve));
     interrupt.abort();
     assert.deepEqual(await starting, { ended: { exitCode: 130, timedOut: false, interrupted: true } });
     letGo();
-    assert.deepEqual((await live.ready()).channel.spawned, []);
+    const next = await live.ready();
+    assert.equal(next.channel.name, 'second', 'the replacement went on');
+    assert.deepEqual(next.channel.spawned, [], 'the interrupted command never ran');
+  };
+
+  it('an interrupt while a replacement is awaited ends the command before it starts; the replacement goes on', async () => {
+    await interruptWhileReplaced((first) => (first.isLost = true));
+  });
+
+  it('an interrupt while the retry of a lost start waits for the new link ends the command before it starts', async () => {
+    await interruptWhileReplaced((first) => (first.loseNext = true));
   });
 
   it('starts a command on the live channel in the given directory', async () => {
