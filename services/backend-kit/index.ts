@@ -86,6 +86,7 @@ export {
   type ReplaceCause,
   type Replacement,
 } from '../executor/backends/shared/channel-environment.js';
+export { LiveLink, type CommandStart, type LinkRenewal } from '../executor/backends/shared/live-link.js';
 export {
   SandboxLostError,
   fileErrnoError,

@@ -41,7 +41,7 @@ import { bootstrapCode } from '../shared/agent/agent-bootstrap.js';
 import { AGENT_FILE_NAME, loadAgentScript } from '../shared/agent/agent-script.js';
 import { AgentUnavailableError, startStdioAgent } from '../shared/agent/stdio-agent.js';
 import { tenantPolicy, type NetworkPolicy, type TenantNetworkOverride } from '../shared/network-policy.js';
-import type { SandboxChannel } from '../shared/sandbox-channel.js';
+import { runSetupCommand } from '../shared/channel-commands.js';
 import { KubeApi } from './kube-api.js';
 import { KubernetesEnvironment, SANDBOX_CODE_DIR, type LivePod, type PodFate, type TaskPods } from './kubernetes-environment.js';
 import { checkNetworkPolicies, ensureNetworkPolicies, policyLabelValue } from './network-policy.js';
@@ -307,9 +307,10 @@ export class KubernetesBackend implements Backend, TaskPods {
   /** Empties the pod's execute_code dir, makes the task's state dir and reads the home directory. */
   async #prepare(pod: string, description: string, stateDir: string, channel: AgentChannel | PodExecChannel): Promise<LivePod> {
     try {
-      const out = await runSmall(
+      const out = await runSetupCommand(
         channel,
         `rm -rf ${SANDBOX_CODE_DIR} && mkdir -p -m 700 ${stateDir} ${SANDBOX_CODE_DIR} && printf '%s\\n' "$HOME"`,
+        "the task's pod",
       );
       const home = out.split('\n')[0];
       const homeDir = home && home.length < 4096 && posix.isAbsolute(home) ? home : this.#pod.homeDir;
@@ -397,24 +398,4 @@ export class KubernetesBackend implements Backend, TaskPods {
     await Promise.all([...this.#environments.values()].map((e) => e.dispose('shutdown')));
     await this.#pool?.close();
   }
-}
-
-/** Runs a short helper command on the channel; its stdout (at most 8 KiB), or an error. */
-async function runSmall(channel: SandboxChannel, script: string): Promise<string> {
-  let out = '';
-  const proc = await channel.spawn({
-    script,
-    cwd: '/',
-    onOutput: (chunk) => {
-      if (out.length < 8192) out += chunk.toString('utf8');
-    },
-  });
-  const timer = setTimeout(() => void proc.kill(1000).catch(() => undefined), 60_000);
-  try {
-    const exit = await proc.exited;
-    if (exit.code !== 0) throw new UnavailableError(`a setup command in the task's pod failed (exit ${exit.code ?? exit.signal}): ${out.slice(0, 500)}`);
-  } finally {
-    clearTimeout(timer);
-  }
-  return out.slice(0, 8192);
 }

@@ -5,6 +5,7 @@
  */
 import { spawn, type ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
+import { once } from 'node:events';
 import { existsSync } from 'node:fs';
 import { mkdir, rm, stat } from 'node:fs/promises';
 import path from 'node:path';
@@ -47,6 +48,13 @@ interface RunningGroup {
   leaderExited: boolean;
 }
 
+
+/** A foreground command's group as {@link LocalEnvironment} tracks it. */
+interface ForegroundGroup {
+  readonly deadline: ExecDeadline;
+  /** The result for the command's own exit code `natural`, once any kill under way is through. */
+  readonly result: (natural: number) => Promise<ExecResult>;
+}
 
 /** A command started under a PTY by {@link LocalEnvironment}. */
 interface SpawnedPty {
@@ -137,66 +145,60 @@ export class LocalEnvironment implements BackendEnvironment {
     }
   }
 
-  #execPipes(options: ExecOptions): Promise<ExecResult> {
-    return new Promise<ExecResult>((resolve, reject) => {
-      let child: ChildProcess;
-      try {
-        child = this.#spawnPipes(options.script, options.env);
-      } catch (err) {
-        reject(err);
-        return;
-      }
-      const pid = child.pid;
-      let killing: Promise<void> | undefined;
-      let drainTimer: NodeJS.Timeout | undefined;
-      let closed = false;
+  /**
+   * Tracks a started foreground command's process group `pid` under the
+   * call's deadline, which kills the group (SIGTERM, SIGKILL after the grace;
+   * then `afterKill`). `result` reports the command's own exit code once any
+   * kill is through, so SIGKILL reached stragglers first.
+   */
+  #foreground(pid: number, options: ExecOptions, afterKill?: () => void): ForegroundGroup {
+    let killing: Promise<void> | undefined;
+    const kill = (): Promise<void> =>
+      (killing ??= terminateGroup(pid, options.killGraceMs ?? this.#options.killGraceMs).then(afterKill));
+    this.#groups.set(pid, { pgid: pid, kill, leaderExited: false });
+    const deadline = new ExecDeadline(options, () => void kill());
+    const result = async (natural: number): Promise<ExecResult> => {
+      if (killing) await killing;
+      this.#forgetIfEmpty(pid);
+      return deadline.result(natural);
+    };
+    return { deadline, result };
+  }
 
-      const kill = (): Promise<void> => {
-        if (pid === undefined) return Promise.resolve();
-        killing ??= terminateGroup(pid, options.killGraceMs ?? this.#options.killGraceMs).then(() => {
-          if (closed) return;
-          // Whoever still holds our pipes is outside the group; stop waiting for them.
-          drainTimer = setTimeout(() => {
-            child.stdout?.destroy();
-            child.stderr?.destroy();
-          }, this.#options.pipeDrainMs);
-        });
-        return killing;
-      };
-      const deadline = new ExecDeadline(options, () => void kill());
-
-      child.once('error', (err) => {
-        // Spawn failure: no 'close' follows a failed spawn when pid is undefined.
-        if (pid === undefined) {
-          deadline.dispose();
-          reject(this.#spawnError(err));
-        } else {
-          this.#options.logger?.warn({ err }, 'child process error');
-        }
-      });
-      if (pid === undefined) return;
-      this.#groups.set(pid, { pgid: pid, kill, leaderExited: false });
-
-      child.stdout?.on('data', (chunk: Buffer) => deliverOutput(options.onOutput, chunk, this.#options.logger));
-      child.stderr?.on('data', (chunk: Buffer) => deliverOutput(options.onOutput, chunk, this.#options.logger));
-      // EPIPE when the script exits without reading its stdin: not an error of ours.
-      child.stdin?.on('error', () => undefined);
-      child.stdin?.end(options.stdin === undefined ? undefined : Buffer.from(options.stdin));
-
-      // 'close' fires once the process exited and both pipes ended: no output is lost.
-      child.once('close', (code: number | null, signal: NodeJS.Signals | null) => {
-        closed = true;
-        deadline.dispose();
-        if (drainTimer) clearTimeout(drainTimer);
-        const settle = () => {
-          this.#forgetIfEmpty(pid);
-          resolve(deadline.result(code ?? shellSignalExitCode(signal)));
-        };
-        // If we are mid-kill, let SIGKILL reach stragglers before reporting.
-        if (killing) void killing.then(settle);
-        else settle();
-      });
+  async #execPipes(options: ExecOptions): Promise<ExecResult> {
+    const child = this.#spawnPipes(options.script, options.env);
+    const pid = child.pid;
+    if (pid === undefined) {
+      // Spawn failure: its 'error' says why, and no 'close' follows.
+      const [err] = (await once(child, 'error')) as [unknown];
+      throw this.#spawnError(err);
+    }
+    child.on('error', (err) => this.#options.logger?.warn({ err }, 'child process error'));
+    let drainTimer: NodeJS.Timeout | undefined;
+    let closed = false;
+    const group = this.#foreground(pid, options, () => {
+      if (closed) return;
+      // Whoever still holds our pipes is outside the group; stop waiting for them.
+      drainTimer = setTimeout(() => {
+        child.stdout?.destroy();
+        child.stderr?.destroy();
+      }, this.#options.pipeDrainMs);
     });
+
+    child.stdout?.on('data', (chunk: Buffer) => deliverOutput(options.onOutput, chunk, this.#options.logger));
+    child.stderr?.on('data', (chunk: Buffer) => deliverOutput(options.onOutput, chunk, this.#options.logger));
+    // EPIPE when the script exits without reading its stdin: not an error of ours.
+    child.stdin?.on('error', () => undefined);
+    child.stdin?.end(options.stdin === undefined ? undefined : Buffer.from(options.stdin));
+
+    // 'close' fires once the process exited and both pipes ended: no output is lost.
+    const [code, signal] = await new Promise<[number | null, NodeJS.Signals | null]>((resolve) =>
+      child.once('close', (...args: [number | null, NodeJS.Signals | null]) => resolve(args)),
+    );
+    closed = true;
+    group.deadline.dispose();
+    if (drainTimer) clearTimeout(drainTimer);
+    return group.result(code ?? shellSignalExitCode(signal));
   }
 
   /**
@@ -223,52 +225,49 @@ export class LocalEnvironment implements BackendEnvironment {
     }
   }
 
-  #execPty(options: ExecOptions): Promise<ExecResult> {
-    return new Promise<ExecResult>((resolve, reject) => {
-      let spawned: SpawnedPty;
-      try {
-        spawned = this.#spawnPty(options.script, options.env);
-      } catch (err) {
-        reject(err);
-        return;
-      }
-      const { term, filter, nonce } = spawned;
-      const pid = term.pid;
-      let killing: Promise<void> | undefined;
-      const kill = (): Promise<void> =>
-        (killing ??= terminateGroup(pid, options.killGraceMs ?? this.#options.killGraceMs));
-      this.#groups.set(pid, { pgid: pid, kill, leaderExited: false });
-      const deadline = new ExecDeadline(options, () => void kill());
-
-      const dataSub = term.onData((data: string | Buffer) => {
-        const chunk = typeof data === 'string' ? Buffer.from(data) : data;
-        const forward = filter.push(chunk, () => term.write(`${nonce}\n`));
-        deliverOutput(options.onOutput, forward, this.#options.logger);
-      });
+  async #execPty(options: ExecOptions): Promise<ExecResult> {
+    const { term, filter, nonce } = this.#spawnPty(options.script, options.env);
+    const group = this.#foreground(term.pid, options);
+    const dataSub = term.onData((data: string | Buffer) => {
+      const chunk = typeof data === 'string' ? Buffer.from(data) : data;
+      const forward = filter.push(chunk, () => term.write(`${nonce}\n`));
+      deliverOutput(options.onOutput, forward, this.#options.logger);
+    });
+    const ended = new Promise<number>((resolve) => {
       const exitSub = term.onExit(({ exitCode, signal }) => {
-        deadline.dispose();
+        group.deadline.dispose();
         // Without the done token (killed), give the reader a moment for bytes already in flight.
         const settleDelayMs = filter.done ? 0 : 50;
         setTimeout(() => {
           deliverOutput(options.onOutput, filter.flush(), this.#options.logger);
           dataSub.dispose();
           exitSub.dispose();
-          const finish = () => {
-            this.#forgetIfEmpty(pid);
-            resolve(deadline.result(signal ? 128 + signal : exitCode));
-          };
-          if (killing) void killing.then(finish);
-          else finish();
+          resolve(signal ? 128 + signal : exitCode);
         }, settleDelayMs);
       });
-
-      writePtyInput(term, options.stdin);
     });
+    writePtyInput(term, options.stdin);
+    return group.result(await ended);
   }
 
   async startBackground(options: BackgroundOptions): Promise<BackgroundHandle> {
     assertNotReleased(this, this.#disposing);
     return options.pty ? this.#backgroundPty(options) : this.#backgroundPipes(options);
+  }
+
+  /**
+   * Tracks a background process's group `pid`; its kill (once: SIGTERM,
+   * SIGKILL after the grace) resolves when `exited` was reported, or a
+   * moment after the group is gone.
+   */
+  #trackBackground(pid: number, exited: Promise<void>): () => Promise<void> {
+    let killing: Promise<void> | undefined;
+    const kill = (): Promise<void> =>
+      (killing ??= terminateGroup(pid, this.#options.killGraceMs).then(() =>
+        Promise.race([exited, sleep(this.#options.pipeDrainMs + 1000)]),
+      ));
+    this.#groups.set(pid, { pgid: pid, kill, leaderExited: false });
+    return kill;
   }
 
   #backgroundPipes(options: BackgroundOptions): BackgroundHandle {
@@ -302,12 +301,7 @@ export class LocalEnvironment implements BackendEnvironment {
       });
     });
 
-    let killing: Promise<void> | undefined;
-    const kill = (): Promise<void> =>
-      (killing ??= terminateGroup(pid, this.#options.killGraceMs).then(() =>
-        Promise.race([exitedPromise, sleep(this.#options.pipeDrainMs + 1000)]),
-      ));
-    this.#groups.set(pid, { pgid: pid, kill, leaderExited: false });
+    const kill = this.#trackBackground(pid, exitedPromise);
 
     return {
       pid,
@@ -359,12 +353,7 @@ export class LocalEnvironment implements BackendEnvironment {
         );
       });
     });
-    let killing: Promise<void> | undefined;
-    const kill = (): Promise<void> =>
-      (killing ??= terminateGroup(pid, this.#options.killGraceMs).then(() =>
-        Promise.race([exitedPromise, sleep(this.#options.pipeDrainMs + 1000)]),
-      ));
-    this.#groups.set(pid, { pgid: pid, kill, leaderExited: false });
+    const kill = this.#trackBackground(pid, exitedPromise);
 
     return {
       pid,

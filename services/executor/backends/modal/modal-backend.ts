@@ -40,7 +40,7 @@ import { taskKeyString } from '../../backend.js';
 import type { AgentChannel } from '../shared/agent/agent-channel.js';
 import { AGENT_FILE_NAME, loadAgentScript } from '../shared/agent/agent-script.js';
 import { AgentUnavailableError, startStdioAgent } from '../shared/agent/stdio-agent.js';
-import type { SandboxChannel } from '../shared/sandbox-channel.js';
+import { runSetupCommand } from '../shared/channel-commands.js';
 import { spawnModalAgent, type ModalAgentProcess } from './modal-agent.js';
 import { ModalEnvironment, SANDBOX_CODE_DIR, type LiveSandbox, type OpenedSandbox } from './modal-environment.js';
 import { modalError } from './modal-errors.js';
@@ -358,9 +358,10 @@ export class ModalBackend implements Backend {
       throw modalError(err, `starting the exec agent in ${description}`, this.#o.image);
     }
     try {
-      const out = await runSmall(
+      const out = await runSetupCommand(
         channel,
         `rm -rf ${SANDBOX_CODE_DIR} && mkdir -p -m 700 ${stateDir} ${SANDBOX_CODE_DIR} && printf '%s\\n%s\\n' "$HOME" "$BERTH_SANDBOX_WORKDIR"`,
+        'the Modal sandbox',
       );
       const [home, cwd] = out.split('\n');
       const homeDir = saneDir(home) ?? '/';
@@ -391,24 +392,4 @@ function tagValue(text: string): string {
 /** A directory path a sandbox reported, if it is a sane absolute path. */
 function saneDir(text: string | undefined): string | undefined {
   return text && text.length < 4096 && posix.isAbsolute(text) && !text.includes('\0') ? text : undefined;
-}
-
-/** Runs a short helper command on the channel; its stdout (at most 8 KiB), or an error. */
-async function runSmall(channel: SandboxChannel, script: string): Promise<string> {
-  let out = '';
-  const proc = await channel.spawn({
-    script,
-    cwd: '/',
-    onOutput: (chunk) => {
-      if (out.length < 8192) out += chunk.toString('utf8');
-    },
-  });
-  const timer = setTimeout(() => void proc.kill(1000).catch(() => undefined), 60_000);
-  try {
-    const exit = await proc.exited;
-    if (exit.code !== 0) throw new UnavailableError(`a setup command in the Modal sandbox failed (exit ${exit.code ?? exit.signal}): ${out.slice(0, 500)}`);
-  } finally {
-    clearTimeout(timer);
-  }
-  return out.slice(0, 8192);
 }

@@ -3,15 +3,16 @@
  * same for every backend that reaches its sandbox through one (docker's
  * agent socket or docker exec, singularity's agent over `apptainer exec`):
  * the deadline (124 / 130) kills the process group through the channel, a
- * foreground exit is 128+n for a signal, a background one -n.
+ * foreground exit is 128+n for a signal, a background one -n; and the short
+ * setup command a backend runs on a new channel before the task uses it.
  */
-import { FailedPreconditionError } from '../../../common/errors.js';
+import { FailedPreconditionError, UnavailableError } from '../../../common/errors.js';
 import type { Logger } from '../../../common/logging.js';
 import type { BackgroundHandle, BackgroundOptions, ExecOptions, ExecResult } from '../../backend.js';
 import { backgroundExitCode, foregroundExitCode } from './agent/agent-protocol.js';
 import { ExecDeadline } from './exec-deadline.js';
 import { deliverExit, deliverOutput } from './guards.js';
-import { SandboxLostError, type ProcessExit, type SandboxProcess, type SpawnOptions } from './sandbox-channel.js';
+import { SandboxLostError, type ProcessExit, type SandboxChannel, type SandboxProcess, type SpawnOptions } from './sandbox-channel.js';
 
 /** How a foreground command ended: its exit, or the loss of the sandbox (or its channel) under it. */
 export type ForegroundOutcome =
@@ -100,4 +101,29 @@ export function spawnOptionsOf(
     ...extra,
     onOutput: (chunk) => deliverOutput(options.onOutput, chunk, logger),
   };
+}
+
+/**
+ * Runs a short setup command in `/` on `channel` (e.g. making the task's
+ * state dir and reading `$HOME`): its output (at most 8 KiB), or, when it
+ * exits non-zero, an error naming `where` (e.g. `the task's pod`) with the
+ * exit and the output's start. Killed after a minute.
+ */
+export async function runSetupCommand(channel: SandboxChannel, script: string, where: string): Promise<string> {
+  let out = '';
+  const proc = await channel.spawn({
+    script,
+    cwd: '/',
+    onOutput: (chunk) => {
+      if (out.length < 8192) out += chunk.toString('utf8');
+    },
+  });
+  const timer = setTimeout(() => void proc.kill(1000).catch(() => undefined), 60_000);
+  try {
+    const exit = await proc.exited;
+    if (exit.code !== 0) throw new UnavailableError(`a setup command in ${where} failed (exit ${exit.code ?? exit.signal}): ${out.slice(0, 500)}`);
+  } finally {
+    clearTimeout(timer);
+  }
+  return out.slice(0, 8192);
 }

@@ -5,16 +5,11 @@
  * singularity, and any other whose sandbox the executor reaches the same way.
  *
  * The environment holds a link: the channel and whatever the backend keeps
- * beside it (a container, a cloud sandbox, a pod). Everything that is not
- * about how that link is made lives here once:
- * - readiness: a lost channel (or a link the backend calls stale) is
- *   replaced before the next operation, by one replacement however many
- *   callers noticed;
- * - a dropped stream is first given back to the channel (`recover()`: the
- *   agent lingered and was found again, same sandbox, background processes
- *   kept); only when that fails is the link replaced;
- * - each operation runs once more on the new link when the old one was lost
- *   before it got anywhere;
+ * beside it (a container, a cloud sandbox, a pod), kept live by a
+ * {@link LiveLink} (one replacement however many callers noticed a lost or
+ * stale link, a dropped stream first given back to the channel, one retry of
+ * an operation that got nowhere). Everything else that is not about how that
+ * link is made lives here once:
  * - a foreground command whose channel went away under it ends with 137
  *   and a notice (dropped stream: the sandbox was kept; lost: replaced);
  * - notices and the recreated flag are handed out once with the next result.
@@ -25,7 +20,6 @@
  * and {@link ChannelEnvironment.releaseLink}, and optionally a staleness
  * test, work after a replacement and after each command.
  */
-import type { Duplex } from 'node:stream';
 import type { Logger } from '../../../common/logging.js';
 import type {
   BackendEnvironment,
@@ -34,44 +28,14 @@ import type {
   ExecOptions,
   ExecResult,
   FileStat,
-  RelayedSocket,
   RpcRelay,
 } from '../../backend.js';
 import { awaitForeground, backgroundHandle, spawnOptionsOf } from './channel-commands.js';
-import { InterruptedBeforeStartError, unlessAborted } from '../../../common/interrupts.js';
-import { INTERRUPTED_BEFORE_START, interruptedBeforeStart } from './exec-deadline.js';
 import { assertAbsolute, assertNotReleased } from './guards.js';
-import { SandboxLostError, type ProcessExit, type SandboxChannel } from './sandbox-channel.js';
+import { LiveLink, type ChannelLink, type RelayingChannel, type ReplaceCause, type Replacement } from './live-link.js';
+import type { ProcessExit, SandboxChannel } from './sandbox-channel.js';
 
-/** What an environment holds of its sandbox: at least the channel into it. */
-export interface ChannelLink<C extends SandboxChannel = SandboxChannel> {
-  readonly channel: C;
-}
-
-/** A channel that can relay a Unix socket inside the sandbox over its stream (the exec agent's). */
-export interface RelayingChannel extends SandboxChannel {
-  listen(socketPath: string, onConnection: (socket: Duplex) => void): Promise<RelayedSocket>;
-}
-
-/** Why a link is replaced. */
-export type ReplaceCause =
-  /** Its channel is lost for good (recovery failed); `duringCommand`: a foreground command was running on it. */
-  | { readonly kind: 'lost'; readonly duringCommand: boolean }
-  /** The backend said the live link must be renewed ({@link ChannelEnvironment.isStale}). */
-  | { readonly kind: 'stale' };
-
-/** A link made in place of an old one, and what the task is told about it. */
-export interface Replacement<L> {
-  readonly link: L;
-  /** Handed out with the next result, in this order. */
-  readonly notices: readonly string[];
-  /**
-   * The sandbox itself is new (not only the channel into it): background
-   * processes and files outside persisted paths may be gone
-   * ({@link BackendEnvironment.takeRecreated}).
-   */
-  readonly recreated: boolean;
-}
+export type { ChannelLink, RelayingChannel, ReplaceCause, Replacement } from './live-link.js';
 
 /**
  * The replacement for a lost agent when the sandbox itself stays (a new
@@ -115,15 +79,23 @@ export abstract class ChannelEnvironment<L extends ChannelLink> implements Backe
   abstract readonly stateDir: string;
 
   readonly #settings: ChannelEnvironmentSettings;
-  #link: L;
-  #replacing: Promise<L> | undefined;
+  readonly #live: LiveLink<L>;
   readonly #notices: string[] = [];
   #recreated = false;
   #disposing: Promise<void> | undefined;
 
   protected constructor(link: L, settings: ChannelEnvironmentSettings) {
-    this.#link = link;
     this.#settings = settings;
+    this.#live = new LiveLink(this, link, {
+      replace: (old, cause) => this.replaceLink(old, cause),
+      discard: (next) => this.discardLink(next),
+      adopted: async (replacement) => {
+        if (replacement.recreated) this.#recreated = true;
+        this.#notices.push(...replacement.notices);
+        await this.adopted(replacement);
+      },
+      isStale: (current) => this.isStale(current),
+    });
   }
 
   // --- what a backend supplies -------------------------------------------------
@@ -162,7 +134,7 @@ export abstract class ChannelEnvironment<L extends ChannelLink> implements Backe
 
   /** The current link (it may be lost; operations go through {@link withChannel}). */
   protected get link(): L {
-    return this.#link;
+    return this.#live.link;
   }
 
   protected get logger(): Logger | undefined {
@@ -181,26 +153,19 @@ export abstract class ChannelEnvironment<L extends ChannelLink> implements Backe
    */
   protected async suspendLink<T>(stop: (link: L) => Promise<T>): Promise<T> {
     this.assertLive();
-    await this.#replacing?.catch(() => undefined);
-    return stop(this.#link);
+    return stop(await this.#live.settled());
   }
 
   /** Resumes a suspended environment: `start` brings the sandbox back and its link becomes the current one. */
   protected async resumeLink(start: (suspended: L) => Promise<L>): Promise<void> {
     this.assertLive();
-    this.#link = await start(this.#link);
+    this.#live.link = await start(this.#live.link);
   }
 
   /** Runs `fn` on the live channel; once more on a new link when the old one was lost before `fn` got anywhere. */
   protected async withChannel<T>(fn: (channel: L['channel']) => Promise<T>): Promise<T> {
-    const link = await this.#ready();
-    try {
-      return await fn(link.channel);
-    } catch (err) {
-      if (!(err instanceof SandboxLostError) || this.#disposing) throw err;
-      const next = await this.#replace(link, { kind: 'lost', duringCommand: false });
-      return fn(next.channel);
-    }
+    this.assertLive();
+    return this.#live.withLink((link) => fn(link.channel));
   }
 
   /**
@@ -209,13 +174,7 @@ export abstract class ChannelEnvironment<L extends ChannelLink> implements Backe
    * the files its terminal() calls wrote).
    */
   protected relayIn(this: ChannelEnvironment<ChannelLink<RelayingChannel>>, sandboxDir: string): RpcRelay {
-    return {
-      sandboxDir,
-      listen: async (socketPath, onConnection) => {
-        this.assertLive();
-        return this.withChannel((channel) => channel.listen(socketPath, onConnection));
-      },
-    };
+    return this.#live.relay(sandboxDir, () => this.assertLive());
   }
 
   // --- the BackendEnvironment ---------------------------------------------------
@@ -239,30 +198,12 @@ export abstract class ChannelEnvironment<L extends ChannelLink> implements Backe
 
   async exec(options: ExecOptions): Promise<ExecResult> {
     this.assertLive();
-    const early = interruptedBeforeStart(options);
-    if (early) return early;
-    const { logger, killGraceMs } = this.#settings;
-    const stdin = options.stdin !== undefined ? { stdin: options.stdin } : {};
-    const spawn = (on: L) => on.channel.spawn(spawnOptionsOf(options, this.initialCwd, logger, stdin));
     // A sandbox being replaced may take long (a new container, a cloud sandbox): an interrupt ends the
     // wait and the command never starts; the replacement goes on for the task's next call.
-    const untilReady = (ready: Promise<L>) =>
-      unlessAborted(ready, options.signal, 'the command').catch((err: unknown) => {
-        if (err instanceof InterruptedBeforeStartError) return undefined;
-        throw err;
-      });
-    let link = await untilReady(this.#ready());
-    if (link === undefined || options.signal?.aborted) return INTERRUPTED_BEFORE_START;
-    let proc;
-    try {
-      proc = await spawn(link);
-    } catch (err) {
-      if (!(err instanceof SandboxLostError) || this.#disposing) throw err;
-      link = await untilReady(this.#replace(link, { kind: 'lost', duringCommand: false }));
-      if (link === undefined || options.signal?.aborted) return INTERRUPTED_BEFORE_START;
-      proc = await spawn(link);
-    }
-    const outcome = await awaitForeground(proc, options, killGraceMs);
+    const start = await this.#live.startCommand(options, this.initialCwd, this.#settings.logger);
+    if ('ended' in start) return start.ended;
+    const { link, proc } = start;
+    const outcome = await awaitForeground(proc, options, this.#settings.killGraceMs);
     if (outcome.exit) {
       await this.afterCommand(link, outcome.exit, outcome.result);
       return outcome.result;
@@ -276,7 +217,7 @@ export abstract class ChannelEnvironment<L extends ChannelLink> implements Backe
       );
       return outcome.deadline.result(137);
     }
-    await this.#replace(link, { kind: 'lost', duringCommand: true });
+    await this.#live.replace(link, { kind: 'lost', duringCommand: true });
     return outcome.deadline.result(137);
   }
 
@@ -306,44 +247,10 @@ export abstract class ChannelEnvironment<L extends ChannelLink> implements Backe
 
   dispose(): Promise<void> {
     this.#disposing ??= (async () => {
-      await this.#replacing?.catch(() => undefined);
-      await this.releaseLink(this.#link);
+      this.#live.release();
+      await this.releaseLink(await this.#live.settled());
     })();
     return this.#disposing;
-  }
-
-  // --- readiness and replacement ------------------------------------------------
-
-  /** The current link: replaced first if its channel was lost, or renewed if stale. */
-  async #ready(): Promise<L> {
-    this.assertLive();
-    if (this.#replacing) return this.#replacing;
-    const link = this.#link;
-    if (link.channel.isLost) return this.#replace(link, { kind: 'lost', duringCommand: false });
-    if (this.isStale(link)) return this.#replace(link, { kind: 'stale' });
-    return link;
-  }
-
-  /** Replaces `old` (once, however many callers noticed); resolves to the link to use. */
-  #replace(old: L, cause: ReplaceCause): Promise<L> {
-    if (this.#link !== old && !this.#replacing) return Promise.resolve(this.#link);
-    this.#replacing ??= (async () => {
-      // A dropped stream whose agent was found again: same sandbox, background processes kept.
-      if (cause.kind === 'lost' && (await old.channel.recover?.())) return old;
-      const replacement = await this.replaceLink(old, cause);
-      if (this.#disposing) {
-        await this.discardLink(replacement.link);
-        this.assertLive();
-      }
-      this.#link = replacement.link;
-      if (replacement.recreated) this.#recreated = true;
-      this.#notices.push(...replacement.notices);
-      await this.adopted(replacement);
-      return replacement.link;
-    })().finally(() => {
-      this.#replacing = undefined;
-    });
-    return this.#replacing;
   }
 }
 

@@ -306,7 +306,7 @@ export class SshBackend implements Backend {
       });
     try {
       const agent = await startAgent();
-      return new SshEnvironment({ ...setup, startAgent }, agent);
+      return new SshEnvironment(setup, { channel: agent, startAnother: startAgent });
     } catch (err) {
       if (!(err instanceof AgentUnavailableError) || !err.canFallBack) throw err;
       // Logged once per host by the agent starter; no later task tries again.

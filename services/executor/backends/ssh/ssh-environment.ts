@@ -5,8 +5,6 @@
  * that cannot run the agent. See ssh-backend.ts for the whole picture.
  */
 import { posix } from 'node:path';
-import { UnavailableError } from '../../../common/errors.js';
-import { InterruptedBeforeStartError, unlessAborted } from '../../../common/interrupts.js';
 import type { Logger } from '../../../common/logging.js';
 import type {
   BackendEnvironment,
@@ -18,9 +16,10 @@ import type {
   RpcRelay,
 } from '../../backend.js';
 import type { AgentChannel } from '../shared/agent/agent-channel.js';
-import { awaitForeground, spawnOptionsOf } from '../shared/channel-commands.js';
-import { INTERRUPTED_BEFORE_START, interruptedBeforeStart } from '../shared/exec-deadline.js';
+import { awaitForeground } from '../shared/channel-commands.js';
+import { interruptedBeforeStart } from '../shared/exec-deadline.js';
 import { assertAbsolute, assertNotReleased } from '../shared/guards.js';
+import { LiveLink, type ChannelLink } from '../shared/live-link.js';
 import { SandboxLostError } from '../shared/sandbox-channel.js';
 import { BackgroundProcesses, runShort, type ShortResult } from './ssh-background.js';
 import { execOnChannel, killAfterDrop, lostWhileRunning, type ChannelExecHost } from './ssh-channel-exec.js';
@@ -39,8 +38,12 @@ export interface EnvironmentSetup {
   readonly logger: Logger | undefined;
   /** Where execute_code's run dirs go when the task directory is too long a base for a socket path. */
   readonly rpcBaseDir?: string;
-  /** Starts a new exec agent for this task; absent: the host cannot run it, commands use a channel each. */
-  readonly startAgent?: () => Promise<AgentChannel>;
+}
+
+/** The task's exec agent: the one started for it, and how to start another when it is lost. */
+export interface TaskAgent {
+  readonly channel: AgentChannel;
+  readonly startAnother: () => Promise<AgentChannel>;
 }
 
 /** One task's directory on the ssh host. */
@@ -59,28 +62,26 @@ export class SshEnvironment implements BackendEnvironment {
   readonly #channelHost: ChannelExecHost;
   /** Kill functions of foreground commands still running. */
   readonly #running = new Set<() => Promise<void>>();
-  #agent: AgentChannel | undefined;
-  #agentStarting: Promise<AgentChannel> | undefined;
+  /** The exec agent, started anew when lost; absent: the host cannot run it, commands use a channel each. */
+  readonly #agent: LiveLink<ChannelLink<AgentChannel>> | undefined;
   #disposing: Promise<void> | undefined;
 
-  constructor(setup: EnvironmentSetup, agent?: AgentChannel) {
+  constructor(setup: EnvironmentSetup, agent?: TaskAgent) {
     this.#setup = setup;
     this.#connection = setup.connection;
-    this.#agent = agent;
     this.description = setup.description;
     this.homeDir = setup.homeDir;
     this.initialCwd = posix.join(setup.taskDir, 'work');
     this.stateDir = posix.join(setup.taskDir, 'state');
-    if (setup.startAgent) {
-      this.rpcRelay = {
-        sandboxDir: setup.rpcBaseDir ?? setup.taskDir,
-        listen: async (socketPath, onConnection) => {
-          assertNotReleased(this, this.#disposing);
-          const agent = await this.#liveAgent();
-          if (!agent) throw new UnavailableError(`the exec agent of ${this.description} is not running`);
-          return this.#withAgent(agent, (a) => a.listen(socketPath, onConnection));
+    if (agent) {
+      this.#agent = new LiveLink(this, { channel: agent.channel }, {
+        replace: async () => {
+          setup.logger?.info('the exec agent stream was lost; starting a new one');
+          return { link: { channel: await agent.startAnother() }, notices: [], recreated: false };
         },
-      };
+        discard: async (next) => next.channel.close(),
+      });
+      this.rpcRelay = this.#agent.relay(setup.rpcBaseDir ?? setup.taskDir, () => assertNotReleased(this, this.#disposing));
     }
     this.#channelHost = {
       connection: setup.connection,
@@ -104,12 +105,12 @@ export class SshEnvironment implements BackendEnvironment {
 
   /** True when commands go through the exec agent (false: a channel per command, the host has no usable python3). */
   get usesAgent(): boolean {
-    return this.#setup.startAgent !== undefined;
+    return this.#agent !== undefined;
   }
 
   /** The agent's channel now (tests). */
   get agentChannel(): AgentChannel | undefined {
-    return this.#agent;
+    return this.#agent?.link.channel;
   }
 
   #where(): string {
@@ -117,69 +118,16 @@ export class SshEnvironment implements BackendEnvironment {
     return `${e.host}:${e.port}`;
   }
 
-  /** The live agent, started anew when the last one was lost; undefined without one. */
-  async #liveAgent(): Promise<AgentChannel | undefined> {
-    const start = this.#setup.startAgent;
-    if (!start) return undefined;
-    const current = this.#agent;
-    if (current && !current.isLost) return current;
-    this.#agentStarting ??= (async () => {
-      const next = await start();
-      if (this.#disposing) {
-        next.close();
-        assertNotReleased(this, this.#disposing);
-      }
-      this.#agent = next;
-      return next;
-    })().finally(() => {
-      this.#agentStarting = undefined;
-    });
-    return this.#agentStarting;
-  }
-
-  /**
-   * Runs `fn` on the agent; once more on a new agent when the stream was lost before `fn` got anywhere.
-   * An abort of `signal` while that new agent starts ends the wait with an {@link InterruptedBeforeStartError}.
-   */
-  async #withAgent<T>(agent: AgentChannel, fn: (agent: AgentChannel) => Promise<T>, signal?: AbortSignal): Promise<T> {
-    try {
-      return await fn(agent);
-    } catch (err) {
-      if (!(err instanceof SandboxLostError) || this.#disposing) throw err;
-      this.#setup.logger?.info({ err: err.message }, 'the exec agent stream was lost; starting a new one');
-      const next = await unlessAborted(this.#liveAgent(), signal, 'the command');
-      if (!next) throw err;
-      return fn(next);
-    }
-  }
-
   async exec(options: ExecOptions): Promise<ExecResult> {
     assertNotReleased(this, this.#disposing);
-    const early = interruptedBeforeStart(options);
-    if (early) return early;
+    if (!this.#agent) return interruptedBeforeStart(options) ?? execOnChannel(this.#channelHost, options);
     // Starting a new agent (the last one was lost) takes a round trip or more: an interrupt meanwhile ends the call.
-    let agent: AgentChannel | undefined;
-    try {
-      agent = await unlessAborted(this.#liveAgent(), options.signal, 'the command');
-    } catch (err) {
-      if (err instanceof InterruptedBeforeStartError) return INTERRUPTED_BEFORE_START;
-      throw err;
-    }
-    if (!agent) return execOnChannel(this.#channelHost, options);
-    const stdin = options.stdin !== undefined ? { stdin: options.stdin } : {};
-    const proc = await this.#withAgent(agent, (a) => {
-      // A retry on a new agent must not start what an interrupt ended meanwhile.
-      if (options.signal?.aborted) throw new InterruptedBeforeStartError('the command');
-      return a.spawn(spawnOptionsOf(options, this.initialCwd, this.#setup.logger, stdin));
-    }, options.signal).catch((err: unknown) => {
-      if (err instanceof InterruptedBeforeStartError) return undefined;
-      throw err;
-    });
-    if (!proc) return INTERRUPTED_BEFORE_START;
-    const outcome = await awaitForeground(proc, options, this.#setup.killGraceMs, this.#running);
+    const start = await this.#agent.startCommand(options, this.initialCwd, this.#setup.logger);
+    if ('ended' in start) return start.ended;
+    const outcome = await awaitForeground(start.proc, options, this.#setup.killGraceMs, this.#running);
     if (outcome.exit) return outcome.result;
     // The agent ends what it started when its stream ends; in case the host never noticed, kill the group too.
-    void killAfterDrop(this.#channelHost, proc.pid);
+    void killAfterDrop(this.#channelHost, start.proc.pid);
     this.#setup.logger?.warn({ err: outcome.lost.message }, 'the exec agent stream was lost while a command ran');
     throw lostWhileRunning(this.#connection);
   }
@@ -189,11 +137,12 @@ export class SshEnvironment implements BackendEnvironment {
     command: string,
     options: { readonly stdin?: Uint8Array | string; readonly control?: boolean; readonly timeoutMs?: number } = {},
   ): Promise<ShortResult> {
-    const agent = await this.#liveAgent().catch(() => undefined);
-    if (!agent) return runShort(this.#connection, command, options);
+    const agent = this.#agent;
+    // Without an agent, or when none can be started again (or while releasing, when it is gone): a channel.
+    if (!agent || !(await agent.ready().catch(() => undefined))) return runShort(this.#connection, command, options);
     const chunks: Buffer[] = [];
-    const proc = await this.#withAgent(agent, (a) =>
-      a.spawn({
+    const proc = await agent.withLink(({ channel }) =>
+      channel.spawn({
         script: command,
         cwd: this.initialCwd,
         ...(options.stdin !== undefined ? { stdin: options.stdin } : {}),
@@ -222,23 +171,20 @@ export class SshEnvironment implements BackendEnvironment {
 
   async readFile(absPath: string): Promise<Buffer> {
     assertAbsolute(absPath);
-    const agent = await this.#liveAgent();
-    if (agent) return this.#withAgent(agent, (a) => a.readFile(absPath));
+    if (this.#agent) return this.#agent.withLink(({ channel }) => channel.readFile(absPath));
     return sftpReadFile(await this.#connection.sftp(), absPath, this.#where());
   }
 
   async writeFile(absPath: string, data: Uint8Array): Promise<void> {
     assertAbsolute(absPath);
-    const agent = await this.#liveAgent();
-    if (agent) return this.#withAgent(agent, (a) => a.writeFile(absPath, data));
+    if (this.#agent) return this.#agent.withLink(({ channel }) => channel.writeFile(absPath, data));
     await sftpWriteFile(await this.#connection.sftp(), absPath, data, this.#where());
   }
 
   async stat(absPath: string): Promise<FileStat> {
     assertAbsolute(absPath);
-    const agent = await this.#liveAgent();
-    if (agent) {
-      const s = await this.#withAgent(agent, (a) => a.stat(absPath));
+    if (this.#agent) {
+      const s = await this.#agent.withLink(({ channel }) => channel.stat(absPath));
       return { exists: s.exists, isDirectory: s.isDirectory, sizeBytes: s.sizeBytes };
     }
     return sftpStat(await this.#connection.sftp(), absPath, this.#where());
@@ -246,6 +192,7 @@ export class SshEnvironment implements BackendEnvironment {
 
   dispose(): Promise<void> {
     this.#disposing ??= (async () => {
+      this.#agent?.release();
       await Promise.all([...this.#running].map((kill) => kill().catch(() => undefined)));
       await this.#background.killAll();
       this.#background.stop();
@@ -257,8 +204,7 @@ export class SshEnvironment implements BackendEnvironment {
       } catch (err) {
         this.#setup.logger?.warn({ err, dir: this.#setup.taskDir }, 'cannot remove the task directory (host unreachable?)');
       }
-      await this.#agentStarting?.catch(() => undefined);
-      this.#agent?.close();
+      (await this.#agent?.settled())?.channel.close();
       this.onDisposed?.();
     })();
     return this.#disposing;
@@ -266,7 +212,7 @@ export class SshEnvironment implements BackendEnvironment {
 
   /** The agent if it is up (no new one is started while releasing), else a channel. */
   #runShortForRelease(command: string): Promise<ShortResult> {
-    if (this.#agent && !this.#agent.isLost) return this.#runShort(command, { timeoutMs: 30_000 });
+    if (this.#agent && !this.#agent.link.channel.isLost) return this.#runShort(command, { timeoutMs: 30_000 });
     return runShort(this.#connection, command, { timeoutMs: 30_000 });
   }
 }
