@@ -162,6 +162,12 @@ export const CODE_CONTAINER_SETTINGS = ['auto', 'docker', 'off'] as const;
 export const DISK_LIMIT_MODES = ['auto', 'require', 'off'] as const;
 /** `docker.task_uids` unless set (services/executor/backends/docker/task-identity.ts says why these). */
 export const DEFAULT_TASK_UIDS = '1900000000-1916777215';
+/** `docker.task_uids`, `kubernetes.task_uids`: `FIRST-LAST`, or empty for the backend's default. */
+const taskUidRange = () =>
+  z
+    .string()
+    .regex(/^(\s*\d{1,10}\s*-\s*\d{1,10}\s*)?$/, `FIRST-LAST, e.g. ${DEFAULT_TASK_UIDS}, or empty for the default`)
+    .default('');
 export type DiskLimitMode = (typeof DISK_LIMIT_MODES)[number];
 export type CodeContainerSetting = (typeof CODE_CONTAINER_SETTINGS)[number];
 const nonInteractiveAction = z.enum(['approve', 'deny']);
@@ -248,8 +254,16 @@ export const kubernetesSchema = z
     pending_timeout: int(1).default(120).describe(
       'Seconds a new pod may stay unscheduled before the call fails with the scheduler\'s reason (an image that cannot be pulled fails at once).',
     ),
-    run_as_user: int(1).default(1000).describe('uid of the pod\'s processes (never root); 1000 is berth-sandbox\'s own user.'),
-    run_as_group: int(1).default(1000).describe('gid of the pod\'s processes and owner group of its volumes (fsGroup).'),
+    run_as_user: int(1).optional().describe(
+      'A fixed uid for every task pod (never root), e.g. 1000, berth-sandbox\'s own user, for an image that needs its own /etc/passwd. Unset: each pod runs as a uid and gid of its own from `task_uids`, so per-user kernel limits of a node are never shared by two tasks.',
+    ),
+    run_as_group: int(1).optional().describe('With `run_as_user`: the gid of the pod\'s processes and owner group of its volumes (fsGroup). Unset: the same as the uid.'),
+    task_uids: taskUidRange().describe(
+      '`FIRST-LAST`: the uids (and gids) task pods run as when `run_as_user` is unset, one of their own per pod, recorded in its `berth.dev/uid` label (and its claims\'); no node account should use them. Empty: the default, or 10000-65533 with `user_namespace`.',
+    ),
+    user_namespace: bool.default(false).describe(
+      'Task pods get a user namespace of their own (`hostUsers: false`): their ids, root\'s included, map to ids of the node no other pod has. Needs a cluster and runtime that support it (Kubernetes 1.33+, or the UserNamespacesSupport feature gate).',
+    ),
     home_dir: z.string().regex(/^\/./, 'an absolute path').default('/home/sandbox').describe('The sandbox user\'s home in the image: a volume of its own (the claim in persistent mode), and `HOME`.'),
     read_only_root: bool.default(true).describe(
       'Read-only root file system (the task\'s directories and /tmp are volumes); turn it off for an image that writes elsewhere.',
@@ -356,13 +370,9 @@ export const configSchema = z
         disk_limit: z.enum(DISK_LIMIT_MODES).default('auto').describe(
           'Where the storage cannot enforce `terminal.container_disk`: `auto` warns once and has Berth measure each task\'s disk instead, refusing its calls past the limit; `require` refuses to create containers; `off` never asks for a limit nor measures.',
         ),
-        task_uids: z
-          .string()
-          .regex(/^(\s*\d{1,10}\s*-\s*\d{1,10}\s*)?$/, `FIRST-LAST, e.g. ${DEFAULT_TASK_UIDS}, or empty for the default`)
-          .default('')
-          .describe(
-            '`FIRST-LAST`: the uids (and gids) tasks\' commands run as, one of their own per task, so per-user kernel limits are never shared; no host account may use them (checked at start). Empty: the default, or 10000-65533 under a daemon that remaps container ids (rootless, userns-remap).',
-          ),
+        task_uids: taskUidRange().describe(
+          '`FIRST-LAST`: the uids (and gids) tasks\' commands run as, one of their own per task, so per-user kernel limits are never shared; no host account may use them (checked at start). Empty: the default, or 10000-65533 under a daemon that remaps container ids (rootless, userns-remap).',
+        ),
         memory_overcommit: z.coerce.number().min(0).default(1.5).describe(
           'The memory limits (`terminal.container_memory`) of one executor\'s containers add up to at most the Docker host\'s memory, or the executor\'s cgroup limit if lower, times this; a new task past it gets RESOURCE_EXHAUSTED naming this key. 0: no bound.',
         ),

@@ -24,7 +24,9 @@ import { applyEnvOverrides } from '../../services/common/config-env.js';
 import { parseConfig } from '../../services/common/config-load.js';
 import { kubernetesOptionsFromConfig } from '../../services/executor/backends/kubernetes/create-kubernetes-backend.js';
 import { networkPolicyManifests, policyLabelValue } from '../../services/executor/backends/kubernetes/network-policy.js';
-import { buildClaim, buildPod, claimNames } from '../../services/executor/backends/kubernetes/pod-spec.js';
+import { buildClaim, buildPod, claimNames, fixedIdentity } from '../../services/executor/backends/kubernetes/pod-spec.js';
+import { podUidRange } from '../../services/executor/backends/kubernetes/pod-uids.js';
+import { candidateUid, type UidRange } from '../../services/executor/backends/shared/task-uid-range.js';
 import { restrictedViolations } from '../support/pod-security.js';
 import { toolsRequired } from '../support/require-tools.js';
 
@@ -648,7 +650,9 @@ describe('kubernetes manifests', { skip: unavailable }, () => {
     const options = kubernetesOptionsFromConfig(config);
     const policy = { egress: config.docker.egress, egressAllow: config.docker.egress_allow };
     const purpose = { kind: 'task', tenant: 't', task: 'x', policy: policyLabelValue(policy), claims: claimNames('x') } as const;
-    const pod = buildPod({ ...options.pod, namespace: config.kubernetes.namespace }, 'berth-x-00000', purpose);
+    // The identity pod-uids.ts gives a pod under this config: its own uid (run_as_user unset), or the fixed one.
+    const identity = fixedIdentity(options.pod) ?? { ...candidateIdentity(podUidRange(options.taskUids, options.pod.userNamespace ?? false)), own: true };
+    const pod = buildPod({ ...options.pod, namespace: config.kubernetes.namespace }, 'berth-x-00000', purpose, identity);
     assert.equal(pod.metadata?.namespace, SANDBOX_NS);
     assert.deepEqual(restrictedViolations(pod.spec as Obj, pod.metadata?.annotations), [], 'the task pod would be refused by its namespace');
     const max = (one(r, 'LimitRange', 'berth-sandboxes').spec.limits as Obj[]).find((l) => l.type === 'PersistentVolumeClaim')!.max;
@@ -714,3 +718,9 @@ describe('kubernetes manifests', { skip: unavailable }, () => {
     assert.deepEqual(config.tenants.map((t) => [t.id, t.allowed_backends]), [['acme', [config.terminal.backend]]]);
   });
 });
+
+/** The first candidate of a task in `range`: a pod's own ids. */
+function candidateIdentity(range: UidRange): { uid: number; gid: number } {
+  const uid = candidateUid(range, 'x', 0);
+  return { uid, gid: uid };
+}

@@ -244,9 +244,13 @@ print(json.dumps({
     }
     assert.equal(out.code, 0, out.stdout);
     assert.match(out.stdout, /^ok {4}the kubernetes backend starts$/m);
-    assert.match(out.stdout, /^ok {4}a new task runs a command \(\d+ ms, as uid 1000\)$/m);
+    // Each task pod's own uid (kubernetes.task_uids, run_as_user unset).
+    assert.match(out.stdout, /^ok {4}a new task runs a command \(\d+ ms, as uid 19\d{8}\)$/m);
     assert.match(out.stdout, /^ok {4}commands reach pod berth-[0-9a-f]{40}-[0-9a-f]{5} in namespace berth-sandboxes through the exec agent, on one pods\/exec WebSocket/m);
-    assert.match(out.stdout, /^ok {4}task pods run as uid 1000 \(non-root\), no service-account token, seccomp RuntimeDefault, all capabilities dropped/m);
+    assert.match(
+      out.stdout,
+      /^ok {4}task pods run each as a uid of its own from kubernetes\.task_uids \(1900000000-1916777215\) \(non-root\), no service-account token, seccomp RuntimeDefault, all capabilities dropped/m,
+    );
     assert.match(out.stdout, /^warn {2}Kubernetes sets no per-pod process limit: the pids limit is the kubelet's/m);
     assert.match(out.stdout, /^ok {4}NetworkPolicy "berth-default-deny" in namespace "berth-sandboxes" holds Berth's rules$/m);
     assert.match(out.stdout, /^ok {4}release deleted the task's pod \(and its claims were removed\)$/m);

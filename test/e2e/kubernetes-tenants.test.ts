@@ -4,7 +4,8 @@
  * containers of the local Docker engine, not a cluster), reached only
  * through KUBECONFIG: tenant B, using the same task id as tenant A, gets a
  * pod of its own, and nothing B does (terminal, read_file of A's paths, the
- * process list, kill of A's session, EndTask) reaches A's pod.
+ * process list, kill of A's session, EndTask) reaches A's pod, and each
+ * pod runs as a uid of its own (per-user kernel limits are not shared).
  *
  * The network between the two pods: the stand-in enforces only a policy
  * that leaves a pod no traffic at all, and a task pod's policy allows DNS,
@@ -118,6 +119,23 @@ describe('two tenants on berth serve --backend kubernetes (stand-in)', { skip: u
     const polled = await run(t.a, 'process', { action: 'poll', session_id: sessionA }, id);
     assert.equal(polled.status, 'running');
     await t.a.endTask({ taskId: id });
+  });
+
+  test('each tenant\'s pod runs as a uid of its own (kubernetes.task_uids), and its files are that uid\'s', async () => {
+    const id = task('uids');
+    const who = 'id -u; id -un; touch /workspace/f "$HOME/f"; stat -c %u:%g /workspace/f "$HOME/f"';
+    const uids: string[] = [];
+    for (const [client, tenant] of [[t.a, TENANT_A], [t.b, TENANT_B]] as const) {
+      const r = await run(client, 'terminal', { command: who }, id);
+      const [uid, name, ...owners] = String(r.output).split('\n');
+      assert.match(uid ?? '', /^19\d{8}$/, JSON.stringify(r));
+      assert.deepEqual([name, ...owners], ['sandbox', `${uid}:${uid}`, `${uid}:${uid}`]);
+      const [pod] = await podsOf(tenant, id);
+      assert.equal(pod?.metadata.labels['berth.dev/uid'], uid, 'the pod records its uid');
+      uids.push(uid!);
+    }
+    assert.notEqual(uids[0], uids[1], 'the same task id of two tenants: two uids');
+    await Promise.all([t.a.endTask({ taskId: id }), t.b.endTask({ taskId: id })]);
   });
 
   test('NetworkPolicy objects select both tenants\' pods and let nothing in (enforcement: the cluster\'s plugin)', async () => {

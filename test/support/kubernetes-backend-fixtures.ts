@@ -1,7 +1,8 @@
 /**
  * Options of the kubernetes backend for tests against the Kubernetes
  * stand-in (a test double): the sandbox image, small limits, the stand-in's
- * namespace; the cluster itself is whatever KUBECONFIG names.
+ * namespace; the cluster itself is whatever KUBECONFIG names. Pods run as
+ * the fixed uid 1000 unless `ownUids` (then each its own, as by default).
  */
 import { randomBytes } from 'node:crypto';
 import type { KubernetesBackendOptions } from '../../services/executor/backends/kubernetes/kubernetes-backend.js';
@@ -10,9 +11,9 @@ import type { PodSettings } from '../../services/executor/backends/kubernetes/po
 export const STANDIN_NAMESPACE = 'berth-sandboxes';
 
 export function kubernetesTestOptions(
-  over: Partial<Omit<KubernetesBackendOptions, 'pod'>> & { image: string; pod?: Partial<Omit<PodSettings, 'namespace'>> },
+  over: Partial<Omit<KubernetesBackendOptions, 'pod'>> & { image: string; pod?: Partial<Omit<PodSettings, 'namespace'>>; ownUids?: boolean },
 ): KubernetesBackendOptions {
-  const { image, pod, ...rest } = over;
+  const { image, pod, ownUids, ...rest } = over;
   return {
     pod: {
       image,
@@ -20,8 +21,7 @@ export function kubernetesTestOptions(
       cpu: 1,
       memoryMiB: 1024,
       diskMiB: 1024,
-      runAsUser: 1000,
-      runAsGroup: 1000,
+      ...(ownUids ? {} : { runAsUser: 1000, runAsGroup: 1000 }),
       homeDir: '/home/sandbox',
       readOnlyRoot: true,
       ...pod,

@@ -6,10 +6,11 @@
  */
 import assert from 'node:assert/strict';
 import { before, describe, it } from 'node:test';
-import { invalid, type StatusError } from '../standins/kubernetes/errors.js';
+import { invalid, type FieldError, type StatusError } from '../standins/kubernetes/errors.js';
 import { decode, loadSchemas } from '../standins/kubernetes/field-validation.js';
 import { goContains, goParseCidr } from '../standins/kubernetes/go-cidr.js';
 import { jsonPatch, mergePatch, strategicMerge } from '../standins/kubernetes/patch.js';
+import { validatePodSpec } from '../standins/kubernetes/pod-spec.js';
 import { parseQuantity } from '../standins/kubernetes/quantity.js';
 import { makeNode, unschedulableReason } from '../standins/kubernetes/scheduler.js';
 import { labelSelectorMatcher, parseFieldSelector, parseLabelSelector } from '../standins/kubernetes/selectors.js';
@@ -144,6 +145,35 @@ describe('Kubernetes stand-in: decoding and errors', () => {
     assert.deepEqual(seen, ['ADDED b', 'DELETED a']);
     for (let i = 0; i < 5000; i++) store.update('persistentvolumeclaims', b);
     assert.throws(() => store.watch(1, () => undefined), (e: StatusError) => e.code === 410 && /^too old resource version: 1 /.test(e.message));
+  });
+});
+
+describe('Kubernetes stand-in: downwardAPI volumes', () => {
+  const podWith = (volume: object, mount: object) => ({
+    containers: [{ name: 'c', image: 'i', volumeMounts: [{ name: 'v', mountPath: '/etc/passwd', ...mount }] }],
+    volumes: [{ name: 'v', ...volume }],
+  });
+  const errorsOf = (spec: object) => {
+    const errors: FieldError[] = [];
+    validatePodSpec(spec, errors);
+    return errors.map((e) => `${e.field}: ${e.type}`);
+  };
+  const annotation = { downwardAPI: { items: [{ path: 'passwd', fieldRef: { fieldPath: "metadata.annotations['berth.dev/passwd']" } }] } };
+
+  it('metadata fields are served, and a subPath naming one of the items mounts it alone', () => {
+    assert.deepEqual(errorsOf(podWith(annotation, { subPath: 'passwd', readOnly: true })), []);
+    assert.deepEqual(errorsOf(podWith({ downwardAPI: { items: [{ path: 'n', fieldRef: { fieldPath: 'metadata.name' } }] } }, {})), []);
+  });
+
+  it('what it cannot serve is refused naming the field, rather than ignored', () => {
+    assert.deepEqual(errorsOf(podWith({ downwardAPI: { items: [{ path: 'ip', fieldRef: { fieldPath: 'status.podIP' } }] } }, {})), [
+      'spec.volumes[0].downwardAPI.items[0].fieldRef.fieldPath: FieldValueNotSupported',
+    ]);
+    assert.deepEqual(errorsOf(podWith(annotation, { subPath: 'other' })), ['spec.containers[0].volumeMounts[0].subPath: FieldValueForbidden']);
+    assert.deepEqual(errorsOf(podWith({ emptyDir: {} }, { subPath: 'passwd' })), ['spec.containers[0].volumeMounts[0].subPath: FieldValueForbidden']);
+    assert.deepEqual(errorsOf(podWith({ downwardAPI: { items: [{ path: '../x', fieldRef: { fieldPath: 'metadata.name' } }] } }, {})), [
+      'spec.volumes[0].downwardAPI.items[0].path: FieldValueInvalid',
+    ]);
   });
 });
 

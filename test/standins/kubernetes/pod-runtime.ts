@@ -5,7 +5,8 @@
  * workingDir, the security context (user and groups, read-only root,
  * capabilities, no-new-privileges, seccomp), cpu and memory limits, and
  * volumes (PVCs as Docker volumes, emptyDir as a Docker volume or tmpfs,
- * the service-account token as a read-only directory). Every container and
+ * the service-account token and downwardAPI files as read-only binds, a
+ * downwardAPI `subPath` as its one file). Every container and
  * volume carries {@link STANDIN_LABEL} with the stand-in's instance id.
  */
 import { chmodSync, chownSync, lstatSync, mkdirSync, readdirSync, writeFileSync } from 'node:fs';
@@ -28,6 +29,9 @@ export interface PodRef {
   readonly namespace: string;
   readonly name: string;
   readonly uid: string;
+  /** What a downwardAPI volume's files hold. */
+  readonly labels?: Readonly<Record<string, string>>;
+  readonly annotations?: Readonly<Record<string, string>>;
 }
 
 /** Why a container cannot be made, as the kubelet reports it in a waiting state. */
@@ -120,6 +124,30 @@ export class PodRuntime {
     return dir;
   }
 
+  /**
+   * A downwardAPI volume's files, as the kubelet writes them (each item's
+   * field, the file mode `defaultMode`, 0644 unless set): a directory of the
+   * pod's; the file alone for a `subPath`.
+   */
+  #downwardApi(pod: PodRef, volume: Spec, subPath: string | undefined): string {
+    const dir = path.join(this.#o.stateDir, 'downward', pod.uid, volume.name as string);
+    mkdirSync(dir, { recursive: true, mode: 0o755 });
+    const mode = (volume.downwardAPI.defaultMode as number | undefined) ?? 0o644;
+    const names: Record<string, string> = { 'metadata.name': pod.name, 'metadata.namespace': pod.namespace, 'metadata.uid': pod.uid };
+    for (const item of (volume.downwardAPI.items ?? []) as Spec[]) {
+      const fieldPath = item.fieldRef.fieldPath as string;
+      const keyed = /^metadata\.(annotations|labels)\['([^']+)'\]$/.exec(fieldPath);
+      const value = keyed
+        ? ((keyed[1] === 'labels' ? pod.labels : pod.annotations)?.[keyed[2]!] ?? '')
+        : (names[fieldPath] ?? '');
+      const file = path.join(dir, item.path as string);
+      mkdirSync(path.dirname(file), { recursive: true, mode: 0o755 });
+      writeFileSync(file, value, { mode });
+      chmodSync(file, mode);
+    }
+    return subPath === undefined ? dir : path.join(dir, subPath);
+  }
+
   /** Docker volume names of a pod's emptyDir volumes. */
   emptyDirVolume(pod: PodRef, volume: string): string {
     return `k8s-standin-${this.#o.instance}-${pod.uid.slice(0, 8)}-${volume}`;
@@ -156,6 +184,8 @@ export class PodRuntime {
         mounts.push({ Type: 'volume', Source: name, Target: m.mountPath, ReadOnly: readOnly, VolumeOptions: NO_COPY });
       } else if (v.projected) {
         mounts.push({ Type: 'bind', Source: this.#tokenDir(pod), Target: m.mountPath, ReadOnly: true });
+      } else if (v.downwardAPI) {
+        mounts.push({ Type: 'bind', Source: this.#downwardApi(pod, v, m.subPath || undefined), Target: m.mountPath, ReadOnly: true });
       }
     }
     const runtime = spec.runtimeClassName ? this.#o.runtimeClasses.get(spec.runtimeClassName) : undefined;

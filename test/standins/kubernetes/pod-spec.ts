@@ -64,7 +64,27 @@ function validateSeccomp(profile: Spec | undefined, field: string, errors: Field
   }
 }
 
-function validateContainer(c: Spec, field: string, volumeNames: ReadonlySet<string>, errors: FieldError[]): void {
+/** `metadata.annotations['k']`, `metadata.labels['k']`, or one of the pod's names: what a downwardAPI file may hold (status fields are not served). */
+const DOWNWARD_FIELD = /^metadata\.(annotations|labels)\['[^']+'\]$|^metadata\.(name|namespace|uid)$/;
+
+function validateDownwardApi(source: Spec, field: string, errors: FieldError[]): void {
+  const mode = source.defaultMode;
+  if (mode !== undefined && (!Number.isInteger(mode) || mode < 0 || mode > 0o777)) {
+    errors.push({ field: `${field}.defaultMode`, type: 'FieldValueInvalid', value: mode, detail: 'must be a number between 0 and 0777 (octal), both inclusive' });
+  }
+  for (const [i, item] of ((source.items ?? []) as Spec[]).entries()) {
+    const at = `${field}.items[${i}]`;
+    if (typeof item.path !== 'string' || item.path === '' || item.path.startsWith('/') || item.path.split('/').includes('..')) {
+      errors.push({ field: `${at}.path`, type: 'FieldValueInvalid', value: item.path ?? '', detail: 'must be a relative path without \'..\'' });
+    }
+    if (item.resourceFieldRef !== undefined || item.mode !== undefined) errors.push({ field: at, type: 'FieldValueForbidden', detail: NOT_HONOURED });
+    else if (!DOWNWARD_FIELD.test(item.fieldRef?.fieldPath ?? '')) {
+      errors.push({ field: `${at}.fieldRef.fieldPath`, type: 'FieldValueNotSupported', value: item.fieldRef?.fieldPath ?? '', detail: `${NOT_HONOURED} (metadata fields only)` });
+    }
+  }
+}
+
+function validateContainer(c: Spec, field: string, volumes: ReadonlyMap<string, Spec>, errors: FieldError[]): void {
   if (typeof c.name !== 'string' || c.name === '') errors.push({ field: `${field}.name`, type: 'FieldValueRequired', detail: '' });
   else if (!isDnsLabel(c.name)) errors.push({ field: `${field}.name`, type: 'FieldValueInvalid', value: c.name, detail: DNS1123_LABEL_ERROR });
   if (typeof c.image !== 'string' || c.image.trim() === '') errors.push({ field: `${field}.image`, type: 'FieldValueRequired', detail: '' });
@@ -87,9 +107,14 @@ function validateContainer(c: Spec, field: string, volumeNames: ReadonlySet<stri
     }
   }
   for (const [i, m] of ((c.volumeMounts ?? []) as Spec[]).entries()) {
-    if (!volumeNames.has(m.name)) errors.push({ field: `${field}.volumeMounts[${i}].name`, type: 'FieldValueNotFound', value: m.name, detail: '' });
+    if (!volumes.has(m.name)) errors.push({ field: `${field}.volumeMounts[${i}].name`, type: 'FieldValueNotFound', value: m.name, detail: '' });
     if (typeof m.mountPath !== 'string' || !m.mountPath.startsWith('/')) errors.push({ field: `${field}.volumeMounts[${i}].mountPath`, type: 'FieldValueRequired', detail: '' });
-    for (const f of ['subPath', 'subPathExpr', 'mountPropagation', 'recursiveReadOnly']) {
+    // A subPath is honoured into a downwardAPI volume (one of its files, bound on its own), nowhere else.
+    const downward = volumes.get(m.name)?.downwardAPI as Spec | undefined;
+    if (downward && m.subPath !== undefined && !((downward.items ?? []) as Spec[]).some((item) => item.path === m.subPath)) {
+      errors.push({ field: `${field}.volumeMounts[${i}].subPath`, type: 'FieldValueForbidden', detail: `${NOT_HONOURED} (a subPath of a downwardAPI volume names one of its items)` });
+    }
+    for (const f of [...(downward ? [] : ['subPath']), 'subPathExpr', 'mountPropagation', 'recursiveReadOnly']) {
       if (m[f] !== undefined && m[f] !== '') errors.push({ field: `${field}.volumeMounts[${i}].${f}`, type: 'FieldValueForbidden', detail: NOT_HONOURED });
     }
   }
@@ -109,12 +134,12 @@ export function validatePodSpec(spec: Spec, errors: FieldError[]): void {
   const containers = (spec.containers ?? []) as Spec[];
   if (containers.length === 0) errors.push({ field: 'spec.containers', type: 'FieldValueRequired', detail: '' });
   else if (containers.length > 1) errors.push({ field: 'spec.containers', type: 'FieldValueForbidden', detail: `${NOT_HONOURED} (it runs one container per pod)` });
-  const volumeNames = new Set<string>();
+  const volumeNames = new Map<string, Spec>();
   for (const [i, v] of ((spec.volumes ?? []) as Spec[]).entries()) {
     const field = `spec.volumes[${i}]`;
     if (typeof v.name !== 'string' || !isDnsLabel(v.name)) errors.push({ field: `${field}.name`, type: 'FieldValueInvalid', value: v.name ?? '', detail: DNS1123_LABEL_ERROR });
     else if (volumeNames.has(v.name)) errors.push({ field: `${field}.name`, type: 'FieldValueDuplicate', value: v.name, detail: '' });
-    else volumeNames.add(v.name);
+    else volumeNames.set(v.name, v);
     const sources = Object.keys(v).filter((k) => k !== 'name');
     if (sources.length !== 1) errors.push({ field, type: 'FieldValueRequired', detail: 'must specify a volume type' });
     else if (sources[0] === 'persistentVolumeClaim') {
@@ -125,8 +150,10 @@ export function validatePodSpec(spec: Spec, errors: FieldError[]): void {
       const size = v.emptyDir.sizeLimit;
       if (size !== undefined && parseQuantity(size) === undefined) errors.push({ field: `${field}.emptyDir.sizeLimit`, type: 'FieldValueInvalid', value: size, detail: QUANTITY_ERROR });
       if (v.emptyDir.medium && v.emptyDir.medium !== 'Memory') errors.push({ field: `${field}.emptyDir.medium`, type: 'FieldValueForbidden', detail: NOT_HONOURED });
+    } else if (sources[0] === 'downwardAPI') {
+      validateDownwardApi(v.downwardAPI ?? {}, `${field}.downwardAPI`, errors);
     } else if (!(sources[0] === 'projected' && v.name.startsWith('kube-api-access-'))) {
-      errors.push({ field: `${field}.${sources[0]}`, type: 'FieldValueForbidden', detail: `${NOT_HONOURED} (volumes are persistentVolumeClaim and emptyDir)` });
+      errors.push({ field: `${field}.${sources[0]}`, type: 'FieldValueForbidden', detail: `${NOT_HONOURED} (volumes are persistentVolumeClaim, emptyDir and downwardAPI)` });
     }
   }
   for (const [i, c] of containers.entries()) validateContainer(c, `spec.containers[${i}]`, volumeNames, errors);

@@ -254,7 +254,8 @@ export class PodController implements ResourceHooks {
     if (!current || current.metadata.deletionTimestamp) return;
     try {
       const isolated = this.#o.policies().fullyIsolated(current);
-      r.containerId = await this.#o.runtime.start({ namespace, name, uid }, current.spec, image, isolated);
+      const { labels, annotations } = current.metadata as { labels?: Record<string, string>; annotations?: Record<string, string> };
+      r.containerId = await this.#o.runtime.start({ namespace, name, uid, ...(labels ? { labels } : {}), ...(annotations ? { annotations } : {}) }, current.spec, image, isolated);
       this.#o.policies().started(r.containerId, isolated);
     } catch (err) {
       const reason = err instanceof ContainerConfigError ? 'CreateContainerConfigError' : 'CreateContainerError';

@@ -5,7 +5,8 @@
  *
  * - The pod (pod-spec.ts) is hardened and limited from config and labelled
  *   with the executor, the tenant and the task (keyed hashes), so a
- *   restarted executor finds a task's pod again by label.
+ *   restarted executor finds a task's pod again by label. It runs as a uid
+ *   of its own (pod-uids.ts) unless `kubernetes.run_as_user` fixes one.
  * - The exec agent runs in it through one `pods/exec` WebSocket
  *   (pod-exec.ts): the agent's source goes over stdin to `python3 -I -S -c`,
  *   and every command, file operation and kill after that is a message on
@@ -54,13 +55,16 @@ import {
   buildPod,
   claimNames,
   executorLabels,
+  fixedIdentity,
   podLabels,
   selectorOf,
   taskLabelValues,
   taskPodName,
+  type PodIdentity,
   type PodSettings,
 } from './pod-spec.js';
 import { fateOf, waitForRunning } from './pod-start.js';
+import { PodUids, podUidRange } from './pod-uids.js';
 import { WarmPool } from './warm-pool.js';
 
 export interface KubernetesBackendOptions {
@@ -73,6 +77,8 @@ export interface KubernetesBackendOptions {
   readonly storageClass?: string;
   readonly warmPool?: number;
   readonly pendingTimeoutMs: number;
+  /** `kubernetes.task_uids`: the uids pods get one of each when `pod.runAsUser` is unset; empty: the default. */
+  readonly taskUids?: string;
   /** Keys the label hashes of tenants and tasks (`executor.shared_secret`). */
   readonly labelSecret: string;
   /** The operator's network policy (`docker.egress`, `docker.egress_allow`); egress open when absent. */
@@ -98,6 +104,8 @@ export class KubernetesBackend implements Backend, TaskPods {
   readonly #pod: PodSettings;
   readonly #environments = new Map<string, KubernetesEnvironment>();
   readonly #pool: WarmPool | undefined;
+  /** Each pod's own uid; undefined under a fixed `kubernetes.run_as_user`. */
+  readonly #uids: PodUids | undefined;
   /** Why the image cannot run the exec agent, once a pod said so: later pods go straight to per-command exec. */
   #noAgent: string | undefined;
   #closed = false;
@@ -106,6 +114,9 @@ export class KubernetesBackend implements Backend, TaskPods {
     this.#o = options;
     this.#api = api;
     this.#pod = { ...options.pod, namespace: api.namespace };
+    this.#uids = fixedIdentity(this.#pod)
+      ? undefined
+      : new PodUids({ api, ...(options.taskUids ? { configured: options.taskUids } : {}), userNamespace: options.pod.userNamespace ?? false });
     const size = options.warmPool ?? 0;
     if (size > 0 && options.persistent) {
       options.logger?.warn(
@@ -115,13 +126,23 @@ export class KubernetesBackend implements Backend, TaskPods {
     }
     this.#pool =
       size > 0 && !options.persistent
-        ? new WarmPool({ api, settings: this.#pod, size, policy: WARM_POLICY_LABEL, pendingTimeoutMs: options.pendingTimeoutMs, ...(options.logger ? { logger: options.logger } : {}) })
+        ? new WarmPool({
+            api,
+            settings: this.#pod,
+            size,
+            policy: WARM_POLICY_LABEL,
+            pendingTimeoutMs: options.pendingTimeoutMs,
+            withIdentity: (name, create) => this.#withIdentity(name, undefined, undefined, create),
+            ...(options.logger ? { logger: options.logger } : {}),
+          })
         : undefined;
   }
 
   /** Loads the client, reads the kubeconfig and checks that the namespace answers. */
   static async start(options: KubernetesBackendOptions): Promise<KubernetesBackend> {
     if (!options.pod.image) throw new FailedPreconditionError('terminal.kubernetes_image: the kubernetes backend needs an image with bash (and python3 for the exec agent)');
+    // A range that cannot be used stops the executor before it reaches the cluster.
+    if (!fixedIdentity(options.pod)) podUidRange(options.taskUids, options.pod.userNamespace ?? false);
     const api = await KubeApi.load({ ...(options.context ? { context: options.context } : {}), ...(options.namespace ? { namespace: options.namespace } : {}) });
     // One cheap call that needs the namespace and the list verb: an unreachable server or missing RBAC shows at start.
     await api.listPods(selectorOf(executorLabels({ executorId: options.pod.executorId })));
@@ -228,9 +249,14 @@ export class KubernetesBackend implements Backend, TaskPods {
     if (name) {
       logger?.info({ pod: name }, 'claimed a warm-pool pod');
     } else {
-      const claims = this.#o.persistent ? await this.#ensureClaims(tenant, task) : undefined;
-      name = taskPodName(task);
-      await this.#api.createPod(buildPod(this.#pod, name, { kind: 'task', tenant, task, policy, ...(claims ? { claims } : {}) }));
+      const podName = taskPodName(task);
+      name = podName;
+      // Persistent: the uid the claims record, whose files they hold; else the task's first free candidate.
+      const recorded = this.#o.persistent ? (await this.#api.readClaim(claimNames(task).workspace))?.metadata?.labels?.[LABEL.uid] : undefined;
+      await this.#withIdentity(task, task, recorded, async (identity) => {
+        const claims = this.#o.persistent ? await this.#ensureClaims(tenant, task, identity) : undefined;
+        await this.#api.createPod(buildPod(this.#pod, podName, { kind: 'task', tenant, task, policy, ...(claims ? { claims } : {}) }, identity));
+      });
       try {
         await waitForRunning(this.#api, name, this.#pod.image, this.#o.pendingTimeoutMs);
       } catch (err) {
@@ -247,12 +273,18 @@ export class KubernetesBackend implements Backend, TaskPods {
     }
   }
 
+  /** Runs `create` with the identity of a new pod: the fixed `kubernetes.run_as_user`, else a uid of its own (pod-uids.ts). */
+  #withIdentity<T>(seed: string, task: string | undefined, recorded: string | undefined, create: (identity: PodIdentity) => Promise<T>): Promise<T> {
+    const fixed = fixedIdentity(this.#pod);
+    return fixed ? create(fixed) : this.#uids!.with(seed, task, recorded, create);
+  }
+
   /** The task's two claims, made unless they exist. */
-  async #ensureClaims(tenant: string, task: string): Promise<{ workspace: string; home: string }> {
+  async #ensureClaims(tenant: string, task: string, identity: PodIdentity): Promise<{ workspace: string; home: string }> {
     const names = claimNames(task);
     for (const role of ['workspace', 'home'] as const) {
       if (await this.#api.readClaim(names[role])) continue;
-      await this.#api.createClaim(buildClaim(this.#pod, names[role], { tenant, task }, role, this.#o.storageClass ?? '')).catch(async (err: unknown) => {
+      await this.#api.createClaim(buildClaim(this.#pod, names[role], { tenant, task }, role, this.#o.storageClass ?? '', identity)).catch(async (err: unknown) => {
         // Made meanwhile by another start of the same task: fine.
         if (!(await this.#api.readClaim(names[role]))) throw err;
       });
@@ -380,7 +412,7 @@ export class KubernetesBackend implements Backend, TaskPods {
       {
         verdict: 'ok',
         text:
-          `task pods run as uid ${this.#pod.runAsUser} (non-root), no service-account token, seccomp RuntimeDefault, all capabilities dropped, ` +
+          `task pods run ${this.#identityText()} (non-root), no service-account token, seccomp RuntimeDefault, all capabilities dropped, ` +
           `${this.#pod.readOnlyRoot ? 'read-only root, ' : ''}limits cpu ${this.#pod.cpu}, memory ${this.#pod.memoryMiB} MiB, ephemeral-storage ${this.#pod.diskMiB} MiB` +
           (this.#pod.runtimeClass ? `, RuntimeClass ${this.#pod.runtimeClass}` : ''),
       },
@@ -391,6 +423,15 @@ export class KubernetesBackend implements Backend, TaskPods {
     ];
     findings.push(...(await checkNetworkPolicies(this.#api.networking, this.#api.namespace, [this.policyOf(key.tenant)])));
     return findings;
+  }
+
+  /** Which uid pods run as, for the doctor. */
+  #identityText(): string {
+    const fixed = fixedIdentity(this.#pod);
+    const ids = fixed
+      ? `as uid ${fixed.uid}`
+      : `each as a uid of its own from kubernetes.task_uids (${this.#uids!.range.first}-${this.#uids!.range.last})`;
+    return this.#pod.userNamespace ? `${ids}, in a user namespace of their own` : ids;
   }
 
   async close(): Promise<void> {

@@ -3,8 +3,14 @@
  * task pod and its claims. No I/O, so the hardening is pinned by tests.
  *
  * Every task pod:
- * - runs as a non-root uid and gid (`kubernetes.run_as_user` / `run_as_group`,
- *   `runAsNonRoot`), with `fsGroup` so its volumes are the task's;
+ * - runs as a non-root uid and gid of its own (pod-uids.ts: one of
+ *   `kubernetes.task_uids`, recorded in its `berth.dev/uid` label), or as
+ *   the fixed `kubernetes.run_as_user` / `run_as_group` when set
+ *   (`runAsNonRoot`), with `fsGroup` so its volumes are the task's; with
+ *   its own ids, /etc/passwd and /etc/group name them (the task's account
+ *   `sandbox`, from the pod's annotations through a downwardAPI volume),
+ *   and `kubernetes.user_namespace` gives it a user namespace
+ *   (`hostUsers: false`);
  * - has no service-account token (`automountServiceAccountToken: false`),
  *   seccomp `RuntimeDefault`, every capability dropped, no privilege
  *   escalation, and a read-only root file system unless
@@ -28,6 +34,7 @@ import { createHmac, randomBytes } from 'node:crypto';
 import type { V1PersistentVolumeClaim, V1Pod, V1Toleration, V1Volume, V1VolumeMount } from '@kubernetes/client-node';
 import type { TaskKey } from '../../backend.js';
 import { taskKeyString } from '../../backend.js';
+import { taskAccounts, type AccountFiles, type TaskIdentity } from '../shared/task-uid-range.js';
 
 export const LABEL = {
   managedBy: 'app.kubernetes.io/managed-by',
@@ -39,7 +46,22 @@ export const LABEL = {
   pool: 'berth.dev/pool',
   /** On claims: `workspace` or `home`. */
   volume: 'berth.dev/volume',
+  /** On pods and claims with a task's own ids (pod-uids.ts): the uid, also the gid. */
+  uid: 'berth.dev/uid',
 } as const;
+
+/** Annotations of a pod with its own ids: its /etc/passwd and /etc/group (read through a downwardAPI volume). */
+export const ACCOUNT_ANNOTATION = { passwd: 'berth.dev/passwd', group: 'berth.dev/group' } as const;
+
+/**
+ * The accounts a pod with its own ids sees besides the task's: the image's
+ * own files cannot be read before the pod runs, so root and nobody stand
+ * for them (files of other accounts of the image show their numeric ids).
+ */
+const BASE_ACCOUNTS: AccountFiles = {
+  passwd: 'root:x:0:0:root:/root:/bin/bash\nnobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n',
+  group: 'root:x:0:\nnogroup:x:65534:\n',
+};
 
 /** The pod's one container. */
 export const CONTAINER_NAME = 'sandbox';
@@ -85,8 +107,12 @@ export interface PodSettings {
   readonly cpu: number;
   readonly memoryMiB: number;
   readonly diskMiB: number;
-  readonly runAsUser: number;
-  readonly runAsGroup: number;
+  /** `kubernetes.run_as_user`: every pod's fixed uid; unset: each pod its own ({@link PodIdentity}). */
+  readonly runAsUser?: number;
+  /** `kubernetes.run_as_group`: with a fixed uid, the gid (default: the uid). */
+  readonly runAsGroup?: number;
+  /** `kubernetes.user_namespace`: `hostUsers: false`. */
+  readonly userNamespace?: boolean;
   readonly homeDir: string;
   readonly readOnlyRoot: boolean;
   readonly runtimeClass?: string;
@@ -102,6 +128,16 @@ export interface PodSettings {
 export type PodPurpose =
   | { readonly kind: 'task'; readonly tenant: string; readonly task: string; readonly policy: string; readonly claims?: { workspace: string; home: string } }
   | { readonly kind: 'warm'; readonly policy: string };
+
+/** The ids a pod runs as; `own`: the task's own (pod-uids.ts), labelled and named in the pod's account files. */
+export interface PodIdentity extends TaskIdentity {
+  readonly own: boolean;
+}
+
+/** The identity of every pod under a fixed `kubernetes.run_as_user`, else undefined. */
+export function fixedIdentity(s: Pick<PodSettings, 'runAsUser' | 'runAsGroup'>): PodIdentity | undefined {
+  return s.runAsUser === undefined ? undefined : { uid: s.runAsUser, gid: s.runAsGroup ?? s.runAsUser, own: false };
+}
 
 /** The labels every object of this executor carries. */
 export function executorLabels(s: Pick<PodSettings, 'executorId' | 'labels'>): Record<string, string> {
@@ -119,8 +155,8 @@ export function cpuQuantity(cpu: number): string {
   return `${Math.max(1, Math.round(cpu * 1000))}m`;
 }
 
-/** The pod of `purpose`, named `name`. */
-export function buildPod(s: PodSettings, name: string, purpose: PodPurpose): V1Pod {
+/** The pod of `purpose`, named `name`, running as `identity`. */
+export function buildPod(s: PodSettings, name: string, purpose: PodPurpose, identity: PodIdentity): V1Pod {
   const claims = purpose.kind === 'task' ? purpose.claims : undefined;
   const volume = (volumeName: string, claim: string | undefined): V1Volume =>
     claim ? { name: volumeName, persistentVolumeClaim: { claimName: claim } } : { name: volumeName, emptyDir: {} };
@@ -136,6 +172,20 @@ export function buildPod(s: PodSettings, name: string, purpose: PodPurpose): V1P
     { name: 'tmp', mountPath: '/tmp' },
     { name: 'var-tmp', mountPath: '/var/tmp' },
   ];
+  const annotations: Record<string, string> = { ...(s.annotations ?? {}) };
+  const labels = podLabels(s, purpose);
+  if (identity.own) {
+    const accounts = taskAccounts(BASE_ACCOUNTS, identity, s.homeDir);
+    labels[LABEL.uid] = String(identity.uid);
+    annotations[ACCOUNT_ANNOTATION.passwd] = accounts.passwd;
+    annotations[ACCOUNT_ANNOTATION.group] = accounts.group;
+    const item = (file: 'passwd' | 'group') => ({ path: file, fieldRef: { fieldPath: `metadata.annotations['${ACCOUNT_ANNOTATION[file]}']` } });
+    volumes.push({ name: 'accounts', downwardAPI: { defaultMode: 0o644, items: [item('passwd'), item('group')] } });
+    mounts.push(
+      { name: 'accounts', mountPath: '/etc/passwd', subPath: 'passwd', readOnly: true },
+      { name: 'accounts', mountPath: '/etc/group', subPath: 'group', readOnly: true },
+    );
+  }
   const resources = {
     cpu: cpuQuantity(s.cpu),
     memory: `${s.memoryMiB}Mi`,
@@ -148,8 +198,8 @@ export function buildPod(s: PodSettings, name: string, purpose: PodPurpose): V1P
     metadata: {
       name,
       namespace: s.namespace,
-      labels: podLabels(s, purpose),
-      ...(s.annotations && Object.keys(s.annotations).length > 0 ? { annotations: { ...s.annotations } } : {}),
+      labels,
+      ...(Object.keys(annotations).length > 0 ? { annotations } : {}),
     },
     spec: {
       automountServiceAccountToken: false,
@@ -157,13 +207,14 @@ export function buildPod(s: PodSettings, name: string, purpose: PodPurpose): V1P
       restartPolicy: 'Never',
       terminationGracePeriodSeconds: 2,
       ...(s.runtimeClass ? { runtimeClassName: s.runtimeClass } : {}),
+      ...(s.userNamespace ? { hostUsers: false } : {}),
       ...(s.nodeSelector && Object.keys(s.nodeSelector).length > 0 ? { nodeSelector: { ...s.nodeSelector } } : {}),
       ...(s.tolerations && s.tolerations.length > 0 ? { tolerations: s.tolerations.map((t) => ({ ...t })) } : {}),
       securityContext: {
         runAsNonRoot: true,
-        runAsUser: s.runAsUser,
-        runAsGroup: s.runAsGroup,
-        fsGroup: s.runAsGroup,
+        runAsUser: identity.uid,
+        runAsGroup: identity.gid,
+        fsGroup: identity.gid,
         seccompProfile: { type: 'RuntimeDefault' },
       },
       containers: [
@@ -196,6 +247,7 @@ export function buildClaim(
   task: { tenant: string; task: string },
   role: 'workspace' | 'home',
   storageClass: string,
+  identity?: PodIdentity,
 ): V1PersistentVolumeClaim {
   return {
     apiVersion: 'v1',
@@ -203,7 +255,14 @@ export function buildClaim(
     metadata: {
       name,
       namespace: s.namespace,
-      labels: { ...executorLabels(s), [LABEL.tenant]: task.tenant, [LABEL.task]: task.task, [LABEL.volume]: role },
+      labels: {
+        ...executorLabels(s),
+        [LABEL.tenant]: task.tenant,
+        [LABEL.task]: task.task,
+        [LABEL.volume]: role,
+        // The record a replaced pod takes its uid from: the files here are that uid's.
+        ...(identity?.own ? { [LABEL.uid]: String(identity.uid) } : {}),
+      },
     },
     spec: {
       accessModes: ['ReadWriteOnce'],

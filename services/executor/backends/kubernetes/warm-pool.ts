@@ -6,13 +6,14 @@
  * tenant, task and policy labels; the pool is then refilled. Nothing of the
  * task is in the pod spec: what is bound late (the task's environment,
  * its directories) goes over the agent channel, so a claim never restarts
- * the pod. Not with persistent claims: a running pod cannot mount them.
+ * the pod. A warm pod gets a uid of its own when it is made (pod-uids.ts,
+ * seeded by its name); the task that claims it runs as that uid. Not with persistent claims: a running pod cannot mount them.
  */
 import type { V1Pod } from '@kubernetes/client-node';
 import type { Logger } from '../../../common/logging.js';
 import type { KubeApi } from './kube-api.js';
 import { isConflict } from './kube-errors.js';
-import { LABEL, buildPod, executorLabels, selectorOf, warmPodName, type PodSettings } from './pod-spec.js';
+import { LABEL, buildPod, executorLabels, selectorOf, warmPodName, type PodIdentity, type PodSettings } from './pod-spec.js';
 import { waitForRunning } from './pod-start.js';
 
 export interface WarmPoolOptions {
@@ -22,6 +23,8 @@ export interface WarmPoolOptions {
   /** The policy label of a pod nobody claimed yet (the most restrictive one). */
   readonly policy: string;
   readonly pendingTimeoutMs: number;
+  /** Runs `create` with the ids of the new pod `name` (its own uid, which the task that claims it keeps, or the fixed one). */
+  readonly withIdentity: (name: string, create: (identity: PodIdentity) => Promise<unknown>) => Promise<unknown>;
   readonly logger?: Logger;
 }
 
@@ -60,7 +63,7 @@ export class WarmPool {
     const run = (async () => {
       try {
         try {
-          await this.#o.api.createPod(buildPod(this.#o.settings, name, { kind: 'warm', policy: this.#o.policy }));
+          await this.#o.withIdentity(name, (identity) => this.#o.api.createPod(buildPod(this.#o.settings, name, { kind: 'warm', policy: this.#o.policy }, identity)));
         } finally {
           // Once created it is counted by the list (until a task claims it, even before it runs).
           this.#starting--;
