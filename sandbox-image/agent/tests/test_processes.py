@@ -7,7 +7,8 @@ import subprocess
 import time
 import unittest
 
-from berth_agent.processes import read_counter, signal_tree, tree_members
+from berth_agent.counters import read_counter
+from berth_agent.proctree import signal_tree, tree_members
 from berth_agent.protocol import READ_CHUNK
 
 from .agent_process import AgentProcess, process_group, process_state
