@@ -206,7 +206,7 @@ export class BerthClient implements Disposable {
   }
 
   /** Snapshots and forks of this client's tasks (docs/lifecycle.md). */
-  get snapshots(): BerthSnapshots {
+  get snapshots(): BerthSnapshots<BerthTask> {
     return new BerthSnapshots(this);
   }
 

@@ -7,8 +7,8 @@
  * await task.terminal({ command: 'pwd' });   // same files, cwd and variables as base had
  * ```
  */
-import type { SnapshotInfo as SnapshotMessage } from '../gen/berth/v1/dispatcher.js';
-import type { BerthClient, BerthTask } from './berth-client.js';
+import type { CallOptions as RpcCallOptions } from 'nice-grpc';
+import type { DispatcherClient, SnapshotInfo as SnapshotMessage } from '../gen/berth/v1/dispatcher.js';
 import { toBerthError } from './errors.js';
 
 /** One snapshot, as the server lists it. */
@@ -36,16 +36,28 @@ interface CallOptions {
   readonly signal?: AbortSignal;
 }
 
+/**
+ * What {@link BerthSnapshots} calls through: a BerthClient, whose task
+ * handles (`Task`, a BerthTask) forks resolve to.
+ */
+export interface SnapshotsClient<Task> {
+  readonly rpc: Pick<DispatcherClient, 'snapshot' | 'fork' | 'listSnapshots' | 'deleteSnapshot'>;
+  callOptions(options?: CallOptions): RpcCallOptions;
+  retrying<T>(method: string, signal: AbortSignal | undefined, call: () => Promise<T>): Promise<T>;
+  task(taskId: string): Task;
+}
+
 function info(message: SnapshotMessage | undefined): SnapshotInfo {
   if (!message) throw new Error('the server answered without the snapshot');
   return { ...message, includes: [...message.includes] };
 }
 
-export class BerthSnapshots {
-  readonly #client: BerthClient;
+/** Snapshots and forks through a client; `Task` is its task handle (`berth.snapshots` is a `BerthSnapshots<BerthTask>`). */
+export class BerthSnapshots<Task> {
+  readonly #client: SnapshotsClient<Task>;
 
-  /** @internal Made by {@link BerthClient.snapshots}. */
-  constructor(client: BerthClient) {
+  /** @internal Made by BerthClient.snapshots. */
+  constructor(client: SnapshotsClient<Task>) {
     this.#client = client;
   }
 
@@ -64,7 +76,7 @@ export class BerthSnapshots {
    * first; `label` names that snapshot). Resolves to the new task and the
    * snapshot it came from. Sent once.
    */
-  async fork(from: ForkSource, taskId: string, options: CallOptions & { readonly label?: string } = {}): Promise<{ task: BerthTask; snapshot: SnapshotInfo }> {
+  async fork(from: ForkSource, taskId: string, options: CallOptions & { readonly label?: string } = {}): Promise<{ task: Task; snapshot: SnapshotInfo }> {
     const source = 'snapshotId' in from ? { snapshotId: from.snapshotId, sourceTaskId: '' } : { snapshotId: '', sourceTaskId: from.taskId };
     try {
       const r = await this.#client.rpc.fork({ ...source, taskId, label: options.label ?? '' }, this.#client.callOptions(options));

@@ -9,7 +9,8 @@
 import { toServerError } from '../common/grpc-errors.js';
 import type { Logger } from '../common/logging.js';
 import type { SessionServerMessage } from '../gen/berth/v1/dispatcher.js';
-import { Dispatcher } from './dispatcher.js';
+import type { Dispatcher } from './dispatcher.js';
+import { checkTaskId } from './task-ids.js';
 
 /** Longest a call waits for its task's subscription to be in place before it runs anyway. */
 const READY_WAIT_MS = 5000;
@@ -63,7 +64,7 @@ export class SessionEvents {
   #ensure(taskId: string): Promise<void> {
     let id: string;
     try {
-      id = Dispatcher.checkTaskId(taskId);
+      id = checkTaskId(taskId);
     } catch {
       return Promise.resolve(); // The call reports the bad id.
     }

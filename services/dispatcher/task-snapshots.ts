@@ -14,6 +14,7 @@ import type { SnapshotInfo } from '../gen/berth/v1/dispatcher.js';
 import type { ExecutorClient, TaskSnapshotRecord } from '../gen/berth/v1/executor.js';
 import { rendezvousPick, type ExecutorEndpoint, type ExecutorRouter, type Placement } from './executors/executor-router.js';
 import type { QuotaLedger } from './quotas/quota-ledger.js';
+import { checkTaskId } from './task-ids.js';
 
 /** The refusal sentences of the snapshot quotas (docs/quotas.md lists them). */
 export const snapshotQuotaMessages = {
@@ -32,7 +33,6 @@ export interface TaskSnapshotsOptions {
   readonly place: (tenant: string, taskId: string) => Promise<Placement>;
   /** Records that the task now lives on `executorId`. */
   readonly remember: (tenant: string, taskId: string, executorId: string) => void;
-  readonly checkTaskId: (taskId: string) => string;
 }
 
 /** A snapshot and the executors that see it. */
@@ -50,7 +50,7 @@ export class TaskSnapshots {
 
   /** Snapshots the tenant's task `taskId` on the executor that holds it. */
   async snapshot(tenant: string, taskId: string, label: string): Promise<SnapshotInfo> {
-    const id = this.#o.checkTaskId(taskId);
+    const id = checkTaskId(taskId);
     const limits = this.#limits(tenant);
     const before = limits.max_snapshots !== undefined || limits.max_snapshot_mb !== undefined ? await this.#seen(tenant) : undefined;
     if (before && limits.max_snapshots !== undefined && before.size >= limits.max_snapshots) {
@@ -85,7 +85,7 @@ export class TaskSnapshots {
       throw new InvalidArgumentError('give exactly one of snapshot_id and source_task_id to fork from');
     }
     if (taskId === '') throw new InvalidArgumentError('task_id (the new task) is required');
-    const id = this.#o.checkTaskId(taskId);
+    const id = checkTaskId(taskId);
     const where = await this.#o.place(tenant, id);
     if (!where.fresh && where.lost === undefined) {
       throw new FailedPreconditionError(`task '${id}' exists already; fork into a new task id (or end that task first)`);

@@ -8,7 +8,7 @@
 import type { Logger } from '../common/logging.js';
 import type { SuspendableTask, TaskSuspender } from './task-suspension.js';
 
-/** What of a task the idle timer works on (a TaskEnvironments entry). */
+/** What of a task the idle timer works on (a task table entry, task-state.ts). */
 export interface IdleTask extends SuspendableTask {
   idleTimer: NodeJS.Timeout | undefined;
   /** When the last call ended (or the environment was made). */

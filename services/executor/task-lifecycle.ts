@@ -9,7 +9,7 @@ import { randomBytes } from 'node:crypto';
 import { FailedPreconditionError, InvalidArgumentError, NotFoundError } from '../common/errors.js';
 import { SNAPSHOT_ID_PATTERN, unknownSnapshotMessage } from '../common/snapshot-ids.js';
 import type { Backend, BackendSnapshot, TaskKey } from './backend.js';
-import type { TaskEnvironments } from './task-environment.js';
+import type { TaskTable } from './task-table.js';
 
 /** The largest shell state a snapshot keeps (the runner's snapshot file: variables, functions, aliases). */
 export const MAX_SHELL_STATE_BYTES = 1024 * 1024;
@@ -24,11 +24,11 @@ export function newSnapshotId(): string {
 type SnapshotBackend = Backend & Required<Pick<Backend, 'snapshot' | 'listSnapshots' | 'deleteSnapshot'>>;
 
 export class TaskLifecycle {
-  readonly #environments: TaskEnvironments;
+  readonly #tasks: TaskTable;
   readonly #backend: Backend;
 
-  constructor(environments: TaskEnvironments, backend: Backend) {
-    this.#environments = environments;
+  constructor(tasks: TaskTable, backend: Backend) {
+    this.#tasks = tasks;
     this.#backend = backend;
   }
 
@@ -52,7 +52,7 @@ export class TaskLifecycle {
     if (label.length > MAX_SNAPSHOT_LABEL_CHARS) {
       throw new InvalidArgumentError(`a snapshot label takes at most ${MAX_SNAPSHOT_LABEL_CHARS} characters, got ${label.length}`);
     }
-    return this.#environments.exclusive(key, async ({ env, runner }) => {
+    return this.#tasks.exclusive(key, async ({ env, runner }) => {
       await runner.bootstrap();
       // Written by the task's own shell: hostile input, bounded before it is kept.
       const script = await env.readFile(runner.snapshotPath);
@@ -76,7 +76,7 @@ export class TaskLifecycle {
   /** Creates task `key`'s environment from the tenant's snapshot `snapshotId`; resolves to the snapshot. */
   async fork(key: TaskKey, snapshotId: string): Promise<BackendSnapshot> {
     const snapshot = await this.#find(key.tenant, snapshotId);
-    await this.#environments.createFrom(key, snapshot);
+    await this.#tasks.createFrom(key, snapshot);
     return snapshot;
   }
 

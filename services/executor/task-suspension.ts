@@ -29,7 +29,7 @@ export interface SuspensionState {
   transition: Promise<unknown> | undefined;
 }
 
-/** What of a task the suspender works on (a TaskEnvironments entry). */
+/** What of a task the suspender works on (a task table entry, task-state.ts). */
 export interface SuspendableTask {
   readonly key: TaskKey;
   readonly env: BackendEnvironment;

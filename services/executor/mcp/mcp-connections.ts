@@ -18,7 +18,7 @@ import { ErrorCode, McpError } from '@modelcontextprotocol/sdk/types.js';
 import { mcpServerSchema, type McpServerConfig } from '../../common/config.js';
 import { InvalidArgumentError } from '../../common/errors.js';
 import type { Logger } from '../../common/logging.js';
-import type { TaskCompanion } from '../task-environment.js';
+import type { TaskCompanion } from '../task-companions.js';
 import { egressFetch, EgressRefusedError, type EgressPolicy } from './egress-fetch.js';
 import { SandboxStdioTransport, type SandboxLauncher } from './sandbox-stdio-transport.js';
 
