@@ -49,6 +49,7 @@ describe("the exec agent's Python unit tests", () => {
       'test_terminal',
       'test_relay',
       'test_taskuser',
+      'test_linger',
     ]) assert.ok(modules.has(module), `no test of ${module} ran`);
   });
 

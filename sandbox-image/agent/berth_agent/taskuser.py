@@ -129,7 +129,13 @@ def survive_parent():
         ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, 0, 0, 0, 0)
     except Exception as err:
         log("cannot clear the parent-death signal: %s" % err)
-    signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    # A handler, not SIG_IGN: an ignored signal stays ignored across exec, so every command would inherit it;
+    # a handled one is back at its default in the program a command execs.
+    signal.signal(signal.SIGHUP, _hangup_survived)
+
+
+def _hangup_survived(_signum, _frame):
+    """SIGHUP in stdio mode: the stream's end already tells the agent what it needs to know."""
 
 
 def become_subreaper():
