@@ -3,7 +3,12 @@
  * containers while their memory limits fit in the Docker host's memory (or
  * its own cgroup limit) times the factor; the next task is refused with
  * RESOURCE_EXHAUSTED naming the key and starts nothing, a released task
- * makes room, and two tasks racing for the last room get it once.
+ * makes room, and two tasks racing for the last room get it once. Two
+ * executors on one engine share that budget: each counts the other's
+ * sandboxes too.
+ *
+ * Every Berth sandbox on the engine counts, so the factors here leave room
+ * for those that ran when the test started (other test files').
  */
 import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
@@ -16,7 +21,7 @@ import { BerthError } from '../../services/common/errors.js';
 import { silentLogger } from '../../services/common/logging.js';
 import type { TaskKey } from '../../services/executor/backend.js';
 import { DockerBackend } from '../../services/executor/backends/docker/docker-backend.js';
-import { ownCgroupMemoryMiB } from '../../services/executor/backends/docker/memory-admission.js';
+import { otherSandboxesMiB, ownCgroupMemoryMiB } from '../../services/executor/backends/docker/memory-admission.js';
 import { TaskEnvironments } from '../../services/executor/task-environment.js';
 import { SANDBOX_IMAGE, cleanupDocker, containerOfTask, dockerUnavailableReason } from '../support/docker-fixtures.js';
 
@@ -27,11 +32,22 @@ const TENANT = `docker-mem-${RUN}`;
 const PER_MIB = 256;
 let taskNo = 0;
 const newKey = (): TaskKey => ({ tenant: TENANT, taskId: `mem-${RUN}-${++taskNo}` });
-const exhausted = (err: unknown) =>
+const exhausted = (err: unknown, ownMiB = 512) =>
   err instanceof BerthError &&
   err.code === 'RESOURCE_EXHAUSTED' &&
-  /^docker\.memory_overcommit: this executor's sandboxes hold 512 MiB of memory limits \(terminal\.container_memory: 256 MiB each\); one more would pass \d+ MiB/.test(err.message) &&
+  new RegExp(
+    `^docker\\.memory_overcommit: the sandboxes on this Docker engine hold \\d+ MiB of memory limits \\(this executor's: ${ownMiB} MiB, ` +
+      'terminal\\.container_memory: 256 MiB each\\); one more would pass \\d+ MiB',
+  ).test(err.message) &&
   /raise docker\.memory_overcommit$/.test(err.message);
+
+/** The memory admission measures against, MiB, and what Berth's sandboxes on the engine hold now. */
+async function engineMemory(): Promise<{ hostMiB: number; heldMiB: number }> {
+  const info = (await docker.info()) as { MemTotal: number };
+  const host = Math.floor(info.MemTotal / (1024 * 1024));
+  const cgroup = await ownCgroupMemoryMiB();
+  return { hostMiB: cgroup === undefined ? host : Math.min(host, cgroup), heldMiB: await otherSandboxesMiB(docker, '', 5120) };
+}
 
 describe('docker.memory_overcommit (real engine)', { skip: unavailable, timeout: 300_000 }, () => {
   let stateRoot: string;
@@ -42,16 +58,13 @@ describe('docker.memory_overcommit (real engine)', { skip: unavailable, timeout:
   before(async () => {
     stateRoot = await mkdtemp(path.join(os.tmpdir(), 'berth-docker-mem-'));
     // A factor that leaves room for two containers of 256 MiB and a half, on whatever host this runs.
-    const info = (await docker.info()) as { MemTotal: number };
-    const host = Math.floor(info.MemTotal / (1024 * 1024));
-    const cgroup = await ownCgroupMemoryMiB();
-    const hostMiB = cgroup === undefined ? host : Math.min(host, cgroup);
+    const { hostMiB, heldMiB } = await engineMemory();
     backend = await DockerBackend.start({
       image: SANDBOX_IMAGE,
       stateRoot,
       persistent: false,
       memoryMiB: PER_MIB,
-      memoryOvercommit: (2.5 * PER_MIB) / hostMiB,
+      memoryOvercommit: (heldMiB + 2.5 * PER_MIB) / hostMiB,
       sweepIntervalMs: 0,
       logger: silentLogger(),
     });
@@ -71,8 +84,8 @@ describe('docker.memory_overcommit (real engine)', { skip: unavailable, timeout:
     await assert.rejects(run(c), exhausted);
     assert.equal(await containerOfTask(docker, c.taskId), undefined, 'a refused task starts no container');
     const budget = await backend.memoryBudget();
-    assert.equal(budget?.heldMiB, 2 * PER_MIB);
-    assert.ok(budget!.limitMiB < 3 * PER_MIB && budget!.limitMiB >= 2 * PER_MIB, JSON.stringify(budget));
+    assert.equal(budget?.ownMiB, 2 * PER_MIB);
+    assert.ok(budget!.limitMiB - (budget!.heldMiB - budget!.ownMiB) < 3 * PER_MIB, JSON.stringify(budget));
     assert.equal(await envs.release(a), true);
     assert.equal((await run(c)).exitCode, 0);
     assert.equal(await envs.release(b), true);
@@ -88,5 +101,43 @@ describe('docker.memory_overcommit (real engine)', { skip: unavailable, timeout:
     const refused = results.find((r): r is PromiseRejectedResult => r.status === 'rejected');
     assert.ok(refused && exhausted(refused.reason), String(refused?.reason));
     for (const k of [first, ...racers]) await envs.release(k);
+  });
+
+  it("a second executor's sandboxes on the same engine count against the first's budget, and the other way round", async () => {
+    const roots = [await mkdtemp(path.join(os.tmpdir(), 'berth-docker-mem-')), await mkdtemp(path.join(os.tmpdir(), 'berth-docker-mem-'))];
+    const { hostMiB, heldMiB } = await engineMemory();
+    // Both executors: room for the sandboxes held now and two and a half more of 256 MiB, together.
+    const factor = (heldMiB + 2.5 * PER_MIB) / hostMiB;
+    const start = (root: string) =>
+      DockerBackend.start({ image: SANDBOX_IMAGE, stateRoot: root, persistent: false, memoryMiB: PER_MIB, memoryOvercommit: factor, sweepIntervalMs: 0, logger: silentLogger() });
+    const first = await start(roots[0]!);
+    const second = await start(roots[1]!);
+    const firstEnvs = new TaskEnvironments({ backend: first, logger: silentLogger(), lifetimeSeconds: 0 });
+    const secondEnvs = new TaskEnvironments({ backend: second, logger: silentLogger(), lifetimeSeconds: 0 });
+    const exec = (on: TaskEnvironments, key: TaskKey) => on.exec(key, { command: 'true', timeoutMs: 60_000, maxOutputChars: 1000 });
+    try {
+      const [a, b, c, d] = [newKey(), newKey(), newKey(), newKey()];
+      assert.equal((await exec(firstEnvs, a)).exitCode, 0);
+      assert.equal((await exec(secondEnvs, b)).exitCode, 0);
+      // Alone, each executor would have room for one more; together they hold what the host has.
+      await assert.rejects(exec(firstEnvs, c), (err: unknown) => exhausted(err, PER_MIB));
+      await assert.rejects(exec(secondEnvs, d), (err: unknown) => exhausted(err, PER_MIB));
+      assert.equal(await containerOfTask(docker, c.taskId), undefined, 'a refused task starts no container');
+      const budget = await first.memoryBudget();
+      assert.equal(budget?.ownMiB, PER_MIB);
+      assert.ok(budget!.heldMiB >= 2 * PER_MIB, JSON.stringify(budget));
+      // The second executor lets go: the first has room again.
+      assert.equal(await secondEnvs.release(b), true);
+      assert.equal((await exec(firstEnvs, c)).exitCode, 0);
+      await firstEnvs.release(a);
+      await firstEnvs.release(c);
+    } finally {
+      await firstEnvs.closeAll();
+      await secondEnvs.closeAll();
+      await first.close();
+      await second.close();
+      await cleanupDocker(docker, TENANT, roots);
+      await Promise.all(roots.map((root) => rm(root, { recursive: true, force: true })));
+    }
   });
 });

@@ -105,6 +105,8 @@ export const LABEL = {
   role: 'berth.role',
   /** The uid (and gid) the task's commands run as, on its container and persistent volumes (see task-uids.ts). */
   uid: 'berth.uid',
+  /** The container's memory limit, MiB: what it takes of the engine's budget for every executor (memory-admission.ts). */
+  memory: 'berth.memory',
 } as const;
 
 /**
@@ -378,7 +380,7 @@ export function buildContainerCreateOptions(input: ContainerSpecInput): Dockerod
     ],
     Cmd: [],
     Env: Object.entries(env).map(([k, v]) => `${k}=${v}`),
-    Labels: { ...input.extra?.labels, ...input.labels, [LABEL.uid]: String(uid) },
+    Labels: { ...input.extra?.labels, ...input.labels, [LABEL.uid]: String(uid), [LABEL.memory]: String(input.memoryMiB) },
     Tty: false,
     OpenStdin: false,
     AttachStdin: false,

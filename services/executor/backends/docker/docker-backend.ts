@@ -68,7 +68,7 @@ import { ContainerFactory } from './container-factory.js';
 import { removeContainer, type SandboxContainer } from './sandbox-container.js';
 import { TaskUids } from './task-uids.js';
 import { DEFAULT_NAME_KEY_FILE, TaskNames } from './task-names.js';
-import { DEFAULT_MEMORY_OVERCOMMIT, MemoryAdmission, ownCgroupMemoryMiB, type MemoryBudget } from './memory-admission.js';
+import { DEFAULT_MEMORY_OVERCOMMIT, MemoryAdmission, otherSandboxesMiB, ownCgroupMemoryMiB, type MemoryBudget } from './memory-admission.js';
 import { WarmPool } from './warm-pool.js';
 
 export interface DockerBackendOptions {
@@ -195,6 +195,10 @@ export class DockerBackend implements Backend {
       hostMiB: () => this.#hostMemoryMiB(),
       cgroupMiB: () => ownCgroupMemoryMiB(),
       held: () => this.#environments.size + (this.#pool?.readyCount ?? 0),
+      others: () =>
+        otherSandboxesMiB(this.#docker, this.identity.id, options.memoryMiB ?? 5120).catch((err: unknown) => {
+          throw dockerError(err, "counting the engine's sandboxes", this.#daemon);
+        }),
     });
     this.#options = options;
     this.#logger = options.logger.child({ backend: 'docker' });
