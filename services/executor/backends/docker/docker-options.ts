@@ -5,7 +5,7 @@
 import type { BerthConfig } from '../../../common/config.js';
 import type { Logger } from '../../../common/logging.js';
 import type { ContainerStartSink } from '../../backend.js';
-import type { DockerBackendOptions } from './docker-backend.js';
+import type { DockerBackendOptions } from './docker-backend-options.js';
 
 /**
  * The docker backend's options from `terminal.docker_*`, `terminal.container_*`

@@ -15,6 +15,7 @@ import { readFile } from 'node:fs/promises';
 import type Dockerode from 'dockerode';
 import { ResourceExhaustedError, type CAPACITY_SETTINGS } from '../../../common/errors.js';
 import { LABEL } from './container-spec.js';
+import { dockerError } from './docker-errors.js';
 
 /** A capacity setting: its refusal reaches the caller as RESOURCE_EXHAUSTED, not as a tool result. */
 export const MEMORY_OVERCOMMIT_SETTING: (typeof CAPACITY_SETTINGS)[number] = 'docker.memory_overcommit';
@@ -138,4 +139,47 @@ export class MemoryAdmission {
       this.#starting -= 1;
     };
   }
+}
+
+export interface EngineMemoryAdmissionOptions {
+  readonly docker: Dockerode;
+  /** How error messages name the daemon. */
+  readonly daemon: string;
+  /** This executor's id (its containers' `berth.executor` label). */
+  readonly ownExecutor: string;
+  readonly perContainerMiB: number;
+  readonly factor: number;
+  /** This executor's containers held now that are not being admitted. */
+  readonly held: () => number;
+}
+
+/**
+ * The docker backend's admission: the Docker host's memory (`docker info`
+ * MemTotal, asked once; a failed answer is asked again next time), the
+ * executor's own cgroup limit, and the other executors' sandboxes on the
+ * engine, counted at every admission.
+ */
+export function engineMemoryAdmission(o: EngineMemoryAdmissionOptions): MemoryAdmission {
+  let hostMemory: Promise<number | undefined> | undefined;
+  const hostMiB = (): Promise<number | undefined> => {
+    hostMemory ??= o.docker.info().then(
+      (info: { MemTotal?: number }) => (info.MemTotal ? Math.floor(info.MemTotal / MIB) : undefined),
+      (err: unknown) => {
+        hostMemory = undefined;
+        throw dockerError(err, "asking for the host's memory", o.daemon);
+      },
+    );
+    return hostMemory;
+  };
+  return new MemoryAdmission({
+    perContainerMiB: o.perContainerMiB,
+    factor: o.factor,
+    hostMiB,
+    cgroupMiB: () => ownCgroupMemoryMiB(),
+    held: o.held,
+    others: () =>
+      otherSandboxesMiB(o.docker, o.ownExecutor, o.perContainerMiB).catch((err: unknown) => {
+        throw dockerError(err, "counting the engine's sandboxes", o.daemon);
+      }),
+  });
 }
