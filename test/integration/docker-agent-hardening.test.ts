@@ -221,7 +221,7 @@ describe('an executor that is not root (real engine)', {
     const socketGid = (await stat(DOCKER_SOCKET)).gid;
     const script = path.resolve('dist/test/support/non-root-executor.js');
     const stdout = await new Promise<string>((resolve, reject) =>
-      execFile(process.execPath, [script, stateRoot, tenant], { uid: EXECUTOR_UID, gid: socketGid, timeout: 240_000 }, (err, out, errOut) =>
+      execFile(process.execPath, [script, stateRoot, tenant], { uid: EXECUTOR_UID, gid: socketGid, timeout: 240_000, env: { ...process.env, TMPDIR: stateRoot, HOME: stateRoot } }, (err, out, errOut) =>
         err ? reject(new Error(`${err.message}\n${errOut}`)) : resolve(out),
       ),
     );

@@ -16,7 +16,8 @@ import { HOST_DIR_ATTEMPTS, HOST_DIR_MODES } from './host-dir-attempts.js';
 
 const [stateRoot, tenant] = process.argv.slice(2);
 if (!stateRoot || !tenant) throw new Error('usage: non-root-executor.js STATE_ROOT TENANT');
-const backend = await DockerBackend.start({ image: SANDBOX_IMAGE, stateRoot, persistent: false, sweepIntervalMs: 0, logger: silentLogger() });
+// As compose runs it: docker.network bridge (a non-root executor cannot install the host rules of `isolated`).
+const backend = await DockerBackend.start({ image: SANDBOX_IMAGE, stateRoot, network: 'bridge', persistent: false, sweepIntervalMs: 0, logger: silentLogger() });
 const envs = new TaskEnvironments({ backend, logger: silentLogger(), lifetimeSeconds: 0 });
 const key = { tenant, taskId: 'non-root' };
 const run = async (command: string) => (await envs.exec(key, { command, timeoutMs: 60_000, maxOutputChars: 100_000 })).output.trim();
