@@ -7,8 +7,10 @@
  * executors on one engine share that budget: one counts the other's
  * sandboxes (test/unit/memory-admission.test.ts refuses on them).
  *
- * Every Berth sandbox on the engine counts, so the factors here leave room
- * for those that ran when the test started (other test files').
+ * The admission arithmetic is checked with docker.memory_scope: executor,
+ * so that other test files' sandboxes coming and going on the shared engine
+ * cannot move it; the engine-wide count (the default) by what one executor
+ * counts of another's sandbox.
  */
 import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
@@ -21,7 +23,7 @@ import { BerthError } from '../../services/common/errors.js';
 import { silentLogger } from '../../services/common/logging.js';
 import type { TaskKey } from '../../services/executor/backend.js';
 import { DockerBackend } from '../../services/executor/backends/docker/docker-backend.js';
-import { otherSandboxesMiB, ownCgroupMemoryMiB } from '../../services/executor/backends/docker/memory-admission.js';
+import { ownCgroupMemoryMiB } from '../../services/executor/backends/docker/memory-admission.js';
 import { TaskEnvironments } from '../../services/executor/task-environment.js';
 import { SANDBOX_IMAGE, cleanupDocker, containerOfTask, dockerUnavailableReason } from '../support/docker-fixtures.js';
 
@@ -32,21 +34,20 @@ const TENANT = `docker-mem-${RUN}`;
 const PER_MIB = 256;
 let taskNo = 0;
 const newKey = (): TaskKey => ({ tenant: TENANT, taskId: `mem-${RUN}-${++taskNo}` });
-const exhausted = (err: unknown, ownMiB = 512) =>
+const exhausted = (err: unknown) =>
   err instanceof BerthError &&
   err.code === 'RESOURCE_EXHAUSTED' &&
-  new RegExp(
-    `^docker\\.memory_overcommit: the sandboxes on this Docker engine hold \\d+ MiB of memory limits \\(this executor's: ${ownMiB} MiB, ` +
-      'terminal\\.container_memory: 256 MiB each\\); one more would pass \\d+ MiB',
-  ).test(err.message) &&
+  /^docker\.memory_overcommit: this executor's sandboxes hold 512 MiB of memory limits \(docker\.memory_scope: executor, terminal\.container_memory: 256 MiB each\); one more would pass \d+ MiB/.test(
+    err.message,
+  ) &&
   /raise docker\.memory_overcommit$/.test(err.message);
 
-/** The memory admission measures against, MiB, and what Berth's sandboxes on the engine hold now. */
-async function engineMemory(): Promise<{ hostMiB: number; heldMiB: number }> {
+/** The memory admission measures against, MiB. */
+async function hostMemoryMiB(): Promise<number> {
   const info = (await docker.info()) as { MemTotal: number };
   const host = Math.floor(info.MemTotal / (1024 * 1024));
   const cgroup = await ownCgroupMemoryMiB();
-  return { hostMiB: cgroup === undefined ? host : Math.min(host, cgroup), heldMiB: await otherSandboxesMiB(docker, '', 5120) };
+  return cgroup === undefined ? host : Math.min(host, cgroup);
 }
 
 describe('docker.memory_overcommit (real engine)', { skip: unavailable, timeout: 300_000 }, () => {
@@ -58,13 +59,14 @@ describe('docker.memory_overcommit (real engine)', { skip: unavailable, timeout:
   before(async () => {
     stateRoot = await mkdtemp(path.join(os.tmpdir(), 'berth-docker-mem-'));
     // A factor that leaves room for two containers of 256 MiB and a half, on whatever host this runs.
-    const { hostMiB, heldMiB } = await engineMemory();
+    const hostMiB = await hostMemoryMiB();
     backend = await DockerBackend.start({
       image: SANDBOX_IMAGE,
       stateRoot,
       persistent: false,
       memoryMiB: PER_MIB,
-      memoryOvercommit: (heldMiB + 2.5 * PER_MIB) / hostMiB,
+      memoryOvercommit: (2.5 * PER_MIB) / hostMiB,
+      memoryScope: 'executor',
       sweepIntervalMs: 0,
       logger: silentLogger(),
     });

@@ -81,6 +81,8 @@ export interface DockerBackendOptions {
    * 0: no bound. Default 1.5 (see memory-admission.ts).
    */
   readonly memoryOvercommit?: number;
+  /** docker.memory_scope: 'engine' (default) counts every Berth sandbox on the engine, 'executor' only this executor's. */
+  readonly memoryScope?: 'engine' | 'executor';
   /** Fixed executor id (tests); default random. */
   readonly executorId?: string;
   /**

@@ -37,6 +37,7 @@ export function dockerOptionsFromConfig(
     taskUids: config.docker.task_uids,
     nameKeyFile: config.docker.name_key_file,
     memoryOvercommit: config.docker.memory_overcommit,
+    memoryScope: config.docker.memory_scope,
     cpus: config.terminal.container_cpu,
     persistent: config.terminal.container_persistent,
     dockerEnv: config.terminal.docker_env,

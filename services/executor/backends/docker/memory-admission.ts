@@ -77,7 +77,7 @@ export interface MemoryAdmissionOptions {
   readonly cgroupMiB?: () => Promise<number | undefined>;
   /** This executor's containers held now that are not being admitted (live environments, ready pool containers). */
   readonly held: () => number;
-  /** The memory limits of other executors' sandboxes on the same engine, MiB. */
+  /** The memory limits of other executors' sandboxes on the same engine, MiB (none with docker.memory_scope: executor). */
   readonly others?: () => Promise<number>;
 }
 
@@ -123,9 +123,13 @@ export class MemoryAdmission {
       const heldMiB = budget.heldMiB - budget.ownMiB + ownMiB;
       const per = this.#o.perContainerMiB;
       if (heldMiB + per > budget.limitMiB) {
+        const held =
+          this.#o.others === undefined
+            ? `this executor's sandboxes hold ${heldMiB} MiB of memory limits (docker.memory_scope: executor, terminal.container_memory: ${per} MiB each)`
+            : `the sandboxes on this Docker engine hold ${heldMiB} MiB of memory limits ` +
+              `(this executor's: ${ownMiB} MiB, terminal.container_memory: ${per} MiB each)`;
         throw new ResourceExhaustedError(
-          `${MEMORY_OVERCOMMIT_SETTING}: the sandboxes on this Docker engine hold ${heldMiB} MiB of memory limits ` +
-            `(this executor's: ${ownMiB} MiB, terminal.container_memory: ${per} MiB each); one more would pass ${budget.limitMiB} MiB, the Docker host's ` +
+          `${MEMORY_OVERCOMMIT_SETTING}: ${held}; one more would pass ${budget.limitMiB} MiB, the Docker host's ` +
             `${budget.hostMiB} MiB × ${budget.factor}. End idle tasks, lower terminal.container_memory, add executors on other Docker hosts, ` +
             `or raise ${MEMORY_OVERCOMMIT_SETTING}`,
         );
@@ -149,6 +153,8 @@ export interface EngineMemoryAdmissionOptions {
   readonly ownExecutor: string;
   readonly perContainerMiB: number;
   readonly factor: number;
+  /** docker.memory_scope: whether other executors' sandboxes on the engine count. */
+  readonly scope: 'engine' | 'executor';
   /** This executor's containers held now that are not being admitted. */
   readonly held: () => number;
 }
@@ -177,9 +183,13 @@ export function engineMemoryAdmission(o: EngineMemoryAdmissionOptions): MemoryAd
     hostMiB,
     cgroupMiB: () => ownCgroupMemoryMiB(),
     held: o.held,
-    others: () =>
-      otherSandboxesMiB(o.docker, o.ownExecutor, o.perContainerMiB).catch((err: unknown) => {
-        throw dockerError(err, "counting the engine's sandboxes", o.daemon);
-      }),
+    ...(o.scope === 'engine'
+      ? {
+          others: () =>
+            otherSandboxesMiB(o.docker, o.ownExecutor, o.perContainerMiB).catch((err: unknown) => {
+              throw dockerError(err, "counting the engine's sandboxes", o.daemon);
+            }),
+        }
+      : {}),
   });
 }
