@@ -374,7 +374,10 @@ export const configSchema = z
           '`FIRST-LAST`: the uids (and gids) tasks\' commands run as, one of their own per task, so per-user kernel limits are never shared; no host account may use them (checked at start). Empty: the default, or 10000-65533 under a daemon that remaps container ids (rootless, userns-remap).',
         ),
         memory_overcommit: z.coerce.number().min(0).default(1.5).describe(
-          'The memory limits (`terminal.container_memory`) of one executor\'s containers add up to at most the Docker host\'s memory, or the executor\'s cgroup limit if lower, times this; a new task past it gets RESOURCE_EXHAUSTED naming this key. 0: no bound.',
+          'The memory limits (`terminal.container_memory`) of the Berth sandboxes on the Docker engine (see `docker.memory_scope`) add up to at most the Docker host\'s memory, or the executor\'s cgroup limit if lower, times this; a new task past it gets RESOURCE_EXHAUSTED naming this key. 0: no bound.',
+        ),
+        memory_scope: z.enum(['engine', 'executor']).default('engine').describe(
+          'Whose sandboxes count against `docker.memory_overcommit`: `engine`, every Berth sandbox on the Docker engine (all executors that share it share its memory); `executor`, only this executor\'s, for an executor whose share of the host is set apart (one engine per executor, or a memory share given to each).',
         ),
         name_key_file: z.string().default('').describe(
           'File with the executor\'s secret (32+ random bytes, hex, mode 0600) that container, volume and host directory names are keyed hashes under, so no name tells or confirms a tenant or task id. Empty: `<state_root>/docker/name-key`, made on the first start. Executors that resume each other\'s tasks on one Docker host share it.',

@@ -3,11 +3,15 @@
  * the agent's token is nowhere a command can look (environments, command
  * lines, /run/berth, the agent's memory), a command cannot even connect to
  * the agent's socket, nor move it aside, and an output flood through the
- * agent costs the executor bounded memory.
+ * agent costs the executor bounded memory. Under an executor that is not
+ * root (compose's uid 10001, the docker socket through its group), a
+ * command can still rename, overwrite, plant or read nothing in
+ * /run/berth, before and after a suspension, and the agent serves it.
  */
 import assert from 'node:assert/strict';
+import { execFile } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { mkdtemp, rm } from 'node:fs/promises';
+import { chown, mkdtemp, rm, stat } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { after, before, describe, it } from 'node:test';
@@ -18,6 +22,7 @@ import { AgentChannel } from '../../services/executor/backends/shared/agent/agen
 import { DockerBackend } from '../../services/executor/backends/docker/docker-backend.js';
 import { TaskEnvironments } from '../../services/executor/task-environment.js';
 import { SANDBOX_IMAGE, cleanupDocker, dockerUnavailableReason } from '../support/docker-fixtures.js';
+import { HOST_DIR_REFUSALS } from '../support/host-dir-attempts.js';
 
 const docker = new Dockerode();
 const unavailable = await dockerUnavailableReason(docker);
@@ -188,5 +193,58 @@ describe('exec agent hardening (real engine)', { skip: unavailable, timeout: 300
     t.diagnostic(`512 MiB of output: peak rss +${(grew / 1024 / 1024).toFixed(1)} MiB`);
     // A quarter of the flood: an executor that kept the output, or read it faster than it freed it, passes this.
     assert.ok(grew < 128 * 1024 * 1024, `rss grew by ${(grew / 1024 / 1024).toFixed(1)} MiB`);
+  });
+});
+
+/** The uid compose runs executors as (deploy/compose.yaml). */
+const EXECUTOR_UID = 10001;
+const DOCKER_SOCKET = '/var/run/docker.sock';
+
+describe('an executor that is not root (real engine)', {
+  skip: unavailable ?? (process.getuid?.() === 0 ? undefined : 'starting an executor as uid 10001 takes root'),
+  timeout: 300_000,
+}, () => {
+  const tenant = `docker-non-root-${randomBytes(4).toString('hex')}`;
+  let stateRoot: string;
+
+  before(async () => {
+    // Not under the test run's TMPDIR, which is root's alone: the executor's uid must reach its state root.
+    stateRoot = await mkdtemp('/tmp/berth-non-root-');
+    await chown(stateRoot, EXECUTOR_UID, EXECUTOR_UID);
+  });
+  after(async () => {
+    await cleanupDocker(docker, tenant, [stateRoot]);
+    await rm(stateRoot, { recursive: true, force: true });
+  });
+
+  it('a command renames, overwrites, plants and reads nothing in /run/berth, before and after a suspension, and the agent serves it', async () => {
+    const socketGid = (await stat(DOCKER_SOCKET)).gid;
+    const script = path.resolve('dist/test/support/non-root-executor.js');
+    const stdout = await new Promise<string>((resolve, reject) =>
+      execFile(process.execPath, [script, stateRoot, tenant], { uid: EXECUTOR_UID, gid: socketGid, timeout: 240_000, env: { ...process.env, TMPDIR: stateRoot, HOME: stateRoot } }, (err, out, errOut) =>
+        err ? reject(new Error(`${err.message}\n${errOut}`)) : resolve(out),
+      ),
+    );
+    const seen = JSON.parse(stdout) as {
+      uid: number;
+      suspended: boolean;
+      first: { attempts: string[]; modes: string[]; listing: string[]; agent: boolean };
+      resumed: { attempts: string[]; modes: string[]; listing: string[]; agent: boolean };
+    };
+    assert.equal(seen.uid, EXECUTOR_UID);
+    assert.equal(seen.suspended, true);
+    for (const look of [seen.first, seen.resumed]) {
+      assert.deepEqual(look.attempts, HOST_DIR_REFUSALS);
+      // The executor's, never writable by the task's uid; the archive readable by the container's root alone (through
+      // CAP_DAC_READ_SEARCH, until the agent has read it); the marker the one file the entrypoint may write.
+      assert.deepEqual(look.modes, [
+        `/run/berth 755 ${EXECUTOR_UID}`,
+        `/run/berth/berth_agent.pyz 600 ${EXECUTOR_UID}`,
+        `/run/berth/passwd 644 ${EXECUTOR_UID}`,
+        `/run/berth/agent-unavailable 622 ${EXECUTOR_UID}`,
+      ]);
+      assert.ok(!look.listing.includes('agent-token'), `the token is gone before any command runs: ${look.listing.join(' ')}`);
+      assert.equal(look.agent, true, 'commands run through the exec agent');
+    }
   });
 });

@@ -22,7 +22,8 @@ import { silentLogger } from '../../services/common/logging.js';
 import { ENVIRONMENT_RECREATED_NOTE, terminalToolRegistration } from '../../services/dispatcher/tools/terminal/terminal-tool.js';
 import type { TaskKey } from '../../services/executor/backend.js';
 import { LABEL } from '../../services/executor/backends/docker/container-spec.js';
-import { DockerBackend, type DockerBackendOptions } from '../../services/executor/backends/docker/docker-backend.js';
+import { DockerBackend } from '../../services/executor/backends/docker/docker-backend.js';
+import type { DockerBackendOptions } from '../../services/executor/backends/docker/docker-backend-options.js';
 import type { DockerEnvironment } from '../../services/executor/backends/docker/docker-environment.js';
 import { TaskEnvironments } from '../../services/executor/task-environment.js';
 import {

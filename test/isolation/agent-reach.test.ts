@@ -18,13 +18,25 @@
  * - The agent stops (from outside): B's next call finds out within a
  *   bounded time and gets a new container, with the usual notice, and A is
  *   served meanwhile.
+ * - B renames, overwrites, plants and links files in /run/berth (the
+ *   agent's archive, socket, token, the account files bound over /etc):
+ *   every attempt refused. The task is suspended, and an archive and
+ *   account files are planted in its host directory meanwhile (from
+ *   outside: what a command could do under an older, world-writable
+ *   layout); the resumed container's agent is a fresh copy of the
+ *   executor's, its /etc/passwd and groups the executor's, and B is served.
+ *   test/integration/docker-agent-hardening.test.ts does the same under an
+ *   executor that is not root.
  */
 import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
+import { appendFile, writeFile } from 'node:fs/promises';
+import path from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import Dockerode from 'dockerode';
 import { LABEL } from '../../services/executor/backends/docker/container-spec.js';
 import { dockerUnavailableReason, execAsRoot, removeLabelled, taskNamesIn } from '../support/docker-fixtures.js';
+import { HOST_DIR_ATTEMPTS, HOST_DIR_MODES, HOST_DIR_REFUSALS } from '../support/host-dir-attempts.js';
 import { startTwoTenants, TENANT_B, type TwoTenants } from '../support/two-tenants.js';
 
 const docker = new Dockerode();
@@ -166,5 +178,38 @@ describe("tenant B's commands cannot reach the exec agent or PID 1 (docker backe
     assert.match(JSON.stringify(r), /The task's container lost its exec agent; a new container was started/);
     assert.notEqual(await containerId(), before);
     assert.equal((await bTerminal('echo next')).output, 'next');
+  });
+
+  test('B can rename, overwrite or plant nothing in /run/berth, and a resumed container starts a fresh copy of the agent', async () => {
+    const attempts = await bTerminal(HOST_DIR_ATTEMPTS);
+    assert.deepEqual(String(attempts.output).split('\n'), HOST_DIR_REFUSALS);
+    // The executor runs as root here: all of it is root's, the archive readable by root alone.
+    const modes = await bTerminal(HOST_DIR_MODES);
+    assert.deepEqual(String(modes.output).split('\n'), [
+      '/run/berth 755 0',
+      '/run/berth/berth_agent.pyz 600 0',
+      '/run/berth/passwd 644 0',
+      '/run/berth/agent-unavailable 600 0',
+    ]);
+    const identity = String((await bTerminal('id -u; id -G')).output);
+    const archive = async () => (await execAsRoot(docker, bContainer, 'sha256sum /run/berth/berth_agent.pyz | cut -c1-64')).stdout.trim();
+    const shipped = await archive();
+    const hostDir = (await docker.getContainer(bContainer).inspect()).Config.Labels[LABEL.hostDir]!;
+
+    assert.equal((await t.b.suspend({ taskId: bTask })).suspended, true);
+    // What a command could leave under an older layout (a world-writable /run/berth), for the root that starts next.
+    await writeFile(path.join(hostDir, 'berth_agent.pyz'), 'planted\n');
+    await appendFile(path.join(hostDir, 'passwd'), 'planted:x:0:0::/root:/bin/sh\n');
+    await writeFile(path.join(hostDir, 'group'), `root:x:0:sandbox\nsandbox:x:${identity.split('\n')[0]}:\n`);
+    await writeFile(path.join(hostDir, 'agent-unavailable'), 'planted\n');
+
+    // The next call resumes the task: through its agent (no docker exec fallback), which is the executor's archive.
+    const resumed = await bTerminal('id -u; id -G; grep -c planted /etc/passwd /etc/group || true');
+    assert.equal(resumed.exit_code, 0, JSON.stringify(resumed));
+    assert.equal(String(resumed.output), `${identity}\n/etc/passwd:0\n/etc/group:0`);
+    assert.equal(await archive(), shipped);
+    assert.match(await agentPid(), /^\d+$/, 'the agent runs');
+    const again = await bTerminal(HOST_DIR_ATTEMPTS);
+    assert.deepEqual(String(again.output).split('\n'), HOST_DIR_REFUSALS);
   });
 });

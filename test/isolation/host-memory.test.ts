@@ -3,8 +3,10 @@
  * to take the host's memory (docker backend, through `berth serve`). The
  * executor admits sandbox memory limits up to the host's memory times
  * `docker.memory_overcommit` (here set so that two containers of 256 MiB
- * fit): B's third task is refused with RESOURCE_EXHAUSTED naming the key and
- * starts no container; once B ends a task, A gets a task of its own.
+ * fit, with `docker.memory_scope: executor` so that other test files'
+ * sandboxes on the shared engine do not move the line): B's third task is
+ * refused with RESOURCE_EXHAUSTED naming the key and starts no container;
+ * once B ends a task, A gets a task of its own.
  */
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
@@ -31,7 +33,7 @@ describe("tenant B cannot hold more sandbox memory than the host has (docker bac
     const hostMiB = Math.min(Math.floor(info.MemTotal / (1024 * 1024)), cgroup ?? Infinity);
     t = await startTwoTenants({
       backend: 'docker',
-      configLines: [`docker: { memory_overcommit: ${(2.5 * 256) / hostMiB} }`, 'terminal: { container_memory: 256 }'],
+      configLines: [`docker: { memory_overcommit: ${(2.5 * 256) / hostMiB}, memory_scope: executor }`, 'terminal: { container_memory: 256 }'],
     });
   });
   after(async () => {
@@ -45,7 +47,7 @@ describe("tenant B cannot hold more sandbox memory than the host has (docker bac
     await assert.rejects(terminal(t.b, bTasks[2]!), (err: unknown) => {
       assert.ok(err instanceof ClientError, String(err));
       assert.equal(Status[err.code], 'RESOURCE_EXHAUSTED');
-      assert.match(err.details, /^docker\.memory_overcommit: this executor's sandboxes hold 512 MiB of memory limits/);
+      assert.match(err.details, /^docker\.memory_overcommit: this executor's sandboxes hold 512 MiB of memory limits \(docker\.memory_scope: executor,/);
       return true;
     });
     assert.equal(await containerOfTask(docker, bTasks[2]!), undefined);

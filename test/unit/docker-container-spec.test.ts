@@ -98,7 +98,7 @@ describe('buildContainerCreateOptions', () => {
     assert.ok(!o.Env!.some((e) => e.startsWith('BERTH_AGENT_TOKEN=')), 'every process could read it from /proc/1/environ');
     assert.ok(o.Env!.includes('FOO=bar'));
     assert.equal(o.WorkingDir, '/workspace');
-    assert.deepEqual(o.Labels, { a: 'b', [LABEL.uid]: '1900000123' });
+    assert.deepEqual(o.Labels, { a: 'b', [LABEL.uid]: '1900000123', [LABEL.memory]: '512' });
     assert.match(AGENT_ENTRYPOINT_SCRIPT, /python3 -I -S \/run\/berth\/berth_agent\.pyz --user "\$ids" \/run\/berth\/agent\.sock/);
     // The walk that gives the workspace and home to the task never follows a link or enters another mount.
     assert.match(AGENT_ENTRYPOINT_SCRIPT, /find "\$dir" -xdev -mindepth 1 "\$@" -exec chown -h "\$ids" \{\} \+ && chown -h "\$ids" "\$dir"/);

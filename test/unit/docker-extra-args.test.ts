@@ -166,6 +166,6 @@ describe('extra options in the create options', () => {
     assert.equal(o.User, '0:0', 'the agent\'s; commands run as the task\'s uid');
     assert.ok(o.Env!.includes('FOO=from-extra'));
     assert.ok(!o.Env!.some((e) => e.startsWith('BERTH_AGENT_TOKEN=')), 'the agent token never enters the environment');
-    assert.deepEqual(o.Labels, { team: 'ml', 'berth.task': 't1', 'berth.uid': '1900000001' });
+    assert.deepEqual(o.Labels, { team: 'ml', 'berth.task': 't1', 'berth.uid': '1900000001', 'berth.memory': '512' });
   });
 });

@@ -17,7 +17,7 @@ describe('memory admission', () => {
       cgroupMiB: () => Promise.resolve(2000),
       held: () => held,
     });
-    assert.deepEqual(await admission.budget(), { hostMiB: 2000, factor: 1.5, limitMiB: 3000, heldMiB: 0 });
+    assert.deepEqual(await admission.budget(), { hostMiB: 2000, factor: 1.5, limitMiB: 3000, heldMiB: 0, ownMiB: 0 });
     const releases = [await admission.admit(), await admission.admit(), await admission.admit()];
     await assert.rejects(admission.admit(), (err: unknown) => err instanceof ResourceExhaustedError && err.message.startsWith('docker.memory_overcommit: '));
     // Started containers count as held; the admissions are given back.
@@ -27,6 +27,33 @@ describe('memory admission', () => {
     await assert.rejects(admission.admit(), ResourceExhaustedError);
     held = 2;
     (await admission.admit())();
+  });
+
+  test("other executors' sandboxes on the engine count against the same budget, and the refusal says whose are whose", async () => {
+    let others = 1500;
+    const admission = new MemoryAdmission({
+      perContainerMiB: 1000,
+      factor: 1,
+      hostMiB: () => Promise.resolve(3000),
+      held: () => 0,
+      others: () => Promise.resolve(others),
+    });
+    assert.deepEqual(await admission.budget(), { hostMiB: 3000, factor: 1, limitMiB: 3000, heldMiB: 1500, ownMiB: 0 });
+    const release = await admission.admit();
+    await assert.rejects(admission.admit(), (err: unknown) => {
+      assert.ok(err instanceof ResourceExhaustedError);
+      assert.equal(
+        err.message,
+        "docker.memory_overcommit: the sandboxes on this Docker engine hold 2500 MiB of memory limits (this executor's: 1000 MiB, " +
+          "terminal.container_memory: 1000 MiB each); one more would pass 3000 MiB, the Docker host's 3000 MiB × 1. End idle tasks, " +
+          'lower terminal.container_memory, add executors on other Docker hosts, or raise docker.memory_overcommit',
+      );
+      return true;
+    });
+    // The other executors let go: room again.
+    others = 0;
+    (await admission.admit())();
+    release();
   });
 
   test('factor 0 admits without a bound', async () => {

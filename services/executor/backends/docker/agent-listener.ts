@@ -96,9 +96,14 @@ export class AgentListener {
 
   /**
    * Listens on `socketPath` (a stale socket file is replaced). The socket is
-   * given to `owner` (the sandbox user) with mode 0600; where the executor
-   * may not chown, it is made 0666 instead: the directory it lives in is
-   * private to the executor on the host, and only the container sees it.
+   * given to `owner` (the container's root) with mode 0600; where the
+   * executor may not chown (it is not root), it is made 0666 instead, since
+   * connecting takes write permission and the container's root is then
+   * another user: commands in the container may connect too (on the host the
+   * directory's parent is private to the executor). Such a connection gets
+   * nowhere: the listener takes one hello per container start, presenting
+   * the token that no command can read, or the agent's resume key, and
+   * checks every frame.
    */
   static async listen(
     socketPath: string,

@@ -24,7 +24,7 @@ import type { CodeContainerSetting } from '../../../common/config.js';
 import { FailedPreconditionError, UnavailableError } from '../../../common/errors.js';
 import type { Logger } from '../../../common/logging.js';
 import type { Backend, CodeRunnerEnvironment, CodeRunnerEnvironments, TaskKey } from '../../backend.js';
-import type { DockerBackendOptions } from './docker-backend.js';
+import type { DockerBackendOptions } from './docker-backend-options.js';
 import { describeDaemon, dockerMessage } from './docker-errors.js';
 
 /** How long the reachability check waits for the Docker daemon. */

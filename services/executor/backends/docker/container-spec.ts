@@ -55,10 +55,11 @@ export const AGENT_SOCKET_PATH = `${SANDBOX_RPC_DIR}/agent.sock`;
 export const AGENT_PATH = `${SANDBOX_RPC_DIR}/${AGENT_FILE_NAME}`;
 /**
  * File in the host directory holding the agent's token for one container
- * start: written by the executor before the start (readable by the
- * container's root, the agent, only), read and removed by the agent before
- * it connects, so before any command of the task runs; removed by the
- * executor too once the hello was accepted or the start failed.
+ * start: written by the executor before the start (0600: readable by the
+ * container's root, the agent, only; see host-dir.ts), read by the agent
+ * before it connects and removed by it where it may write the directory (a
+ * root executor's), and by the executor once the hello was accepted or the
+ * start failed: before any command of the task runs.
  */
 export const AGENT_TOKEN_FILE = 'agent-token';
 /**
@@ -68,7 +69,11 @@ export const AGENT_TOKEN_FILE = 'agent-token';
  * network) is closed in the container (network-isolation.ts).
  */
 export const RESOLV_CONF_FILE = 'resolv.conf';
-/** File the entrypoint writes when the image cannot run the agent. */
+/**
+ * File the entrypoint writes its reason into when the image cannot run the
+ * agent: created empty by the executor at every start (host-dir.ts), since
+ * the entrypoint may create nothing in the host directory.
+ */
 export const AGENT_UNAVAILABLE_FILE = 'agent-unavailable';
 /** The account files of the task (task-identity.ts), in the host directory; bound over /etc/passwd and /etc/group. */
 export const ACCOUNT_FILES = { passwd: 'passwd', group: 'group' } as const;
@@ -100,6 +105,8 @@ export const LABEL = {
   role: 'berth.role',
   /** The uid (and gid) the task's commands run as, on its container and persistent volumes (see task-uids.ts). */
   uid: 'berth.uid',
+  /** The container's memory limit, MiB: what it takes of the engine's budget for every executor (memory-admission.ts). */
+  memory: 'berth.memory',
 } as const;
 
 /**
@@ -373,7 +380,7 @@ export function buildContainerCreateOptions(input: ContainerSpecInput): Dockerod
     ],
     Cmd: [],
     Env: Object.entries(env).map(([k, v]) => `${k}=${v}`),
-    Labels: { ...input.extra?.labels, ...input.labels, [LABEL.uid]: String(uid) },
+    Labels: { ...input.extra?.labels, ...input.labels, [LABEL.uid]: String(uid), [LABEL.memory]: String(input.memoryMiB) },
     Tty: false,
     OpenStdin: false,
     AttachStdin: false,

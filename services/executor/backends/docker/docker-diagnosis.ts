@@ -120,7 +120,8 @@ async function memoryFinding(backend: DockerDiagnosable): Promise<DiagnosticFind
     verdict: 'ok',
     text:
       `${MEMORY_OVERCOMMIT_SETTING}: this executor admits up to ${budget.limitMiB} MiB of sandbox memory limits ` +
-      `(${budget.hostMiB} MiB × ${budget.factor}); ${budget.heldMiB} MiB held now`,
+      `(${budget.hostMiB} MiB × ${budget.factor}), counting every Berth sandbox on the engine; ${budget.heldMiB} MiB held now ` +
+      `(this executor's: ${budget.ownMiB} MiB)`,
   };
 }
 

@@ -32,7 +32,8 @@ import { SANDBOX_RPC_DIR, type PersistentVolumeNames } from './container-spec.js
 import { restartContainer } from './container-restart.js';
 import { packTmpfsScript, unpackTmpfsScript } from './tmpfs-keeper.js';
 import { UnavailableError } from '../../../common/errors.js';
-import type { ContainerFactory, ContainerFate, SandboxContainer } from './sandbox-container.js';
+import type { ContainerFactory } from './container-factory.js';
+import type { ContainerFate, SandboxContainer } from './sandbox-container.js';
 import type { ProcessExit, SandboxChannel } from '../shared/sandbox-channel.js';
 
 export interface DockerEnvironmentOptions {

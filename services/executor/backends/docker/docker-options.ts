@@ -5,7 +5,7 @@
 import type { BerthConfig } from '../../../common/config.js';
 import type { Logger } from '../../../common/logging.js';
 import type { ContainerStartSink } from '../../backend.js';
-import type { DockerBackendOptions } from './docker-backend.js';
+import type { DockerBackendOptions } from './docker-backend-options.js';
 
 /**
  * The docker backend's options from `terminal.docker_*`, `terminal.container_*`
@@ -37,6 +37,7 @@ export function dockerOptionsFromConfig(
     taskUids: config.docker.task_uids,
     nameKeyFile: config.docker.name_key_file,
     memoryOvercommit: config.docker.memory_overcommit,
+    memoryScope: config.docker.memory_scope,
     cpus: config.terminal.container_cpu,
     persistent: config.terminal.container_persistent,
     dockerEnv: config.terminal.docker_env,

@@ -31,6 +31,7 @@ import { randomBytes } from 'node:crypto';
 import { readFileSync, readlinkSync } from 'node:fs';
 import { mkdir, readdir, rm, stat, utimes, writeFile } from 'node:fs/promises';
 import path from 'node:path';
+import Dockerode from 'dockerode';
 import { LABEL, type ExecutorLabels } from './container-spec.js';
 
 export interface ExecutorIdentity {
@@ -59,6 +60,22 @@ export function containerIdFromMountinfo(mountinfo: string): string | undefined 
 export function ownContainerId(): string | undefined {
   try {
     return containerIdFromMountinfo(readFileSync('/proc/self/mountinfo', 'utf8'));
+  } catch {
+    return undefined;
+  }
+}
+
+/**
+ * The container this executor runs in, when the task containers' daemon
+ * runs it too (it answers for that id, running): its containers are then
+ * labelled with it, so another executor knows at once when it has exited.
+ */
+export async function ownContainerOn(socketPath: string | undefined): Promise<string | undefined> {
+  const id = ownContainerId();
+  if (!id) return undefined;
+  try {
+    const info = await new Dockerode(socketPath ? { socketPath } : undefined).getContainer(id).inspect();
+    return info.State.Running && info.Id === id ? id : undefined;
   } catch {
     return undefined;
   }
