@@ -376,8 +376,8 @@ export const configSchema = z
         memory_overcommit: z.coerce.number().min(0).default(1.5).describe(
           'The memory limits (`terminal.container_memory`) of the Berth sandboxes on the Docker engine (see `docker.memory_scope`) add up to at most the Docker host\'s memory, or the executor\'s cgroup limit if lower, times this; a new task past it gets RESOURCE_EXHAUSTED naming this key. 0: no bound.',
         ),
-        memory_scope: z.enum(['engine', 'executor']).default('engine').describe(
-          'Whose sandboxes count against `docker.memory_overcommit`: `engine`, every Berth sandbox on the Docker engine (all executors that share it share its memory); `executor`, only this executor\'s, for an executor whose share of the host is set apart (one engine per executor, or a memory share given to each).',
+        memory_scope: z.enum(['engine', 'executor']).default('executor').describe(
+          'Whose sandboxes count against `docker.memory_overcommit`: `executor` (the default), only this executor\'s; `engine`, every Berth sandbox on the Docker engine, so that executors sharing one engine (the compose stack\'s three) share one budget instead of each admitting the host\'s memory times the factor. Set `engine` where executors of one deployment share an engine and nothing else runs Berth sandboxes there.',
         ),
         name_key_file: z.string().default('').describe(
           'File with the executor\'s secret (32+ random bytes, hex, mode 0600) that container, volume and host directory names are keyed hashes under, so no name tells or confirms a tenant or task id. Empty: `<state_root>/docker/name-key`, made on the first start. Executors that resume each other\'s tasks on one Docker host share it.',

@@ -81,7 +81,7 @@ describe('berth doctor', () => {
       }
       assert.match(out, /^ok {4}lifecycle of the docker backend: snapshot (yes|no), processes in snapshots (yes|no), suspend yes$/m);
       assert.match(out, /^ok {4}a task suspends \(\d+ ms\) and its next command resumes it \(\d+ ms\)$/m);
-      assert.match(out, /^ok {4}docker\.memory_overcommit: this executor admits up to \d+ MiB of sandbox memory limits \(\d+ MiB × 1\.5\), counting every Berth sandbox on the engine; \d+ MiB held now \(this executor's: \d+ MiB\)$/m);
+      assert.match(out, /^ok {4}docker\.memory_overcommit: this executor admits up to \d+ MiB of sandbox memory limits \(\d+ MiB × 1\.5\), counting this executor's sandboxes \(docker\.memory_scope: executor\); \d+ MiB held now \(this executor's: \d+ MiB\)$/m);
       assert.match(lines(out).at(-1)!, /^\d+ ok, \d+ warnings, 0 failed$/);
       assert.deepEqual(await leftovers(), []);
     });

@@ -108,7 +108,7 @@ describe('docker.memory_overcommit (real engine)', { skip: unavailable, timeout:
   it("a second executor's sandbox on the same engine counts in the first's budget, and is let go with it", async () => {
     const roots = [await mkdtemp(path.join(os.tmpdir(), 'berth-docker-mem-')), await mkdtemp(path.join(os.tmpdir(), 'berth-docker-mem-'))];
     const start = (root: string) =>
-      DockerBackend.start({ image: SANDBOX_IMAGE, stateRoot: root, persistent: false, memoryMiB: PER_MIB, sweepIntervalMs: 0, logger: silentLogger() });
+      DockerBackend.start({ image: SANDBOX_IMAGE, stateRoot: root, persistent: false, memoryMiB: PER_MIB, memoryScope: 'engine', sweepIntervalMs: 0, logger: silentLogger() });
     const first = await start(roots[0]!);
     const second = await start(roots[1]!);
     const firstEnvs = new TaskEnvironments({ backend: first, logger: silentLogger(), lifetimeSeconds: 0 });

@@ -17,7 +17,7 @@ describe('memory admission', () => {
       cgroupMiB: () => Promise.resolve(2000),
       held: () => held,
     });
-    assert.deepEqual(await admission.budget(), { hostMiB: 2000, factor: 1.5, limitMiB: 3000, heldMiB: 0, ownMiB: 0 });
+    assert.deepEqual(await admission.budget(), { hostMiB: 2000, factor: 1.5, limitMiB: 3000, heldMiB: 0, ownMiB: 0, engineWide: false });
     const releases = [await admission.admit(), await admission.admit(), await admission.admit()];
     await assert.rejects(admission.admit(), (err: unknown) => err instanceof ResourceExhaustedError && err.message.startsWith('docker.memory_overcommit: '));
     // Started containers count as held; the admissions are given back.
@@ -38,7 +38,7 @@ describe('memory admission', () => {
       held: () => 0,
       others: () => Promise.resolve(others),
     });
-    assert.deepEqual(await admission.budget(), { hostMiB: 3000, factor: 1, limitMiB: 3000, heldMiB: 1500, ownMiB: 0 });
+    assert.deepEqual(await admission.budget(), { hostMiB: 3000, factor: 1, limitMiB: 3000, heldMiB: 1500, ownMiB: 0, engineWide: true });
     const release = await admission.admit();
     await assert.rejects(admission.admit(), (err: unknown) => {
       assert.ok(err instanceof ResourceExhaustedError);

@@ -81,7 +81,7 @@ export interface DockerBackendOptions {
    * 0: no bound. Default 1.5 (see memory-admission.ts).
    */
   readonly memoryOvercommit?: number;
-  /** docker.memory_scope: 'engine' (default) counts every Berth sandbox on the engine, 'executor' only this executor's. */
+  /** docker.memory_scope: 'executor' (default) counts only this executor's sandboxes, 'engine' every Berth sandbox on the engine. */
   readonly memoryScope?: 'engine' | 'executor';
   /** Fixed executor id (tests); default random. */
   readonly executorId?: string;

@@ -97,7 +97,7 @@ export class DockerBackend implements Backend {
       ownExecutor: this.identity.id,
       perContainerMiB: options.memoryMiB ?? 5120,
       factor: options.memoryOvercommit ?? DEFAULT_MEMORY_OVERCOMMIT,
-      scope: options.memoryScope ?? 'engine',
+      scope: options.memoryScope ?? 'executor',
       held: () => this.#environments.size + (this.#pool?.readyCount ?? 0),
     });
     this.#root = path.join(stateRoot, 'docker');

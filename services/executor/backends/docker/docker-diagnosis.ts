@@ -120,7 +120,9 @@ async function memoryFinding(backend: DockerDiagnosable): Promise<DiagnosticFind
     verdict: 'ok',
     text:
       `${MEMORY_OVERCOMMIT_SETTING}: this executor admits up to ${budget.limitMiB} MiB of sandbox memory limits ` +
-      `(${budget.hostMiB} MiB × ${budget.factor}), counting every Berth sandbox on the engine; ${budget.heldMiB} MiB held now ` +
+      `(${budget.hostMiB} MiB × ${budget.factor}), counting ` +
+      (budget.engineWide ? 'every Berth sandbox on the engine (docker.memory_scope: engine)' : "this executor's sandboxes (docker.memory_scope: executor)") +
+      `; ${budget.heldMiB} MiB held now ` +
       `(this executor's: ${budget.ownMiB} MiB)`,
   };
 }

@@ -64,6 +64,8 @@ export interface MemoryBudget {
   readonly heldMiB: number;
   /** Of those, this executor's, MiB. */
   readonly ownMiB: number;
+  /** Whether other executors' sandboxes on the engine count (docker.memory_scope: engine). */
+  readonly engineWide: boolean;
 }
 
 export interface MemoryAdmissionOptions {
@@ -102,7 +104,7 @@ export class MemoryAdmission {
     const hostMiB = host === undefined ? cgroup : cgroup === undefined ? host : Math.min(host, cgroup);
     if (hostMiB === undefined) return undefined;
     const ownMiB = this.#ownMiB();
-    return { hostMiB, factor, limitMiB: Math.floor(hostMiB * factor), heldMiB: othersMiB + ownMiB, ownMiB };
+    return { hostMiB, factor, limitMiB: Math.floor(hostMiB * factor), heldMiB: othersMiB + ownMiB, ownMiB, engineWide: this.#o.others !== undefined };
   }
 
   #ownMiB(): number {
