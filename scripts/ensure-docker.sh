@@ -37,11 +37,14 @@ docker_answers() { timeout 20 docker info >/dev/null 2>&1; }
 # connect to Unix sockets the host created in bind mounts (the exec agent and
 # execute_code dial out to the executor that way); --network=none because a
 # task's network policy is applied by Docker for runc, and a gVisor sandbox
-# gets none at all.
+# gets none at all; --overlay2=none (where this runsc knows the flag) so the
+# container's file changes reach the host, where `docker commit` (snapshots)
+# sees them, instead of staying in gVisor's own overlay.
 daemon_runtimes() {
-  local runsc
+  local runsc overlay=""
   if runsc=$(command -v runsc); then
-    printf 'runsc %s --host-uds=all --network=none\n' "$runsc"
+    runsc flags 2>&1 | grep -q -- '-overlay2 ' && overlay=" --overlay2=none"
+    printf 'runsc %s --host-uds=all --network=none%s\n' "$runsc" "$overlay"
   fi
 }
 
@@ -204,11 +207,26 @@ reload_daemon() {
   kill -HUP "$pid"
 }
 
-# Registers runtimes installed after the daemon started (call with the lock held).
+# Whether daemon.json is berth's and asks for other runtime settings than
+# berth wants now (a runtime's arguments changed).
+daemon_config_stale() {
+  [[ -f $DAEMON_JSON && -f $DAEMON_JSON_STAMP ]] || return 1
+  [[ $(sha256sum <"$DAEMON_JSON" | cut -d' ' -f1) == "$(cat "$DAEMON_JSON_STAMP")" ]] || return 1
+  [[ $(cat "$DAEMON_JSON") != "$(daemon_config)" ]]
+}
+
+# Registers runtimes installed after the daemon started, or whose arguments
+# changed (call with the lock held).
 register_runtimes() {
   local missing deadline
   missing=$(missing_runtimes)
-  [[ -n $missing ]] || return 0
+  if [[ -z $missing ]]; then
+    daemon_config_stale || return 0
+    log "updating the runtimes' arguments in $DAEMON_JSON (live reload, containers keep running) ..."
+    write_daemon_config
+    reload_daemon || true
+    return 0
+  fi
   missing=${missing//$'\n'/ }
   write_daemon_config
   if [[ $(cat "$DAEMON_JSON") != "$(daemon_config)" ]]; then
@@ -229,7 +247,7 @@ register_runtimes() {
 ensure_runtimes() {
   [[ $(id -u) -eq 0 ]] || return 0
   if command -v runsc >/dev/null || [[ ${BERTH_INSTALL_RUNSC:-1} != 1 ]]; then
-    [[ -n $(missing_runtimes) ]] || return 0
+    [[ -n $(missing_runtimes) ]] || daemon_config_stale || return 0
   fi
   exec 9>"$LOCK_FILE"
   flock 9

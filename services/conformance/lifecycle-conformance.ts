@@ -118,8 +118,8 @@ export function runLifecycleConformance(name: string, makeBackend: () => Promise
         await envs.lifecycle.fork(fork, snap.id);
         await exec(source, 'echo from-source > ~/proj/only-source && export FORK_VAR=source-changed');
         await exec(fork, 'echo from-fork > ~/proj/only-fork && export FORK_VAR=fork-changed && cd /');
-        assert.equal(await exec(source, 'ls ~/proj; echo "$FORK_VAR"; pwd'), `a.txt\nonly-source\nsub\nsource-changed\n${workdir}\n`);
-        assert.equal(await exec(fork, 'ls ~/proj; echo "$FORK_VAR"; pwd'), 'a.txt\nonly-fork\nsub\nfork-changed\n/\n');
+        assert.equal(await exec(source, '(cd ~/proj && printf "%s\\n" *); echo "$FORK_VAR"; pwd'), `a.txt\nonly-source\nsub\nsource-changed\n${workdir}\n`);
+        assert.equal(await exec(fork, '(cd ~/proj && printf "%s\\n" *); echo "$FORK_VAR"; pwd'), 'a.txt\nonly-fork\nsub\nfork-changed\n/\n');
         await exec(source, 'rm ~/proj/only-source && export FORK_VAR="kept value"');
       });
 

@@ -46,9 +46,13 @@ describe('docker lifecycle capabilities', () => {
     }
   });
 
-  test('refused where docker commit cannot see the files: gVisor, or a read-only root without volumes', () => {
-    assert.match(dockerLifecycle({ ...base, runtime: 'runsc' }).notes?.[0] ?? '', /gVisor .* docker commit cannot see them/);
-    assert.equal(dockerLifecycle({ ...base, runtime: 'runsc' }).snapshot, false);
+  test('under gVisor: snapshots on, and the notes say what runsc needs for them', () => {
+    const gvisor = dockerLifecycle({ ...base, runtime: 'runsc' });
+    assert.deepEqual([gvisor.snapshot, gvisor.processes, gvisor.suspend], [true, false, true]);
+    assert.match(gvisor.notes?.join(' ') ?? '', /--overlay2=none/);
+  });
+
+  test('refused where docker commit cannot see the files: a read-only root without volumes, code containers', () => {
     const tmpfs = dockerLifecycle({ ...base, persistent: false, readOnlyRoot: true });
     assert.equal(tmpfs.snapshot, false);
     assert.match(tmpfs.notes?.[0] ?? '', /set terminal.container_persistent: true/);

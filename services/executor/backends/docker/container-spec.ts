@@ -143,7 +143,9 @@ export const AGENT_ENTRYPOINT_SCRIPT = [
   '  find "$dir" -xdev -mindepth 1 "$@" -exec chown -h "$ids" {} + && chown -h "$ids" "$dir"',
   '}',
   'for dir in "$@"; do',
-  '  [ -d "$dir" ] && [ "$(stat -c %u:%g "$dir")" != "$ids" ] && { own "$dir" || echo "berth-sandbox: could not give $dir to $ids" >&2; }',
+  // find's -printf where stat cannot: some gVisor kernels refuse coreutils' statx flags (EINVAL).
+  '  owner=$(stat -c %u:%g "$dir" 2>/dev/null || find "$dir" -maxdepth 0 -printf %U:%G)',
+  '  [ -d "$dir" ] && [ "$owner" != "$ids" ] && { own "$dir" || echo "berth-sandbox: could not give $dir to $ids" >&2; }',
   'done',
   'if command -v python3 >/dev/null 2>&1; then',
   `  python3 -I -S ${AGENT_PATH} --user "$ids" ${AGENT_SOCKET_PATH} && exit 0`,

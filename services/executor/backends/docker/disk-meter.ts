@@ -24,6 +24,7 @@
  */
 import type Dockerode from 'dockerode';
 import { ResourceExhaustedError, type CAPACITY_SETTINGS } from '../../../common/errors.js';
+import { execInContainer } from './container-exec.js';
 import type { DiskLimitPart, DiskLimitState } from './disk-limits.js';
 
 /** A capacity setting: its refusal reaches the caller as RESOURCE_EXHAUSTED, not as a tool result. */
@@ -154,31 +155,10 @@ export class DiskMeter {
 
   async #du(container: Dockerode.Container, user: string): Promise<number> {
     const dirs = this.#o.volumeDirs;
-    const exec = await container.exec({
-      Cmd: ['du', '-sx', '--block-size=1', '--', ...dirs],
-      User: user,
-      Env: ['LC_ALL=C'],
-      AttachStdout: true,
-      AttachStderr: true,
-    });
-    const stream = await exec.start({ hijack: true, stdin: false });
-    const out: Buffer[] = [];
-    const err: Buffer[] = [];
-    const sink = (into: Buffer[]) => ({ write: (b: Buffer) => into.push(b) }) as unknown as NodeJS.WritableStream;
-    await new Promise<void>((resolve, reject) => {
-      container.modem.demuxStream(stream, sink(out), sink(err));
-      stream.on('end', resolve);
-      stream.on('close', resolve);
-      stream.on('error', reject);
-    });
-    const { ExitCode } = await exec.inspect();
     // Bounded: the output is two short lines; anything longer is not du's.
-    const text = Buffer.concat(out).subarray(0, 4096).toString('utf8');
-    if (ExitCode !== 0) {
-      const first = Buffer.concat(err).subarray(0, 400).toString('utf8').split('\n')[0] ?? '';
-      throw new UnreadableError(first.replace(/[^\x20-\x7e]/g, '?') || `du exited with status ${ExitCode}`);
-    }
-    return parseDu(text, dirs);
+    const r = await execInContainer(container, { cmd: ['du', '-sx', '--block-size=1', '--', ...dirs], user, env: ['LC_ALL=C'] });
+    if (r.exitCode !== 0) throw new UnreadableError(r.stderrLine || `du exited with status ${r.exitCode}`);
+    return parseDu(r.stdout, dirs);
   }
 }
 

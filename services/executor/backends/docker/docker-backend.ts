@@ -134,6 +134,8 @@ export class DockerBackend implements Backend {
       workspaceDir: factoryOptions.workspaceDir,
       homeDir: factoryOptions.homeDir,
       executorLabels: () => ({ ...this.#labels, [LABEL.created]: new Date().toISOString() }),
+      // A read-only root has no changes of its own to miss.
+      probeCommitVisibility: options.runtime === 'runsc' && !(options.readOnlyRoot ?? false),
     });
     this.#diskMeter = new DiskMeter({
       docker: this.#docker,

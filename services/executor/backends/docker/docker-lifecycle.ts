@@ -3,8 +3,9 @@
  * (docs/lifecycle.md, docs/suspend.md). Pure, for unit tests and `berth doctor`.
  *
  * Snapshots are images: the container's changes and its volumes, committed
- * (docs/lifecycle.md has the measured choices). Running processes are never
- * in one: Berth does not checkpoint container memory.
+ * (docs/lifecycle.md has the measured choices), under runc and under gVisor
+ * alike (docker-snapshots.ts says what gVisor needs for it). Running
+ * processes are never in one: Berth does not checkpoint container memory.
  *
  * Suspension stops the task's container (`docker stop`; docs/suspend.md has
  * the measured choices): no process and no memory are left on the host; the
@@ -32,16 +33,14 @@ export interface DockerLifecycleInput {
 export const NO_PROCESS_CHECKPOINT =
   'snapshots hold files and shell state, not running processes: Berth does not checkpoint container memory (CRIU or gVisor checkpoint)';
 
+/** What snapshots need under gVisor (checked by the executor before its first one: docker-snapshots.ts). */
+export const GVISOR_SNAPSHOTS =
+  "gVisor: snapshots need runsc to write the container's changes through to the host (--overlay2=none, as scripts/ensure-docker.sh registers it); the executor checks before its first snapshot and refuses otherwise";
+
 const SUSPEND_STOPS = 'suspend stops the container: files, volumes and shell state are kept, background processes end';
 
 /** Why snapshots are off under these settings; undefined when they work. */
 function snapshotRefusal(input: DockerLifecycleInput): string | undefined {
-  if (input.runtime === 'runsc') {
-    return (
-      "gVisor (docker.runtime: runsc) keeps a container's file changes inside its sandbox, where docker commit cannot see them; " +
-      'snapshots need the default runtime'
-    );
-  }
   if (input.readOnlyRoot && !input.persistent) {
     return (
       'with a read-only root and terminal.container_persistent: false the workspace and home are in memory (tmpfs), which ' +
@@ -59,7 +58,7 @@ export function dockerLifecycle(input: DockerLifecycleInput): LifecycleCapabilit
   const notes = [
     refusal ?? NO_PROCESS_CHECKPOINT,
     SUSPEND_STOPS,
-    ...(input.runtime === 'runsc' ? ["gVisor checkpoint/restore (keeping processes) needs the Docker daemon's experimental mode; not used"] : []),
+    ...(input.runtime === 'runsc' ? [GVISOR_SNAPSHOTS, "gVisor checkpoint/restore (keeping processes) needs the Docker daemon's experimental mode; not used"] : []),
   ];
   return { snapshot: refusal === undefined, processes: false, suspend: true, notes };
 }

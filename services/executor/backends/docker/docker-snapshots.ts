@@ -30,12 +30,24 @@
  *
  * Deleting a snapshot untags its image: forks running from it keep it until
  * they end; the sweep removes untagged snapshot images nobody uses.
+ *
+ * Under gVisor (`docker.runtime: runsc`) `docker commit` sees the container's
+ * file changes only when runsc writes them through to the host (runsc
+ * `--overlay2=none`, how scripts/ensure-docker.sh registers it); with
+ * gVisor's own overlay they stay in the sandbox's memory and a commit would
+ * silently hold none of them. So before its first snapshot each executor
+ * checks: it writes a probe file in a task's container as root and asks
+ * Docker for the container's changes; when the probe is not among them,
+ * snapshots are refused ({@link GVISOR_OVERLAY_REFUSAL}) rather than taken
+ * without the files.
  */
 import type Dockerode from 'dockerode';
-import { NotFoundError, UnavailableError } from '../../../common/errors.js';
+import { randomBytes } from 'node:crypto';
+import { FailedPreconditionError, NotFoundError, UnavailableError } from '../../../common/errors.js';
 import type { Logger } from '../../../common/logging.js';
 import { SNAPSHOT_ID_PATTERN, unknownSnapshotMessage } from '../../../common/snapshot-ids.js';
 import type { BackendSnapshot } from '../../backend.js';
+import { execInContainer } from './container-exec.js';
 import { LABEL, type PersistentVolumeNames } from './container-spec.js';
 import { dockerError, isConflict, isNotFound } from './docker-errors.js';
 
@@ -80,7 +92,18 @@ export interface DockerSnapshotsOptions {
   readonly homeDir: string;
   /** The labels of this executor, for the helper container (the orphan sweep removes it when the executor is gone). */
   readonly executorLabels: () => Readonly<Record<string, string>>;
+  /**
+   * Check once, before the first snapshot, that `docker commit` sees a file
+   * written in the container (gVisor: runsc without its own overlay).
+   */
+  readonly probeCommitVisibility?: boolean;
 }
+
+/** Why a snapshot is refused under a gVisor whose overlay hides the container's changes from Docker. */
+export const GVISOR_OVERLAY_REFUSAL =
+  "snapshots under gVisor need runsc to write the container's changes through to the host (runsc --overlay2=none, as " +
+  "scripts/ensure-docker.sh registers it): this runsc keeps them in its sandbox, where docker commit cannot see them, so a " +
+  'snapshot would hold none of them. Register runsc with --overlay2=none in /etc/docker/daemon.json, or use the default runtime';
 
 /** The snapshot's image name. */
 export function snapshotImage(id: string): string {
@@ -141,6 +164,8 @@ export const COPY_VOLUMES_SCRIPT = [
 export class DockerSnapshots {
   readonly #o: DockerSnapshotsOptions;
   #baseSize: Promise<number> | undefined;
+  /** The probe's answer (whether commit sees the container's changes), once it has one. */
+  #commitSees: Promise<boolean> | undefined;
 
   constructor(options: DockerSnapshotsOptions) {
     this.#o = options;
@@ -152,6 +177,7 @@ export class DockerSnapshots {
     volumes: PersistentVolumeNames | undefined,
     snapshot: Omit<BackendSnapshot, 'sizeBytes' | 'includesProcesses'>,
   ): Promise<BackendSnapshot> {
+    if (this.#o.probeCommitVisibility && !(await this.#commitSeesChanges(containerId))) throw new FailedPreconditionError(GVISOR_OVERLAY_REFUSAL);
     const labels = snapshotLabels(snapshot, this.#o.ownerOf(snapshot.tenant));
     const part = { [SNAPSHOT_LABEL.part]: snapshot.id, [SNAPSHOT_LABEL.partMs]: String(Date.now()) };
     let from = containerId;
@@ -220,6 +246,32 @@ export class DockerSnapshots {
       throw dockerError(err, `deleting snapshot ${id}`, this.#o.daemon);
     }
     return true;
+  }
+
+  /** Whether Docker sees a file written in the container; asked once per executor (a failed probe is asked again). */
+  #commitSeesChanges(containerId: string): Promise<boolean> {
+    this.#commitSees ??= this.#probe(containerId).catch((err: unknown) => {
+      this.#commitSees = undefined;
+      throw err;
+    });
+    return this.#commitSees;
+  }
+
+  async #probe(containerId: string): Promise<boolean> {
+    const container = this.#o.docker.getContainer(containerId);
+    const file = `/.berth-snapshot-probe-${randomBytes(6).toString('hex')}`;
+    try {
+      const wrote = await execInContainer(container, { cmd: ['/bin/sh', '-c', 'printf probe > "$1"', 'probe', file], user: '0:0' });
+      if (wrote.exitCode !== 0) throw new UnavailableError(`checking that docker commit sees this container's changes: writing a probe file failed: ${wrote.stderrLine}`);
+      const changes = ((await container.changes()) as { Path?: string }[] | null) ?? [];
+      const seen = changes.some((c) => c.Path === file);
+      this.#o.logger.info({ seen }, seen ? 'gVisor: docker commit sees the container\'s changes; snapshots on' : 'gVisor: docker commit does not see the container\'s changes; snapshots refused');
+      return seen;
+    } catch (err) {
+      throw err instanceof UnavailableError ? err : dockerError(err, 'checking that docker commit sees the container\'s changes', this.#o.daemon);
+    } finally {
+      await execInContainer(container, { cmd: ['/bin/rm', '-f', '--', file], user: '0:0' }).catch(() => undefined);
+    }
   }
 
   async #commit(containerId: string, labels: Record<string, string>, tag?: string): Promise<string> {
