@@ -1,9 +1,19 @@
-/** The pure parts of docker snapshots: what each setting allows, and the labels that carry a snapshot. */
+/** docker snapshots: what each setting allows, the labels that carry a snapshot, and gVisor's probe (against a test double of the Engine API). */
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
+import { PassThrough } from 'node:stream';
+import type Dockerode from 'dockerode';
+import { FailedPreconditionError } from '../../services/common/errors.js';
+import { silentLogger } from '../../services/common/logging.js';
 import { LABEL } from '../../services/executor/backends/docker/container-spec.js';
 import { dockerLifecycle } from '../../services/executor/backends/docker/docker-lifecycle.js';
-import { SNAPSHOT_LABEL, snapshotFromLabels, snapshotLabels } from '../../services/executor/backends/docker/docker-snapshots.js';
+import {
+  DockerSnapshots,
+  GVISOR_OVERLAY_REFUSAL,
+  SNAPSHOT_LABEL,
+  snapshotFromLabels,
+  snapshotLabels,
+} from '../../services/executor/backends/docker/docker-snapshots.js';
 
 const made = {
   id: 'snap_0123456789abcdef01234567',
@@ -57,5 +67,60 @@ describe('docker lifecycle capabilities', () => {
     assert.equal(tmpfs.snapshot, false);
     assert.match(tmpfs.notes?.[0] ?? '', /set terminal.container_persistent: true/);
     assert.equal(dockerLifecycle({ ...base, role: 'code' }).snapshot, false);
+  });
+});
+
+describe('docker snapshots under gVisor: the commit-visibility probe', () => {
+  /** A test double of the Engine API calls the probe makes: exec (always exit 0) and the container's changes. */
+  function engine(changes: (file: string) => { Path: string }[]) {
+    const calls = { execs: [] as string[][], commits: 0 };
+    let probeFile = '';
+    const container = {
+      exec: async (options: { Cmd: string[] }) => {
+        calls.execs.push(options.Cmd);
+        if (options.Cmd[0] === '/bin/sh') probeFile = options.Cmd.at(-1) ?? '';
+        const output = new PassThrough();
+        setImmediate(() => output.end().resume());
+        return { start: async () => output, inspect: async () => ({ ExitCode: 0 }) };
+      },
+      modem: { demuxStream: () => undefined },
+      changes: async () => changes(probeFile),
+      commit: async () => {
+        calls.commits++;
+        throw new Error('commit is not part of this test double');
+      },
+    };
+    const docker = { getContainer: () => container } as unknown as Dockerode;
+    const snapshots = new DockerSnapshots({
+      docker,
+      daemon: 'unix:///test-double.sock',
+      logger: silentLogger(),
+      ownerOf: () => 'owner-hash',
+      baseImage: 'berth-sandbox:test',
+      workspaceDir: '/workspace',
+      homeDir: '/home/user',
+      executorLabels: () => ({}),
+      probeCommitVisibility: true,
+    });
+    return { calls, snapshots };
+  }
+
+  test('refuses, before committing anything, when Docker does not see a file written in the container', async () => {
+    const { calls, snapshots } = engine(() => [{ Path: '/etc' }]);
+    for (let i = 0; i < 2; i++) {
+      await assert.rejects(snapshots.take('ctr', undefined, made), (err: unknown) => err instanceof FailedPreconditionError && err.message === GVISOR_OVERLAY_REFUSAL);
+    }
+    assert.equal(calls.commits, 0);
+    const probes = calls.execs.filter((cmd) => cmd[0] === '/bin/sh');
+    assert.equal(probes.length, 1, 'probed once per executor');
+    const probe = probes[0]!.at(-1)!;
+    assert.match(probe, /^\/\.berth-snapshot-probe-[0-9a-f]{12}$/);
+    assert.ok(calls.execs.some((cmd) => cmd.join(' ') === `/bin/rm -f -- ${probe}`), 'the probe file is removed');
+  });
+
+  test('goes on to commit when Docker sees the probe file among the changes', async () => {
+    const { calls, snapshots } = engine((file) => [{ Path: file }]);
+    await assert.rejects(snapshots.take('ctr', undefined, made), /test double/);
+    assert.equal(calls.commits, 1);
   });
 });
