@@ -60,7 +60,8 @@ if (unavailable) {
     it("holds no running container while suspended, and the next call runs in the same sandbox's container again", { timeout: 180_000 }, async () => {
       const key = { tenant, taskId: `stopped-${randomBytes(4).toString('hex')}` };
       await envs.exec(key, { command: 'echo before > ~/mark', timeoutMs: 60_000 });
-      const sandbox = await new Daytona({ apiKey: standIn!.apiKey, apiUrl: standIn!.apiUrl, target: 'stand-in' }).get(sandboxName(key));
+      const client = new Daytona({ apiKey: standIn!.apiKey, apiUrl: standIn!.apiUrl, target: 'stand-in' });
+      const sandbox = await client.get(sandboxName(key)).finally(() => client[Symbol.asyncDispose]());
       const [container] = await docker.listContainers({ all: true, filters: { label: [standIn!.containerLabel], name: [sandbox.id.slice(0, 8)] } });
       assert.ok(container, `the stand-in's container of sandbox ${sandbox.id}`);
       const state = async () => (await docker.getContainer(container.Id).inspect()).State;
