@@ -36,7 +36,15 @@ import {
   UnavailableError,
 } from '../../../common/errors.js';
 import type { Logger } from '../../../common/logging.js';
-import type { Backend, BackendCapabilities, BackendEnvironment, DiagnosisPhase, DiagnosticFinding, TaskKey } from '../../backend.js';
+import type {
+  Backend,
+  BackendCapabilities,
+  BackendEnvironment,
+  DiagnosisPhase,
+  DiagnosticFinding,
+  LifecycleCapabilities,
+  TaskKey,
+} from '../../backend.js';
 import { taskKeyString } from '../../backend.js';
 import { agentScriptFrom, findAgentScript } from '../shared/agent/agent-script.js';
 import { startStdioAgent } from '../shared/agent/stdio-agent.js';
@@ -45,6 +53,23 @@ import { ptyAgentSpawn, type SandboxDirs } from './pty-agent.js';
 
 /** Where the agent's file goes in the sandbox. */
 const AGENT_DIR = '/tmp/berth-agent';
+
+/**
+ * Suspension stops the sandbox through Daytona and resuming starts it again
+ * (daytona-environment.ts). Snapshots are not wired in: the SDK's
+ * `sandbox.createSnapshot(name)` makes a named Daytona snapshot (an image for
+ * new sandboxes) of a sandbox's filesystem, but Berth does not yet map a
+ * tenant's snapshots onto those names, list, size or delete them.
+ */
+const DAYTONA_LIFECYCLE: LifecycleCapabilities = {
+  snapshot: false,
+  processes: false,
+  suspend: true,
+  notes: [
+    "suspend stops the sandbox through Daytona (no CPU or memory held): its files and the shell state are kept, background processes end",
+    'snapshots are not available on daytona yet',
+  ],
+};
 
 /** A sandbox's network settings as the SDK takes them. */
 export interface DaytonaNetwork {
@@ -184,7 +209,7 @@ export class DaytonaBackend implements Backend {
   get capabilities(): BackendCapabilities {
     // The sandbox is the boundary; no directory is shared with the executor. Every environment runs
     // execute_code itself (its agent relays rpc.sock; there is no agent-less fallback), so no code containers.
-    return { name: 'daytona', pty: true, hostFilesystem: false, sharesRpcDir: true };
+    return { name: 'daytona', pty: true, hostFilesystem: false, sharesRpcDir: true, lifecycle: DAYTONA_LIFECYCLE };
   }
 
   get #startTimeout(): number {
@@ -354,6 +379,13 @@ export class DaytonaBackend implements Backend {
         return this.#connect(sandbox, description);
       },
       release,
+      stop: async () => {
+        try {
+          await sandbox.stop();
+        } catch (err) {
+          throw daytonaError(err, `stopping ${description}`);
+        }
+      },
       killGraceMs: this.#o.killGraceMs ?? 1000,
       logger: this.#o.logger?.child({ backend: 'daytona', task: id, sandbox: sandbox.id }),
     });

@@ -8,6 +8,11 @@
  * When the channel is lost (the PTY session ended, the sandbox was stopped
  * by Daytona's auto-stop or by hand), the next operation opens a new one
  * (starting the sandbox again if it stopped) and says so in a notice.
+ *
+ * Suspension (docs/suspend.md) stops the sandbox through Daytona (no CPU or
+ * memory held; Daytona keeps its filesystem, so the runner's state under
+ * {@link SANDBOX_STATE_DIR} stays too) and resuming starts it again and
+ * opens a new channel; background processes end with the stop.
  */
 import { FailedPreconditionError } from '../../../common/errors.js';
 import type { Logger } from '../../../common/logging.js';
@@ -56,6 +61,8 @@ export interface DaytonaEnvironmentOptions {
   readonly reconnect: () => Promise<Connection>;
   /** Stops or deletes the sandbox. */
   readonly release: () => Promise<void>;
+  /** Stops the sandbox, keeping it (a suspension). */
+  readonly stop: () => Promise<void>;
   readonly killGraceMs: number;
   /** {@link KEEPALIVE_MS} unless set. */
   readonly keepaliveMs?: number;
@@ -131,6 +138,33 @@ export class DaytonaEnvironment extends ChannelEnvironment<Connection> {
   /** A new sandbox still holds the last task's directories. */
   protected override async adopted(replacement: Replacement<Connection>): Promise<void> {
     if (replacement.recreated) await this.init();
+  }
+
+  /** Stops the sandbox (Daytona keeps its files); its background processes end. */
+  async suspend(): Promise<{ readonly processesKept: boolean }> {
+    await this.suspendLink(async (connection) => {
+      connection.channel.close();
+      await this.#o.stop();
+    });
+    return { processesKept: false };
+  }
+
+  /**
+   * Starts the sandbox again and opens a new channel. A sandbox deleted
+   * meanwhile (outside Berth) comes back as a new one, with the backend's
+   * notice that its files are gone and its directories made anew.
+   */
+  async resume(): Promise<void> {
+    let recreated = false;
+    await this.resumeLink(async () => {
+      const next = await this.#o.reconnect();
+      if (next.notice) {
+        recreated = true;
+        this.addNotice(next.notice);
+      }
+      return next;
+    });
+    if (recreated) await this.init();
   }
 
   protected async discardLink(next: Connection): Promise<void> {
