@@ -84,8 +84,11 @@ export class KubeSnapshots {
   /** Archives `dirs` of `pod` into the store; the metadata is written last. */
   async take(pod: string, dirs: readonly string[], snapshot: Omit<BackendSnapshot, 'sizeBytes' | 'includesProcesses'>): Promise<BackendSnapshot> {
     const max = this.#o.maxBytes;
-    // Relative to /, so the archive extracts at the same paths in the fork's pod.
-    const out = await execInPod(this.#o.api, pod, ['tar', '-C', '/', '-cf', '-', ...dirs.map((d) => d.replace(/^\/+/, ''))], undefined, max + 1);
+    // Relative to /, so the archive extracts at the same paths in the fork's pod; without the
+    // directories themselves (mount points the fork's uid cannot chmod), only what is in them.
+    const script = 'cd / && find "$@" -mindepth 1 -print0 | tar --null --no-recursion -T - -cf -';
+    const relative = dirs.map((d) => d.replace(/^\/+/, ''));
+    const out = await execInPod(this.#o.api, pod, ['sh', '-c', script, 'sh', ...relative], undefined, max + 1);
     if (out.stdout.length > max) {
       throw new FailedPreconditionError(
         `snapshot refused: the task's files (${dirs.join(', ')}) make an archive larger than kubernetes snapshots allow (${max} bytes); remove what the task does not need and snapshot again`,
@@ -144,7 +147,7 @@ export class KubeSnapshots {
   async restore(pod: string, snapshot: BackendSnapshot): Promise<void> {
     if (!(await this.find(snapshot.tenant, snapshot.id))) throw new NotFoundError(unknownSnapshotMessage(snapshot.id));
     const archive = await readFile(path.join(this.#dir(snapshot.tenant), `${snapshot.id}.tar`));
-    const out = await execInPod(this.#o.api, pod, ['tar', '-C', '/', '-xf', '-'], archive);
+    const out = await execInPod(this.#o.api, pod, ['tar', '--no-overwrite-dir', '-C', '/', '-xf', '-'], archive);
     if (out.code !== 0) throw new UnavailableError(`restoring snapshot ${snapshot.id} into pod ${pod} failed: tar exited ${out.code}: ${out.stderr.toString('utf8', 0, 2000).trim()}`);
   }
 
