@@ -8,7 +8,11 @@ import { randomBytes } from 'node:crypto';
 import { mkdtemp, rm } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
-import { after, describe } from 'node:test';
+import assert from 'node:assert/strict';
+import { readdir } from 'node:fs/promises';
+import { after, describe, it } from 'node:test';
+import { BerthError } from '../../services/common/errors.js';
+import { TaskEnvironments } from '../../services/executor/task-environment.js';
 import Dockerode from 'dockerode';
 import { silentLogger } from '../../services/common/logging.js';
 import { KubernetesBackend } from '../../services/executor/backends/kubernetes/kubernetes-backend.js';
@@ -35,6 +39,33 @@ if (unavailable) {
     },
     { snapshots: true, tenant: `kubelife-${randomBytes(4).toString('hex')}`, timeScale: 2 },
   );
+
+  describe('kubernetes snapshots: the size cap', () => {
+    it('refuses a snapshot larger than the cap, clearly, and lists nothing of it', { timeout: 120_000 }, async () => {
+      const root = await mkdtemp(path.join(os.tmpdir(), 'berth-kubelife-cap-'));
+      const backend = await KubernetesBackend.start(kubernetesTestOptions({ image: SANDBOX_IMAGE, stateRoot: root, snapshotMaxBytes: 64 * 1024, logger: silentLogger() }));
+      const envs = new TaskEnvironments({ backend, logger: silentLogger(), lifetimeSeconds: 0 });
+      const tenant = `kubelife-cap-${randomBytes(4).toString('hex')}`;
+      const key = { tenant, taskId: 'big' };
+      try {
+        const r = await envs.exec(key, { command: 'head -c 200000 /dev/urandom > /workspace/big', timeoutMs: 60_000 });
+        assert.equal(r.exitCode, 0, r.output);
+        await assert.rejects(envs.lifecycle.snapshot(key, 'too big'), (err: unknown) => {
+          assert.ok(err instanceof BerthError);
+          assert.equal(err.code, 'FAILED_PRECONDITION');
+          assert.match(err.message, /larger than kubernetes snapshots allow \(65536 bytes\)/);
+          return true;
+        });
+        assert.deepEqual(await envs.lifecycle.list(tenant), []);
+        const stored = await readdir(path.join(root, 'kubernetes-snapshots'), { recursive: true }).catch(() => []);
+        assert.deepEqual(stored.filter((f) => String(f).endsWith('.tar') || String(f).endsWith('.json')), []);
+      } finally {
+        await envs.closeAll();
+        await backend.close();
+        await rm(root, { recursive: true, force: true });
+      }
+    });
+  });
 
   after(async () => {
     delete process.env.KUBECONFIG;
