@@ -7,6 +7,7 @@
 import type { V1Toleration } from '@kubernetes/client-node';
 import type { BerthConfig } from '../../../common/config.js';
 import type { Logger } from '../../../common/logging.js';
+import { executorStateDir } from '../shared/state-root.js';
 import { KubernetesBackend, type KubernetesBackendOptions } from './kubernetes-backend.js';
 
 export function kubernetesOptionsFromConfig(config: BerthConfig, logger?: Logger): KubernetesBackendOptions {
@@ -41,6 +42,7 @@ export function kubernetesOptionsFromConfig(config: BerthConfig, logger?: Logger
     network: { egress: config.docker.egress, egressAllow: config.docker.egress_allow },
     tenantNetworks: Object.fromEntries(config.tenants.flatMap((tenant) => (tenant.network ? [[tenant.id, tenant.network]] : []))),
     ...(t.cwd ? { initialCwd: t.cwd } : {}),
+    stateRoot: executorStateDir(config.executor.state_root),
     ...(logger ? { logger } : {}),
   };
 }

@@ -25,13 +25,15 @@
  *   what to do; a pod that did not start is deleted.
  */
 import { randomBytes } from 'node:crypto';
-import { posix } from 'node:path';
+import path, { posix } from 'node:path';
 import { FailedPreconditionError, UnavailableError } from '../../../common/errors.js';
 import type { Logger } from '../../../common/logging.js';
 import type {
   Backend,
   BackendCapabilities,
   BackendEnvironment,
+  BackendSnapshot,
+  CreateEnvironmentOptions,
   DiagnosisPhase,
   DiagnosticFinding,
   TaskKey,
@@ -44,6 +46,7 @@ import { AgentUnavailableError, startStdioAgent } from '../shared/agent/stdio-ag
 import { tenantPolicy, type NetworkPolicy, type TenantNetworkOverride } from '../shared/network-policy.js';
 import { runSetupCommand } from '../shared/channel-commands.js';
 import { KubeApi } from './kube-api.js';
+import { DEFAULT_SNAPSHOT_MAX_BYTES, KubeSnapshots } from './kube-snapshots.js';
 import { KubernetesEnvironment, SANDBOX_CODE_DIR, type LivePod, type PodFate, type TaskPods } from './kubernetes-environment.js';
 import { checkNetworkPolicies, ensureNetworkPolicies, policyLabelValue } from './network-policy.js';
 import { PodExecProcess } from './pod-exec.js';
@@ -88,6 +91,10 @@ export interface KubernetesBackendOptions {
   /** `terminal.cwd`: where tasks start; /workspace when empty. */
   readonly initialCwd?: string;
   readonly killGraceMs?: number;
+  /** `executor.state_root`: snapshots (copies of a task's workspace and home) are kept under it; unset: no snapshots. */
+  readonly stateRoot?: string;
+  /** Largest snapshot archive; default {@link DEFAULT_SNAPSHOT_MAX_BYTES}. */
+  readonly snapshotMaxBytes?: number;
   readonly logger?: Logger;
 }
 
@@ -108,6 +115,7 @@ export class KubernetesBackend implements Backend, TaskPods {
   readonly #uids: PodUids | undefined;
   /** Why the image cannot run the exec agent, once a pod said so: later pods go straight to per-command exec. */
   #noAgent: string | undefined;
+  readonly #snapshots: KubeSnapshots | undefined;
   #closed = false;
 
   private constructor(options: KubernetesBackendOptions, api: KubeApi) {
@@ -136,6 +144,14 @@ export class KubernetesBackend implements Backend, TaskPods {
             ...(options.logger ? { logger: options.logger } : {}),
           })
         : undefined;
+    this.#snapshots = options.stateRoot
+      ? new KubeSnapshots({
+          api,
+          root: path.join(options.stateRoot, 'kubernetes-snapshots'),
+          ownerOf: (tenant) => taskLabelValues(options.labelSecret, { tenant, taskId: '' }).tenant,
+          maxBytes: options.snapshotMaxBytes ?? DEFAULT_SNAPSHOT_MAX_BYTES,
+        })
+      : undefined;
   }
 
   /** Loads the client, reads the kubeconfig and checks that the namespace answers. */
@@ -154,7 +170,22 @@ export class KubernetesBackend implements Backend, TaskPods {
 
   get capabilities(): BackendCapabilities {
     // Every pod runs execute_code itself (the agent relays rpc.sock): the executor needs no code containers.
-    return { name: 'kubernetes', pty: true, hostFilesystem: false, sharesRpcDir: true };
+    return {
+      name: 'kubernetes',
+      pty: true,
+      hostFilesystem: false,
+      sharesRpcDir: true,
+      lifecycle: {
+        snapshot: this.#snapshots !== undefined,
+        processes: false,
+        suspend: false,
+        notes: [
+          this.#snapshots
+            ? "snapshots are copies of the task's workspace and home (tar in the pod, kept under executor.state_root); running processes are not kept"
+            : 'snapshots need executor.state_root, where the kubernetes backend keeps them',
+        ],
+      },
+    };
   }
 
   get persistent(): boolean {
@@ -203,12 +234,12 @@ export class KubernetesBackend implements Backend, TaskPods {
     return selectorOf(this.#taskLabels(key));
   }
 
-  async createEnvironment(key: TaskKey): Promise<BackendEnvironment> {
+  async createEnvironment(key: TaskKey, options?: CreateEnvironmentOptions): Promise<BackendEnvironment> {
     if (this.#closed) throw new UnavailableError('the kubernetes backend is closed');
     const id = taskKeyString(key);
     if (this.#environments.has(id)) throw new FailedPreconditionError(`an environment for task ${id} already exists on this executor`);
     const logger = this.#o.logger?.child({ backend: 'kubernetes', task: id });
-    const { live, notice } = await this.#reuseOrStart(key, logger);
+    const { live, notice } = options?.fromSnapshot ? { live: await this.#startFork(key, options.fromSnapshot, logger) } : await this.#reuseOrStart(key, logger);
     const env = new KubernetesEnvironment(this, key, live, {
       killGraceMs: this.#o.killGraceMs ?? 1000,
       logger,
@@ -217,6 +248,36 @@ export class KubernetesBackend implements Backend, TaskPods {
     if (notice) env.addNotice(notice);
     this.#environments.set(id, env);
     return env;
+  }
+
+  /** A new pod for a fork with its snapshot's files extracted in it (before its first command); nothing is left behind on failure. */
+  async #startFork(key: TaskKey, snapshot: BackendSnapshot, logger: Logger | undefined): Promise<LivePod> {
+    if (!this.#snapshots) throw new FailedPreconditionError('the kubernetes backend keeps no snapshots without executor.state_root');
+    for (const pod of await this.#api.listPods(this.taskSelector(key))) await this.#api.deletePod(pod.metadata!.name!);
+    const live = await this.startPod(key, logger);
+    try {
+      await this.#snapshots.restore(live.pod, snapshot);
+    } catch (err) {
+      live.channel.close();
+      await this.#api.deletePod(live.pod, 0).catch(() => undefined);
+      throw err;
+    }
+    return live;
+  }
+
+  async snapshot(key: TaskKey, _env: BackendEnvironment, snapshot: Omit<BackendSnapshot, 'sizeBytes' | 'includesProcesses'>): Promise<BackendSnapshot> {
+    if (!this.#snapshots) throw new FailedPreconditionError('the kubernetes backend keeps no snapshots without executor.state_root');
+    const env = this.#environments.get(taskKeyString(key));
+    if (!env) throw new FailedPreconditionError(`task ${taskKeyString(key)} has no pod on this executor to snapshot`);
+    return this.#snapshots.take(env.podName, [WORKSPACE_DIR, env.homeDir], snapshot);
+  }
+
+  listSnapshots(tenant: string): Promise<BackendSnapshot[]> {
+    return this.#snapshots ? this.#snapshots.list(tenant) : Promise.resolve([]);
+  }
+
+  deleteSnapshot(tenant: string, id: string): Promise<boolean> {
+    return this.#snapshots ? this.#snapshots.delete(tenant, id) : Promise.resolve(false);
   }
 
   /** The task's running pod of an earlier executor (with this executor id) if there is one, else a new pod. */
