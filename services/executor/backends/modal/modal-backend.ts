@@ -26,12 +26,15 @@
 import { createHash, randomBytes } from 'node:crypto';
 import { posix } from 'node:path';
 import type * as ModalSdk from 'modal';
-import { FailedPreconditionError, InvalidArgumentError, UnavailableError } from '../../../common/errors.js';
+import { FailedPreconditionError, InvalidArgumentError, NotFoundError, UnavailableError } from '../../../common/errors.js';
 import type { Logger } from '../../../common/logging.js';
+import { unknownSnapshotMessage } from '../../../common/snapshot-ids.js';
 import type {
   Backend,
   BackendCapabilities,
   BackendEnvironment,
+  BackendSnapshot,
+  CreateEnvironmentOptions,
   DiagnosisPhase,
   DiagnosticFinding,
   TaskKey,
@@ -46,6 +49,7 @@ import { ModalEnvironment, SANDBOX_CODE_DIR, type LiveSandbox, type OpenedSandbo
 import { modalError } from './modal-errors.js';
 import { modalNetwork, tenantModalPolicy, type ModalNetworkPolicy } from './modal-network.js';
 import { SnapshotStore } from './snapshot-store.js';
+import { TenantSnapshots } from './tenant-snapshots.js';
 
 type Sdk = typeof ModalSdk;
 type ModalClient = InstanceType<Sdk['ModalClient']>;
@@ -110,6 +114,7 @@ export class ModalBackend implements Backend {
   readonly #client: ModalClient;
   readonly #app: ModalSdk.App;
   readonly #store: SnapshotStore;
+  readonly #tenantSnapshots: TenantSnapshots;
   readonly #environments = new Map<string, ModalEnvironment>();
   #baseImage: ModalSdk.Image | undefined;
   #closed = false;
@@ -120,6 +125,7 @@ export class ModalBackend implements Backend {
     this.#client = client;
     this.#app = app;
     this.#store = new SnapshotStore(options.stateDir);
+    this.#tenantSnapshots = new TenantSnapshots(options.stateDir);
   }
 
   /** Loads the SDK, checks the credentials by looking up (or creating) the app. */
@@ -152,7 +158,14 @@ export class ModalBackend implements Backend {
   get capabilities(): BackendCapabilities {
     // Every environment runs execute_code itself (its agent relays rpc.sock; an image without python3 cannot run
     // on modal at all, so there is no agent-less fallback): the executor needs no code containers.
-    return { name: 'modal', pty: true, hostFilesystem: false, sharesRpcDir: true };
+    return {
+      name: 'modal',
+      pty: true,
+      hostFilesystem: false,
+      sharesRpcDir: true,
+      // Files only: a Modal filesystem snapshot keeps no memory or processes.
+      lifecycle: { snapshot: true, processes: false, suspend: false },
+    };
   }
 
   /**
@@ -211,12 +224,13 @@ export class ModalBackend implements Backend {
     return this.#o.sandboxTimeoutMs ?? SANDBOX_TIMEOUT_MS;
   }
 
-  async createEnvironment(key: TaskKey): Promise<BackendEnvironment> {
+  async createEnvironment(key: TaskKey, options?: CreateEnvironmentOptions): Promise<BackendEnvironment> {
     if (this.#closed) throw new UnavailableError('the modal backend is closed');
     const id = taskKeyString(key);
     if (this.#environments.has(id)) throw new FailedPreconditionError(`an environment for task ${id} already exists on this executor`);
     const logger = this.#o.logger?.child({ backend: 'modal', task: id });
-    let opened = await this.openSandbox(key, true, logger);
+    const fork = options?.fromSnapshot ? await this.#forkImage(key.tenant, options.fromSnapshot.id) : undefined;
+    let opened = await this.openSandbox(key, !fork, logger, fork);
     let live: LiveSandbox;
     try {
       live = await this.attach(opened.sandbox, key, logger, opened.createdAt);
@@ -371,6 +385,37 @@ export class ModalBackend implements Backend {
       channel.close();
       throw err;
     }
+  }
+
+  async #forkImage(tenant: string, snapshotId: string): Promise<ModalSdk.Image> {
+    const record = await this.#tenantSnapshots.get(tenant, snapshotId);
+    if (!record) throw new NotFoundError(unknownSnapshotMessage(snapshotId));
+    try {
+      return await this.#client.images.fromId(record.imageId);
+    } catch (err) {
+      throw modalError(err, `opening the image of snapshot ${snapshotId}`);
+    }
+  }
+
+  async snapshot(
+    key: TaskKey,
+    env: BackendEnvironment,
+    snapshot: Omit<BackendSnapshot, 'sizeBytes' | 'includesProcesses'>,
+  ): Promise<BackendSnapshot> {
+    if (!(env instanceof ModalEnvironment)) throw new FailedPreconditionError(`task ${taskKeyString(key)} has no modal environment`);
+    const imageId = await env.snapshotFiles();
+    // Modal does not report an image's size.
+    const full: BackendSnapshot = { ...snapshot, sizeBytes: 0, includesProcesses: false };
+    await this.#tenantSnapshots.put({ snapshot: full, imageId });
+    return full;
+  }
+
+  async listSnapshots(tenant: string): Promise<BackendSnapshot[]> {
+    return (await this.#tenantSnapshots.list(tenant)).map((r) => r.snapshot);
+  }
+
+  async deleteSnapshot(tenant: string, id: string): Promise<boolean> {
+    return (await this.#tenantSnapshots.delete(tenant, id)) !== undefined;
   }
 
   /** Remembers (or forgets) the snapshot a persistent task's next sandbox starts from. */

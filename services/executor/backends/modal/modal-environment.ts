@@ -95,6 +95,16 @@ export class ModalEnvironment extends PlacedChannelEnvironment<LiveSandbox> {
     return this.link.sandbox.sandboxId;
   }
 
+  /** Snapshots the current sandbox's files (a tenant's snapshot); the image id. */
+  async snapshotFiles(): Promise<string> {
+    this.assertLive();
+    try {
+      return (await this.link.sandbox.snapshotFilesystem()).imageId;
+    } catch (err) {
+      throw modalError(err, 'snapshotting the sandbox');
+    }
+  }
+
   /** Renewed when the sandbox's timeout is near. */
   protected override isStale(live: LiveSandbox): boolean {
     const timeout = this.#backend.sandboxTimeoutMs;
