@@ -7,13 +7,11 @@ import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
 import { after, before, describe } from 'node:test';
 import Dockerode from 'dockerode';
-import { silentLogger } from '../../services/common/logging.js';
-import { DaytonaBackend } from '../../services/executor/backends/daytona/daytona-backend.js';
 import { DaytonaEnvironment } from '../../services/executor/backends/daytona/daytona-environment.js';
 import { AgentChannel } from '../../services/executor/backends/shared/agent/agent-channel.js';
 import { runBackendConformance } from '../../services/conformance/backend-conformance.js';
-import { SANDBOX_IMAGE, dockerUnavailableReason } from '../support/docker-fixtures.js';
-import { startDaytonaStandIn, type RunningStandIn } from '../support/daytona-standin.js';
+import { dockerUnavailableReason } from '../support/docker-fixtures.js';
+import { startDaytonaStandIn, startStandInBackend, type RunningStandIn } from '../support/daytona-standin.js';
 
 const docker = new Dockerode();
 const unavailable = await dockerUnavailableReason(docker);
@@ -27,19 +25,7 @@ if (unavailable) {
   });
   runBackendConformance(
     'daytona',
-    async () =>
-      DaytonaBackend.start({
-        image: SANDBOX_IMAGE,
-        persistent: false,
-        cpus: 1,
-        memoryMiB: 1024,
-        env: { LANG: 'C.UTF-8' },
-        network: () => ({}),
-        apiKey: standIn!.apiKey,
-        apiUrl: standIn!.apiUrl,
-        target: 'stand-in',
-        logger: silentLogger(),
-      }),
+    () => startStandInBackend(standIn!),
     {
       sharedHost: false,
       tenant: `daytona-conformance-${randomBytes(4).toString('hex')}`,

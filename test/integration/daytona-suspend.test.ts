@@ -10,11 +10,12 @@ import { after, before, describe, it } from 'node:test';
 import { Daytona } from '@daytonaio/sdk';
 import Dockerode from 'dockerode';
 import { silentLogger } from '../../services/common/logging.js';
-import { DaytonaBackend, sandboxName } from '../../services/executor/backends/daytona/daytona-backend.js';
+import type { DaytonaBackend} from '../../services/executor/backends/daytona/daytona-backend.js';
+import { sandboxName } from '../../services/executor/backends/daytona/daytona-backend.js';
 import { TaskEnvironments } from '../../services/executor/task-environment.js';
 import { runSuspendConformance } from '../../services/conformance/suspend-conformance.js';
-import { SANDBOX_IMAGE, dockerUnavailableReason } from '../support/docker-fixtures.js';
-import { startDaytonaStandIn, type RunningStandIn } from '../support/daytona-standin.js';
+import { dockerUnavailableReason } from '../support/docker-fixtures.js';
+import { startDaytonaStandIn, startStandInBackend, type RunningStandIn } from '../support/daytona-standin.js';
 
 const docker = new Dockerode();
 const unavailable = await dockerUnavailableReason(docker);
@@ -22,18 +23,7 @@ const tenant = `daytona-suspend-${randomBytes(4).toString('hex')}`;
 let standIn: RunningStandIn | undefined;
 
 function startBackend(): Promise<DaytonaBackend> {
-  return DaytonaBackend.start({
-    image: SANDBOX_IMAGE,
-    persistent: false,
-    cpus: 1,
-    memoryMiB: 1024,
-    env: { LANG: 'C.UTF-8' },
-    network: () => ({}),
-    apiKey: standIn!.apiKey,
-    apiUrl: standIn!.apiUrl,
-    target: 'stand-in',
-    logger: silentLogger(),
-  });
+  return startStandInBackend(standIn!);
 }
 
 if (unavailable) {

@@ -7,6 +7,9 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { silentLogger } from '../../services/common/logging.js';
+import { DaytonaBackend, type DaytonaBackendOptions } from '../../services/executor/backends/daytona/daytona-backend.js';
+import { SANDBOX_IMAGE } from './docker-fixtures.js';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 /** dist/test/standins/main.js, the `standin` npm script. */
@@ -57,4 +60,21 @@ export async function startDaytonaStandIn(env: Readonly<Record<string, string>> 
       return exited;
     },
   };
+}
+
+/** A daytona backend on the stand-in as the tests run it (the sandbox image, 1 CPU, 1 GiB, not persistent), with `extra` over it. */
+export function startStandInBackend(standIn: RunningStandIn, extra: Partial<DaytonaBackendOptions> = {}): Promise<DaytonaBackend> {
+  return DaytonaBackend.start({
+    image: SANDBOX_IMAGE,
+    persistent: false,
+    cpus: 1,
+    memoryMiB: 1024,
+    env: { LANG: 'C.UTF-8' },
+    network: () => ({}),
+    apiKey: standIn.apiKey,
+    apiUrl: standIn.apiUrl,
+    target: 'stand-in',
+    logger: silentLogger(),
+    ...extra,
+  });
 }
