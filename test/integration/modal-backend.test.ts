@@ -84,6 +84,19 @@ describe('modal backend', { skip: unavailable }, () => {
     await second.dispose();
   });
 
+  it('suspends by terminating the sandbox after a snapshot of its files, and resumes in a new sandbox from it', { timeout: 120_000 }, async () => {
+    const backend = await start({ persistent: false });
+    const env = await backend.createEnvironment(key());
+    await run(env, 'echo kept > ~/suspended.txt');
+    const firstId = sandboxIdOf(env);
+    assert.deepEqual(await env.suspend!(), { processesKept: false });
+    assert.deepEqual(await containersOf(firstId), [], 'a suspended task holds no sandbox');
+    await env.resume!();
+    assert.notEqual(sandboxIdOf(env), firstId);
+    assert.equal((await run(env, 'cat ~/suspended.txt')).output, 'kept\n');
+    await env.dispose();
+  });
+
   it('starts a non-persistent task afresh after release', { timeout: 120_000 }, async () => {
     const backend = await start({ persistent: false });
     const task = key();

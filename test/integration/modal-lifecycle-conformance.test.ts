@@ -1,7 +1,7 @@
 /**
- * The lifecycle cases of the conformance suite (snapshots, forks) on the
- * modal backend against the Modal stand-in (filesystem snapshots as images;
- * no processes kept).
+ * The lifecycle cases of the conformance suite (snapshots, forks; suspend
+ * and resume) on the modal backend against the Modal stand-in (filesystem
+ * snapshots as images; no processes kept).
  */
 import { randomBytes } from 'node:crypto';
 import { mkdtemp, rm } from 'node:fs/promises';
@@ -12,6 +12,7 @@ import Dockerode from 'dockerode';
 import { silentLogger } from '../../services/common/logging.js';
 import { ModalBackend } from '../../services/executor/backends/modal/modal-backend.js';
 import { runLifecycleConformance } from '../../services/conformance/lifecycle-conformance.js';
+import { runSuspendConformance } from '../../services/conformance/suspend-conformance.js';
 import { SANDBOX_IMAGE, dockerUnavailableReason } from '../support/docker-fixtures.js';
 import { startModalStandin } from '../support/modal-standin-process.js';
 
@@ -26,15 +27,13 @@ if (unavailable) {
   Object.assign(process.env, standin.env);
   const stateDir = await mkdtemp(path.join(os.tmpdir(), 'berth-modal-lifecycle-'));
   const backends: ModalBackend[] = [];
-  runLifecycleConformance(
-    'modal',
-    async () => {
-      const backend = await ModalBackend.start({ image: SANDBOX_IMAGE, stateDir, cpu: 1, memoryMiB: 512, logger: silentLogger() });
-      backends.push(backend);
-      return backend;
-    },
-    { snapshots: true, tenant, timeScale: 3 },
-  );
+  const start = async () => {
+    const backend = await ModalBackend.start({ image: SANDBOX_IMAGE, stateDir, cpu: 1, memoryMiB: 512, logger: silentLogger() });
+    backends.push(backend);
+    return backend;
+  };
+  runLifecycleConformance('modal', start, { snapshots: true, tenant, timeScale: 3 });
+  runSuspendConformance('modal', start, { tenant: `${tenant}-suspend`, timeScale: 3 });
   after(async () => {
     await Promise.all(backends.map((b) => b.close().catch(() => undefined)));
     for (const name of ['MODAL_SERVER_URL', 'MODAL_TOKEN_ID', 'MODAL_TOKEN_SECRET']) {

@@ -164,7 +164,12 @@ export class ModalBackend implements Backend {
       hostFilesystem: false,
       sharesRpcDir: true,
       // Files only: a Modal filesystem snapshot keeps no memory or processes.
-      lifecycle: { snapshot: true, processes: false, suspend: false },
+      lifecycle: {
+        snapshot: true,
+        processes: false,
+        suspend: true,
+        notes: ["suspend snapshots the sandbox's files and terminates it; resuming starts a new sandbox from that snapshot: background processes end"],
+      },
     };
   }
 
@@ -340,12 +345,15 @@ export class ModalBackend implements Backend {
     }
   }
 
-  /** Starts the agent in `sandbox` and prepares the task's state directory. */
-  async attach(sandbox: ModalSdk.Sandbox, key: TaskKey, logger: Logger | undefined, createdAt: number): Promise<LiveSandbox> {
+  /**
+   * Starts the agent in `sandbox` and prepares the task's state directory:
+   * a new one, or `stateDir` as the image holds it (a resumed suspension).
+   */
+  async attach(sandbox: ModalSdk.Sandbox, key: TaskKey, logger: Logger | undefined, createdAt: number, keptStateDir?: string): Promise<LiveSandbox> {
     const description = `modal:${sandboxName(key)} (${sandbox.sandboxId})`;
     const agent = await loadAgentScript();
     // The task's private directory in the sandbox (made 0700 below); the agent waits in it after a dropped stream.
-    const stateDir = `/tmp/berth-state-${randomBytes(8).toString('hex')}`;
+    const stateDir = keptStateDir ?? `/tmp/berth-state-${randomBytes(8).toString('hex')}`;
     let previous: ModalAgentProcess | undefined;
     let channel: AgentChannel;
     try {

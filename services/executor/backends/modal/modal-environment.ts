@@ -5,6 +5,7 @@
  * its files; release snapshots (persistent mode) and terminates it.
  */
 import type * as ModalSdk from 'modal';
+import { FailedPreconditionError } from '../../../common/errors.js';
 import type { Logger } from '../../../common/logging.js';
 import type { RpcRelay, TaskKey } from '../../backend.js';
 import type { AgentChannel } from '../shared/agent/agent-channel.js';
@@ -51,7 +52,7 @@ export interface ModalSandboxes {
   /** A new sandbox for the task (from `image`, or its snapshot, or the configured image). */
   openSandbox(key: TaskKey, reattach: boolean, logger: Logger | undefined, image?: ModalSdk.Image): Promise<OpenedSandbox>;
   /** Starts the agent in a sandbox and prepares the task's directories in it. */
-  attach(sandbox: ModalSdk.Sandbox, key: TaskKey, logger: Logger | undefined, createdAt: number): Promise<LiveSandbox>;
+  attach(sandbox: ModalSdk.Sandbox, key: TaskKey, logger: Logger | undefined, createdAt: number, keptStateDir?: string): Promise<LiveSandbox>;
   /** Remembers (or forgets) the snapshot a persistent task's next sandbox starts from. */
   recordSnapshot(key: TaskKey, imageId: string | undefined): Promise<void>;
 }
@@ -72,6 +73,8 @@ export class ModalEnvironment extends PlacedChannelEnvironment<LiveSandbox> {
   readonly #backend: ModalSandboxes;
   readonly #key: TaskKey;
   readonly #s: EnvironmentSettings;
+  /** While suspended: the snapshot of the terminated sandbox's files, which resuming starts from. */
+  #suspendedImage: ModalSdk.Image | undefined;
   /**
    * execute_code runs in the sandbox itself: the agent makes the run dir and
    * rpc.sock there and relays each connection over its stream, so the
@@ -103,6 +106,44 @@ export class ModalEnvironment extends PlacedChannelEnvironment<LiveSandbox> {
     } catch (err) {
       throw modalError(err, 'snapshotting the sandbox');
     }
+  }
+
+  /**
+   * Suspends: snapshots the sandbox's files (the runner's state directory
+   * with them) and terminates it, so nothing runs or is billed. Background
+   * processes end.
+   */
+  async suspend(): Promise<{ readonly processesKept: boolean }> {
+    await this.suspendLink(async (live) => {
+      let image: ModalSdk.Image;
+      try {
+        image = await live.sandbox.snapshotFilesystem();
+      } catch (err) {
+        throw modalError(err, 'snapshotting the sandbox for the suspension');
+      }
+      this.#suspendedImage = image;
+      live.channel.close();
+      await live.sandbox.terminate().catch((err: unknown) => this.#s.logger?.warn({ err }, 'terminating the suspended sandbox failed'));
+      live.sandbox.detach();
+    });
+    return { processesKept: false };
+  }
+
+  /** Starts a new sandbox from the suspension's snapshot, its agent on the same state directory. */
+  async resume(): Promise<void> {
+    await this.resumeLink(async (suspended) => {
+      const image = this.#suspendedImage;
+      if (!image) throw new FailedPreconditionError(`${suspended.description} is not suspended`);
+      const opened = await this.#backend.openSandbox(this.#key, false, this.#s.logger, image);
+      try {
+        const next = await this.#backend.attach(opened.sandbox, this.#key, this.#s.logger, opened.createdAt, suspended.stateDir);
+        this.#suspendedImage = undefined;
+        return next;
+      } catch (err) {
+        await opened.sandbox.terminate().catch(() => undefined);
+        throw err;
+      }
+    });
   }
 
   /** Renewed when the sandbox's timeout is near. */
@@ -165,7 +206,10 @@ export class ModalEnvironment extends PlacedChannelEnvironment<LiveSandbox> {
   protected async releaseLink(live: LiveSandbox): Promise<void> {
     const logger = this.#s.logger;
     live.channel.close();
-    if (this.#s.persistent) {
+    if (this.#s.persistent && this.#suspendedImage) {
+      // Released while suspended: the sandbox is gone already, its files are in the suspension's snapshot.
+      await this.#backend.recordSnapshot(this.#key, this.#suspendedImage.imageId).catch((err: unknown) => logger?.warn({ err }, 'recording the task\'s snapshot failed'));
+    } else if (this.#s.persistent) {
       try {
         const image = await live.sandbox.snapshotFilesystem();
         await this.#backend.recordSnapshot(this.#key, image.imageId);
