@@ -27,6 +27,9 @@ import { execInPod } from './pod-exec.js';
 /** Default largest archive a snapshot may hold. */
 export const DEFAULT_SNAPSHOT_MAX_BYTES = 256 * 1024 * 1024;
 
+/** Under the store's root: one archive per suspended task (not a tenant's directory: those are hex hashes). */
+const SUSPENDED_DIR = 'suspended';
+
 /** A temporary file older than this belongs to a snapshot that will never finish. */
 const PART_MAX_AGE_MS = 30 * 60 * 1000;
 
@@ -81,8 +84,8 @@ export class KubeSnapshots {
     return path.join(this.#o.root, this.#o.ownerOf(tenant));
   }
 
-  /** Archives `dirs` of `pod` into the store; the metadata is written last. */
-  async take(pod: string, dirs: readonly string[], snapshot: Omit<BackendSnapshot, 'sizeBytes' | 'includesProcesses'>): Promise<BackendSnapshot> {
+  /** The archive of what is in `dirs` of `pod`, at most the cap; `what` names the operation in errors. */
+  async #archive(pod: string, dirs: readonly string[], what: 'snapshot' | 'suspension'): Promise<Buffer> {
     const max = this.#o.maxBytes;
     // Relative to /, so the archive extracts at the same paths in the fork's pod; without the
     // directories themselves (mount points the fork's uid cannot chmod), only what is in them.
@@ -91,12 +94,24 @@ export class KubeSnapshots {
     const out = await execInPod(this.#o.api, pod, ['sh', '-c', script, 'sh', ...relative], undefined, max + 1);
     if (out.stdout.length > max) {
       throw new FailedPreconditionError(
-        `snapshot refused: the task's files (${dirs.join(', ')}) make an archive larger than kubernetes snapshots allow (${max} bytes); remove what the task does not need and snapshot again`,
+        `${what} refused: the task's files (${dirs.join(', ')}) make an archive larger than kubernetes ${what}s allow (${max} bytes); remove what the task does not need and try again`,
       );
     }
     if (out.code !== 0) {
-      throw new UnavailableError(`snapshot of pod ${pod} failed: tar exited ${out.code}: ${out.stderr.toString('utf8', 0, 2000).trim()}`);
+      throw new UnavailableError(`${what} of pod ${pod} failed: tar exited ${out.code}: ${out.stderr.toString('utf8', 0, 2000).trim()}`);
     }
+    return out.stdout;
+  }
+
+  /** Extracts an archive made by {@link #archive} in `pod`, as the pod's user. */
+  async #extract(pod: string, archive: Uint8Array, what: string): Promise<void> {
+    const out = await execInPod(this.#o.api, pod, ['tar', '--no-overwrite-dir', '-C', '/', '-xf', '-'], archive);
+    if (out.code !== 0) throw new UnavailableError(`restoring ${what} into pod ${pod} failed: tar exited ${out.code}: ${out.stderr.toString('utf8', 0, 2000).trim()}`);
+  }
+
+  /** Archives `dirs` of `pod` into the store; the metadata is written last. */
+  async take(pod: string, dirs: readonly string[], snapshot: Omit<BackendSnapshot, 'sizeBytes' | 'includesProcesses'>): Promise<BackendSnapshot> {
+    const archive = await this.#archive(pod, dirs, 'snapshot');
     const dir = this.#dir(snapshot.tenant);
     await mkdir(dir, { recursive: true, mode: 0o700 });
     const owner = this.#o.ownerOf(snapshot.tenant);
@@ -109,9 +124,9 @@ export class KubeSnapshots {
       cwd: snapshot.shell.cwd,
       script: snapshot.shell.script,
     };
-    await writeAtomically(path.join(dir, `${snapshot.id}.tar`), out.stdout);
+    await writeAtomically(path.join(dir, `${snapshot.id}.tar`), archive);
     await writeAtomically(path.join(dir, `${snapshot.id}.json`), JSON.stringify(meta));
-    return snapshotFromMeta(JSON.stringify(meta), snapshot.tenant, owner, out.stdout.length)!;
+    return snapshotFromMeta(JSON.stringify(meta), snapshot.tenant, owner, archive.length)!;
   }
 
   /** The tenant's complete snapshots; removes leftovers of snapshots cut off long ago. */
@@ -147,8 +162,35 @@ export class KubeSnapshots {
   async restore(pod: string, snapshot: BackendSnapshot): Promise<void> {
     if (!(await this.find(snapshot.tenant, snapshot.id))) throw new NotFoundError(unknownSnapshotMessage(snapshot.id));
     const archive = await readFile(path.join(this.#dir(snapshot.tenant), `${snapshot.id}.tar`));
-    const out = await execInPod(this.#o.api, pod, ['tar', '--no-overwrite-dir', '-C', '/', '-xf', '-'], archive);
-    if (out.code !== 0) throw new UnavailableError(`restoring snapshot ${snapshot.id} into pod ${pod} failed: tar exited ${out.code}: ${out.stderr.toString('utf8', 0, 2000).trim()}`);
+    await this.#extract(pod, archive, `snapshot ${snapshot.id}`);
+  }
+
+  #suspensionFile(task: string): string {
+    return path.join(this.#o.root, SUSPENDED_DIR, `${task}.tar`);
+  }
+
+  /** Keeps what is in `dirs` of `pod` for the task's resumption (the pod is deleted next). `task`: its keyed label value. */
+  async suspend(task: string, pod: string, dirs: readonly string[]): Promise<void> {
+    const archive = await this.#archive(pod, dirs, 'suspension');
+    await mkdir(path.dirname(this.#suspensionFile(task)), { recursive: true, mode: 0o700 });
+    await writeAtomically(this.#suspensionFile(task), archive);
+  }
+
+  /** Extracts the task's suspension into `pod` and forgets it. */
+  async resumeInto(task: string, pod: string): Promise<void> {
+    let archive: Buffer;
+    try {
+      archive = await readFile(this.#suspensionFile(task));
+    } catch (err) {
+      throw new UnavailableError(`the files kept for the task's suspension are gone (${(err as Error).message})`);
+    }
+    await this.#extract(pod, archive, "the suspended task's files");
+    await this.forgetSuspension(task);
+  }
+
+  /** Removes the task's suspension archive, if any (resumed, or released while suspended). */
+  async forgetSuspension(task: string): Promise<void> {
+    await rm(this.#suspensionFile(task), { force: true });
   }
 
   /** Removes the metadata first: a half-deleted snapshot is not listed. */

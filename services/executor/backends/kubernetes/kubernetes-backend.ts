@@ -178,12 +178,13 @@ export class KubernetesBackend implements Backend, TaskPods {
       lifecycle: {
         snapshot: this.#snapshots !== undefined,
         processes: false,
-        suspend: false,
-        notes: [
-          this.#snapshots
-            ? "snapshots are copies of the task's workspace and home (tar in the pod, kept under executor.state_root); running processes are not kept"
-            : 'snapshots need executor.state_root, where the kubernetes backend keeps them',
-        ],
+        suspend: this.#snapshots !== undefined,
+        notes: this.#snapshots
+          ? [
+              "snapshots are copies of the task's workspace and home (tar in the pod, kept under executor.state_root); running processes are not kept",
+              "suspend keeps the task's files (workspace, home, /tmp) and shell state under executor.state_root and deletes its pod; resuming starts a new pod with them: background processes end",
+            ]
+          : ['snapshots and suspension need executor.state_root, where the kubernetes backend keeps them'],
       },
     };
   }
@@ -301,8 +302,42 @@ export class KubernetesBackend implements Backend, TaskPods {
     return { live: await this.startPod(key, logger) };
   }
 
-  /** A new running pod for the task (claimed from the warm pool, else created) with its agent; nothing is left behind on failure. */
-  async startPod(key: TaskKey, logger: Logger | undefined): Promise<LivePod> {
+  /**
+   * Suspends the task: keeps what its next pod needs (/tmp, with the
+   * runner's state directory, and without claims the workspace and home)
+   * under the state root, then deletes the pod at once and waits until it
+   * is gone, so a suspended task holds nothing in the cluster.
+   */
+  async suspendPod(key: TaskKey, live: LivePod): Promise<void> {
+    if (!this.#snapshots) throw new FailedPreconditionError('the kubernetes backend suspends tasks only with executor.state_root');
+    const dirs = this.#o.persistent ? ['/tmp'] : [WORKSPACE_DIR, live.homeDir, '/tmp'];
+    await this.#snapshots.suspend(taskLabelValues(this.#o.labelSecret, key).task, live.pod, dirs);
+    await this.#api.deletePod(live.pod, 0);
+    await this.podGone(live.pod);
+  }
+
+  /** A new pod for a suspended task, its kept files extracted before the agent starts on the same state directory. */
+  resumePod(key: TaskKey, suspended: LivePod, logger: Logger | undefined): Promise<LivePod> {
+    const snapshots = this.#snapshots;
+    if (!snapshots) throw new FailedPreconditionError('the kubernetes backend suspends tasks only with executor.state_root');
+    const task = taskLabelValues(this.#o.labelSecret, key).task;
+    return this.startPod(key, logger, { stateDir: suspended.stateDir, prepare: (pod) => snapshots.resumeInto(task, pod) });
+  }
+
+  /** Forgets what a suspension of the task kept (it was released). */
+  async forgetSuspension(key: TaskKey): Promise<void> {
+    await this.#snapshots?.forgetSuspension(taskLabelValues(this.#o.labelSecret, key).task);
+  }
+
+  /**
+   * A new running pod for the task (claimed from the warm pool, else created) with its agent; nothing is left behind on failure.
+   * `resume`: the state directory to use, and what to put in the pod before the agent starts (a resumed suspension).
+   */
+  async startPod(
+    key: TaskKey,
+    logger: Logger | undefined,
+    resume?: { readonly stateDir: string; readonly prepare: (pod: string) => Promise<void> },
+  ): Promise<LivePod> {
     if (this.#closed) throw new UnavailableError('the kubernetes backend is closed');
     const { tenant, task } = taskLabelValues(this.#o.labelSecret, key);
     const policy = await this.#ensurePolicy(this.policyOf(key.tenant));
@@ -327,7 +362,8 @@ export class KubernetesBackend implements Backend, TaskPods {
       logger?.info({ pod: name }, 'task pod started');
     }
     try {
-      return await this.#attach(name, logger);
+      await resume?.prepare(name);
+      return await this.#attach(name, logger, resume?.stateDir);
     } catch (err) {
       await this.#api.deletePod(name, 0).catch(() => undefined);
       throw err;
@@ -359,9 +395,9 @@ export class KubernetesBackend implements Backend, TaskPods {
   }
 
   /** Starts the agent in `pod` (or the per-command channel, for an image without python3) and prepares the task's directories there. */
-  async #attach(pod: string, logger: Logger | undefined): Promise<LivePod> {
+  async #attach(pod: string, logger: Logger | undefined, keptStateDir?: string): Promise<LivePod> {
     const description = `pod ${pod} (namespace ${this.#api.namespace})`;
-    const stateDir = `/tmp/berth-state-${randomBytes(8).toString('hex')}`;
+    const stateDir = keptStateDir ?? `/tmp/berth-state-${randomBytes(8).toString('hex')}`;
     const channel = this.#noAgent === undefined ? await this.#startAgent(pod, description, stateDir, logger) : undefined;
     return this.#prepare(pod, description, stateDir, channel ?? new PodExecChannel(this.#api, pod, description, logger));
   }

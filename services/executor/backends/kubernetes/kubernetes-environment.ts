@@ -49,6 +49,12 @@ export interface TaskPods {
   podFate(pod: string): Promise<PodFate>;
   /** A new running pod for the task, with its agent. */
   startPod(key: TaskKey, logger: Logger | undefined): Promise<LivePod>;
+  /** Keeps what the task's next pod needs, then deletes `live`'s pod. */
+  suspendPod(key: TaskKey, live: LivePod): Promise<void>;
+  /** A new pod for the suspended task, with what {@link suspendPod} kept and the same state directory. */
+  resumePod(key: TaskKey, suspended: LivePod, logger: Logger | undefined): Promise<LivePod>;
+  /** Forgets what a suspension kept (the task was released). */
+  forgetSuspension(key: TaskKey): Promise<void>;
   /** Deletes the pod (gone already is fine). */
   deletePod(pod: string): Promise<void>;
   /** Resolves once the pod no longer exists (or after a bounded wait). */
@@ -140,6 +146,24 @@ export class KubernetesEnvironment extends PlacedChannelEnvironment<LivePod> {
     return { link: next, recreated: true, notices: [notice] };
   }
 
+  /**
+   * Suspends: the task's files and shell state are kept under the
+   * executor's state root and its pod is deleted (no CPU or memory held in
+   * the cluster). Background processes end.
+   */
+  async suspend(): Promise<{ readonly processesKept: boolean }> {
+    await this.suspendLink(async (live) => {
+      live.channel.close();
+      await this.#pods.suspendPod(this.#key, live);
+    });
+    return { processesKept: false };
+  }
+
+  /** A new pod with the kept files, the runner's state where it was. */
+  async resume(): Promise<void> {
+    await this.resumeLink((suspended) => this.#pods.resumePod(this.#key, suspended, this.#s.logger));
+  }
+
   protected async discardLink(next: LivePod): Promise<void> {
     next.channel.close();
     await this.#pods.deletePod(next.pod).catch(() => undefined);
@@ -155,6 +179,7 @@ export class KubernetesEnvironment extends PlacedChannelEnvironment<LivePod> {
     const logger = this.#s.logger;
     live.channel.close();
     try {
+      await this.#pods.forgetSuspension(this.#key);
       await this.#pods.deletePod(live.pod);
       if (this.#reason === 'end_task' && this.#pods.persistent) {
         // A claim a pod still uses stays Terminating until the pod is gone: wait for it, so EndTask returns with both gone.
