@@ -130,9 +130,11 @@ describe('berth doctor', () => {
       assert.match(out, /^ok {4}commands reach the Modal sandbox through the exec agent, on one exec of Modal's SDK; execute_code runs in the sandbox$/m);
       assert.match(out, /^ok {4}network policy: egress none is applied as Modal's blockNetwork$/m);
       assert.match(out, /^ok {4}release terminated the Modal sandbox$/m);
+      assert.match(out, /^ok {4}lifecycle of the modal backend: snapshot yes, processes in snapshots no, suspend yes$/m);
+      assert.match(out, /^ok {4}a task suspends \(\d+ ms\) and its next command resumes it \(\d+ ms\)$/m);
       // The one warning: the stand-in is on a loopback address, so the SDK skips TLS to its command router.
       assert.match(out, /^warn {2}the Modal SDK reaches the command router without TLS because MODAL_SERVER_URL is a loopback address/m);
-      assert.match(lines(out).at(-1)!, /^7 ok, 1 warnings, 0 failed$/);
+      assert.match(lines(out).at(-1)!, /^9 ok, 1 warnings, 0 failed$/);
       assert.deepEqual(await sandboxes(), []);
     });
 
