@@ -13,11 +13,11 @@ import { randomBytes } from 'node:crypto';
 import { after, before, describe } from 'node:test';
 import Dockerode from 'dockerode';
 import { silentLogger } from '../../services/common/logging.js';
-import { DaytonaBackend } from '../../services/executor/backends/daytona/daytona-backend.js';
+import type { DaytonaBackend } from '../../services/executor/backends/daytona/daytona-backend.js';
 import { TaskEnvironments } from '../../services/executor/task-environment.js';
 import { agentCodeRunnerCases } from '../support/code-runner-agent-cases.js';
-import { SANDBOX_IMAGE, dockerUnavailableReason } from '../support/docker-fixtures.js';
-import { startDaytonaStandIn, type RunningStandIn } from '../support/daytona-standin.js';
+import { dockerUnavailableReason } from '../support/docker-fixtures.js';
+import { startDaytonaStandIn, startStandInBackend, type RunningStandIn } from '../support/daytona-standin.js';
 
 const docker = new Dockerode();
 const skip = await dockerUnavailableReason(docker);
@@ -29,18 +29,7 @@ describe('CodeRunner on the daytona backend (socket relayed over the agent PTY s
 
   before(async () => {
     standIn = await startDaytonaStandIn();
-    backend = await DaytonaBackend.start({
-      image: SANDBOX_IMAGE,
-      persistent: false,
-      cpus: 1,
-      memoryMiB: 1024,
-      env: { LANG: 'C.UTF-8' },
-      network: () => ({}),
-      apiKey: standIn.apiKey,
-      apiUrl: standIn.apiUrl,
-      target: 'stand-in',
-      logger: silentLogger(),
-    });
+    backend = await startStandInBackend(standIn);
     environments = new TaskEnvironments({ backend, logger: silentLogger(), lifetimeSeconds: 0 });
   });
 

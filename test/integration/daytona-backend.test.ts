@@ -10,7 +10,6 @@ import { randomBytes } from 'node:crypto';
 import { after, before, describe, it } from 'node:test';
 import { Daytona, DaytonaNotFoundError, type DaytonaError } from '@daytonaio/sdk';
 import Dockerode from 'dockerode';
-import { silentLogger } from '../../services/common/logging.js';
 import type { BackendEnvironment, ExecOptions, TaskKey } from '../../services/executor/backend.js';
 import {
   DaytonaBackend,
@@ -20,7 +19,7 @@ import {
 import { setTimeout as sleep } from 'node:timers/promises';
 import { DaytonaStandIn } from '../standins/daytona/server.js';
 import { SANDBOX_IMAGE, dockerUnavailableReason } from '../support/docker-fixtures.js';
-import { startDaytonaStandIn, type RunningStandIn } from '../support/daytona-standin.js';
+import { startDaytonaStandIn, startStandInBackend, type RunningStandIn } from '../support/daytona-standin.js';
 
 const docker = new Dockerode();
 const skip = await dockerUnavailableReason(docker);
@@ -53,19 +52,7 @@ describe('daytona backend through the SDK against the stand-in', { skip, timeout
   };
 
   const start = async (extra: Partial<DaytonaBackendOptions> = {}) => {
-    const backend = await DaytonaBackend.start({
-      image: SANDBOX_IMAGE,
-      persistent: false,
-      cpus: 1,
-      memoryMiB: 1024,
-      env: { LANG: 'C.UTF-8' },
-      network: () => ({}),
-      apiKey: standIn.apiKey,
-      apiUrl: standIn.apiUrl,
-      target: 'stand-in',
-      logger: silentLogger(),
-      ...extra,
-    });
+    const backend = await startStandInBackend(standIn, extra);
     backends.push(backend);
     return backend;
   };

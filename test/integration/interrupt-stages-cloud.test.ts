@@ -16,10 +16,10 @@ import { after, before, describe } from 'node:test';
 import { Daytona } from '@daytonaio/sdk';
 import Dockerode from 'dockerode';
 import { silentLogger } from '../../services/common/logging.js';
-import { DaytonaBackend, sandboxName } from '../../services/executor/backends/daytona/daytona-backend.js';
+import { sandboxName } from '../../services/executor/backends/daytona/daytona-backend.js';
 import { ModalBackend } from '../../services/executor/backends/modal/modal-backend.js';
 import { ModalEnvironment } from '../../services/executor/backends/modal/modal-environment.js';
-import { startDaytonaStandIn, type RunningStandIn } from '../support/daytona-standin.js';
+import { startDaytonaStandIn, startStandInBackend, type RunningStandIn } from '../support/daytona-standin.js';
 import { dockerUnavailableReason, heldCreateDockerProxy, SANDBOX_IMAGE } from '../support/docker-fixtures.js';
 import { runInterruptStages } from '../support/interrupt-stages.js';
 import { startModalStandin, type StandinProcess } from '../support/modal-standin-process.js';
@@ -76,18 +76,7 @@ if (unavailable) {
   runInterruptStages(
     'daytona (stand-in)',
     async () =>
-      DaytonaBackend.start({
-        image: SANDBOX_IMAGE,
-        persistent: false,
-        cpus: 1,
-        memoryMiB: 1024,
-        env: { LANG: 'C.UTF-8' },
-        network: () => ({}),
-        apiKey: daytona!.apiKey,
-        apiUrl: daytona!.apiUrl,
-        target: 'stand-in',
-        logger: silentLogger(),
-      }),
+      startStandInBackend(daytona!),
     {
       backend: 'daytona',
       relay: true,
