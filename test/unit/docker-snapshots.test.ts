@@ -13,6 +13,7 @@ import {
   SNAPSHOT_LABEL,
   snapshotFromLabels,
   snapshotLabels,
+  sweepSnapshotLeftovers,
 } from '../../services/executor/backends/docker/docker-snapshots.js';
 
 const made = {
@@ -122,5 +123,33 @@ describe('docker snapshots under gVisor: the commit-visibility probe', () => {
     const { calls, snapshots } = engine((file) => [{ Path: file }]);
     await assert.rejects(snapshots.take('ctr', undefined, made), /test double/);
     assert.equal(calls.commits, 1);
+  });
+});
+
+describe('the orphan sweep of snapshot images (against a test double of the Engine API)', () => {
+  const MINUTE = 60_000;
+  const now = 1_800_000_000_000;
+  /** Untagged snapshot images as `docker images --filter dangling=true` lists them; removing one is recorded. */
+  function engine(images: { Id: string; Labels: Record<string, string> }[]) {
+    const removed: string[] = [];
+    const docker = {
+      listImages: async () => images,
+      getImage: (id: string) => ({ remove: async () => void removed.push(id) }),
+    } as unknown as Dockerode;
+    return { docker, removed };
+  }
+  const finished = (id: string, createdMs: number) => ({ Id: id, Labels: { ...snapshotLabels({ ...made, createdAtMs: createdMs }, 'owner-hash') } });
+  const part = (id: string, partMs: number) => ({ Id: id, Labels: { [SNAPSHOT_LABEL.part]: made.id, [SNAPSHOT_LABEL.partMs]: String(partMs) } });
+
+  test("leaves a finished image made moments ago: it may be another executor's commit, not yet tagged", async () => {
+    const { docker, removed } = engine([finished('sha256:young', now - MINUTE), part('sha256:young-part', now - MINUTE)]);
+    assert.deepEqual(await sweepSnapshotLeftovers(docker, silentLogger(), now), []);
+    assert.deepEqual(removed, []);
+  });
+
+  test('removes untagged images of deleted snapshots and parts of snapshots cut off, once old', async () => {
+    const { docker, removed } = engine([finished('sha256:deleted', now - 31 * MINUTE), part('sha256:cut-off', now - 31 * MINUTE)]);
+    assert.deepEqual(await sweepSnapshotLeftovers(docker, silentLogger(), now), ['sha256:deleted', 'sha256:cut-off']);
+    assert.deepEqual(removed, ['sha256:deleted', 'sha256:cut-off']);
   });
 });

@@ -347,10 +347,16 @@ export class DockerSnapshots {
 
 /**
  * Removes what snapshots left on the Docker host: untagged intermediate
- * images of snapshots cut off half-way (older than {@link PART_MAX_AGE_MS}),
- * and untagged snapshot images (deleted) that no container uses any more.
- * An image in use answers 409 and stays. Helper containers are swept with
- * their executor's other containers.
+ * images of snapshots cut off half-way, and untagged snapshot images
+ * (deleted) that no container uses any more. An image in use answers 409 and
+ * stays. Helper containers are swept with their executor's other containers.
+ *
+ * Only images older than {@link PART_MAX_AGE_MS} go, finished ones too: the
+ * daemon makes a tagged commit's image first and tags it after, so another
+ * executor's snapshot under way shows, for a moment, as an untagged finished
+ * image (its tag then fails with "failed to get digest" if the sweep of an
+ * executor starting on the same host removed it). A deleted snapshot's image
+ * waits for a later sweep instead.
  */
 export async function sweepSnapshotLeftovers(docker: Dockerode, logger: Logger, nowMs = Date.now()): Promise<string[]> {
   const removed: string[] = [];
@@ -358,8 +364,8 @@ export async function sweepSnapshotLeftovers(docker: Dockerode, logger: Logger, 
   for (const image of images) {
     const labels = image.Labels ?? {};
     const finished = (labels[SNAPSHOT_LABEL.owner] ?? '') !== '';
-    const partMs = Number(labels[SNAPSHOT_LABEL.partMs]);
-    if (!finished && Number.isFinite(partMs) && nowMs - partMs < PART_MAX_AGE_MS) continue;
+    const madeMs = Number(finished ? labels[SNAPSHOT_LABEL.createdMs] : labels[SNAPSHOT_LABEL.partMs]);
+    if (Number.isFinite(madeMs) && nowMs - madeMs < PART_MAX_AGE_MS) continue;
     try {
       await docker.getImage(image.Id).remove();
       removed.push(image.Id);
