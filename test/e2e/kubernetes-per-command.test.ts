@@ -86,7 +86,8 @@ describe('berth serve and doctor --backend kubernetes with an image without pyth
     try {
       const { stdout } = await promisify(execFile)(process.execPath, [BERTH_BIN, 'doctor', '--backend', 'kubernetes', '--config', configFile], {
         cwd: REPO_ROOT,
-        env: { ...process.env, KUBECONFIG: k.kubeconfig },
+        // The state root in the test's own directory: the doctor's suspension keeps its archive there.
+        env: { ...process.env, KUBECONFIG: k.kubeconfig, BERTH_STATE_ROOT: path.join(dir, 'state') },
         timeout: 180_000,
       });
       out = { code: 0, stdout };

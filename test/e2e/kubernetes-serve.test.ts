@@ -56,7 +56,8 @@ describe('berth serve and doctor --backend kubernetes against the stand-in', { s
         '',
       ].join('\n'),
     );
-    env = { KUBECONFIG: k.kubeconfig };
+    // The state root in the test's own directory: what the server and the doctor keep there (a suspension's archive) goes with it.
+    env = { KUBECONFIG: k.kubeconfig, BERTH_STATE_ROOT: path.join(dir, 'state') };
     serve = await startServe(['--backend', 'kubernetes', '--config', configFile], { env });
   });
 
