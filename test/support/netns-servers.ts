@@ -89,6 +89,46 @@ async function waitForLine(child: ChildProcess, what: string): Promise<void> {
   });
 }
 
+const NAMESPACE = /^bnt-([0-9a-f]{8})(?:-p(\d+))?$/;
+
+function alive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch (err) {
+    return (err as NodeJS.ErrnoException).code === 'EPERM';
+  }
+}
+
+/**
+ * Removes the namespaces (with their servers, host veth and routes) that a
+ * test process no longer running left behind, e.g. a run killed part-way:
+ * their host end holds the transfer address and routes a new namespace needs.
+ * A namespace names the pid of the process that made it.
+ */
+export async function removeStaleNetns(): Promise<string[]> {
+  const removed: string[] = [];
+  const list = await run('ip', ['netns', 'list']).then((r) => r.stdout, () => '');
+  for (const line of list.split('\n')) {
+    const name = line.split(' ')[0] ?? '';
+    const m = NAMESPACE.exec(name);
+    if (!m || (m[2] !== undefined && alive(Number(m[2])))) continue;
+    const pids = await run('ip', ['netns', 'pids', name]).then((r) => r.stdout.split(/\s+/).filter(Boolean), () => []);
+    for (const pid of pids) {
+      try {
+        process.kill(Number(pid), 'SIGKILL');
+      } catch {
+        // already gone
+      }
+    }
+    // Deleting the host end removes its peer and the routes through it.
+    await run('ip', ['link', 'del', `bnth${m[1]}`]).catch(() => undefined);
+    await run('ip', ['netns', 'del', name]).catch(() => undefined);
+    removed.push(name);
+  }
+  return removed;
+}
+
 /**
  * A namespace holding `addresses` (each routed from the host as a /32),
  * with the echo server on `port` and, when `dns` is given, a DNS server on
@@ -99,8 +139,9 @@ export async function startNetnsServers(
   port: number,
   dns?: { readonly address: string; readonly answer: string },
 ): Promise<NetnsServers> {
+  await removeStaleNetns();
   const tag = randomBytes(4).toString('hex');
-  const name = `bnt-${tag}`;
+  const name = `bnt-${tag}-p${process.pid}`;
   const hostIf = `bnth${tag}`;
   const nsIf = `bntn${tag}`;
   // A /30 joins the two ends; the host end masquerades nothing itself, Docker's NAT does.
