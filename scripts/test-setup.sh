@@ -24,6 +24,7 @@ TOOLS=(
   "ip|iproute2|the network isolation tests' namespaces (isolation tier)"
   "openssl|openssl|certificates made at run time (TLS tests)"
   "docker-compose|docker-compose|the compose stack (deploy tier)"
+  "criu|criu|berth doctor's report of what criu check says (e2e)"
 )
 if [[ ${1:-} == --generators ]]; then
   TOOLS+=(

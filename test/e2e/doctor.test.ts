@@ -82,6 +82,16 @@ describe('berth doctor', () => {
       assert.match(out, /^ok {4}lifecycle of the docker backend: snapshot (yes|no), processes in snapshots (yes|no), suspend yes$/m);
       assert.match(out, /^ok {4}a task suspends \(\d+ ms\) and its next command resumes it \(\d+ ms\)$/m);
       assert.match(out, /^ok {4}docker\.memory_overcommit: this executor admits up to \d+ MiB of sandbox memory limits \(\d+ MiB × 1\.5\), counting this executor's sandboxes \(docker\.memory_scope: executor\); \d+ MiB held now \(this executor's: \d+ MiB\)$/m);
+      // What this host's `criu check` says, asked here independently of the doctor.
+      const criu = await promisify(execFile)('criu', ['check'], { timeout: 20_000 }).then(
+        () => 'passes on this host, but Berth does not checkpoint container memory with it',
+        (err: NodeJS.ErrnoException & { stderr?: string }) =>
+          err.code === 'ENOENT' ? 'is not installed on this host' : `check fails on this host (${(err.stderr ?? '').trim().split('\n').at(-1)!.trim()})`,
+      );
+      assert.ok(
+        lines(out).includes(`ok    processes in snapshots: criu ${criu}: docker snapshots hold files and shell state, not running processes`),
+        `criu ${criu}\n${out}`,
+      );
       assert.match(lines(out).at(-1)!, /^\d+ ok, \d+ warnings, 0 failed$/);
       assert.deepEqual(await leftovers(), []);
     });

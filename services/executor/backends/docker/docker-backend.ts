@@ -285,6 +285,11 @@ export class DockerBackend implements Backend {
     return this.#pool;
   }
 
+  /** docker.runtime ('' for the daemon's default). */
+  get runtime(): string {
+    return this.#options.runtime ?? '';
+  }
+
   /** The installed rules and networks of `docker.network: isolated` (undefined under none or bridge). */
   get networkIsolation(): NetworkIsolation | undefined {
     return this.#isolation;

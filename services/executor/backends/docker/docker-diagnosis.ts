@@ -6,6 +6,7 @@
  */
 import type Dockerode from 'dockerode';
 import type { DiagnosisPhase, DiagnosticFinding, TaskKey } from '../../backend.js';
+import { checkpointFinding, runCriuCheck, type CriuCheck } from './checkpoint-check.js';
 import type { DiskLimitPart, DiskLimitState } from './disk-limits.js';
 import type { DiskUsage } from './disk-meter.js';
 import type { DockerEnvironment } from './docker-environment.js';
@@ -18,13 +19,20 @@ export interface DockerDiagnosable {
   readonly docker: Dockerode;
   readonly diskLimits: Readonly<Record<DiskLimitPart, DiskLimitState>>;
   readonly networkIsolation: NetworkIsolation | undefined;
+  /** docker.runtime ('' for the daemon's default). */
+  readonly runtime: string;
   environmentOf(key: TaskKey): DockerEnvironment | undefined;
   removeTaskVolumes(key: TaskKey): Promise<void>;
   memoryBudget(): Promise<MemoryBudget | undefined>;
   diskUsage(key: TaskKey): Promise<DiskUsage | undefined>;
 }
 
-export async function diagnoseDocker(backend: DockerDiagnosable, key: TaskKey, phase: DiagnosisPhase): Promise<DiagnosticFinding[]> {
+export async function diagnoseDocker(
+  backend: DockerDiagnosable,
+  key: TaskKey,
+  phase: DiagnosisPhase,
+  criuCheck: () => Promise<CriuCheck> = () => runCriuCheck(),
+): Promise<DiagnosticFinding[]> {
   if (phase === 'released') {
     return backend.removeTaskVolumes(key).then(
       () => [],
@@ -51,6 +59,7 @@ export async function diagnoseDocker(backend: DockerDiagnosable, key: TaskKey, p
   const measured = (['layer', 'volumes'] as const).filter((p) => disk[p] === 'unsupported');
   if (measured.length > 0) findings.push(await measuredDiskFinding(backend, key, measured));
   findings.push(await memoryFinding(backend));
+  findings.push(checkpointFinding(backend.runtime, backend.runtime === 'runsc' ? undefined : await criuCheck()));
   return findings;
 }
 

@@ -58,7 +58,7 @@ export function dockerLifecycle(input: DockerLifecycleInput): LifecycleCapabilit
   const notes = [
     refusal ?? NO_PROCESS_CHECKPOINT,
     SUSPEND_STOPS,
-    ...(input.runtime === 'runsc' ? [GVISOR_SNAPSHOTS, "gVisor checkpoint/restore (keeping processes) needs the Docker daemon's experimental mode; not used"] : []),
+    ...(input.runtime === 'runsc' ? [GVISOR_SNAPSHOTS, "gVisor checkpoint/restore (keeping processes) is not used: it needs the Docker daemon's experimental mode, and a restored container could not be checkpointed again (docs/lifecycle.md)"] : []),
   ];
   return { snapshot: refusal === undefined, processes: false, suspend: true, notes };
 }
