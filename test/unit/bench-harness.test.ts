@@ -10,6 +10,7 @@ import { logTicks, renderChart } from '../../services/cli/bench/report-chart.js'
 import { renderMarkdown } from '../../services/cli/bench/report-markdown.js';
 import { reportToJson, type BenchReport } from '../../services/cli/bench/report.js';
 import type { CaseResult } from '../../services/cli/bench/bench-result.js';
+import { processCpuMs } from '../../services/cli/bench/cases/dispatch-overhead.js';
 import { planFor, runCase } from '../../services/cli/bench/runner.js';
 import { selectCases } from '../../services/cli/bench/run-bench.js';
 import { formatMs, formatRatio, pairedMedianDelta, quantile, summarize } from '../../services/cli/bench/stats.js';
@@ -329,5 +330,16 @@ describe('bench --only', () => {
 
   test('a word that matches nothing is a usage error listing the suites', () => {
     assert.throws(() => selectCases(cases, ['nope']), { message: '--only nope matches no case; suites: memory, fair-share, terminal-docker' });
+  });
+});
+
+describe("the tracing case's CPU time per call", () => {
+  test("reads a process's CPU time from /proc, and it grows with work done", () => {
+    const before = processCpuMs(process.pid);
+    assert.ok(before !== undefined && before >= 0, String(before));
+    const until = process.cpuUsage().user + 100_000;
+    while (process.cpuUsage().user < until) Math.sqrt(Math.random());
+    assert.ok(processCpuMs(process.pid)! > before!, 'more CPU time after 100 ms of work');
+    assert.equal(processCpuMs(2 ** 22 + 1), undefined, 'no such process');
   });
 });

@@ -8,6 +8,7 @@
  * (every call sampled, spans exported over OTLP/protobuf to a receiver this
  * process runs on loopback) against a server with tracing off.
  */
+import { readFileSync } from 'node:fs';
 import type { BenchCase } from '../bench-case.js';
 import type { BenchServer } from '../bench-server-process.js';
 import { NOOP_RESULT, NOOP_TOOL } from '../noop-tool.js';
@@ -49,14 +50,51 @@ export default function cases(): BenchCase[] {
   ];
 }
 
+/** CPU time (user + system) a process has used, in ms, from /proc (clock ticks of 10 ms); undefined off Linux. */
+export function processCpuMs(pid: number): number | undefined {
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+    // After the command name (which may hold spaces, in parentheses) come fields 3...: utime and stime are 14 and 15.
+    const rest = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+    return (Number(rest[11]) + Number(rest[12])) * (1000 / CLOCK_TICKS_PER_S);
+  } catch {
+    return undefined;
+  }
+}
+
+/** USER_HZ, 100 on every Linux architecture Node runs on. */
+const CLOCK_TICKS_PER_S = 100;
+
+/** One side's server: its calls counted and its CPU time read around them. */
+class CpuPerCall {
+  #calls = 0;
+  #startMs: number | undefined;
+  constructor(readonly server: BenchServer) {}
+  start(): void {
+    this.#startMs = processCpuMs(this.server.pid);
+  }
+  counted(): void {
+    this.#calls++;
+  }
+  /** Server CPU per call since start(), in ms. */
+  perCallMs(): number | undefined {
+    const now = processCpuMs(this.server.pid);
+    if (now === undefined || this.#startMs === undefined || this.#calls === 0) return undefined;
+    return (now - this.#startMs) / this.#calls;
+  }
+}
+
 function tracingCase(): BenchCase {
   let receiver: OtlpReceiver | undefined;
-  let traced: BenchServer | undefined;
-  let plain: BenchServer | undefined;
+  let traced: CpuPerCall | undefined;
+  let plain: CpuPerCall | undefined;
+  /** Server CPU per call, traced and plain (ms), read at teardown. */
+  let cpu: { traced: number; plain: number } | undefined;
   let note: (message: string) => void = () => undefined;
-  const callNoop = async (server: BenchServer | undefined) => {
-    const result = await server!.call(NOOP_TOOL, {}, 'bench-dispatch');
+  const callNoop = async (side: CpuPerCall | undefined) => {
+    const result = await side!.server.call(NOOP_TOOL, {}, 'bench-dispatch');
     if (result !== NOOP_RESULT) throw new Error(`${NOOP_TOOL} returned ${result}`);
+    side!.counted();
   };
   return {
     kind: 'latency',
@@ -71,22 +109,38 @@ function tracingCase(): BenchCase {
           return { measured: `${formatMs(delta)} (paired Δ p50)`, met: delta <= 0.1 };
         },
       },
+      {
+        // CPU time is what tracing takes from the server whatever else the machine runs; latency on a busy one is mostly waiting.
+        target: "tracing on adds ≤ 0.1 ms of the server's CPU time per call",
+        judge: () => {
+          if (!cpu) return { measured: 'not measured (no /proc here)', met: false };
+          const added = cpu.traced - cpu.plain;
+          return { measured: `${formatMs(added)} (${formatMs(cpu.traced)} vs ${formatMs(cpu.plain)} per call)`, met: added <= 0.1 };
+        },
+      },
     ],
     async setup(ctx) {
       note = (message) => ctx.note(message);
       receiver = await startOtlpReceiver({ decode: false });
-      traced = await ctx.server({
-        config: { tracing: { exporter: 'otlp', endpoint: `${receiver.endpoint}/v1/traces`, sampler: 'always_on' } },
-      });
-      plain = await ctx.server();
+      traced = new CpuPerCall(
+        await ctx.server({
+          config: { tracing: { exporter: 'otlp', endpoint: `${receiver.endpoint}/v1/traces`, sampler: 'always_on' } },
+        }),
+      );
+      plain = new CpuPerCall(await ctx.server());
       await callNoop(traced);
       await callNoop(plain);
+      traced.start();
+      plain.start();
     },
     runA: () => callNoop(traced),
     runB: () => callNoop(plain),
     async teardown() {
+      const [a, b] = [traced?.perCallMs(), plain?.perCallMs()];
+      cpu = a !== undefined && b !== undefined ? { traced: a, plain: b } : undefined;
       // The batch processor exports every 5 s: a quick run sees a few exports, which shows spans were sent.
       note(`OTLP receiver: ${receiver?.requests() ?? 0} export requests`);
+      if (cpu) note(`server CPU per call: ${formatMs(cpu.traced)} traced, ${formatMs(cpu.plain)} plain`);
       await receiver?.close();
     },
   };
