@@ -13,6 +13,7 @@ import { HealthDefinition } from 'nice-grpc-server-health';
 import type { BackendName } from '../../common/config.js';
 import { CHANNEL_OPTIONS } from '../../common/channel-options.js';
 import { DispatcherDefinition, type DispatcherClient } from '../../gen/berth/v1/dispatcher.js';
+import { SERVER_NODE_FLAGS } from '../server-node-flags.js';
 import { startListeningChild, type ListeningChild } from './listening-child.js';
 
 export interface BenchServerOptions {
@@ -61,7 +62,8 @@ export function benchServerEnv(scratch: string): NodeJS.ProcessEnv {
 export async function startBenchServer(options: BenchServerOptions = {}): Promise<BenchServer> {
   const scratch = mkdtempSync(join(tmpdir(), 'berth-bench-'));
   const logPath = join(scratch, 'server.log');
-  const args = [ENTRY, '--backend', options.backend ?? 'local', '--log', logPath];
+  // As deployed: the image's Node flags.
+  const args = [...SERVER_NODE_FLAGS, ENTRY, '--backend', options.backend ?? 'local', '--log', logPath];
   if (options.config !== undefined) {
     // JSON is YAML, so the config loader reads it as is.
     const configPath = join(scratch, 'config.yaml');

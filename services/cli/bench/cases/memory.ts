@@ -5,7 +5,7 @@
  * came and went, so idle and loaded readings share their compiled code and
  * heap history); with 50 live tasks on the local backend; and the difference
  * per task. The baseline is a bare Node process, the floor of any Node
- * service.
+ * service. Both servers run with the image's Node flags (server-node-flags.ts).
  */
 import { randomBytes } from 'node:crypto';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
@@ -19,6 +19,7 @@ import { benchServerEnv } from '../bench-server-process.js';
 import { checkTerminalResult, unmeasured } from '../case-helpers.js';
 import { median } from '../stats.js';
 import { rssKiB, startListeningChild, type ListeningChild } from '../listening-child.js';
+import { SERVER_NODE_FLAGS } from '../../server-node-flags.js';
 
 /** RSS is read this many times, this far apart, and the median kept: a GC in between moves one reading only. */
 const READINGS = 5;
@@ -87,7 +88,7 @@ export default function cases(mode: BenchMode): BenchCase[] {
         const env = benchServerEnv(scratch);
         executor = await startListeningChild({
           name: 'berth executor',
-          args: [bin, 'executor', '--backend', 'local', '--port', '0', '--log-level', 'warn'],
+          args: [...SERVER_NODE_FLAGS, bin, 'executor', '--backend', 'local', '--port', '0', '--log-level', 'warn'],
           env: { ...env, BERTH_EXECUTOR_SECRET: secret },
           cwd: scratch,
         });
@@ -98,7 +99,7 @@ export default function cases(mode: BenchMode): BenchCase[] {
         );
         dispatcher = await startListeningChild({
           name: 'berth dispatcher',
-          args: [bin, 'dispatcher', '--config', configPath, '--port', '0', '--log-level', 'warn'],
+          args: [...SERVER_NODE_FLAGS, bin, 'dispatcher', '--config', configPath, '--port', '0', '--log-level', 'warn'],
           env,
           cwd: scratch,
         });
