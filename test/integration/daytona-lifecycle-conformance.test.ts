@@ -4,11 +4,11 @@
  * double on the local Docker engine: a snapshot is a `docker commit` of the
  * sandbox's container; no processes kept), and what a snapshot is on the
  * provider's side: a Daytona snapshot named by a keyed hash, recorded for its
- * tenant only, gone from Daytona when deleted.
+ * tenant only, gone from Daytona when deleted or never recorded.
  */
 import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
-import { mkdtemp, readdir, readFile, rm } from 'node:fs/promises';
+import { mkdir, mkdtemp, readdir, readFile, rm, utimes, writeFile } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { after, before, describe, it } from 'node:test';
@@ -16,8 +16,8 @@ import { Daytona, DaytonaNotFoundError } from '@daytonaio/sdk';
 import Dockerode from 'dockerode';
 import { BerthError } from '../../services/common/errors.js';
 import { silentLogger } from '../../services/common/logging.js';
-import type { DaytonaBackend } from '../../services/executor/backends/daytona/daytona-backend.js';
-import { DAYTONA_SNAPSHOT_NAME, daytonaSnapshotName } from '../../services/executor/backends/daytona/daytona-snapshots.js';
+import { sandboxName, type DaytonaBackend } from '../../services/executor/backends/daytona/daytona-backend.js';
+import { DAYTONA_SNAPSHOT_NAME, PENDING_MAX_AGE_MS, daytonaSnapshotName } from '../../services/executor/backends/daytona/daytona-snapshots.js';
 import { TaskEnvironments } from '../../services/executor/task-environment.js';
 import { runLifecycleConformance } from '../../services/conformance/lifecycle-conformance.js';
 import { dockerUnavailableReason } from '../support/docker-fixtures.js';
@@ -96,6 +96,26 @@ if (unavailable) {
       assert.equal(await envs.lifecycle.delete(key.tenant, snap.id), true);
       await assert.rejects(client.snapshot.get(name), DaytonaNotFoundError);
       assert.equal((await readdir(records)).includes(`${snap.id}.json`), false);
+    });
+
+    it('deletes from Daytona a snapshot that an executor died before recording, at a later listing', { timeout: 240_000 }, async () => {
+      const key = { tenant: `${tenant}-crash`, taskId: `crash-${randomBytes(4).toString('hex')}` };
+      await envs.exec(key, { command: 'true', timeoutMs: 60_000 });
+      // As a dying executor leaves it: marked under way, made in Daytona, never recorded.
+      const name = daytonaSnapshotName(secret, key.tenant, `snap_${randomBytes(12).toString('hex')}`);
+      const pending = path.join(stateDir, 'pending-snapshots', name);
+      await mkdir(path.dirname(pending), { recursive: true });
+      await writeFile(pending, '');
+      await (await client.get(sandboxName(key))).createSnapshot(name, 120);
+      assert.equal((await client.snapshot.get(name)).state, 'active');
+
+      await envs.lifecycle.list(key.tenant);
+      assert.equal((await client.snapshot.get(name)).state, 'active', 'a snapshot under way for less than its limit is left alone');
+      const old = new Date(Date.now() - PENDING_MAX_AGE_MS - 60_000);
+      await utimes(pending, old, old);
+      assert.deepEqual(await envs.lifecycle.list(key.tenant), []);
+      await assert.rejects(client.snapshot.get(name), DaytonaNotFoundError);
+      assert.equal((await readdir(path.dirname(pending))).includes(name), false);
     });
   });
 
