@@ -6,9 +6,9 @@
  * without the cloud.
  *
  * - REST under `/api` (as the cloud serves it): create (an image named by
- *   `buildInfo.dockerfileContent` = `FROM IMAGE`), list (by labels, one
- *   page), get by id or name, start, stop, delete, toolbox proxy URL. Bearer
- *   token checked.
+ *   `buildInfo.dockerfileContent` = `FROM IMAGE`, or a snapshot), list (by
+ *   labels, one page), get by id or name, start, stop, delete, snapshot,
+ *   toolbox proxy URL; a snapshot's get and delete. Bearer token checked.
  * - Toolbox under `/toolbox/<sandbox id>` (the sandbox's `toolboxProxyUrl`
  *   plus its id, as the SDK builds it): PTY create-connect over a WebSocket
  *   (binary both ways, JSON control messages, exit in the close reason), PTY
@@ -20,8 +20,9 @@
  * A sandbox is a container (`docker run` of the image with an init and
  * `sleep infinity`); `networkBlockAll` and `networkAllowList` both give it no
  * network (the stand-in cannot enforce an allow list; it errs closed).
- * Every container it makes carries a label with this stand-in's instance id
- * and is removed on close.
+ * A snapshot is a `docker commit` of the sandbox's container.
+ * Every container and image it makes carries a label with this stand-in's
+ * instance id and is removed on close.
  */
 import { randomBytes, randomUUID } from 'node:crypto';
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
