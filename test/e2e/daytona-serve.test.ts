@@ -142,12 +142,13 @@ describe('berth serve and doctor --backend daytona against the stand-in', { skip
     }
   };
 
-  test('berth doctor --backend daytona checks credentials, a command, release and the network policy', async () => {
+  test('berth doctor --backend daytona checks credentials, a command, release, the lifecycle and the network policy', async () => {
     const ok = await doctor({});
     assert.equal(ok.code, 0, ok.stdout);
     assert.match(ok.stdout, /^ok {4}the daytona backend starts$/m);
     assert.match(ok.stdout, /^ok {4}a new task runs a command \(\d+ ms, as uid 1000\)$/m);
     assert.match(ok.stdout, /^ok {4}commands reach the Daytona sandbox through the exec agent, over one PTY session$/m);
+    assert.match(ok.stdout, /^ok {4}lifecycle of the daytona backend: snapshot yes, processes in snapshots no, suspend yes$/m);
     // The default policy (isolated, public-only) has no Daytona equivalent: said, not hidden.
     assert.match(ok.stdout, /^warn {2}daytona backend: docker\.egress public-only: Daytona has no way to block only private ranges/m);
     // Persistent mode would only stop the doctor's sandbox: it deletes it.

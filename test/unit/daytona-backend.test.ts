@@ -158,6 +158,7 @@ describe('daytona environment keepalive', () => {
         description: 'test sandbox',
         reconnect: () => Promise.reject(new Error('unused')),
         stop: () => Promise.reject(new Error('unused')),
+        snapshot: () => Promise.reject(new Error('unused')),
         release: async () => {
           released++;
         },

@@ -6,9 +6,9 @@
  * without the cloud.
  *
  * - REST under `/api` (as the cloud serves it): create (an image named by
- *   `buildInfo.dockerfileContent` = `FROM IMAGE`), list (by labels, one
- *   page), get by id or name, start, stop, delete, toolbox proxy URL. Bearer
- *   token checked.
+ *   `buildInfo.dockerfileContent` = `FROM IMAGE`, or a snapshot), list (by
+ *   labels, one page), get by id or name, start, stop, delete, snapshot,
+ *   toolbox proxy URL; a snapshot's get and delete. Bearer token checked.
  * - Toolbox under `/toolbox/<sandbox id>` (the sandbox's `toolboxProxyUrl`
  *   plus its id, as the SDK builds it): PTY create-connect over a WebSocket
  *   (binary both ways, JSON control messages, exit in the close reason), PTY
@@ -20,8 +20,9 @@
  * A sandbox is a container (`docker run` of the image with an init and
  * `sleep infinity`); `networkBlockAll` and `networkAllowList` both give it no
  * network (the stand-in cannot enforce an allow list; it errs closed).
- * Every container it makes carries a label with this stand-in's instance id
- * and is removed on close.
+ * A snapshot is a `docker commit` of the sandbox's container.
+ * Every container and image it makes carries a label with this stand-in's
+ * instance id and is removed on close.
  */
 import { randomBytes, randomUUID } from 'node:crypto';
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
@@ -55,7 +56,23 @@ const KILL_TREE_SCRIPT = [
   'kill -KILL $all 2>/dev/null; rm -f "$1"',
 ].join('\n');
 
-type SandboxState = 'started' | 'stopped' | 'destroying' | 'destroyed' | 'build_failed' | 'error';
+type SandboxState = 'started' | 'stopped' | 'snapshotting' | 'destroying' | 'destroyed' | 'build_failed' | 'error';
+
+/** A snapshot made of a sandbox: an image committed from its container, as Daytona keeps one in its registry. */
+interface SnapshotRecord {
+  readonly id: string;
+  readonly name: string;
+  readonly sourceSandboxId: string;
+  /** The committed image (`repo:tag`); set once the commit is done. */
+  image: string | undefined;
+  readonly cpu: number;
+  readonly memory: number;
+  readonly disk: number;
+  readonly createdAt: string;
+  updatedAt: string;
+  state: 'pending' | 'active' | 'error';
+  errorReason: string | undefined;
+}
 
 interface SandboxRecord {
   readonly id: string;
@@ -68,6 +85,8 @@ interface SandboxRecord {
   readonly disk: number;
   readonly networkBlockAll: boolean;
   readonly networkAllowList: string | undefined;
+  /** The snapshot it was made from (its name), if any. */
+  readonly snapshot: string | undefined;
   readonly autoStopInterval: number;
   readonly createdAt: string;
   updatedAt: string;
@@ -162,6 +181,11 @@ export class DaytonaStandIn {
   readonly #ptys = new Map<string, PtySession>();
   readonly #sockets = new Set<Socket>();
   readonly #destroying = new Set<NodeJS.Timeout>();
+  readonly #snapshots = new Map<string, SnapshotRecord>();
+  /** Commits and image removals under way: close() waits for them before removing what they made. */
+  readonly #imageWork = new Set<Promise<unknown>>();
+  /** Images of deleted snapshots that a container still used. */
+  readonly #orphanImages = new Set<string>();
   #server: Server | undefined;
   #baseUrl = '';
 
@@ -215,7 +239,12 @@ export class DaytonaStandIn {
     }
   }
 
-  /** Stops serving and removes every container this stand-in started. */
+  /** Snapshots the stand-in holds (tests look at their images). */
+  snapshots(): readonly Readonly<SnapshotRecord>[] {
+    return [...this.#snapshots.values()];
+  }
+
+  /** Stops serving and removes every container and image this stand-in made. */
   async close(): Promise<void> {
     for (const timer of this.#destroying) clearTimeout(timer);
     this.#destroying.clear();
@@ -235,6 +264,16 @@ export class DaytonaStandIn {
     await Promise.all(
       containers.map((c) => this.#docker.getContainer(c.Id).remove({ force: true }).catch(() => undefined)),
     );
+    await Promise.all([...this.#imageWork]);
+    // Snapshot images: committed from containers that carry the label, so they carry it too.
+    const images = await this.#docker.listImages({ all: true, filters: { label: [`${STANDIN_LABEL}=${this.#instance}`] } });
+    await Promise.all(images.map((i) => this.#docker.getImage(i.Id).remove({ force: true }).catch(() => undefined)));
+  }
+
+  #track<T>(work: Promise<T>): Promise<T> {
+    this.#imageWork.add(work);
+    void work.finally(() => this.#imageWork.delete(work)).catch(() => undefined);
+    return work;
   }
 
   #authorized(req: IncomingMessage): boolean {
@@ -249,6 +288,10 @@ export class DaytonaStandIn {
       const method = req.method ?? 'GET';
       if (parts[0] === 'api' && parts[1] === 'sandbox') {
         await this.#api(method, parts.slice(2), req, res);
+        return;
+      }
+      if (parts[0] === 'api' && parts[1] === 'snapshots') {
+        this.#snapshotApi(method, parts.slice(2), res);
         return;
       }
       if (parts[0] === 'toolbox' && parts.length >= 2) {
@@ -324,6 +367,11 @@ export class DaytonaStandIn {
       sendJson(res, 200, this.#dto(s));
       return;
     }
+    if (rest.length === 2 && method === 'POST' && rest[1] === 'snapshot') {
+      const s = this.#find(rest[0]!);
+      sendJson(res, 200, this.#dto(this.#snapshot(s, await readJson(req))));
+      return;
+    }
     if (rest.length === 2 && method === 'GET' && rest[1] === 'toolbox-proxy-url') {
       this.#find(rest[0]!);
       sendJson(res, 200, { url: `${this.#baseUrl}/toolbox` });
@@ -353,20 +401,31 @@ export class DaytonaStandIn {
   }
 
   async #create(body: Record<string, unknown>): Promise<SandboxRecord> {
-    for (const field of ['snapshot', 'volumes', 'gpu', 'gpuType', 'secrets', 'linkedSandbox', 'domainAllowList', 'outboundProxyUrl']) {
+    for (const field of ['volumes', 'gpu', 'gpuType', 'secrets', 'linkedSandbox', 'domainAllowList', 'outboundProxyUrl']) {
       const v = body[field];
       if (v !== undefined && v !== null && v !== 0 && !(Array.isArray(v) && v.length === 0)) throw notImplemented(`sandbox field ${field}`);
     }
-    const buildInfo = body.buildInfo as { dockerfileContent?: unknown } | undefined;
-    const dockerfile = typeof buildInfo?.dockerfileContent === 'string' ? buildInfo.dockerfileContent : '';
-    const from = /^FROM (\S+)\n?$/.exec(dockerfile);
-    if (!from) throw notImplemented('a build other than `FROM IMAGE`');
-    const image = from[1]!;
+    const fromSnapshot = typeof body.snapshot === 'string' && body.snapshot !== '' ? this.#findSnapshot(body.snapshot) : undefined;
+    let image: string;
+    if (fromSnapshot) {
+      if (body.buildInfo !== undefined && body.buildInfo !== null) throw new HttpError(400, 'Bad Request', 'a sandbox is made from a snapshot or from an image, not both');
+      if (fromSnapshot.state !== 'active' || !fromSnapshot.image) {
+        throw new HttpError(400, 'Bad Request', `Snapshot ${fromSnapshot.name} is ${fromSnapshot.state}`);
+      }
+      image = fromSnapshot.image;
+    } else {
+      const buildInfo = body.buildInfo as { dockerfileContent?: unknown } | undefined;
+      const dockerfile = typeof buildInfo?.dockerfileContent === 'string' ? buildInfo.dockerfileContent : '';
+      const from = /^FROM (\S+)\n?$/.exec(dockerfile);
+      if (!from) throw notImplemented('a build other than `FROM IMAGE`');
+      image = from[1]!;
+    }
     const name = typeof body.name === 'string' && body.name !== '' ? body.name : randomUUID();
     for (const s of this.#sandboxes.values()) {
       if (s.name === name) throw new HttpError(409, 'Conflict', `Sandbox with name ${name} already exists`);
     }
-    const cpu = optionalNumber(body.cpu, 'cpu', 1);
+    // As in Daytona, a sandbox made from a snapshot gets the snapshot's resources.
+    const cpu = fromSnapshot?.cpu ?? optionalNumber(body.cpu, 'cpu', 1);
     const max = this.#options.maxTotalCpu;
     if (max !== undefined) {
       const used = [...this.#sandboxes.values()].filter((x) => x.state === 'started').reduce((n, x) => n + x.cpu, 0);
@@ -382,10 +441,11 @@ export class DaytonaStandIn {
       labels: stringRecord(body.labels, 'labels'),
       env: stringRecord(body.env, 'env'),
       cpu,
-      memory: optionalNumber(body.memory, 'memory', 1),
-      disk: optionalNumber(body.disk, 'disk', 3),
+      memory: fromSnapshot?.memory ?? optionalNumber(body.memory, 'memory', 1),
+      disk: fromSnapshot?.disk ?? optionalNumber(body.disk, 'disk', 3),
       networkBlockAll: body.networkBlockAll === true,
       networkAllowList: allow,
+      snapshot: fromSnapshot?.name,
       autoStopInterval: optionalNumber(body.autoStopInterval, 'autoStopInterval', 15),
       createdAt: now,
       updatedAt: now,
@@ -423,6 +483,120 @@ export class DaytonaStandIn {
     return record;
   }
 
+  #findSnapshot(idOrName: string): SnapshotRecord {
+    const byId = this.#snapshots.get(idOrName);
+    if (byId) return byId;
+    for (const snap of this.#snapshots.values()) if (snap.name === idOrName) return snap;
+    throw new HttpError(404, 'Not Found', `Snapshot ${idOrName} not found`);
+  }
+
+  /**
+   * `POST /sandbox/{id}/snapshot`: as in Daytona, the sandbox is
+   * `snapshotting` while its filesystem is captured (here: `docker commit`
+   * of its container) and returns to its state after; the snapshot is
+   * `pending` until then, `active` once it can make sandboxes.
+   */
+  #snapshot(s: SandboxRecord, body: Record<string, unknown>): SandboxRecord {
+    if (body.includeMemory !== undefined && body.includeMemory !== null && body.includeMemory !== false) throw notImplemented('snapshots with memory');
+    const name = body.name;
+    if (typeof name !== 'string' || !/^[A-Za-z0-9._:/-]{1,255}$/.test(name)) throw new HttpError(400, 'Bad Request', 'name must be a snapshot name');
+    for (const other of this.#snapshots.values()) {
+      if (other.name === name) throw new HttpError(409, 'Conflict', `Snapshot with name ${name} already exists`);
+    }
+    if ((s.state !== 'started' && s.state !== 'stopped') || !s.containerId) {
+      throw new HttpError(400, 'Bad Request', `Sandbox ${s.id} cannot be snapshotted (state ${s.state})`);
+    }
+    const now = new Date().toISOString();
+    const snap: SnapshotRecord = {
+      id: randomUUID(),
+      name,
+      sourceSandboxId: s.id,
+      image: undefined,
+      cpu: s.cpu,
+      memory: s.memory,
+      disk: s.disk,
+      createdAt: now,
+      updatedAt: now,
+      state: 'pending',
+      errorReason: undefined,
+    };
+    this.#snapshots.set(snap.id, snap);
+    const previous = s.state;
+    s.state = 'snapshotting';
+    s.updatedAt = now;
+    const container = this.#docker.getContainer(s.containerId);
+    const repo = `daytona-standin-${this.#instance}`;
+    void this.#track(
+      (async () => {
+        try {
+          // The container's labels (this stand-in's) go with the image, so close() finds it.
+          await container.commit({ repo, tag: snap.id, pause: true });
+          snap.image = `${repo}:${snap.id}`;
+          snap.state = 'active';
+        } catch (err) {
+          snap.state = 'error';
+          snap.errorReason = err instanceof Error ? err.message : String(err);
+        }
+        snap.updatedAt = new Date().toISOString();
+        if (s.state === 'snapshotting') s.state = previous;
+        s.updatedAt = snap.updatedAt;
+        if (!this.#snapshots.has(snap.id) && snap.image) await this.#removeImage(snap.image);
+      })(),
+    );
+    return s;
+  }
+
+  /** `GET /snapshots/{idOrName}` and `DELETE /snapshots/{id}`; nothing else of the snapshot API. */
+  #snapshotApi(method: string, rest: string[], res: ServerResponse): void {
+    if (rest.length === 1 && method === 'GET') {
+      sendJson(res, 200, this.#snapshotDto(this.#findSnapshot(rest[0]!)));
+      return;
+    }
+    if (rest.length === 1 && method === 'DELETE') {
+      const snap = this.#snapshots.get(rest[0]!);
+      if (!snap) throw new HttpError(404, 'Not Found', `Snapshot ${rest[0]} not found`);
+      this.#snapshots.delete(snap.id);
+      // Sandboxes made from it keep their containers; the image goes when the last of them does (or at close).
+      if (snap.image) void this.#track(this.#removeImage(snap.image));
+      res.writeHead(200, { 'content-length': 0 });
+      res.end();
+      return;
+    }
+    throw notImplemented(`${method} /api/snapshots/${rest.join('/')}`);
+  }
+
+  /** Removes a deleted snapshot's image; one a container still uses is tried again when a container goes (and at close()). */
+  async #removeImage(image: string): Promise<void> {
+    try {
+      await this.#docker.getImage(image).remove();
+      this.#orphanImages.delete(image);
+    } catch {
+      this.#orphanImages.add(image);
+    }
+  }
+
+  #snapshotDto(snap: SnapshotRecord): Record<string, unknown> {
+    return {
+      id: snap.id,
+      organizationId: 'stand-in',
+      general: false,
+      name: snap.name,
+      state: snap.state,
+      size: null,
+      entrypoint: null,
+      cpu: snap.cpu,
+      gpu: 0,
+      mem: snap.memory,
+      disk: snap.disk,
+      errorReason: snap.errorReason ?? null,
+      createdAt: snap.createdAt,
+      updatedAt: snap.updatedAt,
+      lastUsedAt: null,
+      sourceSandboxId: snap.sourceSandboxId,
+      regionIds: [],
+    };
+  }
+
   async #removeContainer(s: SandboxRecord): Promise<void> {
     for (const [id, pty] of this.#ptys) {
       if (pty.sandboxId === s.id) {
@@ -431,6 +605,7 @@ export class DaytonaStandIn {
       }
     }
     if (s.containerId) await this.#docker.getContainer(s.containerId).remove({ force: true }).catch(() => undefined);
+    for (const image of this.#orphanImages) await this.#track(this.#removeImage(image));
   }
 
   #dto(s: SandboxRecord): Record<string, unknown> {
@@ -451,6 +626,7 @@ export class DaytonaStandIn {
       disk: s.disk,
       state: s.state,
       desiredState: s.state === 'stopped' ? 'stopped' : s.state === 'destroyed' ? 'destroyed' : 'started',
+      ...(s.snapshot ? { snapshot: s.snapshot } : {}),
       ...(s.errorReason ? { errorReason: s.errorReason } : {}),
       autoStopInterval: s.autoStopInterval,
       autoArchiveInterval: 10080,

@@ -2,13 +2,17 @@
  * The daytona backend from config: `terminal.daytona_image`, the container
  * keys, env passthrough, and the network policy (`docker.network`,
  * `docker.egress`, `docker.egress_allow`, `tenants[].network`) mapped onto
- * Daytona's `networkBlockAll` / `networkAllowList`. Credentials are not
+ * Daytona's `networkBlockAll` / `networkAllowList`; the executor's state
+ * root (snapshot records) and shared secret (it keys the names of Daytona
+ * snapshots). Credentials are not
  * config: the SDK reads DAYTONA_API_KEY, DAYTONA_API_URL and DAYTONA_TARGET
  * from the executor's environment.
  */
+import path from 'node:path';
 import type { BerthConfig, EgressMode } from '../../../common/config.js';
 import type { Logger } from '../../../common/logging.js';
 import type { DiagnosticFinding } from '../../backend.js';
+import { executorStateDir } from '../shared/state-root.js';
 import { DaytonaBackend, type DaytonaBackendOptions, type DaytonaNetwork } from './daytona-backend.js';
 
 /** A tenant's network policy and what of it Daytona cannot enforce. */
@@ -87,6 +91,8 @@ export function daytonaOptionsFromConfig(config: BerthConfig, logger?: Logger): 
     env: sandboxEnv(t.env_passthrough, process.env),
     network: (tenant) => tenantNetworkPlan(config, tenant).network,
     networkFindings: () => daytonaNetworkFindings(config),
+    stateDir: path.join(executorStateDir(config.executor.state_root), 'daytona'),
+    nameSecret: config.executor.shared_secret,
     ...(logger ? { logger } : {}),
   };
 }

@@ -12,6 +12,9 @@
  *   scripts run in the sandbox too: the agent relays their rpc.sock.
  * - Release: persistent mode stops the sandbox (the next use of the task
  *   starts it again, files kept); otherwise it is deleted.
+ * - Snapshots: a Daytona snapshot of the sandbox's filesystem, recorded in
+ *   the executor's state root (daytona-snapshots.ts); a fork is a new
+ *   sandbox made from it.
  *
  * Credentials come from the executor's environment (DAYTONA_API_KEY,
  * DAYTONA_API_URL, DAYTONA_TARGET), read by the SDK itself; none of them is
@@ -19,6 +22,7 @@
  */
 import { createHash } from 'node:crypto';
 import { readFileSync } from 'node:fs';
+import path from 'node:path';
 import {
   Daytona,
   DaytonaAuthenticationError,
@@ -31,15 +35,19 @@ import {
 import {
   BerthError,
   FailedPreconditionError,
+  NotFoundError,
   ResourceExhaustedError,
   UnauthenticatedError,
   UnavailableError,
 } from '../../../common/errors.js';
 import type { Logger } from '../../../common/logging.js';
+import { unknownSnapshotMessage } from '../../../common/snapshot-ids.js';
 import type {
   Backend,
   BackendCapabilities,
   BackendEnvironment,
+  BackendSnapshot,
+  CreateEnvironmentOptions,
   DiagnosisPhase,
   DiagnosticFinding,
   LifecycleCapabilities,
@@ -48,7 +56,9 @@ import type {
 import { taskKeyString } from '../../backend.js';
 import { agentScriptFrom, findAgentScript } from '../shared/agent/agent-script.js';
 import { startStdioAgent } from '../shared/agent/stdio-agent.js';
+import { executorStateDir } from '../shared/state-root.js';
 import { DaytonaEnvironment, SANDBOX_STATE_DIR, type Connection } from './daytona-environment.js';
+import { DaytonaSnapshotRecords, daytonaSnapshotName } from './daytona-snapshots.js';
 import { ptyAgentSpawn, type SandboxDirs } from './pty-agent.js';
 
 /** Where the agent's file goes in the sandbox. */
@@ -56,18 +66,17 @@ const AGENT_DIR = '/tmp/berth-agent';
 
 /**
  * Suspension stops the sandbox through Daytona and resuming starts it again
- * (daytona-environment.ts). Snapshots are not wired in: the SDK's
- * `sandbox.createSnapshot(name)` makes a named Daytona snapshot (an image for
- * new sandboxes) of a sandbox's filesystem, but Berth does not yet map a
- * tenant's snapshots onto those names, list, size or delete them.
+ * (daytona-environment.ts). A snapshot is a Daytona snapshot of the
+ * sandbox's filesystem (files and the shell state, never processes or
+ * memory: the SDK asks for none), and a fork a new sandbox made from it.
  */
 const DAYTONA_LIFECYCLE: LifecycleCapabilities = {
-  snapshot: false,
+  snapshot: true,
   processes: false,
   suspend: true,
   notes: [
     "suspend stops the sandbox through Daytona (no CPU or memory held): its files and the shell state are kept, background processes end",
-    'snapshots are not available on daytona yet',
+    "a snapshot is a Daytona snapshot of the sandbox's files (with the shell state): a fork runs none of the source's processes",
   ],
 };
 
@@ -95,6 +104,10 @@ export interface DaytonaBackendOptions {
   readonly apiKey?: string;
   readonly apiUrl?: string;
   readonly target?: string;
+  /** Where snapshot records live (`<state_root>/daytona`); default under the default state root. */
+  readonly stateDir?: string;
+  /** Keys the names of Daytona snapshots (executor.shared_secret); default empty. */
+  readonly nameSecret?: string;
   /** Between SIGTERM and SIGKILL of a process group; default 1000 ms. */
   readonly killGraceMs?: number;
   /** Limit of sandbox create and start, seconds; default 180. */
@@ -164,11 +177,13 @@ export class DaytonaBackend implements Backend {
   readonly #agentSource: Buffer;
   readonly #agentPath: string;
   readonly #environments = new Map<string, DaytonaEnvironment>();
+  readonly #snapshots: DaytonaSnapshotRecords;
   #closed = false;
 
   private constructor(options: DaytonaBackendOptions, daytona: Daytona, agentSource: Buffer) {
     this.#o = options;
     this.#daytona = daytona;
+    this.#snapshots = new DaytonaSnapshotRecords(options.stateDir ?? path.join(executorStateDir(), 'daytona'));
     this.#agentSource = agentSource;
     this.#agentPath = `${AGENT_DIR}/${agentScriptFrom(agentSource).fileName}`;
   }
@@ -216,8 +231,11 @@ export class DaytonaBackend implements Backend {
     return this.#o.startTimeoutSeconds ?? 180;
   }
 
-  /** The task's sandbox, running: found again (persistent) or created. */
-  async #sandboxFor(key: TaskKey): Promise<Sandbox> {
+  /**
+   * The task's sandbox, running: found again (persistent) or created; a
+   * fork's is always created, from the Daytona snapshot `fromSnapshot`.
+   */
+  async #sandboxFor(key: TaskKey, fromSnapshot?: string): Promise<Sandbox> {
     const id = taskKeyString(key);
     const name = sandboxName(key);
     let existing: Sandbox | undefined;
@@ -228,7 +246,8 @@ export class DaytonaBackend implements Backend {
     }
     if (existing && existing.state === 'destroyed') existing = undefined;
     // A sandbox that cannot start again (its build failed, it is in error) is replaced, persistent or not.
-    const broken = existing !== undefined && ['error', 'build_failed'].includes(existing.state ?? '');
+    // A fork starts from its snapshot: a sandbox of that name left behind is not its own.
+    const broken = existing !== undefined && (fromSnapshot !== undefined || ['error', 'build_failed'].includes(existing.state ?? ''));
     if (existing && (!this.#o.persistent || broken) && existing.state !== 'destroying') {
       // Left by an executor that died before deleting it: not this task's to reuse.
       await existing.delete().catch((err: unknown) => {
@@ -251,29 +270,26 @@ export class DaytonaBackend implements Backend {
       return existing;
     }
     const network = this.#o.network(key.tenant);
+    const common = {
+      name,
+      labels: sandboxLabels(key),
+      envVars: { ...this.#o.env },
+      // Berth reaps idle tasks itself; Daytona's auto-stop would stop a sandbox under a background process.
+      autoStopInterval: 0,
+      ...(network.networkBlockAll ? { networkBlockAll: true } : {}),
+      ...(network.networkAllowList ? { networkAllowList: network.networkAllowList } : {}),
+    };
+    const resources = { cpu: Math.max(1, Math.ceil(this.#o.cpus)), memory: Math.max(1, Math.ceil(this.#o.memoryMiB / 1024)) };
     let created: Sandbox;
     try {
-      created = await this.#daytona.create(
-        {
-          name,
-          image: this.#o.image,
-          labels: sandboxLabels(key),
-          envVars: { ...this.#o.env },
-          resources: {
-            cpu: Math.max(1, Math.ceil(this.#o.cpus)),
-            memory: Math.max(1, Math.ceil(this.#o.memoryMiB / 1024)),
-          },
-          // Berth reaps idle tasks itself; Daytona's auto-stop would stop a sandbox under a background process.
-          autoStopInterval: 0,
-          ...(network.networkBlockAll ? { networkBlockAll: true } : {}),
-          ...(network.networkAllowList ? { networkAllowList: network.networkAllowList } : {}),
-        },
-        { timeout: this.#startTimeout },
-      );
+      // A sandbox made from a snapshot gets the snapshot's resources (those of the source's sandbox).
+      created = fromSnapshot
+        ? await this.#daytona.create({ ...common, snapshot: fromSnapshot }, { timeout: this.#startTimeout })
+        : await this.#daytona.create({ ...common, image: this.#o.image, resources }, { timeout: this.#startTimeout });
     } catch (err) {
       // A sandbox that was made but did not start must not be left behind; one that held the name already is not ours.
       if (!(err instanceof DaytonaConflictError)) await this.#deleteByName(name);
-      throw daytonaError(err, `creating a sandbox of ${this.#o.image} for task ${id}`);
+      throw daytonaError(err, `creating a sandbox of ${fromSnapshot ? 'a snapshot' : this.#o.image} for task ${id}`);
     }
     return created;
   }
@@ -330,11 +346,17 @@ export class DaytonaBackend implements Backend {
     }
   }
 
-  async createEnvironment(key: TaskKey): Promise<BackendEnvironment> {
+  async createEnvironment(key: TaskKey, options?: CreateEnvironmentOptions): Promise<BackendEnvironment> {
     if (this.#closed) throw new UnavailableError('the daytona backend is closed');
     const id = taskKeyString(key);
     if (this.#environments.has(id)) throw new FailedPreconditionError(`an environment for task ${id} already exists on this executor`);
-    let sandbox = await this.#sandboxFor(key);
+    let fromSnapshot: string | undefined;
+    if (options?.fromSnapshot) {
+      const record = await this.#snapshots.get(key.tenant, options.fromSnapshot.id);
+      if (!record) throw new NotFoundError(unknownSnapshotMessage(options.fromSnapshot.id));
+      fromSnapshot = record.daytonaSnapshot;
+    }
+    let sandbox = await this.#sandboxFor(key, fromSnapshot);
     const description = `daytona sandbox ${sandbox.name}`;
     const release = async () => {
       this.#environments.delete(id);
@@ -386,6 +408,7 @@ export class DaytonaBackend implements Backend {
           throw daytonaError(err, `stopping ${description}`);
         }
       },
+      snapshot: (name) => sandbox.createSnapshot(name, this.#startTimeout),
       killGraceMs: this.#o.killGraceMs ?? 1000,
       logger: this.#o.logger?.child({ backend: 'daytona', task: id, sandbox: sandbox.id }),
     });
@@ -397,6 +420,79 @@ export class DaytonaBackend implements Backend {
       throw err;
     }
     return environment;
+  }
+
+  /**
+   * Snapshots task `key`'s sandbox as a Daytona snapshot (files only; the
+   * executor supplied the shell state) and records it. Marked under way
+   * first, so one the executor does not live to record is deleted later.
+   */
+  async snapshot(
+    key: TaskKey,
+    env: BackendEnvironment,
+    snapshot: Omit<BackendSnapshot, 'sizeBytes' | 'includesProcesses'>,
+  ): Promise<BackendSnapshot> {
+    const id = taskKeyString(key);
+    if (!(env instanceof DaytonaEnvironment)) throw new FailedPreconditionError(`task ${id} has no daytona environment`);
+    const name = daytonaSnapshotName(this.#o.nameSecret ?? '', key.tenant, snapshot.id);
+    // Daytona's size of a snapshot is not mapped onto bytes: listed as 0, as on modal.
+    const full: BackendSnapshot = { ...snapshot, sizeBytes: 0, includesProcesses: false };
+    await this.#snapshots.begin(name);
+    try {
+      await env.snapshotFiles(name);
+      await this.#waitUntilActive(name);
+      await this.#snapshots.put({ snapshot: full, daytonaSnapshot: name });
+    } catch (err) {
+      await this.#removeSnapshot(name).then(
+        () => this.#snapshots.end(name),
+        (again: unknown) => this.#o.logger?.warn({ err: again, snapshot: name }, 'removing a failed Daytona snapshot failed; the next listing tries again'),
+      );
+      throw daytonaError(err, `snapshotting the sandbox of task ${id}`);
+    }
+    await this.#snapshots.end(name);
+    return full;
+  }
+
+  /** Waits until Daytona can make sandboxes from the snapshot `name`; bounded by the start timeout. */
+  async #waitUntilActive(name: string): Promise<void> {
+    const deadline = Date.now() + this.#startTimeout * 1000;
+    for (let delay = 100; ; delay = Math.min(delay * 2, 1000)) {
+      const found = await this.#daytona.snapshot.get(name);
+      if (found.state === 'active') return;
+      if (['error', 'build_failed'].includes(found.state)) {
+        throw new UnavailableError(`Daytona's snapshot ${name} failed (${found.state}: ${found.errorReason ?? 'no reason given'})`);
+      }
+      if (Date.now() > deadline) throw new UnavailableError(`Daytona's snapshot ${name} was not ready within ${this.#startTimeout} s (${found.state})`);
+      await new Promise((resolve) => setTimeout(resolve, delay));
+    }
+  }
+
+  /** Deletes the Daytona snapshot `name`; one already gone is no error. */
+  async #removeSnapshot(name: string): Promise<void> {
+    try {
+      await this.#daytona.snapshot.delete(name);
+    } catch (err) {
+      if (!(err instanceof DaytonaNotFoundError)) throw daytonaError(err, `deleting the Daytona snapshot ${name}`);
+    }
+  }
+
+  /** `tenant`'s recorded snapshots; first deletes Daytona snapshots that an executor died before recording. */
+  async listSnapshots(tenant: string): Promise<BackendSnapshot[]> {
+    for (const name of await this.#snapshots.abandoned()) {
+      await this.#removeSnapshot(name).then(
+        () => this.#snapshots.end(name),
+        (err: unknown) => this.#o.logger?.warn({ err, snapshot: name }, 'removing an abandoned Daytona snapshot failed'),
+      );
+    }
+    return (await this.#snapshots.list(tenant)).map((r) => r.snapshot);
+  }
+
+  /** Deletes the Daytona snapshot, then the record; sandboxes made from it keep their files. */
+  async deleteSnapshot(tenant: string, id: string): Promise<boolean> {
+    const record = await this.#snapshots.get(tenant, id);
+    if (!record) return false;
+    await this.#removeSnapshot(record.daytonaSnapshot);
+    return (await this.#snapshots.delete(tenant, id)) !== undefined;
   }
 
   /** How commands reach the sandbox and the network policy; after release, the doctor's sandbox is deleted. */

@@ -9,6 +9,9 @@
  * by Daytona's auto-stop or by hand), the next operation opens a new one
  * (starting the sandbox again if it stopped) and says so in a notice.
  *
+ * A tenant's snapshot is a Daytona snapshot of the sandbox's filesystem
+ * (daytona-snapshots.ts); the sandbox runs on meanwhile.
+ *
  * Suspension (docs/suspend.md) stops the sandbox through Daytona (no CPU or
  * memory held; Daytona keeps its filesystem, so the runner's state under
  * {@link SANDBOX_STATE_DIR} stays too) and resuming starts it again and
@@ -63,6 +66,8 @@ export interface DaytonaEnvironmentOptions {
   readonly release: () => Promise<void>;
   /** Stops the sandbox, keeping it (a suspension). */
   readonly stop: () => Promise<void>;
+  /** Makes a Daytona snapshot called `name` of the sandbox's filesystem (a tenant's snapshot). */
+  readonly snapshot: (name: string) => Promise<void>;
   readonly killGraceMs: number;
   /** {@link KEEPALIVE_MS} unless set. */
   readonly keepaliveMs?: number;
@@ -106,6 +111,12 @@ export class DaytonaEnvironment extends ChannelEnvironment<Connection> {
     });
     const exit = await proc.exited;
     if (exit.code !== 0) throw new FailedPreconditionError(`cannot create ${dirs} in ${this.description}`);
+  }
+
+  /** Snapshots the sandbox's files as the Daytona snapshot `name` (the sandbox goes on running). */
+  async snapshotFiles(name: string): Promise<void> {
+    this.assertLive();
+    await this.#o.snapshot(name);
   }
 
   /** The current exec agent's channel (tests drop its stream). */
