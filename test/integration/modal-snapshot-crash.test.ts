@@ -27,14 +27,21 @@ const SNAPSHOT_CALL = /call \S*SnapshotFilesystem/;
 describe('modal snapshots: an executor killed during a snapshot', { skip: unavailable }, () => {
   let standin: StandinProcess | undefined;
   const stateDirs: string[] = [];
+  const saved = { ...process.env };
 
   after(async () => {
+    for (const name of Object.keys(standin?.env ?? {})) {
+      if (saved[name] === undefined) delete process.env[name];
+      else process.env[name] = saved[name];
+    }
     if (standin) assert.equal(await standin.stop(), 0, standin.stderr());
     for (const dir of stateDirs) await rm(dir, { recursive: true, force: true });
   });
 
   it('leaves no snapshot listed and no record of it', { timeout: 600_000 }, async () => {
     standin = await startModalStandin(['--verbose']);
+    // The restarted executor, in this process, reaches the stand-in through the SDK's own settings.
+    Object.assign(process.env, standin.env);
     const stateDir = await mkdtemp(path.join(os.tmpdir(), 'berth-snap-crash-modal-'));
     stateDirs.push(stateDir);
     const options = `{ image: ${JSON.stringify(SANDBOX_IMAGE)}, stateDir: ${JSON.stringify(stateDir)}, cpu: 1, memoryMiB: 512, logger: silentLogger() }`;
