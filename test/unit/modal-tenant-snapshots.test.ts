@@ -1,14 +1,16 @@
 /**
  * The modal backend's record of tenants' snapshots: it survives a restart
  * (a new store on the same state root), lists only complete snapshots, keeps
- * tenants apart and reads ids and records as hostile input.
+ * tenants apart and reads ids and records as hostile input; a temporary
+ * record a killed executor left goes once it is old, never a young one
+ * (another executor's write may be under way on a shared state root).
  */
 import assert from 'node:assert/strict';
-import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, readdirSync, rmSync, utimesSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { after, describe, it } from 'node:test';
-import { TenantSnapshots } from '../../services/executor/backends/modal/tenant-snapshots.js';
+import { LEFTOVER_MAX_AGE_MS, TenantSnapshots } from '../../services/executor/backends/modal/tenant-snapshots.js';
 
 const root = mkdtempSync(path.join(os.tmpdir(), 'berth-modallife-'));
 after(() => rmSync(root, { recursive: true, force: true }));
@@ -53,5 +55,23 @@ describe('modal tenant snapshots', () => {
     assert.equal((await store.delete('alice', a))?.imageId, record(a, 'alice', 1).imageId);
     assert.equal(await store.delete('alice', a), undefined);
     assert.deepEqual(await store.list('alice'), []);
+  });
+
+  it('removes a temporary record a killed executor left once it is old, and keeps a young one', async () => {
+    const dir = path.join(root, 'leftovers');
+    const store = new TenantSnapshots(dir);
+    await store.put(record(a, 'alice', 1));
+    const files = path.join(dir, 'tenant-snapshots');
+    writeFileSync(path.join(files, `.${b}.4242.tmp`), '{"imageId": "im-');
+    const young = `.${'snap_' + 'c'.repeat(24)}.4243.tmp`;
+    writeFileSync(path.join(files, young), '{');
+    const old = (Date.now() - LEFTOVER_MAX_AGE_MS - 60_000) / 1000;
+    utimesSync(path.join(files, `.${b}.4242.tmp`), old, old);
+    // A restarted executor's store: the old one goes, the young one may be another executor's write under way.
+    assert.deepEqual(await new TenantSnapshots(dir).sweep(), [`.${b}.4242.tmp`]);
+    assert.deepEqual(readdirSync(files).sort(), [young, `${a}.json`].sort());
+    assert.deepEqual((await store.list('alice')).map((r) => r.snapshot.id), [a]);
+    assert.deepEqual(await store.sweep(Date.now() + LEFTOVER_MAX_AGE_MS + 60_000), [young]);
+    assert.deepEqual(readdirSync(files), [`${a}.json`]);
   });
 });

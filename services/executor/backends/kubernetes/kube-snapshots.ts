@@ -9,8 +9,15 @@
  * larger than the cap is refused.
  *
  * Crash-safe: both files are written under temporary names and renamed, the
- * metadata last; only a snapshot with both is listed, and temporary files
- * older than a snapshot could take are removed by the next listing.
+ * metadata last; only a snapshot with both is listed. What an interrupted
+ * write leaves (a `.part-*` temporary file, an archive without its metadata)
+ * is removed by {@link KubeSnapshots.sweep} once older than
+ * {@link LEFTOVER_MAX_AGE_MS}: at the backend's start over every tenant and
+ * the suspensions, and at each listing and snapshot over the tenant's own.
+ * Not sooner, as a state root may be shared (executors on one node with a
+ * hostPath state root, two versions during a rolling upgrade), so a young
+ * temporary file may be another live executor's write under way; a live
+ * write changes its file's mtime as it goes and renames it at once.
  *
  * A fork is a new pod for the new task; the archive is extracted in it
  * (`tar -x` as the pod's own uid) before its first command. Running
@@ -30,8 +37,8 @@ export const DEFAULT_SNAPSHOT_MAX_BYTES = 256 * 1024 * 1024;
 /** Under the store's root: one archive per suspended task (not a tenant's directory: those are hex hashes). */
 const SUSPENDED_DIR = 'suspended';
 
-/** A temporary file older than this belongs to a snapshot that will never finish. */
-const PART_MAX_AGE_MS = 30 * 60 * 1000;
+/** A leftover of a write (temporary file, half a snapshot) unchanged for longer than this belongs to a write that will never finish. */
+export const LEFTOVER_MAX_AGE_MS = 30 * 60 * 1000;
 
 export interface KubeSnapshotsOptions {
   readonly api: KubeApi;
@@ -124,22 +131,37 @@ export class KubeSnapshots {
       cwd: snapshot.shell.cwd,
       script: snapshot.shell.script,
     };
+    await sweepLeftovers(dir, Date.now(), true);
     await writeAtomically(path.join(dir, `${snapshot.id}.tar`), archive);
     await writeAtomically(path.join(dir, `${snapshot.id}.json`), JSON.stringify(meta));
     return snapshotFromMeta(JSON.stringify(meta), snapshot.tenant, owner, archive.length)!;
   }
 
+  /**
+   * Removes what interrupted writes left, unchanged for longer than
+   * {@link LEFTOVER_MAX_AGE_MS} before `nowMs`: temporary files, and an
+   * archive or metadata without the other (a snapshot cut off between its
+   * two renames), of every tenant and of the suspensions. Returns the
+   * removed files, relative to the store's root.
+   */
+  async sweep(nowMs = Date.now()): Promise<string[]> {
+    const entries = await readdir(this.#o.root, { withFileTypes: true }).catch(() => []);
+    const removed: string[] = [];
+    for (const entry of entries) {
+      if (!entry.isDirectory()) continue;
+      const gone = await sweepLeftovers(path.join(this.#o.root, entry.name), nowMs, entry.name !== SUSPENDED_DIR);
+      removed.push(...gone.map((name) => path.join(entry.name, name)));
+    }
+    return removed.sort();
+  }
+
   /** The tenant's complete snapshots; removes leftovers of snapshots cut off long ago. */
   async list(tenant: string): Promise<BackendSnapshot[]> {
     const dir = this.#dir(tenant);
+    await sweepLeftovers(dir, Date.now(), true);
     const names = await readdir(dir).catch(() => [] as string[]);
     const found: BackendSnapshot[] = [];
     for (const name of names) {
-      if (name.includes('.part-')) {
-        const s = await stat(path.join(dir, name)).catch(() => undefined);
-        if (s && Date.now() - s.mtimeMs > PART_MAX_AGE_MS) await rm(path.join(dir, name), { force: true });
-        continue;
-      }
       if (!name.endsWith('.json')) continue;
       const s = await this.find(tenant, name.slice(0, -'.json'.length));
       if (s) found.push(s);
@@ -201,6 +223,29 @@ export class KubeSnapshots {
     await rm(`${base}.tar`, { force: true });
     return true;
   }
+}
+
+/**
+ * Removes from `dir` the temporary files and, when `halves` (a tenant's
+ * directory), the archives without metadata and metadata without archive,
+ * unchanged for longer than {@link LEFTOVER_MAX_AGE_MS} before `nowMs`.
+ * Returns the removed names.
+ */
+async function sweepLeftovers(dir: string, nowMs: number, halves: boolean): Promise<string[]> {
+  const names = await readdir(dir).catch(() => [] as string[]);
+  const present = new Set(names);
+  const removed: string[] = [];
+  for (const name of names) {
+    const ext = path.extname(name);
+    const twin = ext === '.tar' ? `${name.slice(0, -4)}.json` : ext === '.json' ? `${name.slice(0, -5)}.tar` : undefined;
+    const leftover = name.includes('.part-') || (halves && twin !== undefined && !present.has(twin));
+    if (!leftover) continue;
+    const s = await stat(path.join(dir, name)).catch(() => undefined);
+    if (!s?.isFile() || nowMs - s.mtimeMs <= LEFTOVER_MAX_AGE_MS) continue;
+    await rm(path.join(dir, name), { force: true });
+    removed.push(name);
+  }
+  return removed;
 }
 
 async function writeAtomically(file: string, data: Uint8Array | string): Promise<void> {

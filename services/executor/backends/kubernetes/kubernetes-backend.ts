@@ -163,6 +163,12 @@ export class KubernetesBackend implements Backend, TaskPods {
     // One cheap call that needs the namespace and the list verb: an unreachable server or missing RBAC shows at start.
     await api.listPods(selectorOf(executorLabels({ executorId: options.pod.executorId })));
     const backend = new KubernetesBackend(options, api);
+    // What a killed executor's snapshot or suspension left under the state root, once too old to be a write under way.
+    const swept = await backend.#snapshots?.sweep().catch((err: unknown) => {
+      options.logger?.warn({ backend: 'kubernetes', err }, 'removing leftovers of interrupted snapshots failed');
+      return [];
+    });
+    if (swept?.length) options.logger?.info({ backend: 'kubernetes', files: swept }, 'removed leftovers of interrupted snapshots');
     options.logger?.info({ backend: 'kubernetes', server: api.server, namespace: api.namespace, via: api.source, image: options.pod.image }, 'kubernetes backend ready');
     await backend.#pool?.fill();
     return backend;

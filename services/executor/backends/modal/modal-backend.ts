@@ -152,7 +152,14 @@ export class ModalBackend implements Backend {
       if (unmapped && unmapped !== network.unmapped) options.logger?.warn({ backend: 'modal', tenant }, `network policy of tenant ${tenant}: ${unmapped}`);
     }
     options.logger?.info({ backend: 'modal', app: app.appId, image: options.image }, 'modal backend ready');
-    return new ModalBackend(options, sdk, client, app);
+    const backend = new ModalBackend(options, sdk, client, app);
+    // What a killed executor's snapshot left in the state directory, once too old to be a write under way.
+    const swept = await backend.#tenantSnapshots.sweep().catch((err: unknown) => {
+      options.logger?.warn({ backend: 'modal', err }, 'removing leftovers of interrupted snapshots failed');
+      return [];
+    });
+    if (swept.length) options.logger?.info({ backend: 'modal', files: swept }, 'removed leftovers of interrupted snapshots');
+    return backend;
   }
 
   get capabilities(): BackendCapabilities {

@@ -6,13 +6,22 @@
  * provider's reference to the files under a field of the backend's naming.
  * A record is written to a temporary name and renamed into place, so a
  * crash mid-snapshot leaves nothing listed; it survives executor restarts.
- * Ids and records are read as hostile input: anything malformed is skipped,
+ * A temporary record a killed executor left is removed by
+ * {@link TenantSnapshotRecords.sweep} (at the backend's start and each
+ * listing) once unchanged for {@link LEFTOVER_MAX_AGE_MS}: not sooner, as
+ * executors may share a state root and a young one may be a live executor's
+ * write. Ids and records are read as hostile input: anything malformed is skipped,
  * and another tenant's record answers exactly as a missing one.
  */
-import { mkdir, readdir, readFile, rename, rm, writeFile } from 'node:fs/promises';
+import { mkdir, readdir, readFile, rename, rm, stat, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { SNAPSHOT_ID_PATTERN } from '../../../common/snapshot-ids.js';
 import type { BackendSnapshot } from '../../backend.js';
+
+/** `.<id>.<pid>.tmp`: a record being written. */
+const TEMP_NAME = /^\..+\.tmp$/;
+/** A temporary record unchanged for longer than this belongs to a write that will never finish. */
+export const LEFTOVER_MAX_AGE_MS = 30 * 60 * 1000;
 
 /** One stored snapshot: what the executor sees, and under `F` the provider's reference to its files. */
 export type TenantSnapshotRecord<F extends string> = { readonly snapshot: BackendSnapshot } & { readonly [K in F]: string };
@@ -92,8 +101,23 @@ export class TenantSnapshotRecords<F extends string> {
     return record?.snapshot.tenant === tenant ? record : undefined;
   }
 
-  /** `tenant`'s complete snapshots, oldest first. */
+  /** Removes temporary records unchanged for longer than {@link LEFTOVER_MAX_AGE_MS} before `nowMs`; returns their names. */
+  async sweep(nowMs = Date.now()): Promise<string[]> {
+    const names = await readdir(this.#dir).catch(() => [] as string[]);
+    const removed: string[] = [];
+    for (const name of names) {
+      if (!TEMP_NAME.test(name)) continue;
+      const s = await stat(path.join(this.#dir, name)).catch(() => undefined);
+      if (!s?.isFile() || nowMs - s.mtimeMs <= LEFTOVER_MAX_AGE_MS) continue;
+      await rm(path.join(this.#dir, name), { force: true });
+      removed.push(name);
+    }
+    return removed.sort();
+  }
+
+  /** `tenant`'s complete snapshots, oldest first; sweeps old temporary records first. */
   async list(tenant: string): Promise<TenantSnapshotRecord<F>[]> {
+    await this.sweep();
     let names: string[];
     try {
       names = await readdir(this.#dir);
