@@ -6,6 +6,7 @@ import path from 'node:path';
 import { describe, test } from 'node:test';
 import { BerthError, ResourceExhaustedError, isInfrastructureError } from '../../services/common/errors.js';
 import { MemoryAdmission, ownCgroupMemoryMiB } from '../../services/executor/backends/docker/memory-admission.js';
+import { PoolContainers, type PoolContainersOptions } from '../../services/executor/backends/docker/pool-containers.js';
 
 describe('memory admission', () => {
   test('admits while the limits fit in host memory × factor, the smaller of host and cgroup counting', async () => {
@@ -76,6 +77,25 @@ describe('memory admission', () => {
     } finally {
       await rm(root, { recursive: true, force: true });
     }
+  });
+
+  test('the adaptive warm pool grows within docker.warm_pool_memory_mb and leaves the admission room for one more task', async () => {
+    let held = 0;
+    const poolWith = (budgetMiB: number, hostMiB: number) => {
+      const memory = new MemoryAdmission({ perContainerMiB: 1000, factor: 1, hostMiB: () => Promise.resolve(hostMiB), held: () => held });
+      // Only the memory options matter to mayGrow.
+      const options = { memory, memoryMiB: 1000, poolBudgetMiB: budgetMiB } as Partial<PoolContainersOptions> as PoolContainersOptions;
+      return new PoolContainers(options);
+    };
+    const budgeted = poolWith(3000, 100_000);
+    assert.equal(await budgeted.mayGrow(2), true, 'a third container fits in 3000 MiB');
+    assert.equal(await budgeted.mayGrow(3), false, 'a fourth would pass the budget');
+    // No budget of its own: the admission's room bounds it, one task's worth kept free.
+    const unbudgeted = poolWith(0, 5000);
+    held = 3;
+    assert.equal(await unbudgeted.mayGrow(3), true, 'a fourth leaves room for one more task');
+    held = 4;
+    assert.equal(await unbudgeted.mayGrow(4), false, 'a fifth would leave no room for a task');
   });
 
   test('its refusal reaches the caller as RESOURCE_EXHAUSTED; a task\'s own limit stays a tool result', () => {

@@ -1,5 +1,10 @@
-/** Docker baselines: a long-running container to exec into, and exec through the CLI or dockerode. */
+/**
+ * Docker baselines (a long-running container to exec into, exec through the
+ * CLI or dockerode) and waits on a bench server's containers (its warm pool,
+ * its ended tasks).
+ */
 import { execFile } from 'node:child_process';
+import { readFileSync } from 'node:fs';
 import { chmod, mkdtemp, rm } from 'node:fs/promises';
 import { createConnection, type Socket } from 'node:net';
 import { tmpdir } from 'node:os';
@@ -24,6 +29,55 @@ export const DOCKER_SERVER = { backend: 'docker', config: { terminal: { containe
 export const BENCH_LABEL = 'berth-bench=1';
 
 const run = promisify(execFile);
+
+/** After the pool's containers run, their in-container agent still has to connect back. */
+const AGENT_CONNECT_MS = 300;
+
+/** Names of the containers of the executor in process `pid` that `docker ps -a` lists with `filters`. */
+async function executorContainers(pid: number, filters: readonly string[]): Promise<string[]> {
+  const args = ['ps', '-a', '--filter', `label=berth.executor.pid=${pid}`, ...filters.flatMap((f) => ['--filter', f])];
+  const { stdout } = await run('docker', [...args, '--format', '{{.Names}}']);
+  return stdout.trim().split('\n').filter(Boolean);
+}
+
+/** Waits until the executor in process `pid` has `size` running pool containers. */
+export async function waitForPool(pid: number, size: number, waitMs = 60_000): Promise<void> {
+  const deadline = Date.now() + waitMs;
+  while ((await executorContainers(pid, ['label=berth.pool=1', 'name=berth-pool-', 'status=running'])).length < size) {
+    if (Date.now() > deadline) throw new Error(`the warm pool did not fill to ${size} within ${waitMs} ms`);
+    await sleep(100);
+  }
+  await sleep(AGENT_CONNECT_MS);
+}
+
+/**
+ * Waits until the executor in process `pid` has no container left but its
+ * warm pool's: the tasks it ended are gone, so the next round meets a quiet
+ * Docker daemon.
+ */
+export async function waitForTaskContainersGone(pid: number, waitMs = 60_000): Promise<void> {
+  const deadline = Date.now() + waitMs;
+  for (;;) {
+    const left = (await executorContainers(pid, [])).filter((name) => !name.startsWith('berth-pool-'));
+    if (left.length === 0) return;
+    if (Date.now() > deadline) throw new Error(`${left.length} ended tasks' containers were still there after ${waitMs} ms`);
+    await sleep(100);
+  }
+}
+
+/** Whether the server's log says the task's container came from the pool (undefined: the log does not say). */
+export function servedFromPool(logPath: string, task: string): boolean | undefined {
+  for (const line of readFileSync(logPath, 'utf8').split('\n')) {
+    if (!line.includes(`"task":"${task}"`) || !line.includes('fromPool')) continue;
+    try {
+      const fromPool = (JSON.parse(line) as { fromPool?: unknown }).fromPool;
+      if (typeof fromPool === 'boolean') return fromPool;
+    } catch {
+      // A partly written line; the next call looks again.
+    }
+  }
+  return undefined;
+}
 
 /** A container of `image` that sleeps until removed: the target of the exec baselines. */
 export interface Sleeper {

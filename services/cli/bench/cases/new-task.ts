@@ -7,61 +7,17 @@
  * Between runs nothing is timed while the pool refills (or, cold, while the
  * last container goes), so each side sees a quiet Docker daemon.
  */
-import { execFile } from 'node:child_process';
-import { readFileSync } from 'node:fs';
 import { performance } from 'node:perf_hooks';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { promisify } from 'node:util';
 import type { BenchCase, BenchContext, LatencyCase, Target } from '../bench-case.js';
 import type { BenchServer, BenchServerOptions } from '../bench-server-process.js';
 import { runProcess, runTerminal } from '../case-helpers.js';
-import { BENCH_LABEL, DOCKER_SERVER, SANDBOX_IMAGE } from '../docker-helpers.js';
+import { BENCH_LABEL, DOCKER_SERVER, SANDBOX_IMAGE, servedFromPool, waitForPool } from '../docker-helpers.js';
 import { formatMs } from '../stats.js';
 
 const WARM_POOL = 2;
 /** Pause after each cold task ends, for its container's removal to finish. */
 const COLD_SETTLE_MS = 400;
-/** After the pool's containers run, their in-container agent still has to connect back. */
-const AGENT_CONNECT_MS = 300;
-const POOL_WAIT_MS = 60_000;
-
-/** Waits until the executor in process `pid` has `size` running pool containers. */
-async function waitForPool(pid: number, size: number): Promise<void> {
-  const deadline = Date.now() + POOL_WAIT_MS;
-  for (;;) {
-    const { stdout } = await promisify(execFile)('docker', [
-      'ps',
-      '--filter',
-      'label=berth.pool=1',
-      '--filter',
-      `label=berth.executor.pid=${pid}`,
-      '--filter',
-      'name=berth-pool-',
-      '--filter',
-      'status=running',
-      '--format',
-      '{{.ID}}',
-    ]);
-    if (stdout.trim().split('\n').filter(Boolean).length >= size) break;
-    if (Date.now() > deadline) throw new Error(`the warm pool did not fill to ${size} within ${POOL_WAIT_MS} ms`);
-    await sleep(100);
-  }
-  await sleep(AGENT_CONNECT_MS);
-}
-
-/** Whether the server's log says the task's container came from the pool (undefined: the log does not say). */
-function servedFromPool(logPath: string, task: string): boolean | undefined {
-  for (const line of readFileSync(logPath, 'utf8').split('\n')) {
-    if (!line.includes(`"task":"${task}"`) || !line.includes('fromPool')) continue;
-    try {
-      const fromPool = (JSON.parse(line) as { fromPool?: unknown }).fromPool;
-      if (typeof fromPool === 'boolean') return fromPool;
-    } catch {
-      // A partly written line; the next call looks again.
-    }
-  }
-  return undefined;
-}
 
 function newTaskCase(name: string, serverOptions: BenchServerOptions, pool: number, targets: readonly Target[] = []): LatencyCase {
   let server: BenchServer | undefined;
