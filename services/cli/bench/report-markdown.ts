@@ -129,9 +129,11 @@ function breakdownTables(cases: readonly CaseResult[]): string[] {
     const b = c.breakdown;
     if (b === undefined) return [];
     const share = (mean: number) => `${((100 * mean) / b.total.mean).toFixed(1)}%`;
+    // The means' remainder is floating-point dust: show it as the zero it is.
+    const unexplainedMean = Math.abs(b.unexplainedMean) < 1e-6 ? 0 : b.unexplainedMean;
     const rows = [
       ...b.stages.map((s) => [s.stage, formatMs(s.p50), formatMs(s.mean), share(s.mean)]),
-      ['unexplained (total less the stages above)', formatMs(b.unexplainedP50), formatMs(b.unexplainedMean), share(b.unexplainedMean)],
+      ['unexplained (total less the stages above)', formatMs(b.unexplainedP50), formatMs(unexplainedMean), share(unexplainedMean)],
       [`${c.baselineName} (p90 ${formatMs(b.total.p90)}, p99 ${formatMs(b.total.p99)})`, formatMs(b.total.p50), formatMs(b.total.mean), '100%'],
     ];
     return [

@@ -32,18 +32,29 @@ import { SPAN_KIND, startOtlpReceiver, type OtlpReceiver, type ReceivedSpan } fr
 
 const COMMAND = 'true';
 
-/** The stages of one call, in order; their sum is the client-side total. */
-export const STAGES = [
-  'client and gRPC: the client total less the dispatcher span',
-  'dispatcher, before the executor call',
-  'executor, before the backend operation',
-  'agent round trip: the backend operation less the script',
-  'shell state: restore the snapshot and cwd',
-  `the command (\`${COMMAND}\`)`,
-  'shell state: capture it and print the cwd marker',
-  'executor, after the backend operation (result shaping)',
-  'dispatcher, after the executor call (result shaping)',
-] as const;
+/**
+ * The stages of one call, in order; their sum is the client-side total.
+ * `roundTrip` names what the backend operation does besides the script.
+ * The before/after splits subtract span start times, which the OpenTelemetry
+ * SDK takes from Date.now(): whole milliseconds, so each call's split is off
+ * by up to 1 ms either way (the mean is right; the median is not to be
+ * trusted below 1 ms). Each pair's sum is a difference of span durations,
+ * which are exact.
+ */
+export function stagesFor(roundTrip: string): string[] {
+  const split = '(±1 ms a call: span starts are whole ms)';
+  return [
+    'client and gRPC: the client total less the dispatcher span',
+    `dispatcher, before the executor call ${split}`,
+    `executor, before the backend operation ${split}`,
+    `${roundTrip}: the backend operation less the script`,
+    'shell state: restore the snapshot and cwd',
+    `the command (\`${COMMAND}\`)`,
+    'shell state: capture it and print the cwd marker',
+    `executor, after the backend operation: result shaping ${split}`,
+    `dispatcher, after the executor call: result shaping ${split}`,
+  ];
+}
 
 /** The four stamps of one command's script, seconds (bash's `$EPOCHREALTIME`). */
 export interface ScriptStamps {
@@ -72,7 +83,7 @@ export interface CallSpans {
 
 const ms = (from: bigint, to: bigint) => Number(to - from) / 1e6;
 
-/** Splits one call into {@link STAGES}: every stage a difference on one clock, adding up to `totalMs`. */
+/** Splits one call into the stages of {@link stagesFor}: every stage a difference on one clock, adding up to `totalMs`. */
 export function stagesOf(totalMs: number, spans: CallSpans, stamps: ScriptStamps): StagedCall {
   const { tool, exec, operation } = spans;
   const scriptMs = (stamps.captured - stamps.begun) * 1000;
@@ -121,6 +132,8 @@ interface Target {
   readonly name: string;
   readonly task: string;
   readonly server: BenchServerOptions;
+  /** What the backend operation does besides running the script. */
+  readonly roundTrip: string;
   /** The last `lines` lines of the task's timing log. */
   readTimingLog(server: BenchServer, task: string, lines: number): Promise<string>;
 }
@@ -159,6 +172,7 @@ const TARGETS: readonly Target[] = [
     name: `terminal \`${COMMAND}\`, docker backend, warm task: per stage`,
     task: 'bench-breakdown-docker',
     server: DOCKER_SERVER,
+    roundTrip: "exec agent round trip (spawn frame to exit frame, the agent's pre-started bash)",
     readTimingLog: timingLogInContainer,
   },
   {
@@ -166,6 +180,7 @@ const TARGETS: readonly Target[] = [
     name: `terminal \`${COMMAND}\`, local backend, warm task: per stage`,
     task: 'bench-breakdown-local',
     server: { backend: 'local' },
+    roundTrip: 'starting `bash -c` and seeing it exit',
     readTimingLog: timingLogOnHost,
   },
 ];
@@ -184,7 +199,7 @@ function breakdownCase(target: Target): BreakdownCase {
     kind: 'breakdown',
     name: target.name,
     baselineName: 'client total (CallTool round trip)',
-    stages: STAGES,
+    stages: stagesFor(target.roundTrip),
     plan: { quick: { pairs: 300, budgetMs: 4_000 } },
     async setup(ctx) {
       const missing = await ctx.backendMissing(target.backend);
