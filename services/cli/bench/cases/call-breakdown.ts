@@ -200,7 +200,7 @@ function breakdownCase(target: Target): BreakdownCase {
     name: target.name,
     baselineName: 'client total (CallTool round trip)',
     stages: stagesFor(target.roundTrip),
-    plan: { quick: { pairs: 300, budgetMs: 4_000 } },
+    plan: { quick: { pairs: 400, budgetMs: 8_000 } },
     async setup(ctx) {
       const missing = await ctx.backendMissing(target.backend);
       if (missing !== undefined) return { skip: missing };
