@@ -10,8 +10,8 @@ import { callSpans, parseTimingLog, stagesFor, stagesOf } from '../../services/c
 import { SPAN_KIND, type ReceivedSpan } from '../../services/cli/bench/otlp-receiver.js';
 import { Progress } from '../../services/cli/bench/progress.js';
 import { renderMarkdown } from '../../services/cli/bench/report-markdown.js';
-import type { BenchReport } from '../../services/cli/bench/report.js';
 import { runCase, summarizeBreakdown } from '../../services/cli/bench/runner.js';
+import { benchReport } from '../support/bench-report.js';
 
 const MS = 1_000_000n;
 
@@ -88,19 +88,9 @@ describe('call-breakdown', () => {
     // Medians 2 and 2 against a median total of 5: 1 ms unexplained; the means add up.
     assert.equal(result.unexplainedP50, 1);
     assert.ok(Math.abs(result.unexplainedMean) < 1e-9);
-    const report: BenchReport = {
-      schema: 'berth-bench/1',
-      mode: 'quick',
-      command: 'bin/berth bench --quick --only call-breakdown',
-      startedAt: '2025-01-02T03:04:05.000Z',
-      finishedAt: '2025-01-02T03:05:05.000Z',
-      source: { sha: 'abc12345', describe: 'abc12345' },
-      machine: { nproc: 2, cpuModel: 'Test CPU', memoryGiB: 4, kernel: '6.1', node: 'v20.0.0' },
-      cases: [
-        { suite: 'call-breakdown', name: 'terminal `true`, per stage', baselineName: 'client total', kind: 'breakdown', status: 'ok', durationMs: 1, breakdown: result },
-      ],
-      notes: [],
-    };
+    const report = benchReport([
+      { suite: 'call-breakdown', name: 'terminal `true`, per stage', baselineName: 'client total', kind: 'breakdown', status: 'ok', durationMs: 1, breakdown: result },
+    ]);
     const md = renderMarkdown(report);
     assert.match(md, /Where the time goes: terminal `true`, per stage, 3 calls/);
     assert.match(md, /\| a \| 2\.00 ms \| 4\.00 ms \| 66\.7% \|/);
