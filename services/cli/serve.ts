@@ -12,6 +12,7 @@ import { startWithMetrics, type MetricsEndpoint } from '../common/metrics-server
 import { startTracing } from '../common/tracing/start-tracing.js';
 import { startDispatcher, type RunningDispatcher } from '../dispatcher/dispatcher-main.js';
 import { startExecutor, type RunningExecutor } from '../executor/executor-main.js';
+import type { TaskRunnerOptions } from '../executor/task-state.js';
 
 export interface ServeOptions {
   readonly config: BerthConfig;
@@ -20,6 +21,8 @@ export interface ServeOptions {
   readonly port: number;
   /** The config file, for "always" approvals written back. */
   readonly configPath?: string;
+  /** The executor's shell-state runner settings (the benchmarks' timing log); absent: the defaults. */
+  readonly runner?: TaskRunnerOptions;
 }
 
 export interface RunningServe {
@@ -37,7 +40,7 @@ export async function startServe(options: ServeOptions): Promise<RunningServe> {
   const tracing = await startTracing(config.tracing, 'serve', logger);
   const started = startWithMetrics(config.metrics, 'dispatcher', logger, async (metricsRegistry) => {
     const shared = { ...(metricsRegistry ? { metricsRegistry } : {}), ...(tracing ? { tracing } : {}) };
-    const executor = await startExecutor({ config, logger, ...shared });
+    const executor = await startExecutor({ config, logger, ...shared, ...(options.runner ? { runner: options.runner } : {}) });
     try {
       const dispatcher = await startDispatcher({
         config,

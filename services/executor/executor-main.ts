@@ -19,6 +19,7 @@ import { egressPolicies } from './mcp/mcp-requests.js';
 import { ExecutorMetrics, type CodeRunOutcome } from './executor-metrics.js';
 import { TaskEnvironments } from './task-environment.js';
 import { TaskEventLog } from './task-event-log.js';
+import type { TaskRunnerOptions } from './task-state.js';
 import { traceBackend } from './traced-backend.js';
 
 export interface RunningExecutor {
@@ -52,6 +53,8 @@ export interface ExecutorStartOptions {
   readonly metricsRegistry?: Registry;
   /** Where to record spans (the process's tracer); absent: tracing is off. */
   readonly tracing?: Tracing;
+  /** The shell-state runner's settings for every task (the benchmarks' timing log); absent: the defaults. */
+  readonly runner?: TaskRunnerOptions;
 }
 
 export async function startExecutor(options: ExecutorStartOptions): Promise<RunningExecutor> {
@@ -88,6 +91,7 @@ export async function startExecutor(options: ExecutorStartOptions): Promise<Runn
     lifetimeSeconds: config.terminal.lifetime_seconds,
     idleSuspendSeconds: config.terminal.idle_suspend_after_s,
     ...(metrics ? { metrics } : {}),
+    ...(options.runner ? { runner: options.runner } : {}),
   });
   const codeRunner = new CodeRunner(environments, {
     logger,

@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict';
 import { existsSync, readdirSync } from 'node:fs';
-import { mkdir, mkdtemp, realpath, rm, symlink, writeFile } from 'node:fs/promises';
+import { mkdir, mkdtemp, readFile, realpath, rm, symlink, writeFile } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { after, before, beforeEach, describe, it } from 'node:test';
@@ -11,7 +11,7 @@ import { LocalBackend } from '../../services/executor/backends/local/local-backe
 import { truncateOutput } from '../../services/executor/output.js';
 import { CwdMarkerFilter, cwdMarker, parseMarkerBody } from '../../services/executor/shell-state/cwd-marker.js';
 import { buildRunScript } from '../../services/executor/shell-state/run-script.js';
-import { ShellStateRunner, type ShellRunRequest } from '../../services/executor/shell-state/shell-state-runner.js';
+import { SHELL_TIMING_FILE, ShellStateRunner, type ShellRunRequest } from '../../services/executor/shell-state/shell-state-runner.js';
 import { TaskEnvironments } from '../../services/executor/task-environment.js';
 
 describe('CwdMarkerFilter', () => {
@@ -190,6 +190,29 @@ describe('ShellStateRunner', () => {
     const errexit = await sh('set -e; export ERREXIT=1; false; echo not-reached');
     assert.deepEqual([errexit.exitCode, errexit.output], [1, '']);
     assert.equal((await sh('echo "$ERREXIT"')).output, '1\n');
+  });
+
+  it('with the timing log on, output and state are the same and each command logs four increasing stamps', async () => {
+    runner = new ShellStateRunner(env, { timing: true });
+    await mkdir(path.join(workDir, 'timed'), { recursive: true });
+    const first = await sh('cd timed && export TIMED=1 && echo out; echo err >&2');
+    assert.deepEqual([first.exitCode, first.output, first.cwd], [0, 'out\nerr\n', path.join(workDir, 'timed')]);
+    const exited = await sh('echo "$TIMED"; exit 4');
+    assert.deepEqual([exited.exitCode, exited.output], [4, '1\n']);
+    assert.equal((await sh('pwd')).output, `${path.join(workDir, 'timed')}\n`);
+    const log = (await readFile(path.join(env.stateDir, SHELL_TIMING_FILE), 'utf8')).trimEnd().split('\n');
+    assert.equal(log.length, 3);
+    for (const line of log) {
+      const stamps = line.split(' ').map(Number);
+      assert.equal(stamps.length, 4, line);
+      assert.ok(stamps.every((t, i) => t > 0 && (i === 0 || t >= stamps[i - 1]!)), line);
+    }
+  });
+
+  it('logs no timing unless asked', async () => {
+    await sh('true');
+    assert.ok(!existsSync(path.join(env.stateDir, SHELL_TIMING_FILE)));
+    assert.ok(!buildRunScript({ snapshotPath: '/s', saveTo: '/t', marker: cwdMarker('n'), mode: { kind: 'workdir', workdir: '/' }, command: { text: 'true' } }).includes('EPOCHREALTIME'));
   });
 
   it('keeps a trap the command set itself, and still saves', async () => {

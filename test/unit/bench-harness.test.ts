@@ -15,6 +15,7 @@ import { planFor, runCase } from '../../services/cli/bench/runner.js';
 import { selectCases } from '../../services/cli/bench/run-bench.js';
 import { formatMs, formatRatio, pairedMedianDelta, quantile, summarize } from '../../services/cli/bench/stats.js';
 import { escapeXml } from '../../services/cli/bench/svg.js';
+import { benchReport } from '../support/bench-report.js';
 
 function fakeContext(mode: BenchMode = 'smoke'): BenchContext {
   return {
@@ -263,20 +264,13 @@ describe('bench reports', () => {
       samplesB: [0.5, 0.6, 0.7],
     },
   };
-  const report: BenchReport = {
-    schema: 'berth-bench/1',
-    mode: 'quick',
-    command: 'bin/berth bench --quick',
-    startedAt: '2025-01-02T03:04:05.000Z',
-    finishedAt: '2025-01-02T03:05:05.000Z',
-    source: { sha: 'abc12345', describe: 'abc12345-dirty' },
-    machine: { nproc: 2, cpuModel: 'Test CPU', memoryGiB: 4, kernel: '6.1', node: 'v20.0.0' },
-    cases: [
+  const report: BenchReport = benchReport(
+    [
       latencyCase,
       { suite: 'terminal-docker', name: 'docker', baselineName: 'docker exec', kind: 'latency', status: 'skipped', reason: 'docker backend not built yet', durationMs: 1 },
     ],
-    notes: ['warming the task failed once; retrying'],
-  };
+    { source: { sha: 'abc12345', describe: 'abc12345-dirty' }, notes: ['warming the task failed once; retrying'] },
+  );
 
   test('markdown has the machine, the reproduce command, the table row and the skip reason', () => {
     const md = renderMarkdown(report, 'x.svg');

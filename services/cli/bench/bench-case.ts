@@ -121,7 +121,27 @@ export interface GaugeCase extends CaseBase {
   runB(): Promise<Readonly<Record<string, number>>>;
 }
 
-export type BenchCase = LatencyCase | LoadCase | GaugeCase;
+/** One call split into stages: each stage's duration in ms, in the case's `stages` order, adding up to `totalMs`. */
+export interface StagedCall {
+  readonly totalMs: number;
+  readonly stagesMs: readonly number[];
+}
+
+/**
+ * Where one operation's time goes: the case runs its calls (the plan's
+ * `warmupPairs` unmeasured, then up to `pairs`, at least `minPairs`, while
+ * `budgetMs` lasts) and splits each into stages; the report gives each
+ * stage's median and mean, and what the medians leave unexplained.
+ * Nothing is compared with a baseline: `baselineName` says what the stages add up to.
+ */
+export interface BreakdownCase extends CaseBase {
+  readonly kind: 'breakdown';
+  /** The stages' names, in the order of `StagedCall.stagesMs`. */
+  readonly stages: readonly string[];
+  run(plan: RunPlan): Promise<StagedCall[]>;
+}
+
+export type BenchCase = LatencyCase | LoadCase | GaugeCase | BreakdownCase;
 
 /** The default export of a file under `cases/`; sizes that differ by mode (tasks, calls) go in names too. */
 export type CaseFactory = (mode: BenchMode) => BenchCase[];

@@ -82,7 +82,12 @@ export function createBenchContext(options: {
       return probe;
     },
     server(serverOptions: BenchServerOptions = {}) {
-      const key = JSON.stringify([serverOptions.backend ?? 'local', serverOptions.config ?? {}, serverOptions.env ?? {}]);
+      const key = JSON.stringify([
+        serverOptions.backend ?? 'local',
+        serverOptions.config ?? {},
+        serverOptions.env ?? {},
+        serverOptions.shellTiming === true,
+      ]);
       let server = servers.get(key);
       if (server === undefined) {
         server = startBenchServer(serverOptions);

@@ -61,11 +61,33 @@ export interface GaugeResult {
   readonly rows: readonly GaugeRow[];
 }
 
+/** One stage of a breakdown: its median and mean over the calls, ms. */
+export interface BreakdownStage {
+  readonly stage: string;
+  readonly p50: number;
+  readonly mean: number;
+}
+
+export interface BreakdownResult {
+  readonly calls: number;
+  readonly stages: readonly BreakdownStage[];
+  /** The calls' own totals (client side). */
+  readonly total: Summary;
+  /**
+   * Total p50 less the sum of the stages' p50s: medians do not add up, so
+   * this is what they leave unexplained (the means add up to the mean total,
+   * each call's stages to its total).
+   */
+  readonly unexplainedP50: number;
+  /** Total mean less the sum of the stages' means (rounding only, unless a stage was lost). */
+  readonly unexplainedMean: number;
+}
+
 export interface CaseResult {
   readonly suite: string;
   readonly name: string;
   readonly baselineName: string;
-  readonly kind: 'latency' | 'load' | 'gauge';
+  readonly kind: 'latency' | 'load' | 'gauge' | 'breakdown';
   readonly status: 'ok' | 'skipped' | 'error';
   /** Why it was skipped. */
   readonly reason?: string;
@@ -75,6 +97,7 @@ export interface CaseResult {
   readonly latency?: LatencyResult;
   readonly load?: LoadResult;
   readonly gauge?: GaugeResult;
+  readonly breakdown?: BreakdownResult;
   /** The case's targets, judged against this result. */
   readonly targets?: readonly TargetResult[];
 }

@@ -23,6 +23,8 @@ export interface BenchServerOptions {
   readonly config?: Readonly<Record<string, unknown>>;
   /** Added to the server's environment (a test double's state directory, a provider's credentials and endpoint). */
   readonly env?: Readonly<Record<string, string>>;
+  /** Each command's script logs its own timings in the task's state dir (the call-breakdown case). */
+  readonly shellTiming?: boolean;
   /** How long it may take to serve (default 30 s; a backend that starts sandboxes ahead, a warm pool, may need more). */
   readonly startTimeoutMs?: number;
 }
@@ -70,6 +72,7 @@ export async function startBenchServer(options: BenchServerOptions = {}): Promis
     writeFileSync(configPath, JSON.stringify(options.config));
     args.push('--config', configPath);
   }
+  if (options.shellTiming === true) args.push('--shell-timing');
   const env = { ...benchServerEnv(scratch), ...options.env };
   let child: ListeningChild;
   try {

@@ -5,7 +5,9 @@
  * It gives the dispatch path's own cost without any tool's cost. Production
  * servers never register it, so it appears in no listing.
  *
- * Usage: node bench-server.js --backend NAME --log FILE [--config FILE]
+ * Usage: node bench-server.js --backend NAME --log FILE [--config FILE] [--shell-timing]
+ * (`--shell-timing`: each command's script logs its own timings in the task's
+ * state dir, for the call-breakdown case; see ShellStateRunnerOptions.timing.)
  * Prints "bench server serving on ADDR" when ready; SIGTERM stops it.
  */
 import { createWriteStream } from 'node:fs';
@@ -17,7 +19,12 @@ import { NOOP_RESULT, NOOP_TOOL } from './noop-tool.js';
 
 async function main(): Promise<void> {
   const { values } = parseArgs({
-    options: { backend: { type: 'string' }, log: { type: 'string' }, config: { type: 'string' } },
+    options: {
+      backend: { type: 'string' },
+      log: { type: 'string' },
+      config: { type: 'string' },
+      'shell-timing': { type: 'boolean' },
+    },
     strict: true,
   });
   const env = { ...process.env, TERMINAL_ENV: values.backend ?? 'local' };
@@ -25,7 +32,8 @@ async function main(): Promise<void> {
   // Info level like a default `berth serve`, so per-call logging is part of what is measured;
   // into a file so that no reader of a pipe competes for the CPU.
   const logger = createLogger(config.log_level, createWriteStream(values.log ?? '/dev/null', { flags: 'a' }));
-  const serve = await startServe({ config, logger, host: '127.0.0.1', port: 0 });
+  const runner = values['shell-timing'] === true ? { runner: { timing: true } } : {};
+  const serve = await startServe({ config, logger, host: '127.0.0.1', port: 0, ...runner });
   const { dispatcher } = serve;
   dispatcher.dispatcher.registry.register({
     name: NOOP_TOOL,

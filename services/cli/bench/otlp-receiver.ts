@@ -29,6 +29,9 @@ export interface ReceivedSpan {
   readonly kind: number;
   readonly attributes: Readonly<Record<string, AttributeValue>>;
   readonly status: { readonly code: number; readonly message: string };
+  /** When the span started and ended, nanoseconds since the epoch (the sender's clock). */
+  readonly startTimeUnixNano: bigint;
+  readonly endTimeUnixNano: bigint;
   /** The attributes of the resource that sent it (service.name, ...). */
   readonly resource: Readonly<Record<string, AttributeValue>>;
 }
@@ -91,6 +94,8 @@ function decodeSpan(bytes: Uint8Array, resource: Record<string, AttributeValue>)
     kind: 0,
     attributes: {} as Record<string, AttributeValue>,
     status: { code: 0, message: '' },
+    startTimeUnixNano: 0n,
+    endTimeUnixNano: 0n,
     resource,
   };
   fields(bytes, (no, _type, r) => {
@@ -101,6 +106,8 @@ function decodeSpan(bytes: Uint8Array, resource: Record<string, AttributeValue>)
       case 4: span.parentSpanId = hex(r.bytes()); return true;
       case 5: span.name = r.string(); return true;
       case 6: span.kind = r.int32(); return true;
+      case 7: span.startTimeUnixNano = BigInt(r.fixed64()); return true;
+      case 8: span.endTimeUnixNano = BigInt(r.fixed64()); return true;
       case 9: keyValue(r.bytes(), span.attributes); return true;
       case 15:
         fields(r.bytes(), (sno, _t, sr) => {

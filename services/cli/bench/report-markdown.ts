@@ -119,6 +119,31 @@ function gaugeTable(cases: readonly CaseResult[]): string | undefined {
   return table(['measurement', 'value', 'baseline', 'ratio'], rows);
 }
 
+/**
+ * Each breakdown case's stages: median and mean, and each mean's share of the
+ * mean total. The means add up to the total; the medians need not, and what
+ * they leave is a row of its own.
+ */
+function breakdownTables(cases: readonly CaseResult[]): string[] {
+  return cases.flatMap((c) => {
+    const b = c.breakdown;
+    if (b === undefined) return [];
+    const share = (mean: number) => `${((100 * mean) / b.total.mean).toFixed(1)}%`;
+    // The means' remainder is floating-point dust: show it as the zero it is.
+    const unexplainedMean = Math.abs(b.unexplainedMean) < 1e-6 ? 0 : b.unexplainedMean;
+    const rows = [
+      ...b.stages.map((s) => [s.stage, formatMs(s.p50), formatMs(s.mean), share(s.mean)]),
+      ['unexplained (total less the stages above)', formatMs(b.unexplainedP50), formatMs(unexplainedMean), share(unexplainedMean)],
+      [`${c.baselineName} (p90 ${formatMs(b.total.p90)}, p99 ${formatMs(b.total.p99)})`, formatMs(b.total.p50), formatMs(b.total.mean), '100%'],
+    ];
+    return [
+      `Where the time goes: ${c.name}, ${b.calls} calls (per stage: median and mean; medians do not add up, ` +
+        `means do, so the unexplained median is the medians' own remainder):\n\n` +
+        table(['stage', 'p50', 'mean', 'share of mean'], rows),
+    ];
+  });
+}
+
 /** Every case's targets beside what was measured. */
 export function renderTargets(report: BenchReport): string | undefined {
   const rows = report.cases.flatMap((c) =>
@@ -137,6 +162,7 @@ export function renderTables(report: BenchReport): string {
   if (load) parts.push(`Under load (latency of each call in a round; calls/s per round, median over rounds):\n\n${load}`);
   const gauge = gaugeTable(report.cases);
   if (gauge) parts.push(`Memory:\n\n${gauge}`);
+  parts.push(...breakdownTables(report.cases));
   const skipped = report.cases.filter((c) => c.status === 'skipped');
   if (skipped.length > 0) {
     parts.push(`Skipped:\n\n${skipped.map((c) => `- ${c.name} vs ${c.baselineName}: ${c.reason}`).join('\n')}`);

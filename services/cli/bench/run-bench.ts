@@ -121,6 +121,12 @@ function summaryLine(r: CaseResult): string {
       `p99 ${formatMs(l.a.latency.p99)}, errors ${l.a.errors}, ${l.a.rounds.length} rounds, ${secs}`
     );
   }
+  if (r.breakdown) {
+    const b = r.breakdown;
+    const largest = [...b.stages].sort((x, y) => y.mean - x.mean)[0];
+    const most = largest ? `, most in ${largest.stage} (${formatMs(largest.mean)} mean)` : '';
+    return `total p50 ${formatMs(b.total.p50)} over ${b.calls} calls${most}, ${secs}`;
+  }
   if (r.gauge) return `${r.gauge.rows.map((g) => `${g.key} ${g.value.toFixed(1)} ${g.unit}`).join('; ')}, ${secs}`;
   return secs;
 }

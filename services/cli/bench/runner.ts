@@ -4,9 +4,29 @@
  * case's result record; never throws.
  */
 import { performance } from 'node:perf_hooks';
-import type { BenchCase, BenchContext, BenchMode, GaugeCase, LatencyCase, LoadCase, LoadRound, RunPlan } from './bench-case.js';
+import type {
+  BenchCase,
+  BenchContext,
+  BenchMode,
+  BreakdownCase,
+  GaugeCase,
+  LatencyCase,
+  LoadCase,
+  LoadRound,
+  RunPlan,
+  StagedCall,
+} from './bench-case.js';
 import { isSkip } from './bench-case.js';
-import type { CaseResult, GaugeResult, GaugeRow, LatencyResult, LoadResult, LoadSide, TargetResult } from './bench-result.js';
+import type {
+  BreakdownResult,
+  CaseResult,
+  GaugeResult,
+  GaugeRow,
+  LatencyResult,
+  LoadResult,
+  LoadSide,
+  TargetResult,
+} from './bench-result.js';
 import type { Progress } from './progress.js';
 import { median, pairedMedianDelta, ratio, summarize } from './stats.js';
 
@@ -25,6 +45,12 @@ const DEFAULT_PLANS: Readonly<Record<BenchCase['kind'], Readonly<Record<BenchMod
     smoke: { warmupPairs: 0, pairs: 1, minPairs: 1, budgetMs: 0 },
     quick: { warmupPairs: 0, pairs: 1, minPairs: 1, budgetMs: 0 },
     full: { warmupPairs: 0, pairs: 1, minPairs: 1, budgetMs: 0 },
+  },
+  // Pairs are calls here: there is no baseline.
+  breakdown: {
+    smoke: { warmupPairs: 0, pairs: 3, minPairs: 3, budgetMs: 0 },
+    quick: { warmupPairs: 20, pairs: 400, minPairs: 30, budgetMs: 5_000 },
+    full: { warmupPairs: 100, pairs: 3000, minPairs: 300, budgetMs: 60_000 },
   },
 };
 
@@ -170,6 +196,32 @@ async function runGauge(c: GaugeCase, plan: RunPlan, onProgress: (f: number, p: 
   return { rounds: a.length, rows };
 }
 
+/** Each stage's median and mean over the calls, and what the medians leave of the median total. */
+export function summarizeBreakdown(stages: readonly string[], calls: readonly StagedCall[]): BreakdownResult {
+  if (calls.length === 0) throw new Error('no call was measured');
+  const mean = (values: readonly number[]) => values.reduce((s, v) => s + v, 0) / values.length;
+  const rows = stages.map((stage, i) => {
+    const values = calls.map((c) => {
+      const v = c.stagesMs[i];
+      if (v === undefined) throw new Error(`a call has no figure for stage "${stage}"`);
+      return v;
+    });
+    return { stage, p50: median(values), mean: mean(values) };
+  });
+  const total = summarize(calls.map((c) => c.totalMs));
+  return {
+    calls: calls.length,
+    stages: rows,
+    total,
+    unexplainedP50: total.p50 - rows.reduce((s, r) => s + r.p50, 0),
+    unexplainedMean: total.mean - rows.reduce((s, r) => s + r.mean, 0),
+  };
+}
+
+async function runBreakdown(c: BreakdownCase, plan: RunPlan): Promise<BreakdownResult> {
+  return summarizeBreakdown(c.stages, await c.run(plan));
+}
+
 function message(err: unknown): string {
   if (err instanceof Error) return err.message;
   return String(err);
@@ -217,6 +269,9 @@ export async function runCase(c: BenchCase, options: RunCaseOptions): Promise<Ca
         }
         case 'gauge':
           result = { ...base, status: 'ok', durationMs: 0, gauge: await runGauge(c, plan, onProgress) };
+          break;
+        case 'breakdown':
+          result = { ...base, status: 'ok', durationMs: 0, breakdown: await runBreakdown(c, plan) };
           break;
       }
     }

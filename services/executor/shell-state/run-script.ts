@@ -27,6 +27,14 @@ export interface RunScriptSpec {
   readonly mode: RunMode;
   /** The command itself, or a file holding it (for commands too long for one argv string). */
   readonly command: { readonly text: string } | { readonly file: string };
+  /**
+   * Benchmarks only (off unless set): a file to append one line to per
+   * command, `T0 T1 T2 T3` (bash's `$EPOCHREALTIME`, seconds): the script
+   * began, the snapshot was restored and the cwd entered, the command ended,
+   * the state was saved and the marker printed. `task` and `workdir` modes;
+   * builtins only, after the marker, so the output is the same.
+   */
+  readonly timingFile?: string;
 }
 
 /**
@@ -64,15 +72,24 @@ export function buildRunScript(spec: RunScriptSpec): string {
    * trap the command set itself still runs at exit. `set +x` comes first: a
    * traced marker line would otherwise be echoed into the output.
    */
-  const finishers = (body: string) => ({
-    trap: `__berth_rc=$?; if \\builtin test -z "\${__berth_saved-}"; then \\builtin set +x +e +u; ${body} fi; \\builtin exit "$__berth_rc"`,
-    inline: `__berth_rc=$?; \\builtin set +x +e +u; __berth_saved=1; ${body} \\builtin exit "$__berth_rc"`,
-  });
+  const timing = spec.timingFile === undefined ? undefined : shellQuote(spec.timingFile);
+  const finishers = (saveAndMark: string) => {
+    const ended = timing === undefined ? '' : ' __berth_t2=$EPOCHREALTIME;';
+    const body =
+      timing === undefined
+        ? saveAndMark
+        : `${saveAndMark} \\builtin printf '%s %s %s %s\\n' "\${__berth_t0-}" "\${__berth_t1-}" "\${__berth_t2-}" "$EPOCHREALTIME" 2>/dev/null >>${timing};`;
+    return {
+      trap: `__berth_rc=$?;${ended} if \\builtin test -z "\${__berth_saved-}"; then \\builtin set +x +e +u; ${body} fi; \\builtin exit "$__berth_rc"`,
+      inline: `__berth_rc=$?;${ended} \\builtin set +x +e +u; __berth_saved=1; ${body} \\builtin exit "$__berth_rc"`,
+    };
+  };
 
   // Plain `exec`: `builtin exec 2>&1` applies the redirection to the builtin
   // call only and undoes it, leaving stderr on its own pipe (out of order).
   // Nothing user-defined exists yet at this line: the snapshot comes after.
   const lines: string[] = ['{', 'exec 2>&1'];
+  if (timing !== undefined && spec.mode.kind !== 'stateless') lines.push('__berth_t0=$EPOCHREALTIME');
   // `__berth_saved` is cleared after the snapshot: under `set -a` it could have been saved in it.
   lines.push(`if [ -r ${snap} ]; then \\builtin . ${snap} >/dev/null 2>&1; fi; __berth_saved=`);
 
@@ -106,6 +123,7 @@ export function buildRunScript(spec: RunScriptSpec): string {
           ' \\builtin exit 126; }',
         resolveStart(mode.cwd),
       );
+      if (timing !== undefined) lines.push('__berth_t1=$EPOCHREALTIME');
       const finish = finishers(`${remove} ${save(saveTo())} ${mark}`);
       lines.push(`\\builtin trap ${shellQuote(finish.trap)} EXIT`, evalLine, finish.inline);
       break;
@@ -116,6 +134,7 @@ export function buildRunScript(spec: RunScriptSpec): string {
         cdOrFail(mode.workdir, `berth: cannot run the command: workdir ${mode.workdir} is not a directory.`),
         resolveStart(mode.workdir),
       );
+      if (timing !== undefined) lines.push('__berth_t1=$EPOCHREALTIME');
       const finish = finishers(`${remove} ${save(saveTo())} ${mark}`);
       lines.push(`\\builtin trap ${shellQuote(finish.trap)} EXIT`, evalLine, finish.inline);
       break;

@@ -96,7 +96,16 @@ export interface ShellStateRunnerOptions {
    * and starts in `cwd`.
    */
   readonly seed?: { readonly cwd: string; readonly script: string };
+  /**
+   * Benchmarks only, off by default: each command's script appends its
+   * timings to {@link SHELL_TIMING_FILE} in the state dir (run-script.ts's
+   * `timingFile`). Output and state are the same either way.
+   */
+  readonly timing?: boolean;
 }
+
+/** The timing log's name in `env.stateDir`, with {@link ShellStateRunnerOptions.timing}. */
+export const SHELL_TIMING_FILE = 'shell-timing.log';
 
 /** How long a snapshot a background command started from is kept after it is superseded. */
 const BACKGROUND_SNAPSHOT_HOLD_MS = 60_000;
@@ -135,6 +144,7 @@ export class ShellStateRunner {
   #cwd: string;
   #bootstrap: Promise<void> | undefined;
   readonly #seed: { readonly cwd: string; readonly script: string } | undefined;
+  readonly #timingFile: string | undefined;
 
   constructor(env: BackendEnvironment, options: ShellStateRunnerOptions = {}) {
     this.#env = env;
@@ -145,6 +155,7 @@ export class ShellStateRunner {
     this.#marker = cwdMarker(randomBytes(12).toString('hex'));
     this.#cwd = options.seed?.cwd ?? env.initialCwd;
     this.#seed = options.seed;
+    this.#timingFile = options.timing === true ? posix.join(env.stateDir, SHELL_TIMING_FILE) : undefined;
     if (this.#seed !== undefined) {
       this.#snapshotPath = posix.join(env.stateDir, 'shell-snapshot.fork.sh');
     } else if (env.preparedSnapshot !== undefined) {
@@ -247,6 +258,7 @@ export class ShellStateRunner {
           marker: this.#marker,
           mode,
           command,
+          ...(this.#timingFile !== undefined ? { timingFile: this.#timingFile } : {}),
         }),
         timeoutMs: request.timeoutMs,
         ...(request.stdin !== undefined ? { stdin: request.stdin } : {}),
