@@ -195,7 +195,7 @@ export async function startDispatcher(options: DispatcherStartOptions): Promise<
   await health.checkAll();
   health.start();
   const members = () => endpoints;
-  const router = new ExecutorRouter(members, (tenant) => tenants.policyFor(tenant));
+  const router = new ExecutorRouter(members, (tenant) => tenants.policyFor(tenant), (id) => health.confirmDown(id));
   const discovery = options.discovery && startDiscovery(options.discovery);
   await discovery?.refresh();
 

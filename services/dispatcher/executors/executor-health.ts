@@ -55,6 +55,24 @@ export class ExecutorHealthWatcher {
     await Promise.all(this.#targets.map((target) => this.#check(target)));
   }
 
+  /**
+   * Checks one executor now, after a call to it failed with UNAVAILABLE: one
+   * that does not answer is out of rotation at once (a killed executor's
+   * tasks then get their one lost-environment error, not a transport error
+   * first). True when it is out of rotation.
+   */
+  async confirmDown(endpointId: string): Promise<boolean> {
+    const target = this.#targets.find((t) => t.watched.endpoint.id === endpointId);
+    if (!target) return false;
+    await this.#check(target);
+    if (target.failures > 0 && target.watched.endpoint.healthy) {
+      target.failures = this.#options.failuresBeforeDown;
+      target.watched.endpoint.healthy = false;
+      this.#options.logger.warn({ executor: endpointId }, 'executor is not answering after a failed call; no new tasks go to it');
+    }
+    return !target.watched.endpoint.healthy;
+  }
+
   async #check(target: { watched: WatchedExecutor; failures: number; checked: boolean }): Promise<void> {
     const { endpoint, explain } = target.watched;
     // A client per check: the channel changes when the dispatcher's client certificate is reloaded.
