@@ -122,6 +122,7 @@ describe('failover and fencing between two docker executors', { skip: unavailabl
     const config = parseConfig({
       executors: [0, 1].map((i) => ({ address: address(i), backend: 'docker' })),
       executor: { shared_secret: SECRET },
+      terminal: { backend: 'docker' },
       executor_health_interval_ms: 200,
       executor_health_timeout_ms: 300,
       executor_health_failures: 2,
