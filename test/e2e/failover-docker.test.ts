@@ -16,10 +16,8 @@ import assert from 'node:assert/strict';
 import { execFile } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { mkdtempSync, realpathSync, rmSync, writeFileSync } from 'node:fs';
-import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { setTimeout as sleep } from 'node:timers/promises';
 import { promisify } from 'node:util';
 import Dockerode from 'dockerode';
 import { createChannel, createClient, type Channel } from 'nice-grpc';
@@ -31,6 +29,8 @@ import { DispatcherDefinition, type DispatcherClient } from '../../services/gen/
 import { startListeningChild, type ListeningChild } from '../../services/cli/bench/listening-child.js';
 import { dockerUnavailableReason, removeLabelled } from '../support/docker-fixtures.js';
 import { BERTH_BIN } from '../support/serve-process.js';
+import { freePort } from '../support/free-port.js';
+import { waitUntil } from '../support/host-processes.js';
 
 const docker = new Dockerode();
 const unavailable = await dockerUnavailableReason(docker);
@@ -39,21 +39,7 @@ const SECRET = 'failover-fencing-test-secret';
 const STALE_MS = 2000;
 const run = randomBytes(4).toString('hex');
 
-async function freePort(): Promise<number> {
-  const server = createServer();
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  const port = (server.address() as { port: number }).port;
-  await new Promise<void>((resolve) => server.close(() => resolve()));
-  return port;
-}
-
-async function until(what: string, check: () => boolean | Promise<boolean>): Promise<void> {
-  for (let i = 0; i < 300; i++) {
-    if (await check()) return;
-    await sleep(100);
-  }
-  assert.fail(`timed out waiting until ${what}`);
-}
+const until = (what: string, check: () => boolean | Promise<boolean>) => waitUntil(what, check, 30_000);
 
 interface TerminalResult {
   output?: string;
