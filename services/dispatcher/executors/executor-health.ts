@@ -93,8 +93,13 @@ export class ExecutorHealthWatcher {
     target.checked = true;
     target.failures = answered ? 0 : target.failures + 1;
     const healthy = answered || (!draining && endpoint.healthy && target.failures < this.#options.failuresBeforeDown);
+    const changed = healthy !== endpoint.healthy;
+    // In or out of rotation now: explaining a failure below may take a TLS probe's timeout (a stopped executor).
+    endpoint.healthy = healthy;
+    if (answered) endpoint.draining = false;
+    else if (draining) endpoint.draining = true;
     // A TLS mismatch shows at the first check: say so at start rather than at the first call.
-    if (healthy !== endpoint.healthy || (first && !answered)) {
+    if (changed || (first && !answered)) {
       const reason = !answered && explain && failure ? await explain(failure) : failure || undefined;
       this.#options.logger[answered ? 'info' : 'warn'](
         { executor: endpoint.id, backend: endpoint.backend, healthy, ...(reason ? { reason } : {}) },
@@ -105,9 +110,6 @@ export class ExecutorHealthWatcher {
             : `executor is not answering${healthy ? '' : '; no new tasks go to it'}${reason ? `: ${reason}` : ''}`,
       );
     }
-    endpoint.healthy = healthy;
-    if (answered) endpoint.draining = false;
-    else if (draining) endpoint.draining = true;
   }
 
   start(): void {
