@@ -379,6 +379,9 @@ export const configSchema = z
         memory_scope: z.enum(['engine', 'executor']).default('executor').describe(
           'Whose sandboxes count against `docker.memory_overcommit`: `executor` (the default), only this executor\'s; `engine`, every Berth sandbox on the Docker engine, so that executors sharing one engine (the compose stack\'s three) share one budget instead of each admitting the host\'s memory times the factor. Set `engine` where executors of one deployment share an engine and nothing else runs Berth sandboxes there.',
         ),
+        executor_stale_ms: int(1000).default(15_000).describe(
+          'How long another executor\'s heartbeat (under the shared state root) may go untouched before that executor counts as gone, stopped (SIGSTOP, a frozen cgroup) or hung as much as killed, and its tasks\' containers are removed for the executor that takes them over. Each executor touches its own every fifth of this; give every executor sharing a state root the same value. Bounds how soon a task of a stopped executor runs elsewhere (docs/deploying.md, Failover and fencing).',
+        ),
         name_key_file: z.string().default('').describe(
           'File with the executor\'s secret (32+ random bytes, hex, mode 0600) that container, volume and host directory names are keyed hashes under, so no name tells or confirms a tenant or task id. Empty: `<state_root>/docker/name-key`, made on the first start. Executors that resume each other\'s tasks on one Docker host share it.',
         ),
@@ -516,6 +519,11 @@ export const configSchema = z
     executors: z.array(executorEndpointSchema).default([]).describe('Executors of `berth dispatcher`; `berth serve` runs one in process instead.'),
     executor_discovery: z.array(executorDiscoverySchema).default([]).describe('More executors from DNS, re-resolved every `executor_discovery_interval_ms`.'),
     executor_discovery_interval_ms: int(200).default(5000).describe('How often the names of `executor_discovery` are re-resolved.'),
+    executor_health_interval_ms: int(50).default(1000).describe('Pause between two health checks of each executor by the dispatcher.'),
+    executor_health_timeout_ms: int(50).default(2000).describe('How long one health check may wait for its answer before it counts as missed.'),
+    executor_health_failures: int(1).default(3).describe(
+      'Missed health checks in a row before an executor is out of rotation: its tasks\' next calls get the one lost-environment error and then run elsewhere. With the two keys above, bounds how soon a task leaves a stopped or unreachable executor.',
+    ),
     tenants: z.array(tenantSchema).default([]).describe(
       'With none, every caller is tenant `default`; with tenants, callers send `authorization: Bearer <key>` (docs/security.md).',
     ),

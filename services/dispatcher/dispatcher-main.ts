@@ -186,11 +186,16 @@ export async function startDispatcher(options: DispatcherStartOptions): Promise<
     watched.push(watch);
     return endpoint;
   });
-  const health = new ExecutorHealthWatcher(watched, { intervalMs: 1000, timeoutMs: 2000, failuresBeforeDown: 3, logger });
+  const health = new ExecutorHealthWatcher(watched, {
+    intervalMs: options.config.executor_health_interval_ms,
+    timeoutMs: options.config.executor_health_timeout_ms,
+    failuresBeforeDown: options.config.executor_health_failures,
+    logger,
+  });
   await health.checkAll();
   health.start();
   const members = () => endpoints;
-  const router = new ExecutorRouter(members, (tenant) => tenants.policyFor(tenant));
+  const router = new ExecutorRouter(members, (tenant) => tenants.policyFor(tenant), (id) => health.confirmDown(id));
   const discovery = options.discovery && startDiscovery(options.discovery);
   await discovery?.refresh();
 

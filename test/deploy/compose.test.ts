@@ -10,7 +10,6 @@ import assert from 'node:assert/strict';
 import { execFile } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { chmodSync, mkdtempSync, rmSync, statSync } from 'node:fs';
-import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
@@ -21,18 +20,11 @@ import { DispatcherDefinition, type DispatcherClient } from '../../services/gen/
 import { dockerUnavailableReason } from '../support/docker-fixtures.js';
 import { REPO_ROOT } from '../support/serve-process.js';
 import { toolsRequired } from '../support/require-tools.js';
+import { freePort } from '../support/free-port.js';
 
 const run = promisify(execFile);
 const COMPOSE_FILE = join(REPO_ROOT, 'deploy', 'compose.yaml');
 const docker = new Dockerode();
-
-async function freePort(): Promise<number> {
-  const server = createServer();
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  const port = (server.address() as { port: number }).port;
-  await new Promise<void>((resolve) => server.close(() => resolve()));
-  return port;
-}
 
 async function prerequisites(): Promise<string | undefined> {
   const reason = await dockerUnavailableReason(docker);

@@ -22,9 +22,9 @@ export function pidsRunning(needle: string): number[] {
 }
 
 /** Waits until `check` holds, polling; throws `what` when `timeoutMs` passes first. */
-export async function waitUntil(what: string, check: () => boolean, timeoutMs = 20_000): Promise<void> {
+export async function waitUntil(what: string, check: () => boolean | Promise<boolean>, timeoutMs = 20_000): Promise<void> {
   const deadline = Date.now() + timeoutMs;
-  while (!check()) {
+  while (!(await check())) {
     if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
     await sleep(50);
   }

@@ -139,6 +139,15 @@ describe('judgeExecutor', () => {
     assert.equal(judgeExecutor(labels({}), self, probes({ 20: '999' }, {})), 'gone', 'pid reused by another process');
   });
 
+  test('same pid namespace and state root: a running pid whose heartbeat is stale is stopped or hung, and gone', () => {
+    assert.equal(judgeExecutor(labels({}), self, probes({ 20: '200' }, { 'ex-other': 1000 })), 'alive');
+    assert.equal(judgeExecutor(labels({}), self, probes({ 20: '200' }, { 'ex-other': HEARTBEAT_STALE_MS + 1 })), 'gone', 'SIGSTOP: beats stopped');
+    assert.equal(judgeExecutor(labels({}), self, probes({ 20: '200' }, { 'ex-other': 2500 }), 2000), 'gone', 'docker.executor_stale_ms');
+    assert.equal(judgeExecutor(labels({}), self, probes({ 20: '200' }, {})), 'alive', 'no heartbeat file to judge by: the pid decides');
+    const elsewhere = labels({ [LABEL.stateRoot]: '/elsewhere' });
+    assert.equal(judgeExecutor(elsewhere, self, probes({ 20: '200' }, { 'ex-other': HEARTBEAT_STALE_MS + 1 })), 'alive', 'not our heartbeat directory');
+  });
+
   test('another namespace sharing the state root: judged by the heartbeat', () => {
     const other = labels({ [LABEL.executorPidNs]: 'b/ns2' });
     assert.equal(judgeExecutor(other, self, probes({}, { 'ex-other': 1000 })), 'alive');

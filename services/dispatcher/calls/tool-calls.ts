@@ -194,6 +194,12 @@ export class ToolCalls {
         } catch (err) {
           // Where a new task's first call failed is no home of it: the next call looks for a holder again.
           if (placement.fresh) placements.forget(tenant, taskId);
+          // The executor holding the task died (it answers no health check either): this is the task's one error.
+          if (!placement.fresh && !placement.lost && isUnavailable(err) && !isDrainingRefusal(err) && (await this.#o.router.confirmDown(placement.executorId))) {
+            log.warn({ lostExecutor: placement.executorId, reason: 'unreachable' }, 'task environment lost with its executor');
+            placements.forget(tenant, taskId);
+            return JSON.stringify({ error: lostEnvironmentMessage(taskId, placement.executorId, 'unreachable') });
+          }
           // A draining executor refuses tasks it does not hold before doing anything: a new task may go elsewhere.
           if (!(placement.fresh && attempt === 0 && isDrainingRefusal(err))) throw err;
           log.info({ executor: placement.executorId }, 'executor is draining; placing the new task elsewhere');
@@ -279,7 +285,11 @@ export class ToolCalls {
   }
 }
 
+function isUnavailable(err: unknown): boolean {
+  return err instanceof BerthError && err.code === 'UNAVAILABLE';
+}
+
 /** The refusal of an executor that is draining and does not hold the task (see TaskEnvironments.drain). */
 function isDrainingRefusal(err: unknown): boolean {
-  return err instanceof BerthError && err.code === 'UNAVAILABLE' && /\bis draining\b/.test(err.message);
+  return isUnavailable(err) && /\bis draining\b/.test((err as Error).message);
 }

@@ -55,6 +55,24 @@ export class ExecutorHealthWatcher {
     await Promise.all(this.#targets.map((target) => this.#check(target)));
   }
 
+  /**
+   * Checks one executor now, after a call to it failed with UNAVAILABLE: one
+   * that does not answer is out of rotation at once (a killed executor's
+   * tasks then get their one lost-environment error, not a transport error
+   * first). True when it is out of rotation.
+   */
+  async confirmDown(endpointId: string): Promise<boolean> {
+    const target = this.#targets.find((t) => t.watched.endpoint.id === endpointId);
+    if (!target) return false;
+    await this.#check(target);
+    if (target.failures > 0 && target.watched.endpoint.healthy) {
+      target.failures = this.#options.failuresBeforeDown;
+      target.watched.endpoint.healthy = false;
+      this.#options.logger.warn({ executor: endpointId }, 'executor is not answering after a failed call; no new tasks go to it');
+    }
+    return !target.watched.endpoint.healthy;
+  }
+
   async #check(target: { watched: WatchedExecutor; failures: number; checked: boolean }): Promise<void> {
     const { endpoint, explain } = target.watched;
     // A client per check: the channel changes when the dispatcher's client certificate is reloaded.
@@ -75,8 +93,13 @@ export class ExecutorHealthWatcher {
     target.checked = true;
     target.failures = answered ? 0 : target.failures + 1;
     const healthy = answered || (!draining && endpoint.healthy && target.failures < this.#options.failuresBeforeDown);
+    const changed = healthy !== endpoint.healthy;
+    // In or out of rotation now: explaining a failure below may take a TLS probe's timeout (a stopped executor).
+    endpoint.healthy = healthy;
+    if (answered) endpoint.draining = false;
+    else if (draining) endpoint.draining = true;
     // A TLS mismatch shows at the first check: say so at start rather than at the first call.
-    if (healthy !== endpoint.healthy || (first && !answered)) {
+    if (changed || (first && !answered)) {
       const reason = !answered && explain && failure ? await explain(failure) : failure || undefined;
       this.#options.logger[answered ? 'info' : 'warn'](
         { executor: endpoint.id, backend: endpoint.backend, healthy, ...(reason ? { reason } : {}) },
@@ -87,9 +110,6 @@ export class ExecutorHealthWatcher {
             : `executor is not answering${healthy ? '' : '; no new tasks go to it'}${reason ? `: ${reason}` : ''}`,
       );
     }
-    endpoint.healthy = healthy;
-    if (answered) endpoint.draining = false;
-    else if (draining) endpoint.draining = true;
   }
 
   start(): void {

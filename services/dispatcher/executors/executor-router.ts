@@ -69,11 +69,26 @@ export class ExecutorRouter {
   readonly #endpoints: () => readonly ExecutorEndpoint[];
   readonly #policyFor: (tenant: string) => TenantPolicy;
   readonly #holders = new Map<string, { atMs: number; tasks: Promise<Set<string>> }>();
+  readonly #confirmDown: ((executorId: string) => Promise<boolean>) | undefined;
 
-  /** `endpoints`: the membership, read at every call (discovery changes it). */
-  constructor(endpoints: readonly ExecutorEndpoint[] | (() => readonly ExecutorEndpoint[]), policyFor: (tenant: string) => TenantPolicy) {
+  /**
+   * `endpoints`: the membership, read at every call (discovery changes it).
+   * `confirmDown`: checks an executor's health now, taking it out of rotation
+   * when it does not answer (ExecutorHealthWatcher.confirmDown).
+   */
+  constructor(
+    endpoints: readonly ExecutorEndpoint[] | (() => readonly ExecutorEndpoint[]),
+    policyFor: (tenant: string) => TenantPolicy,
+    confirmDown?: (executorId: string) => Promise<boolean>,
+  ) {
     this.#endpoints = typeof endpoints === 'function' ? endpoints : () => endpoints;
     this.#policyFor = policyFor;
+    this.#confirmDown = confirmDown;
+  }
+
+  /** After a call failed with UNAVAILABLE: whether its executor is down (it did not answer a health check either). */
+  async confirmDown(executorId: string): Promise<boolean> {
+    return (await this.#confirmDown?.(executorId).catch(() => false)) ?? false;
   }
   /** The backend the tenant's tasks run on. */
   backendFor(tenant: string): BackendName {

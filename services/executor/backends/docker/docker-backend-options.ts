@@ -68,6 +68,12 @@ export interface DockerBackendOptions {
   readonly agentConnectTimeoutMs?: number;
   /** The agent's archive; default: this installation's (findAgentScript). */
   readonly agentScriptPath?: string;
+  /**
+   * docker.executor_stale_ms: how old another executor's heartbeat may be before it counts as gone (stopped,
+   * hung, or killed in another pid namespace) and its tasks' containers may be taken over; its own heartbeat
+   * is touched every fifth of this. Default 15 s (see executor-identity.ts).
+   */
+  readonly executorStaleMs?: number;
   /** Interval of the orphan sweep after the one at start; 0 disables it. Default 60 s. */
   readonly sweepIntervalMs?: number;
   /**

@@ -36,8 +36,8 @@ import type { DiskLimitState, DiskLimitPart } from './disk-limits.js';
 import { diagnoseDocker } from './docker-diagnosis.js';
 import { DockerEnvironment } from './docker-environment.js';
 import { describeDaemon, dockerError, isNotFound } from './docker-errors.js';
-import { Heartbeat, executorLabels, hostProbes, newExecutorIdentity, ownContainerOn, type ExecutorIdentity } from './executor-identity.js';
-import { resolveNameConflict, type NameConflictContext } from './name-conflicts.js';
+import { HEARTBEAT_STALE_MS, Heartbeat, executorLabels, heartbeatIntervalMs, hostProbes, newExecutorIdentity, ownContainerOn, type ExecutorIdentity } from './executor-identity.js';
+import { nameHeldByAnother, resolveNameConflict, type NameConflictContext } from './name-conflicts.js';
 import { ensureRoot } from './docker-state-root.js';
 import { NetworkIsolation } from './network-isolation.js';
 import { sweepOrphans, type SweepResult } from './orphan-sweep.js';
@@ -67,6 +67,8 @@ export class DockerBackend implements Backend {
   readonly #role: ContainerRole;
   readonly #options: DockerBackendOptions;
   readonly #heartbeat: Heartbeat;
+  /** docker.executor_stale_ms. */
+  readonly #staleMs: number;
   readonly #probes: ReturnType<typeof hostProbes>;
   readonly #environments = new Map<string, DockerEnvironment>();
   readonly #pool: WarmPool | undefined;
@@ -103,7 +105,8 @@ export class DockerBackend implements Backend {
     this.#root = path.join(stateRoot, 'docker');
     this.#persistent = options.persistent ?? true;
     this.#role = options.role ?? 'task';
-    this.#heartbeat = new Heartbeat(stateRoot, this.identity.id);
+    this.#staleMs = options.executorStaleMs ?? HEARTBEAT_STALE_MS;
+    this.#heartbeat = new Heartbeat(stateRoot, this.identity.id, heartbeatIntervalMs(this.#staleMs));
     this.#probes = hostProbes(stateRoot, async (id) => {
       try {
         return (await this.#docker.getContainer(id).inspect()).State.Status;
@@ -405,6 +408,7 @@ export class DockerBackend implements Backend {
       },
       onRemoveFailed: (containerId) => this.#leftovers.add(containerId),
       onReplaced: () => this.#options.onContainerStart?.(this.#role, 'replacement'),
+      heldByAnother: (containerName, ownId) => nameHeldByAnother(this.#executorContext(), containerName, ownId),
       diskMeter: this.#diskMeter,
       ...(this.#options.diskCheckIntervalMs !== undefined ? { diskCheckIntervalMs: this.#options.diskCheckIntervalMs } : {}),
     });
@@ -440,6 +444,13 @@ export class DockerBackend implements Backend {
 
   /** This executor among the others on the engine (for the sweep and name conflicts). */
   #executorContext(): NameConflictContext {
-    return { docker: this.#docker, daemon: this.#daemon, identity: this.identity, probes: this.#probes, logger: this.#logger };
+    return {
+      docker: this.#docker,
+      daemon: this.#daemon,
+      identity: this.identity,
+      probes: this.#probes,
+      staleMs: this.#staleMs,
+      logger: this.#logger,
+    };
   }
 }

@@ -62,6 +62,11 @@ export interface DockerEnvironmentOptions {
   /** Called when a lost container has been replaced by a new one. */
   readonly onReplaced?: () => void;
   /**
+   * Whether another executor's container holds the task's name (it took the task over while this executor was
+   * judged gone): then neither a replacement nor the release touches the task's host directory.
+   */
+  readonly heldByAnother?: (name: string, ownId: string) => Promise<boolean>;
+  /**
    * terminal.container_disk where Docker cannot enforce it: checked before
    * each command and file write, and every `diskCheckIntervalMs` while
    * background processes run (past the limit they are stopped).
@@ -276,6 +281,12 @@ export class DockerEnvironment extends ChannelEnvironment<SandboxContainer> {
       this.#o.onRemoveFailed(lost.id);
     });
     this.assertLive();
+    if (await this.#o.heldByAnother?.(this.containerName, lost.id)) {
+      throw new UnavailableError(
+        `the task's container ${this.containerName} was taken over by another executor while this one counted as gone ` +
+          '(stopped or hung past docker.executor_stale_ms); this executor no longer serves the task',
+      );
+    }
     const next = await this.#o.factory.start({
       name: this.containerName,
       hostDir: lost.hostDir,
@@ -314,7 +325,9 @@ export class DockerEnvironment extends ChannelEnvironment<SandboxContainer> {
       this.#o.logger.warn({ err, container: container.name }, 'removing the task container failed; will retry');
       this.#o.onRemoveFailed(container.id);
     });
-    if (this.#o.ownsHostDir) await rm(container.hostDir, { recursive: true, force: true }).catch(() => undefined);
+    // The task's host directory is the new owner's once another executor took the task over.
+    const takenOver = this.#o.heldByAnother ? await this.#o.heldByAnother(this.containerName, container.id).catch(() => true) : false;
+    if (this.#o.ownsHostDir && !takenOver) await rm(container.hostDir, { recursive: true, force: true }).catch(() => undefined);
     this.#o.onDisposed();
   }
 }

@@ -38,6 +38,7 @@ export function dockerOptionsFromConfig(
     nameKeyFile: config.docker.name_key_file,
     memoryOvercommit: config.docker.memory_overcommit,
     memoryScope: config.docker.memory_scope,
+    executorStaleMs: config.docker.executor_stale_ms,
     cpus: config.terminal.container_cpu,
     persistent: config.terminal.container_persistent,
     dockerEnv: config.terminal.docker_env,

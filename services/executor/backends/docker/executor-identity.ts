@@ -3,14 +3,18 @@
  * container carries its executor's identity in labels; the orphan sweep
  * removes containers whose executor is gone.
  *
- * "Gone" is decided two ways:
+ * "Gone" is decided these ways:
  * - Same pid namespace (same boot, same host or pod): the executor's pid no
  *   longer runs, or runs a process with another start time (pid reused).
  *   This is immediate, so after `kill -9` and a restart the new executor's
- *   first sweep removes every container of the old one.
+ *   first sweep removes every container of the old one. A process that still
+ *   runs but whose heartbeat (same state root) is stale is gone too: it is
+ *   stopped (SIGSTOP, a frozen cgroup) or hung, and is fenced off below.
  * - Same state root (executors sharing a host directory, e.g. pods on one
  *   node with a hostPath state root): its heartbeat file under
- *   `<stateRoot>/docker/executors/` is missing or stale.
+ *   `<stateRoot>/docker/executors/` is missing or stale. Stale: older than
+ *   `docker.executor_stale_ms` (15 s by default); it is touched every fifth
+ *   of that.
  * - Its own container (an executor that runs in a container of the same
  *   Docker daemon, as in the compose stack, labels its containers with that
  *   container's id): the daemon says that container has exited or is gone.
@@ -25,7 +29,10 @@
  * when it runs again, that its container is gone, and it cannot start
  * another for the task while the new owner's lives (the name is taken by a
  * live executor's container). Volumes are reached only through a container,
- * so two executors never drive one container or one volume at once.
+ * so two executors never drive one container or one volume at once. The
+ * task's host directory (shared by name, like the volumes) is touched only
+ * after the same check: a replacement or a release by the old owner leaves
+ * it alone while another executor's container holds the task's name.
  */
 import { randomBytes } from 'node:crypto';
 import { readFileSync, readlinkSync } from 'node:fs';
@@ -145,32 +152,46 @@ export interface LivenessProbes {
 }
 
 /**
- * How old a heartbeat may be before its executor counts as gone: five missed
- * beats, so a stalled event loop is not mistaken for death, while a killed
- * executor's tasks can start elsewhere within seconds.
+ * How old a heartbeat may be before its executor counts as gone, by default
+ * (`docker.executor_stale_ms`): five missed beats, so a stalled event loop is
+ * not mistaken for death, while a killed executor's tasks can start elsewhere
+ * within seconds.
  */
 export const HEARTBEAT_STALE_MS = 15_000;
 
-/** Judges the executor named by a container's labels. Pure given the probes. */
+/** How often an executor touches its heartbeat file: a fifth of the staleness bound, between 100 ms and 3 s. */
+export function heartbeatIntervalMs(staleMs: number): number {
+  return Math.max(100, Math.min(3000, Math.floor(staleMs / 5)));
+}
+
+/**
+ * Judges the executor named by a container's labels. Pure given the probes.
+ * `staleMs`: how old a heartbeat may be (docker.executor_stale_ms).
+ */
 export function judgeExecutor(
   labels: Readonly<Record<string, string>>,
   self: ExecutorIdentity,
   probes: LivenessProbes,
+  staleMs = HEARTBEAT_STALE_MS,
 ): Liveness {
   const id = labels[LABEL.executor];
   if (!id) return 'unknown';
   if (id === self.id) return 'self';
+  const sharedRoot = labels[LABEL.stateRoot] !== undefined && labels[LABEL.stateRoot] === self.stateRoot;
   const pidNs = labels[LABEL.executorPidNs];
   const pid = Number(labels[LABEL.executorPid]);
   if (pidNs && pidNs === self.pidNamespace && Number.isInteger(pid) && pid > 0) {
     const ticks = probes.processStartTicks(pid);
-    return ticks !== undefined && ticks === labels[LABEL.executorStart] ? 'alive' : 'gone';
+    if (ticks === undefined || ticks !== labels[LABEL.executorStart]) return 'gone';
+    // Its process runs, but a stale heartbeat says it is stopped or hung: fenced off like a dead one.
+    const age = sharedRoot ? probes.heartbeatAgeMs(id) : undefined;
+    return age !== undefined && age > staleMs ? 'gone' : 'alive';
   }
   const container = labels[LABEL.executorContainer];
   if (container && probes.containerGone?.(container) === true) return 'gone';
-  if (labels[LABEL.stateRoot] && labels[LABEL.stateRoot] === self.stateRoot) {
+  if (sharedRoot) {
     const age = probes.heartbeatAgeMs(id);
-    return age === undefined || age > HEARTBEAT_STALE_MS ? 'gone' : 'alive';
+    return age === undefined || age > staleMs ? 'gone' : 'alive';
   }
   return 'unknown';
 }
@@ -186,7 +207,7 @@ export class Heartbeat {
   readonly #intervalMs: number;
   #timer: NodeJS.Timeout | undefined;
 
-  constructor(stateRoot: string, executorId: string, intervalMs = 3000) {
+  constructor(stateRoot: string, executorId: string, intervalMs = heartbeatIntervalMs(HEARTBEAT_STALE_MS)) {
     this.#file = path.join(heartbeatDir(stateRoot), executorId);
     this.#intervalMs = intervalMs;
   }

@@ -20,6 +20,8 @@ export interface SweepOptions {
   readonly daemon: string;
   readonly identity: ExecutorIdentity;
   readonly probes: LivenessProbes & { refresh(executorContainers?: readonly string[]): Promise<void> };
+  /** docker.executor_stale_ms: how old another executor's heartbeat may be. */
+  readonly staleMs?: number;
   readonly logger: Logger;
 }
 
@@ -51,7 +53,7 @@ export async function sweepOrphans(options: SweepOptions): Promise<SweepResult> 
   await Promise.all(
     containers.map(async (info) => {
       const labels = info.Labels ?? {};
-      if (judgeExecutor(labels, identity, probes) !== 'gone') return;
+      if (judgeExecutor(labels, identity, probes, options.staleMs) !== 'gone') return;
       const executor = labels[LABEL.executor] ?? '?';
       gone.add(executor);
       const name = (info.Names?.[0] ?? info.Id).replace(/^\//, '');

@@ -40,6 +40,8 @@ export async function startTaskContainer(ctx: TaskContainerContext, p: TaskConta
   const { key, name, volumes } = p;
   await ctx.factory.ensureImage();
   const hostDir = path.join(ctx.root, ctx.role === 'code' ? 'code' : 'tasks', ctx.names.task(key));
+  // The name first: a live executor's container of the task keeps its host directory (and refuses this start).
+  await ctx.factory.options.resolveNameConflict(name);
   // A directory left by a dead executor must not leak its snapshot into the new task.
   await rm(hostDir, { recursive: true, force: true });
   // The uid the task's volumes record, so their files stay its own; else a free one.
