@@ -64,6 +64,12 @@ if [[ " ${tiers[*]} " == *" bench "* ]]; then
 fi
 kill "$watcher" 2>/dev/null
 wait "$watcher" 2>/dev/null
+if [ "$fail" -gt 0 ]; then
+  # Again at the end, where a CI log's tail shows it: each failing test with its error (the TAP diagnostics).
+  echo "# failed, with their errors:"
+  awk '/^ *not ok [0-9]+ - / { match($0, /^ */); end = sprintf("%" (RLENGTH + 2) "s", "") "..."; on = 1; print; next }
+       on { print; if ($0 == end) on = 0 }' "$tap" | grep -vE '^ *(duration_ms|type|location):' | head -n 150
+fi
 echo "# leftovers: bin/berth's tests must leave no process, file, container, network or volume behind"
 if node dist/test/support/leftover-check.js check "$started_ms" "$run_dir/.other-runs"; then
   pass=$(( ${pass:-0} + 1 ))
