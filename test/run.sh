@@ -42,6 +42,12 @@ node --test --test-concurrency=2 \
   --test-reporter=tap --test-reporter-destination="$tap" \
   "${files[@]}"
 status=$?
+if [ ! -s "$tap" ]; then
+  # node refused before running anything (a file that does not exist, a bad flag): nothing passed.
+  rm -rf "$run_dir"
+  echo "0 passed, 1 failed"
+  exit 1
+fi
 pass=$(grep -E '^# pass ' "$tap" | tail -1 | awk '{print $3}')
 fail=$(grep -E '^# fail ' "$tap" | tail -1 | awk '{print $3}')
 cancelled=$(grep -E '^# cancelled ' "$tap" | tail -1 | awk '{print $3}')
