@@ -8,8 +8,8 @@ import { setLogger } from '@grpc/grpc-js';
 import { timingSafeEqual } from 'node:crypto';
 import { createServer, ServerError, Status, type Server, type ServerMiddleware } from 'nice-grpc';
 import { HealthDefinition, HealthServiceImpl, HealthState } from 'nice-grpc-server-health';
-import { ServerReflection, ServerReflectionService } from 'nice-grpc-server-reflection';
 import { errorBoundary } from './grpc-errors.js';
+import { LazyServerReflectionService, lazyServerReflection } from './grpc-reflection.js';
 import type { Logger } from './logging.js';
 import type { Registry } from './metrics.js';
 import { rpcMetrics } from './rpc-metrics.js';
@@ -41,7 +41,8 @@ export function createBerthServer(
   const server = (metrics ? base.use(rpcMetrics(metrics)) : base).use(errorBoundary(logger, shutdownSignal));
   const health = HealthState();
   server.add(HealthDefinition, HealthServiceImpl(health));
-  server.add(ServerReflectionService, ServerReflection(loadDescriptorSet(), serviceNames));
+  // The descriptor set is read now (a broken install fails at start), parsed at reflection's first request.
+  server.add(LazyServerReflectionService, lazyServerReflection(loadDescriptorSet(), serviceNames));
   return { server, health };
 }
 
