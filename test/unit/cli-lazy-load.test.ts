@@ -3,8 +3,8 @@
  * flag parsing load no gRPC stack, no config schema and no backend client;
  * `berth call` loads the gRPC client but no server, backend, MCP or tracing
  * code. Each command runs as a person runs it (bin/berth in a child
- * process), with a module-load hook that lists every module the process
- * loaded, ES modules and CommonJS alike.
+ * process), with a module-load hook (test/support/module-log-hook.ts) that
+ * lists every module the process loaded, ES modules and CommonJS alike.
  */
 import { describe, test } from 'node:test';
 import assert from 'node:assert/strict';
@@ -13,33 +13,8 @@ import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { MODULE_LOG_IMPORT, packageOf } from '../support/module-log-hook.js';
 import { REPO_ROOT } from '../support/serve-process.js';
-
-/**
- * Preloaded with --import: records each ES module the loader loads (through a
- * module.register load hook) and each CommonJS module required, and writes
- * the list to $BERTH_MODULE_LOG when the process exits.
- */
-const MODULE_LOG_HOOK = `
-import Module, { register } from 'node:module';
-import { MessageChannel } from 'node:worker_threads';
-import { writeFileSync } from 'node:fs';
-const seen = new Set();
-const { port1, port2 } = new MessageChannel();
-port1.on('message', (url) => seen.add(url));
-port1.unref();
-register('data:text/javascript,' + encodeURIComponent(\`
-let port;
-export function initialize(data) { port = data.port; }
-export async function load(url, context, next) { port.postMessage(url); return next(url, context); }
-\`), { data: { port: port2 }, transferList: [port2] });
-const load = Module._load;
-Module._load = function (request, parent, isMain) {
-  try { seen.add(Module._resolveFilename(request, parent, isMain)); } catch {}
-  return load.apply(this, arguments);
-};
-process.on('exit', () => writeFileSync(process.env.BERTH_MODULE_LOG, [...seen].join('\\n')));
-`;
 
 /** The packages a command may load only when it uses them. */
 const HEAVY = {
@@ -50,12 +25,6 @@ const HEAVY = {
   mcp: ['@modelcontextprotocol/sdk'],
   tracing: ['@opentelemetry/api', '@opentelemetry/sdk-trace-base'],
 };
-
-/** The package a module file belongs to (`@scope/name` or `name`), or undefined for Berth's own and node's. */
-function packageOf(moduleId: string): string | undefined {
-  const m = /node_modules\/((?:@[^/]+\/)?[^/]+)\//.exec(moduleId);
-  return m?.[1];
-}
 
 interface Run {
   readonly status: number | null;
@@ -69,8 +38,7 @@ function runBerth(args: readonly string[]): Run {
   const dir = mkdtempSync(join(tmpdir(), 'berth-lazy-load-'));
   try {
     const log = join(dir, 'modules.txt');
-    const hook = `data:text/javascript,${encodeURIComponent(MODULE_LOG_HOOK)}`;
-    const r = spawnSync(process.execPath, ['--import', hook, join(REPO_ROOT, 'bin', 'berth'), ...args], {
+    const r = spawnSync(process.execPath, ['--import', MODULE_LOG_IMPORT, join(REPO_ROOT, 'bin', 'berth'), ...args], {
       cwd: dir,
       encoding: 'utf8',
       env: { ...process.env, BERTH_MODULE_LOG: log, BERTH_SERVER: '' },
