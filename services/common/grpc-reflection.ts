@@ -3,9 +3,9 @@
  * registered at start but loaded at its first request. The implementation
  * (nice-grpc-server-reflection) parses our descriptor set into
  * google-protobuf objects and needs google-protobuf's generated descriptor
- * classes: about 4.5 MiB of every server's resident memory, kept for the
- * life of the process, for a service that a deployment rarely or never
- * calls. Here the service's definition is written out (its one method's
+ * classes: 3–4 MiB of every server's resident memory (docs/performance.md),
+ * kept for the life of the process, for a service that a deployment rarely
+ * or never calls. Here the service's definition is written out (its one method's
  * path and streaming flags), with serializers that load the real ones, and
  * the implementation is made at the first call.
  */

@@ -1,7 +1,7 @@
 /**
  * A server holds in memory only what its deployment uses. gRPC reflection
  * (nice-grpc-server-reflection, google-protobuf and the parsed descriptor
- * set, about 4.5 MiB resident) loads at its first request: a server that is
+ * set, 3–4 MiB of a server's resident memory) loads at its first request: a server that is
  * only started and called never loads it, and a reflection request still
  * gets its answer. `berth executor` runs as deployed (bin/berth in a child
  * process) with the module-load hook of test/support/module-log-hook.ts.
