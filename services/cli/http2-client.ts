@@ -234,13 +234,19 @@ export class Http2Channel {
     });
     stream.on('trailers', (t) => (trailers = t));
     stream.on('error', (err: Error) => (streamError ??= err));
-    stream.on('close', () => {
+    let finished = false;
+    const finish = () => {
+      if (finished) return;
+      finished = true;
       // A session error reaches its streams first; its own 'error' event follows on the next tick.
       setImmediate(() => {
         if (!broken) items.push({ error: this.#statusError(path, stream, responseHeaders, trailers, streamError) });
         items.close();
       });
-    });
+    };
+    // The server's end of the stream (after its trailers) ends the call, though the requests may still be open.
+    stream.on('end', finish);
+    stream.on('close', finish);
     const onAbort = () => {
       broken = true;
       items.push({ error: abortError() });
