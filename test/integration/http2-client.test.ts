@@ -11,6 +11,7 @@ import assert from 'node:assert/strict';
 import { createServer as createNetServer } from 'node:net';
 import { ServerCredentials } from '@grpc/grpc-js';
 import { ServerError, Status, createServer, type CallContext, type Server } from 'nice-grpc';
+import { AsyncQueue } from '../../services/common/async-queue.js';
 import { ClientError } from '../../services/common/nice-grpc-common-cjs.js';
 import { ReloadableServerCredentials } from '../../services/common/tls.js';
 import {
@@ -164,6 +165,23 @@ describe('the CLI client over node:http2, plaintext', () => {
     const stream = await failureOf(() => sessionCall(target, 'refused'));
     assert.equal(stream.code, Status.PERMISSION_DENIED);
     assert.equal(stream.details, AWKWARD);
+  });
+
+  test('an abort (Ctrl-C) ends the stream: the iteration rejects with an AbortError', async () => {
+    const abort = new AbortController();
+    const requests = new AsyncQueue<DeepPartial<SessionClientMessage>>();
+    requests.push({ message: { $case: 'call', value: { callId: '1', request: { name: 'terminal', argumentsJson: '{}' } } } });
+    const seen: string[] = [];
+    await assert.rejects(
+      withClient(target, async (client) => {
+        for await (const { message } of client.session(requests, { metadata: metadata('good'), signal: abort.signal })) {
+          seen.push(message?.$case ?? '');
+          if (message?.$case === 'approvalRequest') abort.abort();
+        }
+      }),
+      { name: 'AbortError' },
+    );
+    assert.deepEqual(seen, ['output', 'approvalRequest']);
   });
 
   test('an unknown method is UNIMPLEMENTED', async () => {
