@@ -8,7 +8,6 @@
  */
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { createServer as createNetServer } from 'node:net';
 import { ServerCredentials } from '@grpc/grpc-js';
 import { ServerError, Status, createServer, type CallContext, type Server } from 'nice-grpc';
 import { AsyncQueue } from '../../services/common/async-queue.js';
@@ -27,6 +26,7 @@ import type { ClientTarget } from '../../services/cli/client-options.js';
 import { openHttp2Client } from '../../services/cli/http2-client.js';
 import { SessionConnection } from '../../services/cli/session-connection.js';
 import { Metadata } from '../../services/common/nice-grpc-common-cjs.js';
+import { freePort } from '../support/free-port.js';
 import { createTestPki, type TestPki } from '../support/test-pki.js';
 
 /** A message grpc-message must percent-encode: quotes, a percent sign, a non-ASCII letter, a newline. */
@@ -73,16 +73,6 @@ async function startServer(credentials?: ReloadableServerCredentials): Promise<{
   server.add(DispatcherDefinition, dispatcher);
   const port = await server.listen('127.0.0.1:0', credentials ?? ServerCredentials.createInsecure());
   return { server, address: `127.0.0.1:${port}` };
-}
-
-function closedPort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const server = createNetServer().once('error', reject);
-    server.listen(0, '127.0.0.1', () => {
-      const address = server.address();
-      server.close(() => (typeof address === 'object' && address !== null ? resolve(address.port) : reject(new Error('no port'))));
-    });
-  });
 }
 
 /** Runs `use` on a client to `target`, closing it after. */
@@ -196,7 +186,7 @@ describe('the CLI client over node:http2, plaintext', () => {
   });
 
   test('a closed port is UNAVAILABLE, and the CLI says nothing listens there', async () => {
-    const closed: ClientTarget = { address: `127.0.0.1:${await closedPort()}`, tls: undefined };
+    const closed: ClientTarget = { address: `127.0.0.1:${await freePort()}`, tls: undefined };
     const r = await failureOf(() => sessionCall(closed, 'terminal'));
     assert.equal(r.code, Status.UNAVAILABLE);
     assert.match(r.details, /ECONNREFUSED/);
