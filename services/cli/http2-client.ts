@@ -25,6 +25,9 @@ import {
 } from '../gen/berth/v1/dispatcher.js';
 import { readTlsFlags, type ClientTarget } from './client-options.js';
 
+/** How long a connection may take to be made, as grpc-js's minimum connect timeout. */
+const CONNECT_TIMEOUT_MS = 20_000;
+
 /** What `berth call` and `berth tools` use of the Dispatcher client. */
 export type CallClient = Pick<DispatcherClient, 'listTools' | 'session'>;
 
@@ -140,7 +143,14 @@ export class Http2Channel {
     this.#connected = false;
     this.#error = undefined;
     const session = connect(this.#url, this.#options);
-    session.once('connect', () => (this.#connected = true));
+    // grpc-js gives up on a connection attempt after 20 s; the system's own limit (SYN retries) is minutes.
+    const timer = setTimeout(() => session.destroy(new Error(`connect ETIMEDOUT: no answer from ${this.#authority} in ${CONNECT_TIMEOUT_MS / 1000} s`)), CONNECT_TIMEOUT_MS);
+    timer.unref();
+    session.once('connect', () => {
+      clearTimeout(timer);
+      this.#connected = true;
+    });
+    session.once('close', () => clearTimeout(timer));
     session.on('error', (err: Error) => (this.#error ??= err));
     this.#session = session;
     return session;
