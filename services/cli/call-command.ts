@@ -3,10 +3,10 @@
  * asked on the terminal), its result on stdout as the model reads it, and
  * an exit status a CI job can branch on (see call-outcome.ts).
  */
-import type { Metadata } from 'nice-grpc';
-import type { DispatcherClient } from '../gen/berth/v1/dispatcher.js';
+import type { Metadata } from 'nice-grpc-common';
 import { INTERACTIVE_HEADER } from '../dispatcher/approval/flow/interactive-header.js';
 import { promptApproval } from './approval-prompt.js';
+import type { CallClient } from './http2-client.js';
 import { EXIT, checkArgumentsJson, exitStatusOfResult, hintFor, toolSummaries } from './call-outcome.js';
 import { SessionConnection } from './session-connection.js';
 import { UsageError } from './usage.js';
@@ -42,7 +42,7 @@ export function callPositionals(positionals: readonly string[]): { tool: string;
 }
 
 /** Runs the call; resolves with the exit status. Failures of the call itself reject (the caller maps them). */
-export async function runCall(client: DispatcherClient, options: CallOptions): Promise<number> {
+export async function runCall(client: CallClient, options: CallOptions): Promise<number> {
   const args = checkArgumentsJson(options.tool, options.argumentsJson);
   const abort = new AbortController();
   const onSigint = () => abort.abort();

@@ -6,6 +6,7 @@
 import { randomBytes } from 'node:crypto';
 import type { Metadata } from 'nice-grpc';
 import type { openClient } from './client-connection.js';
+import type { CallClient } from './http2-client.js';
 import { CLIENT_OPTIONS, clientTarget, TransportError, type ClientFlags, type ClientTarget } from './client-options.js';
 import { printCommandHelp } from './command-help.js';
 import type { McpCommandOptions } from './mcp-command.js';
@@ -13,14 +14,24 @@ import { list, noPositionals, parse, UsageError, version } from './usage.js';
 
 export { TransportError } from './client-options.js';
 
+/** An open connection: the client and what closes it. */
+interface Connection<C> {
+  readonly channel: { close(): void };
+  readonly client: C;
+}
+
 /**
- * Runs a client command against the server the flags name; a transport
- * failure comes out as one line saying what to do (TLS flags, address).
+ * Runs a client command against the server the flags name over `open`'s
+ * connection; a transport failure comes out as one line saying what to do
+ * (TLS flags, address).
  */
-export async function withClient<T>(values: ClientFlags, run: (connection: ReturnType<typeof openClient>, target: ClientTarget) => Promise<T>): Promise<T> {
+async function withConnection<K extends Connection<unknown>, T>(
+  values: ClientFlags,
+  open: (target: ClientTarget) => Promise<K>,
+  run: (connection: K, target: ClientTarget) => Promise<T>,
+): Promise<T> {
   const target = clientTarget(values, process.env);
-  const { openClient, explainClientError } = await import('./client-connection.js');
-  const connection = openClient(target);
+  const [connection, { explainClientError }] = await Promise.all([open(target), import('./client-failure.js')]);
   try {
     return await run(connection, target);
   } catch (err) {
@@ -31,8 +42,28 @@ export async function withClient<T>(values: ClientFlags, run: (connection: Retur
   }
 }
 
+/** withConnection over grpc-js: every Dispatcher method. */
+export function withClient<T>(values: ClientFlags, run: (connection: ReturnType<typeof openClient>, target: ClientTarget) => Promise<T>): Promise<T> {
+  return withConnection(values, async (target) => (await import('./client-connection.js')).openClient(target), run);
+}
+
+/**
+ * withConnection over http2-client.ts (ListTools and Session, without
+ * grpc-js's start-up), or over grpc-js for an address it does not dial.
+ */
+function withCallClient<T>(values: ClientFlags, run: (connection: Connection<CallClient>) => Promise<T>): Promise<T> {
+  return withConnection(
+    values,
+    async (target): Promise<Connection<CallClient>> => {
+      const { Http2Channel, openHttp2Client } = await import('./http2-client.js');
+      return Http2Channel.handles(target.address) ? openHttp2Client(target) : (await import('./client-connection.js')).openClient(target);
+    },
+    run,
+  );
+}
+
 export async function metadataFor(apiKey: string | undefined): Promise<Metadata> {
-  const { Metadata } = await import('../common/nice-grpc-cjs.js');
+  const { Metadata } = await import('../common/nice-grpc-common-cjs.js');
   const metadata = new Metadata();
   const key = apiKey ?? process.env.BERTH_API_KEY;
   if (key) metadata.set('authorization', `Bearer ${key}`);
@@ -49,7 +80,7 @@ export async function cmdTools(argv: string[]): Promise<number> {
   if (values.help) return printCommandHelp('tools');
   noPositionals('tools', positionals);
   const explain = values.explain === true;
-  return withClient(values, async ({ client }) => {
+  return withCallClient(values, async ({ client }) => {
     const r = await client.listTools(
       { enabledToolsets: list(values.toolsets), disabledToolsets: list(values.disable), explain },
       { metadata: await metadataFor(values['api-key']) },
@@ -78,7 +109,7 @@ export async function cmdCall(argv: string[]): Promise<number> {
   const { callPositionals, nonInteractiveFromEnv, runCall } = await import('./call-command.js');
   const { tool, argumentsJson } = callPositionals(positionals);
   const metadata = await metadataFor(values['api-key']);
-  return withClient(values, ({ client }) =>
+  return withCallClient(values, ({ client }) =>
     runCall(client, {
       tool,
       argumentsJson,

@@ -25,6 +25,19 @@ export interface ClientTarget {
 /** A failure to use the TLS flags' files; the CLI exits 2 as for other usage errors. */
 export class ClientTlsError extends Error {}
 
+/** Runs `read` over the TLS flags' files; tls-material.ts's TlsMaterialError comes out as a ClientTlsError in the flags' terms. */
+export function readTlsFlags<T>(read: () => T): T {
+  try {
+    return read();
+  } catch (err) {
+    // By name: importing the class would load node:tls for every command line parsed.
+    if (err instanceof Error && err.name === 'TlsMaterialError') {
+      throw new ClientTlsError(`--tls-ca/--tls-cert/--tls-key: ${err.message.replace('its certificate file and its key file', '--tls-cert and --tls-key')}`);
+    }
+    throw err;
+  }
+}
+
 export interface ClientFlags {
   readonly server?: string | undefined;
   readonly 'tls-ca'?: string | undefined;

@@ -86,7 +86,7 @@ interface RpcFailure {
 async function rpcErrorOf(err: unknown): Promise<RpcFailure | undefined> {
   if (!(err instanceof Error) || err instanceof UsageError || err instanceof BenchUsageError || err instanceof ConfigError) return undefined;
   if (err instanceof ClientTlsError || err instanceof TransportError) return undefined;
-  const [{ ClientError, Status }, { BerthError }] = await Promise.all([import('../common/nice-grpc-cjs.js'), import('../client/errors.js')]);
+  const [{ ClientError, Status }, { BerthError }] = await Promise.all([import('../common/nice-grpc-common-cjs.js'), import('../client/errors.js')]);
   if (!(err instanceof ClientError || err instanceof BerthError)) return undefined;
   return { code: err.code, details: err.details, unavailable: err.code === Status.UNAVAILABLE, name: Status[err.code] };
 }

@@ -4,7 +4,7 @@
  * prompt) whose answer goes back on the stream. Calls carry their own task
  * and session ids, so `berth shell` can switch tasks on one stream.
  */
-import type { Metadata } from 'nice-grpc';
+import type { Metadata } from 'nice-grpc-common';
 import { SessionStream, type ApprovalChoice, type ApprovalEvent } from '../client/session.js';
 import type { BackgroundEvent } from '../client/task-events.js';
 import type { ApprovalRequest, DispatcherClient } from '../gen/berth/v1/dispatcher.js';
@@ -34,7 +34,7 @@ export class SessionConnection {
   readonly #stream: SessionStream;
   readonly #handlers: SessionHandlers;
 
-  constructor(client: DispatcherClient, handlers: SessionHandlers, options: { metadata?: Metadata; signal?: AbortSignal } = {}) {
+  constructor(client: Pick<DispatcherClient, 'session'>, handlers: SessionHandlers, options: { metadata?: Metadata; signal?: AbortSignal } = {}) {
     this.#handlers = handlers;
     const stream = new SessionStream(client, options);
     this.#stream = stream;

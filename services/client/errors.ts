@@ -1,4 +1,4 @@
-import { ClientError, Status } from '../common/nice-grpc-cjs.js';
+import { ClientError, Status } from '../common/nice-grpc-common-cjs.js';
 
 /**
  * A call that failed as a call, not as a tool (tool failures are results):

@@ -1,4 +1,4 @@
-import { Status } from '../common/nice-grpc-cjs.js';
+import { Status } from '../common/nice-grpc-common-cjs.js';
 import { BerthError } from './errors.js';
 
 /**

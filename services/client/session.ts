@@ -4,7 +4,7 @@
  * requests to answer and, last, its result.
  */
 import type { Metadata } from 'nice-grpc';
-import { Status } from '../common/nice-grpc-cjs.js';
+import { Status } from '../common/nice-grpc-common-cjs.js';
 import { AsyncQueue } from '../common/async-queue.js';
 import type { CallToolRequest, DispatcherClient, SessionClientMessage } from '../gen/berth/v1/dispatcher.js';
 import { BerthError, statusFromName, toBerthError } from './errors.js';
@@ -102,7 +102,7 @@ export class SessionStream {
   #closed = false;
   #nextId = 1;
 
-  constructor(rpc: DispatcherClient, options: { readonly metadata?: Metadata; readonly signal?: AbortSignal } = {}) {
+  constructor(rpc: Pick<DispatcherClient, 'session'>, options: { readonly metadata?: Metadata; readonly signal?: AbortSignal } = {}) {
     // Forwarded by hand: on Node 20 a signal from AbortSignal.any() can be collected while the call still needs it.
     const outer = options.signal;
     const forward = () => this.#abort.abort(outer?.reason);

@@ -5,7 +5,7 @@
  * last id it delivered.
  */
 import type { CallOptions } from 'nice-grpc';
-import { Status } from '../common/nice-grpc-cjs.js';
+import { Status } from '../common/nice-grpc-common-cjs.js';
 import { AsyncQueue } from '../common/async-queue.js';
 import type { DispatcherClient, TaskEvent } from '../gen/berth/v1/dispatcher.js';
 import { BerthError, toBerthError } from './errors.js';

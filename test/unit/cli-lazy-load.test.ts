@@ -1,10 +1,11 @@
 /**
  * `berth` starts fast because it loads only what a command uses: help and
  * flag parsing load no gRPC stack, no config schema and no backend client;
- * `berth call` loads the gRPC client but no server, backend, MCP or tracing
- * code. Each command runs as a person runs it (bin/berth in a child
- * process), with a module-load hook (test/support/module-log-hook.ts) that
- * lists every module the process loaded, ES modules and CommonJS alike.
+ * `berth call` and `berth tools` speak gRPC over node:http2 and load neither
+ * @grpc/grpc-js nor nice-grpc, nor any server, backend, MCP or tracing code.
+ * Each command runs as a person runs it (bin/berth in a child process), with
+ * a module-load hook (test/support/module-log-hook.ts) that lists every
+ * module the process loaded, ES modules and CommonJS alike.
  */
 import { describe, test } from 'node:test';
 import assert from 'node:assert/strict';
@@ -19,6 +20,8 @@ import { REPO_ROOT } from '../support/serve-process.js';
 /** The packages a command may load only when it uses them. */
 const HEAVY = {
   grpc: ['@grpc/grpc-js', 'nice-grpc', '@bufbuild/protobuf'],
+  /** The gRPC stack whose start-up `berth call` and `berth tools` do without (http2-client.ts). */
+  grpcJs: ['@grpc/grpc-js', 'nice-grpc'],
   config: ['zod', 'yaml', 'smol-toml', 'ajv'],
   backends: ['dockerode', 'ssh2', '@kubernetes/client-node', '@daytonaio/sdk', 'testcontainers'],
   servers: ['prom-client', 'pino', 'nice-grpc-server-health', 'nice-grpc-server-reflection', 'hono'],
@@ -70,14 +73,23 @@ function closedPort(): Promise<number> {
 const ALL = Object.keys(HEAVY) as (keyof typeof HEAVY)[];
 
 describe('berth loads only what a command uses', () => {
-  test('the hook sees what a command loads: berth call loads the gRPC client', async () => {
+  for (const args of [['call', 'terminal', '{"command":"true"}'], ['tools']]) {
+    test(`berth ${args[0]} loads the message encoders and the HTTP/2 client, not grpc-js, even to say nothing listens`, async () => {
+      const port = await closedPort();
+      const run = runBerth([...args, '--server', `127.0.0.1:${port}`]);
+      assert.equal(run.status, 6, run.stderr);
+      assert.match(run.stderr, /cannot reach the Berth server at 127\.0\.0\.1:\d+ \(.*ECONNREFUSED/);
+      // The hook sees what a command loads: the encoders' package and the client.
+      assert.ok(run.packages.has('@bufbuild/protobuf'), `no @bufbuild/protobuf among ${[...run.packages].join(', ')}`);
+      assert.ok(run.modules.some((m) => m.endsWith('/dist/services/cli/http2-client.js')));
+      assertNoneLoaded(run, ['grpcJs', 'config', 'backends', 'servers', 'mcp', 'tracing'], `berth ${args[0]}`);
+    });
+  }
+
+  test('berth shell still goes through grpc-js (the hook sees it)', async () => {
     const port = await closedPort();
-    const run = runBerth(['call', 'terminal', '{"command":"true"}', '--server', `127.0.0.1:${port}`]);
-    assert.equal(run.status, 6, run.stderr);
-    assert.match(run.stderr, /cannot reach the Berth server at 127\.0\.0\.1:\d+/);
+    const run = runBerth(['shell', '--server', `127.0.0.1:${port}`]);
     assert.ok(run.packages.has('@grpc/grpc-js'), `no @grpc/grpc-js among ${[...run.packages].join(', ')}`);
-    assert.ok(run.modules.some((m) => m.endsWith('/dist/services/cli/client-connection.js')));
-    assertNoneLoaded(run, ['config', 'backends', 'servers', 'mcp', 'tracing'], 'berth call');
   });
 
   test('berth --help loads no gRPC, config schema, backend, server, MCP or tracing package', () => {
