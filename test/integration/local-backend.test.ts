@@ -95,6 +95,26 @@ describe('LocalBackend', () => {
     await rm(workDir, { recursive: true, force: true });
   });
 
+  /** Aborts a command with a background child at its first output: 130, and the child is gone. */
+  async function abortsLongCommand(e: BackendEnvironment): Promise<void> {
+    const controller = new AbortController();
+    const chunks: Buffer[] = [];
+    const r = await e.exec({
+      script: 'sleep 1000 & echo pid:$!; sleep 1000',
+      timeoutMs: 60_000,
+      signal: controller.signal,
+      onOutput: (c) => {
+        chunks.push(c);
+        controller.abort();
+      },
+    });
+    const pids = pidsIn(Buffer.concat(chunks).toString());
+    leftovers.push(...pids);
+    assert.deepEqual([r.exitCode, r.timedOut, r.interrupted], [130, false, true]);
+    assert.equal(pids.length, 1);
+    assert.equal(isAlive(pids[0] ?? -1), false);
+  }
+
   async function fresh(): Promise<BackendEnvironment> {
     env = await backend.createEnvironment({ tenant: 'tenant', taskId: `task-${++taskNo}` });
     return env;
@@ -171,24 +191,7 @@ describe('LocalBackend', () => {
   });
 
   it('on abort kills the group and exits 130', async () => {
-    const e = await fresh();
-    const controller = new AbortController();
-    const chunks: Buffer[] = [];
-    const pending = e.exec({
-      script: 'sleep 1000 & echo pid:$!; sleep 1000',
-      timeoutMs: 60_000,
-      signal: controller.signal,
-      onOutput: (c) => {
-        chunks.push(c);
-        controller.abort();
-      },
-    });
-    const r = await pending;
-    const pids = pidsIn(Buffer.concat(chunks).toString());
-    leftovers.push(...pids);
-    assert.deepEqual([r.exitCode, r.timedOut, r.interrupted], [130, false, true]);
-    assert.equal(pids.length, 1);
-    assert.equal(isAlive(pids[0] ?? -1), false);
+    await abortsLongCommand(await fresh());
   });
 
   it('does not start at all when already aborted', async () => {
@@ -298,21 +301,7 @@ describe('LocalBackend', () => {
       assert.deepEqual([timedOut.exitCode, timedOut.timedOut], [124, true]);
       for (const pid of pidsIn(timedOut.output)) assert.equal(isAlive(pid), false);
       await spareOf(e);
-      const controller = new AbortController();
-      const chunks: Buffer[] = [];
-      const aborted = await e.exec({
-        script: 'sleep 1000 & echo pid:$!; sleep 1000',
-        timeoutMs: 60_000,
-        signal: controller.signal,
-        onOutput: (c) => {
-          chunks.push(c);
-          controller.abort();
-        },
-      });
-      const pids = pidsIn(Buffer.concat(chunks).toString());
-      leftovers.push(...pids);
-      assert.deepEqual([aborted.exitCode, aborted.interrupted, pids.length], [130, true, 1]);
-      assert.equal(isAlive(pids[0] ?? -1), false);
+      await abortsLongCommand(e);
     });
 
     it('starts bash as before for what does not fit: extra env, a PTY, a large script, a new directory, a killed shell', async () => {
