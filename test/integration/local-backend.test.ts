@@ -1,5 +1,5 @@
 import assert from 'node:assert/strict';
-import { existsSync, readdirSync, readFileSync, readlinkSync, statSync } from 'node:fs';
+import { existsSync, readdirSync, readFileSync, readlinkSync, statSync, writeFileSync } from 'node:fs';
 import { mkdir, mkdtemp, rm } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
@@ -332,6 +332,23 @@ describe('LocalBackend', () => {
       await until(() => !isAlive(spare));
       const afterKill = await run(e, { script: 'echo survived' });
       assert.deepEqual([afterKill.output, afterKill.exitCode], ['survived\n', 0]);
+    });
+
+    it('starts no shell ahead when BASH_ENV would run before its script', async () => {
+      const log = path.join(root, 'bash-env.log');
+      const startup = path.join(root, 'bash-env.sh');
+      writeFileSync(startup, `echo ran >> ${log}\n`);
+      const withStartup = new LocalBackend({ stateRoot: path.join(root, 'bash-env-tasks'), initialCwd: workDir, env: { BASH_ENV: startup } });
+      try {
+        const e = await withStartup.createEnvironment({ tenant: 'tenant', taskId: 'bash-env' });
+        // The login snapshot taken for the new environment ran it too.
+        const before = existsSync(log) ? readFileSync(log, 'utf8') : '';
+        for (let i = 0; i < 3; i++) assert.equal((await run(e, { script: 'true' })).exitCode, 0);
+        await new Promise((r) => setTimeout(r, 300));
+        assert.equal(readFileSync(log, 'utf8'), `${before}${'ran\n'.repeat(3)}`);
+      } finally {
+        await withStartup.close();
+      }
     });
 
     it('keeps exported variables, functions and the cwd from one command to the next', async () => {
