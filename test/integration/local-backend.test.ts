@@ -1,12 +1,13 @@
 import assert from 'node:assert/strict';
-import { readFileSync, statSync, existsSync } from 'node:fs';
-import { mkdtemp, rm } from 'node:fs/promises';
+import { existsSync, readdirSync, readFileSync, readlinkSync, statSync, writeFileSync } from 'node:fs';
+import { mkdir, mkdtemp, rm } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { after, afterEach, before, describe, it } from 'node:test';
 import type { BackendEnvironment, BackgroundHandle, ExecOptions } from '../../services/executor/backend.js';
 import { InvalidArgumentError, NotFoundError } from '../../services/common/errors.js';
 import { buildChildEnv, LocalBackend, stateDirName } from '../../services/executor/backends/local/local-backend.js';
+import { ShellStateRunner } from '../../services/executor/shell-state/shell-state-runner.js';
 
 /** True when `pid` runs. Orphans can linger as zombies where PID 1 does not reap them; a zombie runs nothing. */
 function isAlive(pid: number): boolean {
@@ -94,6 +95,26 @@ describe('LocalBackend', () => {
     await rm(workDir, { recursive: true, force: true });
   });
 
+  /** Aborts a command with a background child at its first output: 130, and the child is gone. */
+  async function abortsLongCommand(e: BackendEnvironment): Promise<void> {
+    const controller = new AbortController();
+    const chunks: Buffer[] = [];
+    const r = await e.exec({
+      script: 'sleep 1000 & echo pid:$!; sleep 1000',
+      timeoutMs: 60_000,
+      signal: controller.signal,
+      onOutput: (c) => {
+        chunks.push(c);
+        controller.abort();
+      },
+    });
+    const pids = pidsIn(Buffer.concat(chunks).toString());
+    leftovers.push(...pids);
+    assert.deepEqual([r.exitCode, r.timedOut, r.interrupted], [130, false, true]);
+    assert.equal(pids.length, 1);
+    assert.equal(isAlive(pids[0] ?? -1), false);
+  }
+
   async function fresh(): Promise<BackendEnvironment> {
     env = await backend.createEnvironment({ tenant: 'tenant', taskId: `task-${++taskNo}` });
     return env;
@@ -170,24 +191,7 @@ describe('LocalBackend', () => {
   });
 
   it('on abort kills the group and exits 130', async () => {
-    const e = await fresh();
-    const controller = new AbortController();
-    const chunks: Buffer[] = [];
-    const pending = e.exec({
-      script: 'sleep 1000 & echo pid:$!; sleep 1000',
-      timeoutMs: 60_000,
-      signal: controller.signal,
-      onOutput: (c) => {
-        chunks.push(c);
-        controller.abort();
-      },
-    });
-    const r = await pending;
-    const pids = pidsIn(Buffer.concat(chunks).toString());
-    leftovers.push(...pids);
-    assert.deepEqual([r.exitCode, r.timedOut, r.interrupted], [130, false, true]);
-    assert.equal(pids.length, 1);
-    assert.equal(isAlive(pids[0] ?? -1), false);
+    await abortsLongCommand(await fresh());
   });
 
   it('does not start at all when already aborted', async () => {
@@ -241,6 +245,128 @@ describe('LocalBackend', () => {
       { ADDED: '1' },
     );
     assert.deepEqual(env, { PATH: '/bin', KEEP_KEY: 'kk', ADDED: '1' });
+  });
+
+  describe('pre-started shells', () => {
+    /** The pre-started shell waiting for `e`'s next command: a child of this process whose program reads fd 3. */
+    async function spareOf(e: BackendEnvironment): Promise<number> {
+      let found: number | undefined;
+      await until(() => {
+        found = readdirSync('/proc')
+          .filter((name) => /^\d+$/.test(name))
+          .map(Number)
+          .find((pid) => {
+            try {
+              const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+              const ppid = Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1]);
+              const cmdline = readFileSync(`/proc/${pid}/cmdline`, 'utf8');
+              const cwd = readlinkSync(`/proc/${pid}/cwd`);
+              return ppid === process.pid && cmdline.includes('__berth_ps') && cwd === e.initialCwd && isAlive(pid);
+            } catch {
+              return false;
+            }
+          });
+        return found !== undefined;
+      });
+      return found!;
+    }
+
+    it('runs the next command in a shell started ahead, as bash -c would', async () => {
+      const e = await fresh();
+      await run(e, { script: 'true' });
+      const spare = await spareOf(e);
+      const r = await run(e, { script: 'echo "$$ $0 $#"; pwd; cat; [ -e /proc/$$/fd/3 ] || echo fd 3 closed; exit 3', stdin: 'in\n' });
+      assert.equal(r.output, `${spare} bash 0\n${workDir}\nin\nfd 3 closed\n`);
+      assert.equal(r.exitCode, 3);
+      // The next one is started for the command after.
+      assert.notEqual(await spareOf(e), spare);
+    });
+
+    it('ends a waiting shell on dispose, having run nothing', async () => {
+      const e = await fresh();
+      const marker = path.join(workDir, 'spare-ran');
+      await run(e, { script: `rm -f ${marker}` });
+      const spare = await spareOf(e);
+      await e.dispose();
+      assert.equal(isAlive(spare), false);
+      assert.equal(existsSync(marker), false);
+    });
+
+    it('kills a long command it runs, with its group, on timeout and on abort', async () => {
+      const e = await fresh();
+      await run(e, { script: 'true' });
+      await spareOf(e);
+      const timedOut = await run(e, { script: 'sleep 1000 & echo pid:$!; sleep 1000', timeoutMs: 1500 });
+      leftovers.push(...pidsIn(timedOut.output));
+      assert.deepEqual([timedOut.exitCode, timedOut.timedOut], [124, true]);
+      for (const pid of pidsIn(timedOut.output)) assert.equal(isAlive(pid), false);
+      await spareOf(e);
+      await abortsLongCommand(e);
+    });
+
+    it('starts bash as before for what does not fit: extra env, a PTY, a large script, a new directory, a killed shell', async () => {
+      const e = await fresh();
+      await run(e, { script: 'true' });
+      let spare = await spareOf(e);
+      const withEnv = await run(e, { script: 'echo "$$ $BERTH_CALL_VAR"', env: { BERTH_CALL_VAR: 'call' } });
+      assert.match(withEnv.output, /^\d+ call\n$/);
+      assert.notEqual(withEnv.output, `${spare} call\n`);
+      const pty = await run(e, { script: '[ -t 1 ] && echo is-a-tty', pty: true });
+      assert.equal(pty.output, 'is-a-tty\r\n');
+      spare = await spareOf(e);
+      const big = `: ${'x'.repeat(70 * 1024)}\necho "$$ big"`;
+      assert.match((await run(e, { script: big })).output, /^\d+ big\n$/);
+      // The spare waited through the commands that did not fit; it still takes the next one.
+      assert.equal((await run(e, { script: 'echo $$' })).output, `${spare}\n`);
+      // The starting directory removed and made again: the spare sits in the old one.
+      spare = await spareOf(e);
+      await rm(workDir, { recursive: true });
+      await mkdir(workDir);
+      const again = await run(e, { script: 'echo $$; pwd' });
+      assert.match(again.output, new RegExp(`^\\d+\n${workDir}\n$`));
+      assert.ok(!again.output.startsWith(`${spare}\n`));
+      assert.equal(isAlive(spare), false);
+      // A shell killed while it waited: the command still runs, in a bash of its own.
+      spare = await spareOf(e);
+      process.kill(spare, 'SIGKILL');
+      await until(() => !isAlive(spare));
+      const afterKill = await run(e, { script: 'echo survived' });
+      assert.deepEqual([afterKill.output, afterKill.exitCode], ['survived\n', 0]);
+    });
+
+    it('starts no shell ahead when BASH_ENV would run before its script', async () => {
+      const log = path.join(root, 'bash-env.log');
+      const startup = path.join(root, 'bash-env.sh');
+      writeFileSync(startup, `echo ran >> ${log}\n`);
+      const withStartup = new LocalBackend({ stateRoot: path.join(root, 'bash-env-tasks'), initialCwd: workDir, env: { BASH_ENV: startup } });
+      try {
+        const e = await withStartup.createEnvironment({ tenant: 'tenant', taskId: 'bash-env' });
+        // The login snapshot taken for the new environment ran it too.
+        const before = existsSync(log) ? readFileSync(log, 'utf8') : '';
+        for (let i = 0; i < 3; i++) assert.equal((await run(e, { script: 'true' })).exitCode, 0);
+        await new Promise((r) => setTimeout(r, 300));
+        assert.equal(readFileSync(log, 'utf8'), `${before}${'ran\n'.repeat(3)}`);
+      } finally {
+        await withStartup.close();
+      }
+    });
+
+    it('keeps exported variables, functions and the cwd from one command to the next', async () => {
+      const e = await fresh();
+      const runner = new ShellStateRunner(e);
+      const sub = path.join(workDir, 'sub');
+      await mkdir(sub, { recursive: true });
+      const say = async (command: string) => {
+        const chunks: Buffer[] = [];
+        const result = await runner.run({ command, timeoutMs: 10_000, onOutput: (c) => chunks.push(c) });
+        return { ...result, output: Buffer.concat(chunks).toString('utf8') };
+      };
+      await say('export BERTH_KEPT=kept; greet() { echo "hi $1"; }; cd sub');
+      const spare = await spareOf(e);
+      const r = await say('echo "$$ $BERTH_KEPT"; greet you; pwd');
+      assert.equal(r.output, `${spare} kept\nhi you\n${sub}\n`);
+      assert.equal(r.cwd, sub);
+    });
   });
 
   describe('PTY', () => {

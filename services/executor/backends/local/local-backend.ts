@@ -56,6 +56,8 @@ export interface LocalBackendOptions {
    * before closing them ourselves (a process outside the group may hold them); default 1000 ms.
    */
   readonly pipeDrainMs?: number;
+  /** Start each command's bash ahead of it (local-prestart.ts); default true. Tests and benchmarks turn it off to compare. */
+  readonly prestart?: boolean;
   readonly logger?: Logger;
 }
 
@@ -108,6 +110,7 @@ export class LocalBackend implements Backend {
       preparedSnapshot,
       killGraceMs: this.#options.killGraceMs ?? 1000,
       pipeDrainMs: this.#options.pipeDrainMs ?? 1000,
+      ...(this.#options.prestart === false ? { prestart: false } : {}),
       logger: this.#options.logger?.child({ backend: 'local', task: id }),
     });
     environment.onDisposed = () => this.#environments.delete(id);

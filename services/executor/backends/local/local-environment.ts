@@ -26,6 +26,7 @@ import { assertAbsolute, assertNotReleased, deliverExit, deliverOutput } from '.
 import { readRegularFile, writeRegularFile } from '../shared/host-files.js';
 import { endsLine, ptyEof } from '../shared/pty-input.js';
 import { shellSignalExitCode, signalGroup, signalNumber, sleep, terminateGroup } from './local-process-group.js';
+import { PrestartedShell, prestartFits, scriptFits } from './local-prestart.js';
 import { PTY_WRAPPER, PtyDoneFilter, requireNodePty } from './local-pty.js';
 
 export interface ResolvedOptions {
@@ -36,6 +37,8 @@ export interface ResolvedOptions {
   readonly preparedSnapshot?: string;
   readonly killGraceMs: number;
   readonly pipeDrainMs: number;
+  /** Start each command's bash ahead of it (local-prestart.ts); default true. */
+  readonly prestart?: boolean;
   readonly logger: Logger | undefined;
 }
 
@@ -80,6 +83,11 @@ export class LocalEnvironment implements BackendEnvironment {
   /** Groups whose leader may still run, or whose leftover members must die with the environment. */
   readonly #groups = new Map<number, RunningGroup>();
   #disposing: Promise<void> | undefined;
+  /** Whether commands may run in pre-started shells: on unless turned off or the environment makes bash run something first. */
+  readonly #prestart: boolean;
+  /** The shell started ahead for the next command that fits it. */
+  #spare: PrestartedShell | undefined;
+  #spareScheduled = false;
 
   constructor(id: string, stateDir: string, options: ResolvedOptions) {
     this.description = `local:${id}`;
@@ -89,6 +97,7 @@ export class LocalEnvironment implements BackendEnvironment {
     this.rpcDir = { hostPath: stateDir, sandboxPath: stateDir };
     this.preparedSnapshot = options.preparedSnapshot;
     this.#options = options;
+    this.#prestart = options.prestart !== false && prestartFits(options.childEnv);
   }
 
   /**
@@ -165,8 +174,49 @@ export class LocalEnvironment implements BackendEnvironment {
     return { deadline, result };
   }
 
+  /**
+   * The pre-started shell, with `script` handed to it, when the command fits
+   * one: pipes, no extra environment, a script small enough, and the shell
+   * still waiting in the directory bash would start in now. Otherwise
+   * undefined (and a shell that no longer fits is let go).
+   */
+  async #takeSpare(script: string, env: Readonly<Record<string, string>> | undefined): Promise<ChildProcess | undefined> {
+    const spare = this.#spare;
+    if (spare === undefined || (env !== undefined && Object.keys(env).length > 0) || !scriptFits(script)) return undefined;
+    this.#spare = undefined;
+    if (!spare.fits(this.#spawnCwd()) || !(await spare.hand(script))) {
+      void spare.dispose();
+      return undefined;
+    }
+    if (this.#disposing) {
+      // Released while the script was on its way: the command must not run on.
+      await spare.dispose();
+      assertNotReleased(this, this.#disposing);
+    }
+    return spare.child;
+  }
+
+  /** Starts the next command's shell once the current call has returned (off its path). */
+  #scheduleSpare(): void {
+    if (!this.#prestart || this.#spare !== undefined || this.#spareScheduled) return;
+    this.#spareScheduled = true;
+    setImmediate(() => {
+      this.#spareScheduled = false;
+      if (this.#disposing || this.#spare !== undefined) return;
+      this.#spare = PrestartedShell.start(this.#spawnCwd(), this.#env());
+    });
+  }
+
   async #execPipes(options: ExecOptions): Promise<ExecResult> {
-    const child = this.#spawnPipes(options.script, options.env);
+    try {
+      return await this.#runPipes(options);
+    } finally {
+      this.#scheduleSpare();
+    }
+  }
+
+  async #runPipes(options: ExecOptions): Promise<ExecResult> {
+    const child = (await this.#takeSpare(options.script, options.env)) ?? this.#spawnPipes(options.script, options.env);
     const pid = child.pid;
     if (pid === undefined) {
       // Spawn failure: its 'error' says why, and no 'close' follows.
@@ -411,7 +461,12 @@ export class LocalEnvironment implements BackendEnvironment {
 
   dispose(): Promise<void> {
     this.#disposing ??= (async () => {
-      await Promise.all([...this.#groups.values()].map((g) => g.kill().catch(() => undefined)));
+      const spare = this.#spare;
+      this.#spare = undefined;
+      await Promise.all([
+        spare?.dispose(),
+        ...[...this.#groups.values()].map((g) => g.kill().catch(() => undefined)),
+      ]);
       this.#groups.clear();
       await rm(this.stateDir, { recursive: true, force: true });
       this.onDisposed?.();
