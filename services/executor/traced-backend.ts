@@ -7,7 +7,7 @@
  */
 import { SPAN_ATTRIBUTES as A, type SpanScope, type Tracing } from '../common/tracing/tracing.js';
 import type { Backend, BackendEnvironment, ExecResult } from './backend.js';
-import { withStageSpans } from './stage-spans.js';
+import { withStageSpans } from '../common/tracing/stage-spans.js';
 
 /** Environment methods that become spans, and their operation names. */
 const OPERATIONS: Readonly<Record<string, string>> = {

@@ -7,7 +7,7 @@ import { describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import type { SpanOptions, SpanScope, Tracing } from '../../services/common/tracing/tracing.js';
 import type { Backend, BackendEnvironment } from '../../services/executor/backend.js';
-import { stageSpan } from '../../services/executor/stage-spans.js';
+import { stageSpan } from '../../services/common/tracing/stage-spans.js';
 import { traceBackend } from '../../services/executor/traced-backend.js';
 
 /** A tracer that records each span's name, with the names of the spans open around it. */

@@ -11,7 +11,7 @@ import path from 'node:path';
 import type Dockerode from 'dockerode';
 import { FailedPreconditionError, UnavailableError } from '../../../common/errors.js';
 import type { Logger } from '../../../common/logging.js';
-import { stageSpan } from '../../stage-spans.js';
+import { stageSpan } from '../../../common/tracing/stage-spans.js';
 import { AgentListener } from './agent-listener.js';
 import { AgentChannel } from '../shared/agent/agent-channel.js';
 import {

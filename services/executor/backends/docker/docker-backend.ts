@@ -26,7 +26,7 @@ import type {
   TaskKey,
 } from '../../backend.js';
 import { taskKeyString } from '../../backend.js';
-import { stageSpan } from '../../stage-spans.js';
+import { stageSpan } from '../../../common/tracing/stage-spans.js';
 import { defaultStateRoot } from '../shared/state-root.js';
 import { findAgentScript } from '../shared/agent/agent-script.js';
 

@@ -25,7 +25,7 @@ import { readFile } from 'node:fs/promises';
 import type Dockerode from 'dockerode';
 import { FailedPreconditionError, ResourceExhaustedError } from '../../../common/errors.js';
 import type { Logger } from '../../../common/logging.js';
-import { stageSpan } from '../../stage-spans.js';
+import { stageSpan } from '../../../common/tracing/stage-spans.js';
 import { LABEL } from './container-spec.js';
 import { dockerError } from './docker-errors.js';
 import {

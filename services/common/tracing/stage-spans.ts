@@ -1,14 +1,14 @@
 /**
  * Spans for the steps inside a backend operation (`docker uid_pick`,
  * `docker container_start`, ...), children of the operation's own span
- * (traced-backend.ts). Backends know nothing of tracing: the traced backend
+ * (services/executor/traced-backend.ts). Backends know nothing of tracing: the traced backend
  * runs each operation with its tracer in {@link withStageSpans}, and a step
  * wrapped in {@link stageSpan} finds it there. Outside a traced operation
  * (tracing off, a warm pool filling) a step runs as it is, at the cost of one
  * AsyncLocalStorage lookup.
  */
 import { AsyncLocalStorage } from 'node:async_hooks';
-import { SPAN_ATTRIBUTES as A, type Tracing } from '../common/tracing/tracing.js';
+import { SPAN_ATTRIBUTES as A, type Tracing } from './tracing.js';
 
 const current = new AsyncLocalStorage<{ readonly tracing: Tracing; readonly backend: string }>();
 
