@@ -7,7 +7,7 @@ import { describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import type { SpanOptions, SpanScope, Tracing } from '../../services/common/tracing/tracing.js';
 import type { Backend, BackendEnvironment } from '../../services/executor/backend.js';
-import { stageSpan } from '../../services/common/tracing/stage-spans.js';
+import { outsideStageSpans, stageSpan } from '../../services/common/tracing/stage-spans.js';
 import { traceBackend } from '../../services/executor/traced-backend.js';
 
 /** A tracer that records each span's name, with the names of the spans open around it. */
@@ -53,5 +53,20 @@ describe('stage spans', () => {
     assert.equal(await stageSpan('uid_pick', async () => 42), 42);
     await twoStepBackend().createEnvironment({ tenant: 't', taskId: 'a' });
     assert.deepEqual(spans, []);
+  });
+
+  test('work an operation leaves behind (a refill after a claim) makes no spans in its trace', async () => {
+    const { tracing, spans } = recordingTracing();
+    let later: Promise<void> | undefined;
+    const backend = {
+      ...twoStepBackend(),
+      createEnvironment: async () => {
+        later = outsideStageSpans(() => new Promise<void>((resolve) => setTimeout(() => void stageSpan('container_start', async () => resolve()), 1)));
+        return {} as BackendEnvironment;
+      },
+    } as unknown as Backend;
+    await traceBackend(backend, tracing).createEnvironment({ tenant: 't', taskId: 'a' });
+    await later;
+    assert.deepEqual(spans, ['docker create_environment']);
   });
 });

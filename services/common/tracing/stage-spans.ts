@@ -17,6 +17,15 @@ export function withStageSpans<T>(tracing: Tracing, backend: string, fn: () => P
   return current.run({ tracing, backend }, fn);
 }
 
+/**
+ * Runs `fn` outside any traced operation: work it starts (timers, promises)
+ * that outlives the operation, such as a warm pool's refill after a claim,
+ * makes no spans in the operation's trace.
+ */
+export function outsideStageSpans<T>(fn: () => T): T {
+  return current.exit(fn);
+}
+
 /** Runs one step of a backend operation as a span named `BACKEND step` when the operation is traced. */
 export function stageSpan<T>(step: string, fn: () => Promise<T>): Promise<T> {
   const store = current.getStore();
