@@ -7,6 +7,7 @@
  */
 import { SPAN_ATTRIBUTES as A, type SpanScope, type Tracing } from '../common/tracing/tracing.js';
 import type { Backend, BackendEnvironment, ExecResult } from './backend.js';
+import { withStageSpans } from '../common/tracing/stage-spans.js';
 
 /** Environment methods that become spans, and their operation names. */
 const OPERATIONS: Readonly<Record<string, string>> = {
@@ -51,8 +52,11 @@ export function traceBackend(backend: Backend, tracing: Tracing): Backend {
   const deleteSnapshot = backend.deleteSnapshot?.bind(backend);
   return {
     capabilities: backend.capabilities,
+    // Its steps (stage-spans.ts) are spans of their own: a cold start's parts, each timed.
     createEnvironment: (key, options) =>
-      operation('create_environment', async () => traceEnvironment(await backend.createEnvironment(key, options))),
+      operation('create_environment', async () =>
+        traceEnvironment(await withStageSpans(tracing, name, () => backend.createEnvironment(key, options))),
+      ),
     ...(snapshot ? { snapshot: (key, env, s) => operation('snapshot', () => snapshot(key, env, s)) } : {}),
     ...(listSnapshots ? { listSnapshots } : {}),
     ...(deleteSnapshot ? { deleteSnapshot } : {}),

@@ -6,7 +6,8 @@
 import { describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import type { BreakdownCase, BenchContext } from '../../services/cli/bench/bench-case.js';
-import { callSpans, parseTimingLog, stagesFor, stagesOf } from '../../services/cli/bench/cases/call-breakdown.js';
+import { callSpans, parseTimingLog, spanChildren, stagesFor, stagesOf } from '../../services/cli/bench/cases/call-breakdown.js';
+import { COLD_STAGES, coldStagesOf } from '../../services/cli/bench/cases/new-docker-tasks.js';
 import { SPAN_KIND, type ReceivedSpan } from '../../services/cli/bench/otlp-receiver.js';
 import { Progress } from '../../services/cli/bench/progress.js';
 import { renderMarkdown } from '../../services/cli/bench/report-markdown.js';
@@ -128,5 +129,47 @@ describe('call-breakdown', () => {
     const empty = await runCase({ ...c, run: async () => [] }, { suite: 's', ctx, progress });
     assert.equal(empty.status, 'error');
     assert.match(empty.error ?? '', /no call was measured/);
+  });
+});
+
+describe('new-docker-tasks, per stage', () => {
+  /** A new task's first call: the create (with its steps), the bootstrap's exec and stat, the command's exec. */
+  function firstCall(): ReceivedSpan[] {
+    return [
+      span('execute_tool terminal', 't', '', 0, 1000, { kind: SPAN_KIND.server, attributes: { 'berth.task.id': 'task-a' } }),
+      span('berth.v1.Executor/Exec', 'e', 't', 10, 990, { kind: SPAN_KIND.server }),
+      span('docker create_environment', 'c', 'e', 20, 800),
+      span('docker memory_admission', 'c1', 'c', 20, 30),
+      span('docker network_setup', 'c2', 'c', 40, 50),
+      span('docker container_start', 'c3', 'c', 100, 600),
+      span('docker network_setup', 'c4', 'c', 600, 620),
+      span('docker exec', 'b', 'e', 810, 900),
+      span('docker stat', 's', 'e', 900, 905),
+      span('docker exec', 'x', 'e', 910, 980),
+    ];
+  }
+
+  test("a first call's stages add up to its client total, the create's steps each in its own", () => {
+    const spans = firstCall();
+    const staged = coldStagesOf(1200, spans[0]!, spanChildren(spans));
+    assert.equal(staged?.stagesMs.length, COLD_STAGES.length);
+    const sum = staged!.stagesMs.reduce((s, v) => s + v, 0);
+    assert.ok(Math.abs(sum - 1200) < 1e-9, `stages add up to ${sum}`);
+    const by = new Map(COLD_STAGES.map((name, i) => [name, staged!.stagesMs[i]]));
+    const stage = (prefix: string) => by.get(COLD_STAGES.find((s) => s.startsWith(prefix))!);
+    assert.equal(stage('client and gRPC'), 200);
+    assert.equal(stage('network setup'), 30);
+    assert.equal(stage('container start'), 500);
+    assert.equal(stage('create_environment, the rest'), 780 - 10 - 30 - 500);
+    assert.equal(stage('login shell snapshot'), 95);
+    assert.equal(stage('first command'), 70);
+  });
+
+  test('a call whose create_environment or command has not arrived has no split yet', () => {
+    const spans = firstCall();
+    const without = (id: string) => spans.filter((s) => s.spanId !== id);
+    assert.equal(coldStagesOf(1200, spans[0]!, spanChildren(without('c'))), undefined);
+    const noExec = spans.filter((s) => s.name !== 'docker exec');
+    assert.equal(coldStagesOf(1200, spans[0]!, spanChildren(noExec)), undefined);
   });
 });

@@ -81,7 +81,29 @@ export interface CallSpans {
   readonly operation: ReceivedSpan;
 }
 
-const ms = (from: bigint, to: bigint) => Number(to - from) / 1e6;
+/** Milliseconds between two span times. */
+export const ms = (from: bigint, to: bigint) => Number(to - from) / 1e6;
+
+/** Each span's children, by the parent's span id. */
+export function spanChildren(spans: readonly ReceivedSpan[]): Map<string, ReceivedSpan[]> {
+  const children = new Map<string, ReceivedSpan[]>();
+  for (const s of spans) {
+    const list = children.get(s.parentSpanId) ?? [];
+    list.push(s);
+    children.set(s.parentSpanId, list);
+  }
+  return children;
+}
+
+/**
+ * A bench server's options with tracing on: every call sampled, spans
+ * (with task ids) exported every 100 ms to `receiver`, so they are in soon
+ * after the last call.
+ */
+export function tracedServer(receiver: OtlpReceiver, options: BenchServerOptions): BenchServerOptions {
+  const tracing = { exporter: 'otlp', endpoint: `${receiver.endpoint}/v1/traces`, sampler: 'always_on', task_ids: true };
+  return { ...options, config: { ...options.config, tracing }, env: { ...options.env, OTEL_BSP_SCHEDULE_DELAY: '100' } };
+}
 
 /** Splits one call into the stages of {@link stagesFor}: every stage a difference on one clock, adding up to `totalMs`. */
 export function stagesOf(totalMs: number, spans: CallSpans, stamps: ScriptStamps): StagedCall {
@@ -107,12 +129,7 @@ export function stagesOf(totalMs: number, spans: CallSpans, stamps: ScriptStamps
  * that did more than one exec (the first, which made the environment).
  */
 export function callSpans(spans: readonly ReceivedSpan[], taskId: string, backend: string): (CallSpans | undefined)[] {
-  const children = new Map<string, ReceivedSpan[]>();
-  for (const s of spans) {
-    const list = children.get(s.parentSpanId) ?? [];
-    list.push(s);
-    children.set(s.parentSpanId, list);
-  }
+  const children = spanChildren(spans);
   const only = (parent: ReceivedSpan, match: (s: ReceivedSpan) => boolean) => {
     const found = (children.get(parent.spanId) ?? []).filter(match);
     return found.length === 1 ? found[0] : undefined;
@@ -205,14 +222,7 @@ function breakdownCase(target: Target): BreakdownCase {
       const missing = await ctx.backendMissing(target.backend);
       if (missing !== undefined) return { skip: missing };
       receiver = await startOtlpReceiver();
-      const tracing = { exporter: 'otlp', endpoint: `${receiver.endpoint}/v1/traces`, sampler: 'always_on', task_ids: true };
-      const s = await ctx.server({
-        ...target.server,
-        config: { ...target.server.config, tracing },
-        // Export every 100 ms, so the spans are in soon after the last call.
-        env: { OTEL_BSP_SCHEDULE_DELAY: '100' },
-        shellTiming: true,
-      });
+      const s = await ctx.server({ ...tracedServer(receiver, target.server), shellTiming: true });
       server = s;
       // The first call makes the task's environment; every measured call finds it warm.
       await unmeasured(ctx, `warming the ${target.backend} task`, () => call());

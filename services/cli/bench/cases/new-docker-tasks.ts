@@ -12,12 +12,24 @@
  *
  * Between rounds nothing is timed while the ended tasks' containers go and
  * the pool refills, so each side meets a quiet Docker daemon.
+ *
+ * A third case splits the cold burst's first calls into stages from tracing
+ * spans, as call-breakdown does for a warm call: the server exports every
+ * span to an OTLP receiver this process runs, and each task's first call is
+ * split along its spans (the dispatcher's tool call, the executor's Exec,
+ * the backend's operations, the steps of `docker create_environment`). The
+ * same number of `docker run`s at once runs between its bursts, as the
+ * baseline beside it (a note, since a breakdown has no baseline column).
  */
+import { performance } from 'node:perf_hooks';
 import { setTimeout as sleep } from 'node:timers/promises';
-import type { BenchCase, BenchContext, BenchMode, LoadCase, LoadRound } from '../bench-case.js';
+import type { BenchCase, BenchContext, BenchMode, BreakdownCase, LoadCase, LoadRound, RunPlan, StagedCall } from '../bench-case.js';
 import type { BenchServer, BenchServerOptions } from '../bench-server-process.js';
 import { concurrentRound, runProcess, runTerminal, unmeasured } from '../case-helpers.js';
 import { BENCH_LABEL, DOCKER_SERVER, SANDBOX_IMAGE, servedFromPool, waitForPool, waitForTaskContainersGone } from '../docker-helpers.js';
+import { SPAN_KIND, startOtlpReceiver, type OtlpReceiver, type ReceivedSpan } from '../otlp-receiver.js';
+import { median } from '../stats.js';
+import { ms, spanChildren, tracedServer } from './call-breakdown.js';
 
 const TASKS: Readonly<Record<BenchMode, number>> = { smoke: 2, quick: 8, full: 20 };
 const TARGET_RATIO = 1;
@@ -117,7 +129,154 @@ function burstCase(tasks: number, pooled: boolean): LoadCase {
   };
 }
 
+/**
+ * The steps of `docker create_environment` that have spans of their own
+ * (stage-spans.ts), in the order a cold start takes them, each with its stage
+ * name. A step with two spans (network_setup) counts both.
+ */
+const CREATE_STEPS: readonly (readonly [span: string, stage: string])[] = [
+  ['docker memory_admission', 'memory admission (`docker.memory_overcommit`: waiting for room)'],
+  ['docker uid_pick', 'uid pick (list containers and volumes carrying a free uid)'],
+  ['docker network_setup', "network setup (the tenant's isolated network, made once; closing the embedded DNS in the container)"],
+  ['docker host_dir', "host dir (the task's directory, account files from the image)"],
+  ['docker container_create', 'container create (`POST /containers/create`)'],
+  ['docker container_start', 'container start (`POST /containers/ID/start`)'],
+  ['docker agent_connect', "agent connected (the agent's hello, after the start returned)"],
+  ['docker environment_init', "environment init (the cgroup counters' baselines, through the agent)"],
+];
+
+/** The stages of a cold task's first call, in order; their sum is the client-side total. */
+export const COLD_STAGES: readonly string[] = [
+  'client and gRPC: the client total (from the burst start) less the dispatcher span',
+  'dispatcher: its span less the executor calls in it',
+  'executor: the executor calls less the backend operations in them',
+  ...CREATE_STEPS.map(([, stage]) => stage),
+  'create_environment, the rest (image check, name conflict check, agent socket and token, the environment object)',
+  "login shell snapshot (the bootstrap's `bash -l` exec and the snapshot's stat)",
+  'first command (`true`): its exec, restore and capture the shell state',
+];
+
+/**
+ * Splits a new task's first call into {@link COLD_STAGES} from its spans:
+ * every stage a span duration or a difference of durations (exact, one
+ * server process's clock), the first the client total less the tool span.
+ * Undefined while its spans are not all in: the tool call's, an executor
+ * call in it, a `docker create_environment` and a `docker exec` in that.
+ */
+export function coldStagesOf(totalMs: number, tool: ReceivedSpan, children: ReadonlyMap<string, readonly ReceivedSpan[]>): StagedCall | undefined {
+  const dur = (s: ReceivedSpan) => ms(s.startTimeUnixNano, s.endTimeUnixNano);
+  const sum = (list: readonly ReceivedSpan[]) => list.reduce((t, s) => t + dur(s), 0);
+  const kids = (s: ReceivedSpan) => children.get(s.spanId) ?? [];
+  const executorCalls = kids(tool).filter((s) => s.name.startsWith('berth.v1.Executor/') && s.kind === SPAN_KIND.server);
+  const operations = executorCalls.flatMap((e) => kids(e).filter((s) => s.name.startsWith('docker ')));
+  const create = operations.filter((s) => s.name === 'docker create_environment');
+  const execs = operations.filter((s) => s.name === 'docker exec').sort((a, b) => (a.startTimeUnixNano < b.startTimeUnixNano ? -1 : 1));
+  if (create.length !== 1 || execs.length === 0) return undefined;
+  // The command is the last exec; what came before it besides the create (the bootstrap's exec and stat) made the snapshot.
+  const command = execs[execs.length - 1]!;
+  const bootstrap = operations.filter((s) => s !== create[0] && s !== command);
+  const steps = kids(create[0]!);
+  const stepMs = CREATE_STEPS.map(([name]) => sum(steps.filter((s) => s.name === name)));
+  const stagesMs = [
+    totalMs - dur(tool),
+    dur(tool) - sum(executorCalls),
+    sum(executorCalls) - sum(operations),
+    ...stepMs,
+    dur(create[0]!) - stepMs.reduce((t, v) => t + v, 0),
+    sum(bootstrap),
+    dur(command),
+  ];
+  return { totalMs, stagesMs };
+}
+
+/** Where a cold burst's first calls spend their time, by stage, with `docker run`s at once between its bursts. */
+function coldBreakdownCase(tasks: number): BreakdownCase {
+  let receiver: OtlpReceiver | undefined;
+  let server: BenchServer | undefined;
+  let ctx: BenchContext | undefined;
+  let round = 0;
+  const dockerRunMs: number[] = [];
+  const ids = (r: number) => Array.from({ length: tasks }, (_, i) => `bench-docker-burst-staged-${process.pid}-${r}-${i}`);
+  /** One burst: each task's first call, timed from the burst's start; the tasks end untimed. */
+  const burst = async (taskIds: readonly string[]): Promise<Map<string, number>> => {
+    const totals = new Map<string, number>();
+    const t0 = performance.now();
+    await Promise.all(
+      taskIds.map(async (id) => {
+        await runTerminal(server!, id, 'true');
+        totals.set(id, performance.now() - t0);
+      }),
+    );
+    await Promise.all(taskIds.map((id) => server!.endTask(id).catch(() => undefined)));
+    await waitForTaskContainersGone(server!.pid);
+    return totals;
+  };
+  return {
+    kind: 'breakdown',
+    name: `${tasks} new tasks at once, first \`true\`, docker cold: per stage`,
+    baselineName: 'client total (from the burst start)',
+    stages: COLD_STAGES,
+    // Pairs are bursts here: each gives `tasks` calls.
+    plan: {
+      smoke: { pairs: 1, minPairs: 1 },
+      quick: { warmupPairs: 0, pairs: 3, minPairs: 2, budgetMs: 45_000 },
+      full: { warmupPairs: 0, pairs: 5, minPairs: 3, budgetMs: 120_000 },
+    },
+    async setup(context) {
+      ctx = context;
+      const missing = await context.backendMissing('docker');
+      if (missing !== undefined) return { skip: missing };
+      receiver = await startOtlpReceiver();
+      const s = await context.server(tracedServer(receiver, serverOptions(tasks, false)));
+      server = s;
+      await unmeasured(context, 'a first docker task', async () => {
+        await runTerminal(s, `bench-docker-burst-staged-${process.pid}-first`, 'true');
+        await s.endTask(`bench-docker-burst-staged-${process.pid}-first`);
+      });
+      await waitForTaskContainersGone(s.pid);
+      return undefined;
+    },
+    async run(plan: RunPlan): Promise<StagedCall[]> {
+      const totals = new Map<string, number>();
+      const startedMs = performance.now();
+      while (round < plan.pairs && (round < plan.minPairs || performance.now() - startedMs <= plan.budgetMs)) {
+        for (const [id, total] of await burst(ids(round))) totals.set(id, total);
+        round += 1;
+        const baseline = await concurrentRound(tasks, 1, () => runProcess('docker', ['run', '--rm', '--label', BENCH_LABEL, SANDBOX_IMAGE, 'true']));
+        if (baseline.errors > 0) throw new Error(`docker run failed: ${baseline.firstError}`);
+        dockerRunMs.push(...baseline.latenciesMs);
+      }
+      const staged = (spans: ReceivedSpan[]): Map<string, StagedCall | undefined> => {
+        const children = spanChildren(spans);
+        const tools = spans.filter((s) => s.name === 'execute_tool terminal' && s.kind === SPAN_KIND.server);
+        return new Map(
+          [...totals].map(([id, total]) => {
+            const tool = tools.find((s) => s.attributes['berth.task.id'] === id);
+            return [id, tool && coldStagesOf(total, tool, children)];
+          }),
+        );
+      };
+      const received = await receiver!.waitFor(`the spans of ${totals.size} first calls`, (spans) =>
+        [...staged(spans).values()].every((c) => c !== undefined),
+      );
+      return [...staged(received).values()] as StagedCall[];
+    },
+    async teardown() {
+      if (dockerRunMs.length > 0) {
+        const mean = dockerRunMs.reduce((t, v) => t + v, 0) / dockerRunMs.length;
+        ctx?.note(
+          `${tasks} × \`docker run --rm IMAGE true\` at once, between the per-stage case's bursts: ` +
+            `p50 ${median(dockerRunMs).toFixed(0)} ms, mean ${mean.toFixed(0)} ms over ${dockerRunMs.length} runs`,
+        );
+      }
+      server = undefined;
+      await receiver?.close();
+    },
+  };
+}
+
 export default function cases(mode: BenchMode): BenchCase[] {
   const tasks = TASKS[mode];
-  return [burstCase(tasks, false), burstCase(tasks, true)];
+  // The per-stage case before the pooled one, whose server keeps a pool of idle containers.
+  return [burstCase(tasks, false), coldBreakdownCase(tasks), burstCase(tasks, true)];
 }

@@ -11,6 +11,7 @@ import path from 'node:path';
 import type Dockerode from 'dockerode';
 import { FailedPreconditionError, UnavailableError } from '../../../common/errors.js';
 import type { Logger } from '../../../common/logging.js';
+import { stageSpan } from '../../../common/tracing/stage-spans.js';
 import { AgentListener } from './agent-listener.js';
 import { AgentChannel } from '../shared/agent/agent-channel.js';
 import {
@@ -144,11 +145,11 @@ export class ContainerFactory {
   async start(params: StartParams): Promise<SandboxContainer> {
     const o = this.options;
     // First, so that a network the host cannot isolate fails before anything is made.
-    const network = await o.networkFor(params.tenant, false);
+    const network = await stageSpan('network_setup', () => o.networkFor(params.tenant, false));
     // Pool containers have no tenant yet: they keep the daemon's default parent (see docs/performance.md, fair share).
     const tenant = params.labels[LABEL.tenant];
     const cgroupParent = tenant === undefined ? undefined : o.cgroupParent(tenant, await this.#driver());
-    await this.prepareHostDir(params.hostDir, params.identity);
+    await stageSpan('host_dir', () => this.prepareHostDir(params.hostDir, params.identity));
     // The container's root's (the agent's), 0600, under a root executor: no command can even connect to it (see AgentListener.listen).
     const listener = await AgentListener.listen(path.join(params.hostDir, 'agent.sock'), params.name, { uid: 0, gid: 0 }, o.logger);
     const resolvConf = o.embeddedDns ? path.join(params.hostDir, RESOLV_CONF_FILE) : undefined;
@@ -191,9 +192,10 @@ export class ContainerFactory {
     let container: Dockerode.Container | undefined;
     try {
       for (let renewed = false; ; renewed = true) {
-        container = await this.#create(spec, params.tenant);
+        container = await stageSpan('container_create', () => this.#create(spec, params.tenant));
+        const created = container;
         try {
-          await container.start();
+          await stageSpan('container_start', () => created.start());
           break;
         } catch (err) {
           // The engine looks the network up at start: one removed under us is made again, once.
@@ -205,9 +207,10 @@ export class ContainerFactory {
       }
       const started = container;
       // Before any command can run: the executor sends none until the agent's hello, awaited below.
-      if (o.embeddedDns) await o.embeddedDns.close((await started.inspect()).State.Pid);
+      const dns = o.embeddedDns;
+      if (dns) await stageSpan('network_setup', async () => dns.close((await started.inspect()).State.Pid));
       listener.isAlive = runningProbe(started);
-      const channel = await this.connect(container, params, agent, signal);
+      const channel = await stageSpan('agent_connect', () => this.connect(started, params, agent, signal));
       // The agent removed it before dialling in; gone for certain now (and for the docker exec fallback).
       await rm(tokenFile, { force: true });
       return new SandboxContainer(o, container, params.name, params.hostDir, params.identity, listener, channel);

@@ -26,6 +26,7 @@ import type {
   TaskKey,
 } from '../../backend.js';
 import { taskKeyString } from '../../backend.js';
+import { stageSpan } from '../../../common/tracing/stage-spans.js';
 import { defaultStateRoot } from '../shared/state-root.js';
 import { findAgentScript } from '../shared/agent/agent-script.js';
 
@@ -355,7 +356,7 @@ export class DockerBackend implements Backend {
     if (this.#environments.has(id)) {
       throw new FailedPreconditionError(`an environment for task ${id} already exists on this executor`);
     }
-    const admitted = await this.#memory.admit();
+    const admitted = await stageSpan('memory_admission', () => this.#memory.admit());
     try {
       const image = options?.fromSnapshot ? await this.#snapshots.imageFor(options.fromSnapshot) : undefined;
       return await this.#createAdmitted(key, id, image);
@@ -413,7 +414,7 @@ export class DockerBackend implements Backend {
       ...(this.#options.diskCheckIntervalMs !== undefined ? { diskCheckIntervalMs: this.#options.diskCheckIntervalMs } : {}),
     });
     this.#environments.set(id, environment);
-    await environment.init().catch(() => undefined);
+    await stageSpan('environment_init', () => environment.init()).catch(() => undefined);
     if (resumed) {
       environment.addNotice(
         `This task's environment was started anew (its previous one was released: idle, or its executor was drained or lost); ` +

@@ -25,6 +25,7 @@ import { readFile } from 'node:fs/promises';
 import type Dockerode from 'dockerode';
 import { FailedPreconditionError, ResourceExhaustedError } from '../../../common/errors.js';
 import type { Logger } from '../../../common/logging.js';
+import { stageSpan } from '../../../common/tracing/stage-spans.js';
 import { LABEL } from './container-spec.js';
 import { dockerError } from './docker-errors.js';
 import {
@@ -163,7 +164,7 @@ export class TaskUids {
 
   /** Runs `start` with a uid acquired for it ({@link acquire}), handing the uid back when `start` fails. */
   async startWith<T>(owner: UidOwner, recorded: string | undefined, start: (identity: TaskIdentity) => Promise<T>): Promise<T> {
-    const identity = await this.acquire(owner, recorded);
+    const identity = await stageSpan('uid_pick', () => this.acquire(owner, recorded));
     try {
       return await start(identity);
     } catch (err) {

@@ -16,6 +16,7 @@
  * very calls the pool is there to make fast.
  */
 import type { Logger } from '../../../common/logging.js';
+import { outsideStageSpans } from '../../../common/tracing/stage-spans.js';
 import { AgentChannel } from '../shared/agent/agent-channel.js';
 import type { SandboxContainer } from './sandbox-container.js';
 
@@ -129,10 +130,13 @@ export class WarmPool {
 
   #scheduleRefill(): void {
     if (this.#closed || this.#refillTimer) return;
-    this.#refillTimer = setTimeout(() => {
-      this.#refillTimer = undefined;
-      this.#fill();
-    }, this.#o.refillDelayMs ?? DEFAULT_REFILL_DELAY_MS);
+    // A claim in a traced call schedules this: the refill's starts are not that call's steps.
+    this.#refillTimer = outsideStageSpans(() =>
+      setTimeout(() => {
+        this.#refillTimer = undefined;
+        this.#fill();
+      }, this.#o.refillDelayMs ?? DEFAULT_REFILL_DELAY_MS),
+    );
     this.#refillTimer.unref();
   }
 
