@@ -34,6 +34,9 @@ import { SandboxContainer, removeContainer, runningProbe, type SandboxEngine } f
 import { taskAccounts, type TaskIdentity } from './task-identity.js';
 import type { SandboxChannel } from '../shared/sandbox-channel.js';
 
+/** How often one container's create or start makes the tenant's network again after it vanished. */
+const NETWORK_RENEWALS = 3;
+
 /** Settings shared by every container of one backend. */
 export interface ContainerFactoryOptions extends SandboxEngine {
   readonly image: string;
@@ -191,15 +194,16 @@ export class ContainerFactory {
     agent.catch(() => undefined);
     let container: Dockerode.Container | undefined;
     try {
-      for (let renewed = false; ; renewed = true) {
+      for (let renewals = 0; ; renewals++) {
         container = await stageSpan('container_create', () => this.#create(spec, params.tenant));
         const created = container;
         try {
           await stageSpan('container_start', () => created.start());
           break;
         } catch (err) {
-          // The engine looks the network up at start: one removed under us is made again, once.
-          if (renewed || !isMissingNetwork(err)) throw dockerError(err, `starting container ${params.name}`, o.daemon);
+          // The engine looks the network up at start: one removed under us is made again (a few times: executors
+          // sharing the engine that close one after another may each remove it while it has no container yet).
+          if (renewals >= NETWORK_RENEWALS || !isMissingNetwork(err)) throw dockerError(err, `starting container ${params.name}`, o.daemon);
           await removeContainer(container, o.daemon);
           container = undefined;
           await o.networkFor(params.tenant, true);
@@ -228,8 +232,8 @@ export class ContainerFactory {
   async #create(spec: ContainerSpecInput, tenant: string | undefined): Promise<Dockerode.Container> {
     const o = this.options;
     let nameCleared = false;
-    let networkRenewed = false;
-    // At most: once as asked, once per disk-limit part the daemon refuses, once after clearing the name.
+    let networkRenewals = 0;
+    // At most: once as asked, once per disk-limit part the daemon refuses, NETWORK_RENEWALS times for the network, once after clearing the name.
     for (;;) {
       const disk = o.diskLimits.request();
       try {
@@ -237,9 +241,9 @@ export class ContainerFactory {
         o.diskLimits.applied(disk);
         return container;
       } catch (err) {
-        if (isMissingNetwork(err) && !networkRenewed) {
+        if (isMissingNetwork(err) && networkRenewals < NETWORK_RENEWALS) {
           // Another executor removed the shared network while it had no containers: make it (and its rules) again.
-          networkRenewed = true;
+          networkRenewals++;
           await o.networkFor(tenant, true);
           continue;
         }
