@@ -1,0 +1,262 @@
+/**
+ * The dispatcher's side of failover (docs/deploying.md, "Failover and
+ * fencing"): the real health watcher, router and dispatcher in front of
+ * executor doubles. Each double answers the standard gRPC health check on a
+ * real local port (the watcher's own client reaches it) and runs a task's
+ * commands through a fake Executor client that says which executor ran them.
+ * A double can be killed (its port closed, its calls failing UNAVAILABLE as a
+ * dead executor's do), stopped (its port open, health checks never answered,
+ * as under SIGSTOP) and continued. The periodic checks are run by hand, one
+ * round at a time, so nothing here depends on timing.
+ */
+import { after, describe, test } from 'node:test';
+import assert from 'node:assert/strict';
+import { ClientError, Status, createChannel, createServer, type Channel, type Server } from 'nice-grpc';
+import { HealthDefinition } from 'nice-grpc-server-health';
+import { parseConfig } from '../../services/common/config-load.js';
+import { silentLogger } from '../../services/common/logging.js';
+import { Dispatcher } from '../../services/dispatcher/dispatcher.js';
+import { ExecutorHealthWatcher } from '../../services/dispatcher/executors/executor-health.js';
+import { ExecutorRouter, rendezvousPick, type ExecutorEndpoint } from '../../services/dispatcher/executors/executor-router.js';
+import { lostEnvironmentMessage } from '../../services/dispatcher/executors/task-placements.js';
+import { ToolRegistry } from '../../services/dispatcher/registry/registry.js';
+import type { ExecutorClient } from '../../services/gen/berth/v1/executor.js';
+
+const TENANT = 'acme';
+/** grpc.health.v1 SERVING. */
+const SERVING = 1;
+
+type State = 'serving' | 'stopped' | 'killed';
+
+/** One executor double: its health port, its endpoint as the router sees it, the tasks it ran commands for. */
+interface ExecutorDouble {
+  readonly id: string;
+  readonly endpoint: ExecutorEndpoint;
+  readonly channel: Channel;
+  readonly server: Server;
+  state: State;
+  /** Calls reaching its Executor API fail once with UNAVAILABLE (a dropped connection), though it answers health checks. */
+  dropNextCall: boolean;
+  /** The tasks it ran commands for, in order. */
+  readonly ran: string[];
+}
+
+async function startDouble(id: string): Promise<ExecutorDouble> {
+  const server = createServer();
+  let double!: ExecutorDouble;
+  server.add(HealthDefinition, {
+    async check(_request, context) {
+      if (double.state === 'stopped') {
+        // A stopped process accepts the connection and answers nothing.
+        await new Promise((resolve) => context.signal.addEventListener('abort', resolve));
+      }
+      return { status: SERVING };
+    },
+    // eslint-disable-next-line require-yield
+    async *watch() {
+      throw new ClientError('/grpc.health.v1.Health/Watch', Status.UNIMPLEMENTED, 'not used');
+    },
+  });
+  const port = await server.listen('127.0.0.1:0');
+  const ran: string[] = [];
+  const client = {
+    async *exec(request: { task?: { taskId: string } }) {
+      const taskId = request.task?.taskId ?? '';
+      if (double.state === 'killed' || double.dropNextCall) {
+        double.dropNextCall = false;
+        throw new ClientError('/berth.v1.Executor/Exec', Status.UNAVAILABLE, 'No connection established');
+      }
+      assert.equal(double.state, 'serving', `a call for ${taskId} reached ${id} while it was stopped`);
+      ran.push(taskId);
+      yield {
+        event: {
+          $case: 'exit' as const,
+          value: { output: `ran on ${id}`, exitCode: 0, timedOut: false, interrupted: false, notices: [], startCwd: '', endCwd: '', environmentRecreated: false },
+        },
+      };
+    },
+    taskUsage() {
+      if (double.state !== 'serving') return Promise.reject(new ClientError('/berth.v1.Executor/TaskUsage', Status.UNAVAILABLE, 'no answer'));
+      return Promise.resolve({ tasks: [...new Set(ran)].map((taskId) => ({ task: { tenant: TENANT, taskId } })) });
+    },
+  } as unknown as ExecutorClient;
+  double = {
+    id,
+    endpoint: { id, backend: 'docker', client, healthy: true },
+    channel: createChannel(`127.0.0.1:${port}`),
+    server,
+    state: 'serving',
+    dropNextCall: false,
+    ran,
+  };
+  return double;
+}
+
+/** A tool that runs one command in the task's environment and returns what the executor said. */
+function registry(): ToolRegistry {
+  const tools = new ToolRegistry({ logger: silentLogger() });
+  tools.register({
+    name: 'run',
+    toolset: 'test',
+    schema: { name: 'run', description: 'runs a command', parameters: { type: 'object', properties: {} } },
+    handler: async (_args, context) => JSON.stringify({ output: (await context.task.exec({ command: 'true', timeoutMs: 1000 })).output }),
+  });
+  return tools;
+}
+
+const cleanups: Array<() => void> = [];
+after(() => {
+  for (const cleanup of cleanups) cleanup();
+});
+
+/**
+ * Two or more executors behind a dispatcher. `explain`: how a failed check is
+ * explained (the TLS probe in production).
+ */
+async function fleet(ids: string[], options: { failures?: number; explain?: (details: string) => Promise<string> } = {}) {
+  const doubles = await Promise.all(ids.map((id) => startDouble(id)));
+  cleanups.push(() => {
+    for (const d of doubles) {
+      d.channel.close();
+      d.server.forceShutdown();
+    }
+  });
+  const failures = options.failures ?? 3;
+  const watcher = new ExecutorHealthWatcher(
+    doubles.map((d) => ({ endpoint: d.endpoint, channel: d.channel, ...(options.explain ? { explain: options.explain } : {}) })),
+    // The interval never passes: the test runs each round itself.
+    { intervalMs: 3_600_000, timeoutMs: 500, failuresBeforeDown: failures, logger: silentLogger() },
+  );
+  await watcher.checkAll();
+  const endpoints = doubles.map((d) => d.endpoint);
+  const router = new ExecutorRouter(endpoints, () => ({ backend: 'docker' }), (id) => watcher.confirmDown(id));
+  const dispatcher = new Dispatcher({ registry: registry(), router, terminal: parseConfig({}).terminal, logger: silentLogger() });
+  const signal = new AbortController().signal;
+  const call = async (taskId: string) =>
+    JSON.parse(await dispatcher.callTool(TENANT, { name: 'run', argumentsJson: '{}', taskId, sessionId: '' }, { signal })) as {
+      output?: string;
+      error?: string;
+    };
+  /** A task id whose rendezvous choice among all the executors is `id`. */
+  const taskOn = (id: string, name: string) => {
+    for (let i = 0; ; i++) {
+      const taskId = `${name}-${i}`;
+      if (rendezvousPick(endpoints, `${TENANT}/${taskId}`)?.id === id) return taskId;
+    }
+  };
+  /** Where a new task whose usual executor is `id` goes now. */
+  const newTaskGoesTo = (id: string, name: string) => router.route(TENANT, taskOn(id, name)).executorId;
+  const by = (id: string) => doubles.find((d) => d.id === id)!;
+  return { doubles, by, watcher, router, call, taskOn, newTaskGoesTo };
+}
+
+const lost = (taskId: string, executorId: string) => ({ error: lostEnvironmentMessage(taskId, executorId, 'unreachable') });
+
+describe('failover on the dispatcher', () => {
+  test(`a stopped executor leaves rotation after executor_health_failures missed checks in a row; its task gets one error, then runs elsewhere`, async () => {
+    const f = await fleet(['a:1', 'b:1'], { failures: 3 });
+    const task = f.taskOn('a:1', 'stopped');
+    assert.deepEqual(await f.call(task), { output: 'ran on a:1' });
+
+    f.by('a:1').state = 'stopped';
+    await f.watcher.checkAll();
+    await f.watcher.checkAll();
+    assert.equal(f.newTaskGoesTo('a:1', 'fresh'), 'a:1', 'two missed checks of three: still in rotation (a busy machine misses some)');
+    await f.watcher.checkAll();
+    assert.equal(f.newTaskGoesTo('a:1', 'fresh'), 'b:1', 'the third missed check takes it out of rotation');
+    const fresh = f.taskOn('a:1', 'fresh');
+    assert.deepEqual(await f.call(fresh), { output: 'ran on b:1' }, 'a new task is placed on the other executor');
+
+    assert.deepEqual(await f.call(task), lost(task, 'a:1'), "the task's next call is its one error");
+    assert.deepEqual(await f.call(task), { output: 'ran on b:1' }, 'the call after runs on the other executor');
+    assert.deepEqual(await f.call(task), { output: 'ran on b:1' }, 'and the task stays there, with no second error');
+    assert.deepEqual(f.by('a:1').ran, [task], 'nothing reached the stopped executor after it stopped');
+  });
+
+  test('a missed check between answered ones does not count toward taking an executor out', async () => {
+    const f = await fleet(['a:1', 'b:1'], { failures: 2 });
+    const a = f.by('a:1');
+    for (let round = 0; round < 3; round++) {
+      a.state = 'stopped';
+      await f.watcher.checkAll();
+      a.state = 'serving';
+      await f.watcher.checkAll();
+    }
+    assert.equal(f.newTaskGoesTo('a:1', 'flaky'), 'a:1');
+  });
+
+  test("a call failing UNAVAILABLE on a killed executor checks it at once: out of rotation, the call is the task's one error, the next runs elsewhere", async () => {
+    const f = await fleet(['a:1', 'b:1'], { failures: 3 });
+    const task = f.taskOn('a:1', 'killed');
+    assert.deepEqual(await f.call(task), { output: 'ran on a:1' });
+
+    const a = f.by('a:1');
+    a.state = 'killed';
+    await a.server.shutdown();
+    // No periodic check runs from here on: the failed call alone decides.
+    assert.deepEqual(await f.call(task), lost(task, 'a:1'), 'the call that met the dead executor is the one error, not a transport error');
+    assert.equal(f.newTaskGoesTo('a:1', 'fresh'), 'b:1', 'the executor is out of rotation there and then');
+    assert.deepEqual(await f.call(task), { output: 'ran on b:1' });
+    assert.deepEqual(await f.call(task), { output: 'ran on b:1' });
+
+    const other = f.taskOn('a:1', 'other');
+    assert.deepEqual(await f.call(other), { output: 'ran on b:1' }, 'a task new to the dispatcher goes to the live executor');
+  });
+
+  test('a call failing UNAVAILABLE on an executor that still answers its health check is an error of that call only; the task stays', async () => {
+    const f = await fleet(['a:1', 'b:1'], { failures: 3 });
+    const task = f.taskOn('a:1', 'blip');
+    assert.deepEqual(await f.call(task), { output: 'ran on a:1' });
+
+    f.by('a:1').dropNextCall = true;
+    await assert.rejects(f.call(task), (err: Error & { code?: string }) => err.code === 'UNAVAILABLE' && /No connection established/.test(err.message));
+    assert.equal(f.newTaskGoesTo('a:1', 'fresh'), 'a:1', 'still in rotation');
+    assert.deepEqual(await f.call(task), { output: 'ran on a:1' }, 'the retry runs on the same executor, with no lost-environment error');
+  });
+
+  test('an executor that answers again comes back into rotation for new tasks; a task moved off it stays where it went', async () => {
+    const f = await fleet(['a:1', 'b:1'], { failures: 2 });
+    const task = f.taskOn('a:1', 'moved');
+    assert.deepEqual(await f.call(task), { output: 'ran on a:1' });
+    const a = f.by('a:1');
+    a.state = 'stopped';
+    await f.watcher.checkAll();
+    await f.watcher.checkAll();
+    assert.deepEqual(await f.call(task), lost(task, 'a:1'));
+    assert.deepEqual(await f.call(task), { output: 'ran on b:1' });
+
+    a.state = 'serving';
+    assert.equal(f.newTaskGoesTo('a:1', 'later'), 'b:1', 'out of rotation until a check answers');
+    await f.watcher.checkAll();
+    assert.equal(f.newTaskGoesTo('a:1', 'later'), 'a:1', 'back after one answered check');
+    const later = f.taskOn('a:1', 'later');
+    assert.deepEqual(await f.call(later), { output: 'ran on a:1' });
+    assert.deepEqual(await f.call(task), { output: 'ran on b:1' }, 'the moved task keeps its new environment');
+  });
+
+  test('the executor is out of rotation before its failure is explained (the TLS probe waits on a stopped executor)', async () => {
+    let explaining!: () => void;
+    const explained = new Promise<void>((resolve) => (explaining = resolve));
+    let finish!: (reason: string) => void;
+    const explanation = new Promise<string>((resolve) => (finish = resolve));
+    const f = await fleet(['a:1', 'b:1'], {
+      failures: 1,
+      explain: () => {
+        explaining();
+        return explanation;
+      },
+    });
+    const task = f.taskOn('a:1', 'probe');
+    assert.deepEqual(await f.call(task), { output: 'ran on a:1' });
+
+    f.by('a:1').state = 'stopped';
+    const round = f.watcher.checkAll();
+    await explained;
+    // The explanation has not come back, and the round is still waiting for it.
+    assert.equal(f.newTaskGoesTo('a:1', 'fresh'), 'b:1');
+    assert.deepEqual(await f.call(task), lost(task, 'a:1'));
+    assert.deepEqual(await f.call(task), { output: 'ran on b:1' });
+    finish('executor a:1 is unreachable');
+    await round;
+  });
+});
