@@ -43,30 +43,29 @@ interface ExecutorDouble {
 
 async function startDouble(id: string): Promise<ExecutorDouble> {
   const server = createServer();
-  let double!: ExecutorDouble;
+  const ran: string[] = [];
+  const control: { state: State; dropNextCall: boolean } = { state: 'serving', dropNextCall: false };
   server.add(HealthDefinition, {
     async check(_request, context) {
-      if (double.state === 'stopped') {
+      if (control.state === 'stopped') {
         // A stopped process accepts the connection and answers nothing.
         await new Promise((resolve) => context.signal.addEventListener('abort', resolve));
       }
       return { status: SERVING };
     },
-    // eslint-disable-next-line require-yield
     async *watch() {
       throw new ClientError('/grpc.health.v1.Health/Watch', Status.UNIMPLEMENTED, 'not used');
     },
   });
   const port = await server.listen('127.0.0.1:0');
-  const ran: string[] = [];
   const client = {
     async *exec(request: { task?: { taskId: string } }) {
       const taskId = request.task?.taskId ?? '';
-      if (double.state === 'killed' || double.dropNextCall) {
-        double.dropNextCall = false;
+      if (control.state === 'killed' || control.dropNextCall) {
+        control.dropNextCall = false;
         throw new ClientError('/berth.v1.Executor/Exec', Status.UNAVAILABLE, 'No connection established');
       }
-      assert.equal(double.state, 'serving', `a call for ${taskId} reached ${id} while it was stopped`);
+      assert.equal(control.state, 'serving', `a call for ${taskId} reached ${id} while it was stopped`);
       ran.push(taskId);
       yield {
         event: {
@@ -76,19 +75,17 @@ async function startDouble(id: string): Promise<ExecutorDouble> {
       };
     },
     taskUsage() {
-      if (double.state !== 'serving') return Promise.reject(new ClientError('/berth.v1.Executor/TaskUsage', Status.UNAVAILABLE, 'no answer'));
+      if (control.state !== 'serving') return Promise.reject(new ClientError('/berth.v1.Executor/TaskUsage', Status.UNAVAILABLE, 'no answer'));
       return Promise.resolve({ tasks: [...new Set(ran)].map((taskId) => ({ task: { tenant: TENANT, taskId } })) });
     },
   } as unknown as ExecutorClient;
-  double = {
+  const double: ExecutorDouble = Object.assign(control, {
     id,
-    endpoint: { id, backend: 'docker', client, healthy: true },
+    endpoint: { id, backend: 'docker' as const, client, healthy: true },
     channel: createChannel(`127.0.0.1:${port}`),
     server,
-    state: 'serving',
-    dropNextCall: false,
     ran,
-  };
+  });
   return double;
 }
 
@@ -147,18 +144,28 @@ async function fleet(ids: string[], options: { failures?: number; explain?: (det
   /** Where a new task whose usual executor is `id` goes now. */
   const newTaskGoesTo = (id: string, name: string) => router.route(TENANT, taskOn(id, name)).executorId;
   const by = (id: string) => doubles.find((d) => d.id === id)!;
-  return { doubles, by, watcher, router, call, taskOn, newTaskGoesTo };
+  /** A task with its environment on `id` (its first call ran there). */
+  const taskStartedOn = async (id: string, name: string) => {
+    const taskId = taskOn(id, name);
+    assert.deepEqual(await call(taskId), { output: `ran on ${id}` });
+    return taskId;
+  };
+  return { doubles, by, watcher, router, call, taskOn, taskStartedOn, newTaskGoesTo };
+}
+
+/** Executors a:1 and b:1, and a task whose environment is on a:1. */
+async function taskOnA(name: string, options: Parameters<typeof fleet>[1] = {}) {
+  const f = await fleet(['a:1', 'b:1'], options);
+  return { f, a: f.by('a:1'), task: await f.taskStartedOn('a:1', name) };
 }
 
 const lost = (taskId: string, executorId: string) => ({ error: lostEnvironmentMessage(taskId, executorId, 'unreachable') });
 
 describe('failover on the dispatcher', () => {
   test(`a stopped executor leaves rotation after executor_health_failures missed checks in a row; its task gets one error, then runs elsewhere`, async () => {
-    const f = await fleet(['a:1', 'b:1'], { failures: 3 });
-    const task = f.taskOn('a:1', 'stopped');
-    assert.deepEqual(await f.call(task), { output: 'ran on a:1' });
+    const { f, a, task } = await taskOnA('stopped', { failures: 3 });
 
-    f.by('a:1').state = 'stopped';
+    a.state = 'stopped';
     await f.watcher.checkAll();
     await f.watcher.checkAll();
     assert.equal(f.newTaskGoesTo('a:1', 'fresh'), 'a:1', 'two missed checks of three: still in rotation (a busy machine misses some)');
@@ -170,12 +177,11 @@ describe('failover on the dispatcher', () => {
     assert.deepEqual(await f.call(task), lost(task, 'a:1'), "the task's next call is its one error");
     assert.deepEqual(await f.call(task), { output: 'ran on b:1' }, 'the call after runs on the other executor');
     assert.deepEqual(await f.call(task), { output: 'ran on b:1' }, 'and the task stays there, with no second error');
-    assert.deepEqual(f.by('a:1').ran, [task], 'nothing reached the stopped executor after it stopped');
+    assert.deepEqual(a.ran, [task], 'nothing reached the stopped executor after it stopped');
   });
 
   test('a missed check between answered ones does not count toward taking an executor out', async () => {
-    const f = await fleet(['a:1', 'b:1'], { failures: 2 });
-    const a = f.by('a:1');
+    const { f, a } = await taskOnA('flaky', { failures: 2 });
     for (let round = 0; round < 3; round++) {
       a.state = 'stopped';
       await f.watcher.checkAll();
@@ -186,11 +192,8 @@ describe('failover on the dispatcher', () => {
   });
 
   test("a call failing UNAVAILABLE on a killed executor checks it at once: out of rotation, the call is the task's one error, the next runs elsewhere", async () => {
-    const f = await fleet(['a:1', 'b:1'], { failures: 3 });
-    const task = f.taskOn('a:1', 'killed');
-    assert.deepEqual(await f.call(task), { output: 'ran on a:1' });
+    const { f, a, task } = await taskOnA('killed', { failures: 3 });
 
-    const a = f.by('a:1');
     a.state = 'killed';
     await a.server.shutdown();
     // No periodic check runs from here on: the failed call alone decides.
@@ -204,21 +207,16 @@ describe('failover on the dispatcher', () => {
   });
 
   test('a call failing UNAVAILABLE on an executor that still answers its health check is an error of that call only; the task stays', async () => {
-    const f = await fleet(['a:1', 'b:1'], { failures: 3 });
-    const task = f.taskOn('a:1', 'blip');
-    assert.deepEqual(await f.call(task), { output: 'ran on a:1' });
+    const { f, a, task } = await taskOnA('blip', { failures: 3 });
 
-    f.by('a:1').dropNextCall = true;
+    a.dropNextCall = true;
     await assert.rejects(f.call(task), (err: Error & { code?: string }) => err.code === 'UNAVAILABLE' && /No connection established/.test(err.message));
     assert.equal(f.newTaskGoesTo('a:1', 'fresh'), 'a:1', 'still in rotation');
     assert.deepEqual(await f.call(task), { output: 'ran on a:1' }, 'the retry runs on the same executor, with no lost-environment error');
   });
 
   test('an executor that answers again comes back into rotation for new tasks; a task moved off it stays where it went', async () => {
-    const f = await fleet(['a:1', 'b:1'], { failures: 2 });
-    const task = f.taskOn('a:1', 'moved');
-    assert.deepEqual(await f.call(task), { output: 'ran on a:1' });
-    const a = f.by('a:1');
+    const { f, a, task } = await taskOnA('moved', { failures: 2 });
     a.state = 'stopped';
     await f.watcher.checkAll();
     await f.watcher.checkAll();
@@ -239,17 +237,15 @@ describe('failover on the dispatcher', () => {
     const explained = new Promise<void>((resolve) => (explaining = resolve));
     let finish!: (reason: string) => void;
     const explanation = new Promise<string>((resolve) => (finish = resolve));
-    const f = await fleet(['a:1', 'b:1'], {
+    const { f, a, task } = await taskOnA('probe', {
       failures: 1,
       explain: () => {
         explaining();
         return explanation;
       },
     });
-    const task = f.taskOn('a:1', 'probe');
-    assert.deepEqual(await f.call(task), { output: 'ran on a:1' });
 
-    f.by('a:1').state = 'stopped';
+    a.state = 'stopped';
     const round = f.watcher.checkAll();
     await explained;
     // The explanation has not come back, and the round is still waiting for it.
