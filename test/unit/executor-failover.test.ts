@@ -11,6 +11,7 @@
  */
 import { after, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
+import { AbortError, isAbortError } from 'abort-controller-x';
 import { ClientError, Status, createChannel, createServer, type Channel, type Server } from 'nice-grpc';
 import { HealthDefinition } from 'nice-grpc-server-health';
 import { parseConfig } from '../../services/common/config-load.js';
@@ -23,10 +24,11 @@ import { ToolRegistry } from '../../services/dispatcher/registry/registry.js';
 import type { ExecutorClient } from '../../services/gen/berth/v1/executor.js';
 
 const TENANT = 'acme';
-/** grpc.health.v1 SERVING. */
+/** grpc.health.v1 SERVING and NOT_SERVING (draining). */
 const SERVING = 1;
+const NOT_SERVING = 2;
 
-type State = 'serving' | 'stopped' | 'killed';
+type State = 'serving' | 'stopped' | 'killed' | 'draining';
 
 /** One executor double: its health port, its endpoint as the router sees it, the tasks it ran commands for. */
 interface ExecutorDouble {
@@ -39,19 +41,30 @@ interface ExecutorDouble {
   dropNextCall: boolean;
   /** The tasks it ran commands for, in order. */
   readonly ran: string[];
+  /** While set, a command that reaches it waits for this (or its call's abort) before it answers: a call in flight. */
+  gate: { reached: () => void; opened: Promise<void> } | undefined;
+}
+
+/** Holds the commands reaching `double`: `reached` when one is in flight, `open` lets it answer. */
+function hold(double: ExecutorDouble): { reached: Promise<void>; open: () => void } {
+  let reached!: () => void;
+  let open!: () => void;
+  const inFlight = new Promise<void>((resolve) => (reached = resolve));
+  double.gate = { reached, opened: new Promise<void>((resolve) => (open = resolve)) };
+  return { reached: inFlight, open };
 }
 
 async function startDouble(id: string): Promise<ExecutorDouble> {
   const server = createServer();
   const ran: string[] = [];
-  const control: { state: State; dropNextCall: boolean } = { state: 'serving', dropNextCall: false };
+  const control: { state: State; dropNextCall: boolean; gate: ExecutorDouble['gate'] } = { state: 'serving', dropNextCall: false, gate: undefined };
   server.add(HealthDefinition, {
     async check(_request, context) {
       if (control.state === 'stopped') {
         // A stopped process accepts the connection and answers nothing.
         await new Promise((resolve) => context.signal.addEventListener('abort', resolve));
       }
-      return { status: SERVING };
+      return { status: control.state === 'draining' ? NOT_SERVING : SERVING };
     },
     async *watch() {
       throw new ClientError('/grpc.health.v1.Health/Watch', Status.UNIMPLEMENTED, 'not used');
@@ -59,7 +72,7 @@ async function startDouble(id: string): Promise<ExecutorDouble> {
   });
   const port = await server.listen('127.0.0.1:0');
   const client = {
-    async *exec(request: { task?: { taskId: string } }) {
+    async *exec(request: { task?: { taskId: string } }, options: { signal?: AbortSignal } = {}) {
       const taskId = request.task?.taskId ?? '';
       if (control.state === 'killed' || control.dropNextCall) {
         control.dropNextCall = false;
@@ -67,6 +80,13 @@ async function startDouble(id: string): Promise<ExecutorDouble> {
       }
       assert.equal(control.state, 'serving', `a call for ${taskId} reached ${id} while it was stopped`);
       ran.push(taskId);
+      const gate = control.gate;
+      if (gate) {
+        gate.reached();
+        // What nice-grpc does when the call's signal is aborted: the stream ends with an AbortError.
+        const aborted = new Promise<never>((_, reject) => options.signal?.addEventListener('abort', () => reject(new AbortError())));
+        await Promise.race([gate.opened, aborted]);
+      }
       yield {
         event: {
           $case: 'exit' as const,
@@ -128,8 +148,7 @@ async function fleet(ids: string[], options: { failures?: number; explain?: (det
   const endpoints = doubles.map((d) => d.endpoint);
   const router = new ExecutorRouter(endpoints, () => ({ backend: 'docker' }), (id) => watcher.confirmDown(id));
   const dispatcher = new Dispatcher({ registry: registry(), router, terminal: parseConfig({}).terminal, logger: silentLogger() });
-  const signal = new AbortController().signal;
-  const call = async (taskId: string) =>
+  const call = async (taskId: string, signal = new AbortController().signal) =>
     JSON.parse(await dispatcher.callTool(TENANT, { name: 'run', argumentsJson: '{}', taskId, sessionId: '' }, { signal })) as {
       output?: string;
       error?: string;
@@ -160,6 +179,13 @@ async function taskOnA(name: string, options: Parameters<typeof fleet>[1] = {}) 
 }
 
 const lost = (taskId: string, executorId: string) => ({ error: lostEnvironmentMessage(taskId, executorId, 'unreachable') });
+
+/** Whether `promise` has settled once everything already due has run (no timer involved). */
+async function settled(promise: Promise<unknown>): Promise<boolean> {
+  const pending = Symbol('pending');
+  const tick = new Promise((resolve) => setImmediate(() => resolve(pending)));
+  return (await Promise.race([promise.then(() => true, () => true), tick])) !== pending;
+}
 
 describe('failover on the dispatcher', () => {
   test(`a stopped executor leaves rotation after executor_health_failures missed checks in a row; its task gets one error, then runs elsewhere`, async () => {
@@ -230,6 +256,80 @@ describe('failover on the dispatcher', () => {
     const later = f.taskOn('a:1', 'later');
     assert.deepEqual(await f.call(later), { output: 'ran on a:1' });
     assert.deepEqual(await f.call(task), { output: 'ran on b:1' }, 'the moved task keeps its new environment');
+  });
+
+  test("a call in flight to an executor that stops ends as its task's one error when the executor leaves rotation; the next call runs elsewhere", async () => {
+    const { f, a, task } = await taskOnA('in-flight', { failures: 2 });
+    const gate = hold(a);
+    const pending = f.call(task);
+    await gate.reached;
+
+    a.state = 'stopped';
+    await f.watcher.checkAll();
+    assert.equal(await settled(pending), false, 'one missed check: the call still waits for its executor');
+    await f.watcher.checkAll();
+    assert.deepEqual(await pending, lost(task, 'a:1'), 'out of rotation: the call in flight ends as the one error');
+    assert.deepEqual(await f.call(task), { output: 'ran on b:1' });
+    assert.deepEqual(await f.call(task), { output: 'ran on b:1' }, 'with no second error');
+  });
+
+  test('a client leaving a call in flight is told the call was cancelled, as before; the task keeps its environment', async () => {
+    const { f, a, task } = await taskOnA('leaving', { failures: 2 });
+    const gate = hold(a);
+    const client = new AbortController();
+    const pending = f.call(task, client.signal);
+    await gate.reached;
+    client.abort();
+    await assert.rejects(pending, (err: unknown) => isAbortError(err));
+    a.gate = undefined;
+    assert.deepEqual(await f.call(task), { output: 'ran on a:1' }, 'no lost-environment error: the executor is fine');
+
+    // A client leaving a call to an executor that has stopped: cancelled too, and the task's one error comes next.
+    const stranding = hold(a);
+    const again = new AbortController();
+    const stranded = f.call(task, again.signal);
+    await stranding.reached;
+    a.state = 'stopped';
+    again.abort();
+    await assert.rejects(stranded, (err: unknown) => isAbortError(err));
+    await f.watcher.checkAll();
+    await f.watcher.checkAll();
+    assert.deepEqual(await f.call(task), lost(task, 'a:1'));
+    assert.deepEqual(await f.call(task), { output: 'ran on b:1' });
+  });
+
+  test('a draining executor finishes its calls in flight: out of rotation for new tasks, its call is not cut', async () => {
+    const { f, a, task } = await taskOnA('draining', { failures: 2 });
+    const gate = hold(a);
+    const pending = f.call(task);
+    await gate.reached;
+
+    a.state = 'draining';
+    await f.watcher.checkAll();
+    await f.watcher.checkAll();
+    await f.watcher.checkAll();
+    assert.equal(f.newTaskGoesTo('a:1', 'fresh'), 'b:1', 'out of rotation for new tasks');
+    assert.equal(await settled(pending), false, 'the call in flight still runs');
+    gate.open();
+    assert.deepEqual(await pending, { output: 'ran on a:1' });
+  });
+
+  test('with no other executor in rotation a call in flight to a stopped executor is not cut (often a saturated machine missing checks)', async () => {
+    const f = await fleet(['a:1'], { failures: 2 });
+    const a = f.by('a:1');
+    const task = await f.taskStartedOn('a:1', 'alone');
+    const gate = hold(a);
+    const pending = f.call(task);
+    await gate.reached;
+
+    a.state = 'stopped';
+    await f.watcher.checkAll();
+    await f.watcher.checkAll();
+    await f.watcher.checkAll();
+    assert.equal(await settled(pending), false);
+    a.state = 'serving';
+    gate.open();
+    assert.deepEqual(await pending, { output: 'ran on a:1' }, 'continued, the executor answers the call');
   });
 
   test('the executor is out of rotation before its failure is explained (the TLS probe waits on a stopped executor)', async () => {
