@@ -172,6 +172,19 @@ async function fleet(ids: string[], options: { failures?: number; explain?: (det
   return { doubles, by, watcher, router, call, taskOn, taskStartedOn, newTaskGoesTo };
 }
 
+/** A call of `task` in flight on `double`: its command reached the executor, which has not answered. `open` lets it answer. */
+async function callInFlight(f: Awaited<ReturnType<typeof fleet>>, double: ExecutorDouble, task: string, signal?: AbortSignal) {
+  const gate = hold(double);
+  const pending = f.call(task, signal);
+  await gate.reached;
+  return { pending, open: gate.open };
+}
+
+/** `count` rounds of health checks. */
+async function rounds(f: Awaited<ReturnType<typeof fleet>>, count: number): Promise<void> {
+  for (let i = 0; i < count; i++) await f.watcher.checkAll();
+}
+
 /** Executors a:1 and b:1, and a task whose environment is on a:1. */
 async function taskOnA(name: string, options: Parameters<typeof fleet>[1] = {}) {
   const f = await fleet(['a:1', 'b:1'], options);
@@ -260,9 +273,7 @@ describe('failover on the dispatcher', () => {
 
   test("a call in flight to an executor that stops ends as its task's one error when the executor leaves rotation; the next call runs elsewhere", async () => {
     const { f, a, task } = await taskOnA('in-flight', { failures: 2 });
-    const gate = hold(a);
-    const pending = f.call(task);
-    await gate.reached;
+    const { pending } = await callInFlight(f, a, task);
 
     a.state = 'stopped';
     await f.watcher.checkAll();
@@ -275,42 +286,33 @@ describe('failover on the dispatcher', () => {
 
   test('a client leaving a call in flight is told the call was cancelled, as before; the task keeps its environment', async () => {
     const { f, a, task } = await taskOnA('leaving', { failures: 2 });
-    const gate = hold(a);
     const client = new AbortController();
-    const pending = f.call(task, client.signal);
-    await gate.reached;
+    const { pending } = await callInFlight(f, a, task, client.signal);
     client.abort();
     await assert.rejects(pending, (err: unknown) => isAbortError(err));
     a.gate = undefined;
     assert.deepEqual(await f.call(task), { output: 'ran on a:1' }, 'no lost-environment error: the executor is fine');
 
     // A client leaving a call to an executor that has stopped: cancelled too, and the task's one error comes next.
-    const stranding = hold(a);
     const again = new AbortController();
-    const stranded = f.call(task, again.signal);
-    await stranding.reached;
+    const stranded = await callInFlight(f, a, task, again.signal);
     a.state = 'stopped';
     again.abort();
-    await assert.rejects(stranded, (err: unknown) => isAbortError(err));
-    await f.watcher.checkAll();
-    await f.watcher.checkAll();
+    await assert.rejects(stranded.pending, (err: unknown) => isAbortError(err));
+    await rounds(f, 2);
     assert.deepEqual(await f.call(task), lost(task, 'a:1'));
     assert.deepEqual(await f.call(task), { output: 'ran on b:1' });
   });
 
   test('a draining executor finishes its calls in flight: out of rotation for new tasks, its call is not cut', async () => {
     const { f, a, task } = await taskOnA('draining', { failures: 2 });
-    const gate = hold(a);
-    const pending = f.call(task);
-    await gate.reached;
+    const { pending, open } = await callInFlight(f, a, task);
 
     a.state = 'draining';
-    await f.watcher.checkAll();
-    await f.watcher.checkAll();
-    await f.watcher.checkAll();
+    await rounds(f, 3);
     assert.equal(f.newTaskGoesTo('a:1', 'fresh'), 'b:1', 'out of rotation for new tasks');
     assert.equal(await settled(pending), false, 'the call in flight still runs');
-    gate.open();
+    open();
     assert.deepEqual(await pending, { output: 'ran on a:1' });
   });
 
@@ -318,17 +320,13 @@ describe('failover on the dispatcher', () => {
     const f = await fleet(['a:1'], { failures: 2 });
     const a = f.by('a:1');
     const task = await f.taskStartedOn('a:1', 'alone');
-    const gate = hold(a);
-    const pending = f.call(task);
-    await gate.reached;
+    const { pending, open } = await callInFlight(f, a, task);
 
     a.state = 'stopped';
-    await f.watcher.checkAll();
-    await f.watcher.checkAll();
-    await f.watcher.checkAll();
+    await rounds(f, 3);
     assert.equal(await settled(pending), false);
     a.state = 'serving';
-    gate.open();
+    open();
     assert.deepEqual(await pending, { output: 'ran on a:1' }, 'continued, the executor answers the call');
   });
 
