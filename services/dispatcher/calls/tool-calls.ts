@@ -107,6 +107,8 @@ interface PlacedCall {
   readonly started: number;
   readonly allowedTools: ReadonlySet<string> | undefined;
   readonly interrupt: ToolCallInterrupt;
+  /** Aborted when the executor leaves rotation unanswered; undefined for a lost placement. */
+  readonly unreachable: AbortSignal | undefined;
 }
 
 export class ToolCalls {
@@ -189,16 +191,30 @@ export class ToolCalls {
         // After the one lost-environment error the task is placed afresh (its new executor may not be known yet).
         if (placement.lost) placements.forget(tenant, taskId);
         else placements.remember(tenant, taskId, placement.executorId);
+        // Aborted when the executor leaves rotation unanswered while the call runs (a stopped executor answers nothing).
+        const unreachable = placement.lost ? undefined : this.#o.router.unreachableSignal(placement.executorId);
+        const cut = () => unreachable?.signal.aborted === true && !options.signal.aborted;
         try {
-          return await this.#runCall(tenant, taskId, input, options, { ...placement, log, leases, started, allowedTools, interrupt: running });
+          const result = await this.#runCall(tenant, taskId, input, options, {
+            ...placement,
+            log,
+            leases,
+            started,
+            allowedTools,
+            interrupt: running,
+            unreachable: unreachable?.signal,
+          });
+          // Whatever the tool made of its cut executor calls, the call ends as the task's one error.
+          return cut() ? this.#unreachable(log, tenant, taskId, placement.executorId) : result;
         } catch (err) {
           // Where a new task's first call failed is no home of it: the next call looks for a holder again.
           if (placement.fresh) placements.forget(tenant, taskId);
           // The executor holding the task died (it answers no health check either): this is the task's one error.
-          if (!placement.fresh && !placement.lost && isUnavailable(err) && !isDrainingRefusal(err) && (await this.#o.router.confirmDown(placement.executorId))) {
-            log.warn({ lostExecutor: placement.executorId, reason: 'unreachable' }, 'task environment lost with its executor');
-            placements.forget(tenant, taskId);
-            return JSON.stringify({ error: lostEnvironmentMessage(taskId, placement.executorId, 'unreachable') });
+          if (
+            cut() ||
+            (!placement.fresh && !placement.lost && isUnavailable(err) && !isDrainingRefusal(err) && (await this.#o.router.confirmDown(placement.executorId)))
+          ) {
+            return this.#unreachable(log, tenant, taskId, placement.executorId);
           }
           // A draining executor refuses tasks it does not hold before doing anything: a new task may go elsewhere.
           if (!(placement.fresh && attempt === 0 && isDrainingRefusal(err))) throw err;
@@ -206,6 +222,8 @@ export class ToolCalls {
           this.#o.router.markDraining(placement.executorId);
           placements.forget(tenant, taskId);
           placement = await this.#o.router.place(tenant, taskId, undefined);
+        } finally {
+          unreachable?.done();
         }
       }
     } finally {
@@ -213,8 +231,15 @@ export class ToolCalls {
     }
   }
 
+  /** The task's one error when its executor stopped answering: its next call is placed afresh. */
+  #unreachable(log: Logger, tenant: string, taskId: string, executorId: string): string {
+    log.warn({ lostExecutor: executorId, reason: 'unreachable' }, 'task environment lost with its executor');
+    this.#o.placements.forget(tenant, taskId);
+    return JSON.stringify({ error: lostEnvironmentMessage(taskId, executorId, 'unreachable') });
+  }
+
   async #runCall(tenant: string, taskId: string, input: CallToolInput, options: CallOptions, call: PlacedCall): Promise<string> {
-    const { client, executorId, lost, log, leases, started, allowedTools, interrupt } = call;
+    const { client, executorId, lost, log, leases, started, allowedTools, interrupt, unreachable } = call;
     if (lost !== undefined) {
       log.warn({ lostExecutor: lost.executorId, reason: lost.reason, executor: executorId }, 'task environment lost with its executor');
       return JSON.stringify({ error: lostEnvironmentMessage(taskId, lost.executorId, lost.reason) });
@@ -226,7 +251,9 @@ export class ToolCalls {
         outcome = 'bad_arguments';
         return JSON.stringify({ error: parsed.error });
       }
-      let task: TaskClient = new ExecutorTaskClient(client, { tenant, taskId }, options.signal, interrupt);
+      // Its executor calls also end when the executor leaves rotation unanswered (not an Interrupt, not the client leaving).
+      const executorSignal = unreachable ? AbortSignal.any([options.signal, unreachable]) : options.signal;
+      let task: TaskClient = new ExecutorTaskClient(client, { tenant, taskId }, executorSignal, interrupt);
       const quotas = this.#o.quotas;
       if (quotas) {
         let admitted: Promise<void> | undefined;

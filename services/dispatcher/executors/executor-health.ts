@@ -7,7 +7,7 @@
 import { ClientError, createClient, type Channel } from 'nice-grpc';
 import { HealthDefinition } from 'nice-grpc-server-health';
 import type { Logger } from '../../common/logging.js';
-import type { ExecutorEndpoint } from './executor-router.js';
+import { endUnreachableCalls, type ExecutorEndpoint } from './executor-router.js';
 
 /** grpc.health.v1 HealthCheckResponse.ServingStatus.SERVING */
 const SERVING = 1;
@@ -69,6 +69,7 @@ export class ExecutorHealthWatcher {
       target.failures = this.#options.failuresBeforeDown;
       target.watched.endpoint.healthy = false;
       this.#options.logger.warn({ executor: endpointId }, 'executor is not answering after a failed call; no new tasks go to it');
+      this.#endCalls(target.watched.endpoint);
     }
     return !target.watched.endpoint.healthy;
   }
@@ -98,6 +99,8 @@ export class ExecutorHealthWatcher {
     endpoint.healthy = healthy;
     if (answered) endpoint.draining = false;
     else if (draining) endpoint.draining = true;
+    // Out of rotation unanswered (draining or not before): its calls in flight would wait for it.
+    if (!answered && !draining && target.failures === this.#options.failuresBeforeDown) this.#endCalls(endpoint);
     // A TLS mismatch shows at the first check: say so at start rather than at the first call.
     if (changed || (first && !answered)) {
       const reason = !answered && explain && failure ? await explain(failure) : failure || undefined;
@@ -110,6 +113,19 @@ export class ExecutorHealthWatcher {
             : `executor is not answering${healthy ? '' : '; no new tasks go to it'}${reason ? `: ${reason}` : ''}`,
       );
     }
+  }
+
+  /**
+   * Ends the calls in flight to an executor that left rotation unanswered:
+   * each ends as its task's one lost-environment error. Not when no other
+   * executor of its backend is in rotation: calls then keep going to it (often
+   * a saturated machine missing checks), and nothing is gained by ending them.
+   */
+  #endCalls(endpoint: ExecutorEndpoint): void {
+    const elsewhere = this.#targets.some(
+      (t) => t.watched.endpoint !== endpoint && t.watched.endpoint.backend === endpoint.backend && t.watched.endpoint.healthy,
+    );
+    if (elsewhere) endUnreachableCalls(endpoint);
   }
 
   start(): void {

@@ -25,6 +25,40 @@ export interface ExecutorEndpoint {
   draining?: boolean;
 }
 
+/**
+ * Ends the calls in flight to an executor that left rotation because it
+ * stopped answering (a stopped process keeps its port open and answers
+ * nothing, so those calls would otherwise wait for it). One controller per
+ * executor, made at its first call and replaced after it is aborted: calls to
+ * a healthy executor cost no timer.
+ */
+const unreachableCalls = new WeakMap<ExecutorEndpoint, AbortController>();
+
+/** The reason {@link unreachableSignal} is aborted with. */
+export class ExecutorUnreachable extends Error {
+  constructor(readonly executorId: string) {
+    super(`executor ${executorId} stopped answering`);
+    this.name = 'ExecutorUnreachable';
+  }
+}
+
+/** Aborted when the executor leaves rotation unanswered (see {@link endUnreachableCalls}); calls after that get a new signal. */
+export function unreachableSignal(endpoint: ExecutorEndpoint): AbortSignal {
+  let controller = unreachableCalls.get(endpoint);
+  if (controller === undefined) {
+    controller = new AbortController();
+    unreachableCalls.set(endpoint, controller);
+  }
+  return controller.signal;
+}
+
+/** Ends the calls in flight to an executor that stopped answering (not to a draining one: it finishes its calls). */
+export function endUnreachableCalls(endpoint: ExecutorEndpoint): void {
+  const controller = unreachableCalls.get(endpoint);
+  unreachableCalls.delete(endpoint);
+  controller?.abort(new ExecutorUnreachable(endpoint.id));
+}
+
 /** Why a task's environment is gone: its executor stopped answering, drained, or left the membership. */
 export type LossReason = 'unreachable' | 'draining' | 'removed';
 
@@ -90,6 +124,22 @@ export class ExecutorRouter {
   async confirmDown(executorId: string): Promise<boolean> {
     return (await this.#confirmDown?.(executorId).catch(() => false)) ?? false;
   }
+  /**
+   * For one call to the executor: a signal aborted when the executor leaves
+   * rotation unanswered, and `done` to call when the call ends (a listener,
+   * not AbortSignal.any: on Node 20 that retains every call's signal on the
+   * executor's long-lived one). Undefined: not a member.
+   */
+  unreachableSignal(executorId: string): { readonly signal: AbortSignal; done(): void } | undefined {
+    const endpoint = this.#endpoints().find((e) => e.id === executorId);
+    if (endpoint === undefined) return undefined;
+    const executor = unreachableSignal(endpoint);
+    const call = new AbortController();
+    const end = () => call.abort(executor.reason);
+    executor.addEventListener('abort', end, { once: true });
+    return { signal: call.signal, done: () => executor.removeEventListener('abort', end) };
+  }
+
   /** The backend the tenant's tasks run on. */
   backendFor(tenant: string): BackendName {
     return this.#policyFor(tenant).backend;
