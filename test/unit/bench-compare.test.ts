@@ -102,6 +102,21 @@ describe('bench --compare', () => {
     assert.deepEqual(rowOf(text, 'terminal true', 'A/B p50'), ['terminal true', 'A/B p50', '1.75×', '1.80×', '+3%']);
   });
 
+  test('one case measured beside several baselines is compared baseline by baseline, each row naming its baseline', () => {
+    const beside = (baselineName: string, ratio: number): CaseResult => ({ ...latency('terminal-docker', 'docker warm', ratio), baselineName });
+    const then = report('aaaa1111', [beside('docker exec', 0.12), beside('resident process', 1.9)]);
+    const later = report('bbbb2222', [beside('docker exec', 0.1), beside('resident process', 1.4)]);
+    const compared = renderComparison(then, later, 'old.json');
+    assert.deepEqual(rowOf(compared, 'docker warm, beside docker exec', 'A/B p50'), ['docker warm, beside docker exec', 'A/B p50', '0.12×', '0.10×', '−17% (better)']);
+    assert.deepEqual(rowOf(compared, 'docker warm, beside resident process', 'A/B p50'), [
+      'docker warm, beside resident process',
+      'A/B p50',
+      '1.90×',
+      '1.40×',
+      '−26% (better)',
+    ]);
+  });
+
   test('memory compares each ratio to bare node, and per-task figures by value', () => {
     assert.deepEqual(rowOf(text, 'RSS', 'executor RSS, idle'), ['RSS', 'executor RSS, idle', '2.70×', '2.00×', '−26% (better)']);
     assert.deepEqual(rowOf(text, 'RSS', 'executor RSS per live task'), ['RSS', 'executor RSS per live task', '90.0 KiB', '90.0 KiB', '+0%']);

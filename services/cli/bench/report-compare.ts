@@ -42,7 +42,15 @@ function figuresOf(c: CaseResult): Figure[] {
   return [];
 }
 
-const keyOf = (c: CaseResult) => `${c.suite}\u0000${c.name}`;
+// A case is its name and its baseline: one case name may be measured beside several baselines (terminal-docker).
+const keyOf = (c: CaseResult) => `${c.suite}\u0000${c.name}\u0000${c.baselineName}`;
+
+/** How rows name a case: with its baseline where another case of either run has the same name. */
+function labeller(...reports: readonly BenchReport[]): (c: CaseResult) => string {
+  const seen = new Map<string, Set<string>>();
+  for (const c of reports.flatMap((r) => r.cases)) seen.set(c.name, (seen.get(c.name) ?? new Set()).add(c.baselineName));
+  return (c) => ((seen.get(c.name)?.size ?? 0) > 1 ? `${c.name}, beside ${c.baselineName}` : c.name);
+}
 
 /** "+12% (worse)", "−30% (better)", "+3%". */
 function describeChange(before: number, now: number, higherIsBetter: boolean): string {
@@ -61,6 +69,7 @@ function statusWord(c: CaseResult | undefined): string {
 /** The comparison as markdown: one row per figure of every case in either run. */
 export function renderComparison(before: BenchReport, now: BenchReport, beforeName: string): string {
   const old = new Map(before.cases.map((c) => [keyOf(c), c]));
+  const label = labeller(before, now);
   const rows: string[][] = [];
   let worse = 0;
   for (const c of now.cases) {
@@ -69,14 +78,14 @@ export function renderComparison(before: BenchReport, now: BenchReport, beforeNa
     const figures = figuresOf(c);
     const earlierFigures = new Map(earlier ? figuresOf(earlier).map((f) => [f.measure, f]) : []);
     if (figures.length === 0 || earlierFigures.size === 0) {
-      rows.push([c.name, '—', earlier ? statusWord(earlier) : 'not run', statusWord(c), '—']);
+      rows.push([label(c), '—', earlier ? statusWord(earlier) : 'not run', statusWord(c), '—']);
       continue;
     }
     for (const f of figures) {
       const e = earlierFigures.get(f.measure);
       const change = e === undefined ? '—' : describeChange(e.value, f.value, f.higherIsBetter === true);
       if (change.endsWith('(worse)')) worse++;
-      rows.push([c.name, f.measure, e === undefined ? '—' : e.format(e.value), f.format(f.value), change]);
+      rows.push([label(c), f.measure, e === undefined ? '—' : e.format(e.value), f.format(f.value), change]);
     }
   }
   const head =
@@ -84,7 +93,7 @@ export function renderComparison(before: BenchReport, now: BenchReport, beforeNa
     `each case's ratio to its baseline then and now; a change of ${NOTABLE_CHANGE * 100}% or more is marked. ` +
     `${worse === 0 ? 'Nothing got worse.' : `${worse} figure${worse === 1 ? '' : 's'} got worse.`}`;
   // A run of a few cases (--only) would otherwise list every case it left out.
-  const notRun = old.size === 0 ? '' : `\nIn ${beforeName} but not in this run: ${[...old.values()].map((c) => c.name).join('; ')}.\n`;
+  const notRun = old.size === 0 ? '' : `\nIn ${beforeName} but not in this run: ${[...old.values()].map(label).join('; ')}.\n`;
   return `${head}\n\n${table(['case', 'figure', 'before', 'now', 'change'], rows)}\n${notRun}`;
 }
 
