@@ -42,6 +42,15 @@ export interface ResolvedOptions {
   readonly logger: Logger | undefined;
 }
 
+/**
+ * How long after a call the next command's shell is started: long enough for
+ * the call's result to be written out (through the dispatcher too, under
+ * `berth serve`), short enough that back-to-back calls still find it ready
+ * (docs/performance.md, "Where a warm call's time goes": 15 ms was too long
+ * for the bench's calls, setImmediate too short).
+ */
+const SPARE_DELAY_MS = 5;
+
 /** What the environment tracks for each process group it started. */
 interface RunningGroup {
   readonly pgid: number;
@@ -196,15 +205,20 @@ export class LocalEnvironment implements BackendEnvironment {
     return spare.child;
   }
 
-  /** Starts the next command's shell once the current call has returned (off its path). */
+  /**
+   * Starts the next command's shell once the current call's result has left
+   * the process (off its path): spawning blocks the event loop for a fork and
+   * exec, and done at the next turn it held up the very response the caller
+   * waited for (the bench's "client and gRPC" row grew by what it saved).
+   */
   #scheduleSpare(): void {
     if (!this.#prestart || this.#spare !== undefined || this.#spareScheduled) return;
     this.#spareScheduled = true;
-    setImmediate(() => {
+    setTimeout(() => {
       this.#spareScheduled = false;
       if (this.#disposing || this.#spare !== undefined) return;
       this.#spare = PrestartedShell.start(this.#spawnCwd(), this.#env());
-    });
+    }, SPARE_DELAY_MS).unref();
   }
 
   async #execPipes(options: ExecOptions): Promise<ExecResult> {
