@@ -198,7 +198,11 @@ export class Http2Channel {
     let responseHeaders: IncomingHttpHeaders | undefined;
     let trailers: IncomingHttpHeaders | undefined;
     let streamError: Error | undefined;
-    let pending: Buffer = Buffer.alloc(0);
+    // Received bytes not yet a whole message, joined only once enough have arrived for the next step
+    // (a frame header, then its whole frame), so a large message is copied twice, not once per chunk.
+    let chunks: Buffer[] = [];
+    let buffered = 0;
+    let needed = 5;
     let broken = false;
     stream.on('response', (h) => {
       responseHeaders = h;
@@ -215,8 +219,11 @@ export class Http2Channel {
     });
     stream.on('data', (chunk: Buffer) => {
       if (broken) return;
-      pending = pending.length === 0 ? chunk : Buffer.concat([pending, chunk]);
-      while (pending.length >= 5) {
+      chunks.push(chunk);
+      buffered += chunk.length;
+      while (buffered >= needed) {
+        const pending = chunks.length === 1 ? chunks[0]! : Buffer.concat(chunks, buffered);
+        chunks = [pending];
         const length = pending.readUInt32BE(1);
         if (pending[0] !== 0) {
           broken = true;
@@ -230,9 +237,15 @@ export class Http2Channel {
           stream.close(constants.NGHTTP2_CANCEL);
           return;
         }
-        if (pending.length < 5 + length) break;
+        if (buffered < 5 + length) {
+          needed = 5 + length;
+          break;
+        }
         const bytes = pending.subarray(5, 5 + length);
-        pending = pending.subarray(5 + length);
+        const rest = pending.subarray(5 + length);
+        chunks = rest.length === 0 ? [] : [rest];
+        buffered = rest.length;
+        needed = 5;
         try {
           items.push({ message: responseCodec.decode(bytes) });
         } catch (err) {

@@ -32,6 +32,8 @@ import { createTestPki, type TestPki } from '../support/test-pki.js';
 /** A message grpc-message must percent-encode: quotes, a percent sign, a non-ASCII letter, a newline. */
 const AWKWARD = 'bad key "k-1": 100% wrong, für\nsure';
 
+const BIG_OUTPUT = 12 * 1024 * 1024;
+
 /** The methods the CLI client uses; the rest answer UNIMPLEMENTED. */
 const dispatcher = {
   ...Object.fromEntries(
@@ -49,7 +51,8 @@ const dispatcher = {
         const callId = message.value.callId;
         const name = message.value.request?.name ?? '';
         if (name === 'refused') throw new ServerError(Status.PERMISSION_DENIED, AWKWARD);
-        yield { message: { $case: 'output', value: { callId, text: 'x'.repeat(70_000) } } };
+        // 'big': one message of 12 MiB (the CLI's limit is larger), arriving in many HTTP/2 DATA frames.
+        yield { message: { $case: 'output', value: { callId, text: (name === 'big' ? 'y' : 'x').repeat(name === 'big' ? BIG_OUTPUT : 70_000) } } };
         yield {
           message: {
             $case: 'approvalRequest',
@@ -145,6 +148,12 @@ describe('the CLI client over node:http2, plaintext', () => {
     assert.deepEqual(result, { choice: 'once', auth: 'Bearer good' });
     assert.equal(output, 70_000);
     assert.deepEqual(approvals, ['rm -rf /tmp/x']);
+  });
+
+  test('a message of many megabytes arrives whole, then the rest of the stream', async () => {
+    const { result, output } = await sessionCall(target, 'big');
+    assert.equal(output, BIG_OUTPUT);
+    assert.deepEqual(result, { choice: 'once', auth: 'Bearer good' });
   });
 
   test('a status the server sends comes with its message whole (percent-decoded), unary and streaming', async () => {
