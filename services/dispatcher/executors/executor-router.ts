@@ -34,7 +34,7 @@ export interface ExecutorEndpoint {
  */
 const unreachableCalls = new WeakMap<ExecutorEndpoint, AbortController>();
 
-/** The reason {@link unreachableSignal} is aborted with. */
+/** The reason an executor's unreachable signal ({@link ExecutorRouter.unreachableSignal}) is aborted with. */
 export class ExecutorUnreachable extends Error {
   constructor(readonly executorId: string) {
     super(`executor ${executorId} stopped answering`);
@@ -43,7 +43,7 @@ export class ExecutorUnreachable extends Error {
 }
 
 /** Aborted when the executor leaves rotation unanswered (see {@link endUnreachableCalls}); calls after that get a new signal. */
-export function unreachableSignal(endpoint: ExecutorEndpoint): AbortSignal {
+function endpointUnreachableSignal(endpoint: ExecutorEndpoint): AbortSignal {
   let controller = unreachableCalls.get(endpoint);
   if (controller === undefined) {
     controller = new AbortController();
@@ -133,7 +133,7 @@ export class ExecutorRouter {
   unreachableSignal(executorId: string): { readonly signal: AbortSignal; done(): void } | undefined {
     const endpoint = this.#endpoints().find((e) => e.id === executorId);
     if (endpoint === undefined) return undefined;
-    const executor = unreachableSignal(endpoint);
+    const executor = endpointUnreachableSignal(endpoint);
     const call = new AbortController();
     const end = () => call.abort(executor.reason);
     executor.addEventListener('abort', end, { once: true });
