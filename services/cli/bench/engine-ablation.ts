@@ -4,11 +4,13 @@
  * (engine-start.ts), first with a plain spec (what `docker run IMAGE true`
  * asks for), then with one of Berth's settings added at a time, each taken
  * from the spec container-spec.ts builds for a bench server's task, then
- * with Berth's whole spec. The variants run round-robin, the first one
- * moving along each cycle, so a load that drifts meets each alike; each
- * variant's p50 is divided by the plain spec's of the same cycle, and the
- * report gives the median of those ratios. No Berth server runs: the
- * engine alone.
+ * with Berth's whole spec. Each variant's round runs beside a plain one
+ * (A B, then B A the next cycle), the variants round-robin, so a load that
+ * drifts meets each alike; each variant's p50 is divided by its plain
+ * neighbour's, and the report gives the median of those ratios, and the
+ * same for the engine's CPU time (dockerd's and containerd's, which other
+ * users of the engine add to, but not the machine's other load). No Berth
+ * server runs: the engine alone.
  *
  * Usage: node dist/services/cli/bench/engine-ablation.js [--tasks N] [--cycles C]
  *
@@ -17,7 +19,7 @@
  * and volume carries its labels (engine-start.ts).
  */
 import { rmdir } from 'node:fs/promises';
-import { readdirSync } from 'node:fs';
+import { readdirSync, readFileSync } from 'node:fs';
 import { loadavg } from 'node:os';
 import { parseArgs } from 'node:util';
 import type Docker from 'dockerode';
@@ -111,41 +113,78 @@ export const VARIANTS: readonly Variant[] = [
 /** What one variant measured over the cycles. */
 export interface VariantResult {
   readonly name: string;
+  /** The median of its rounds' p50s. */
   readonly p50Ms: number;
-  /** The median over cycles of this variant's p50 over the plain spec's p50 in the same cycle. */
+  /** The median over its pairs of its round's p50 over the plain spec's round's beside it. */
   readonly ratio: number;
+  /** The same for the engine's CPU time in the round (dockerd and containerd, with the children they reaped). */
+  readonly cpuRatio: number;
+  /** The engine's CPU time per container, median over its rounds, ms. */
+  readonly cpuMs: number;
   readonly createMs: number;
   readonly startMs: number;
   readonly errors: number;
 }
 
-/** The order of the variants in cycle `cycle`: round-robin, the first one moving along by one each cycle. */
-export function cycleOrder(variants: number, cycle: number): number[] {
-  return Array.from({ length: variants }, (_, i) => (i + cycle) % variants);
+/**
+ * The pairs of cycle `cycle`: each variant but the plain one (0) beside a
+ * plain round, round-robin with the first one moving along by one each
+ * cycle, and the plain round first in even cycles, second in odd ones.
+ */
+export function cyclePairs(variants: number, cycle: number): [number, number][] {
+  const others = variants - 1;
+  return Array.from({ length: others }, (_, i): [number, number] => {
+    const v = 1 + ((i + cycle) % others);
+    return cycle % 2 === 0 ? [0, v] : [v, 0];
+  });
 }
 
-/** Per variant, from each cycle's p50 (ms, by variant, NaN where a round failed): the median p50 and the median ratio to variant 0's. */
-export function summarizeCycles(p50s: readonly (readonly number[])[]): { p50Ms: number; ratio: number }[] {
-  const variants = p50s[0]?.length ?? 0;
-  return Array.from({ length: variants }, (_, v) => {
-    const own = p50s.map((c) => c[v]!).filter((x) => Number.isFinite(x));
-    const ratios = p50s.map((c) => c[v]! / c[0]!).filter((x) => Number.isFinite(x));
-    return { p50Ms: own.length > 0 ? median(own) : NaN, ratio: ratios.length > 0 ? median(ratios) : NaN };
-  });
+/** The median of `values` less the ones that are not numbers (failed rounds); NaN when none is left. */
+export function medianOf(values: readonly number[]): number {
+  const finite = values.filter((v) => Number.isFinite(v));
+  return finite.length > 0 ? median(finite) : NaN;
 }
 
 /** The markdown table of the results. */
 export function ablationTable(results: readonly VariantResult[]): string {
   const ms = (v: number) => (Number.isFinite(v) ? `${Math.round(v)}` : '–');
+  const times = (v: number) => (Number.isFinite(v) ? v.toFixed(2) : '–');
   const lines = [
-    '| variant | p50 (ms) | × plain | create p50 (ms) | start p50 (ms) |',
-    '| --- | ---: | ---: | ---: | ---: |',
+    '| variant | p50 (ms) | × plain (paired) | engine CPU per container (ms) | CPU × plain (paired) | create p50 (ms) | start p50 (ms) |',
+    '| --- | ---: | ---: | ---: | ---: | ---: | ---: |',
     ...results.map(
       (r) =>
-        `| ${r.name}${r.errors > 0 ? ` (${r.errors} failed)` : ''} | ${ms(r.p50Ms)} | ${Number.isFinite(r.ratio) ? r.ratio.toFixed(2) : '–'} | ${ms(r.createMs)} | ${ms(r.startMs)} |`,
+        `| ${r.name}${r.errors > 0 ? ` (${r.errors} failed)` : ''} | ${ms(r.p50Ms)} | ${times(r.ratio)} | ${ms(r.cpuMs)} | ${times(r.cpuRatio)} | ${ms(r.createMs)} | ${ms(r.startMs)} |`,
     ),
   ];
   return lines.join('\n');
+}
+
+/** CPU time, ms, of the processes `pids` and the children they reaped (utime, stime, cutime, cstime of /proc/PID/stat). */
+function cpuMsOf(pids: readonly number[]): number {
+  const tickMs = 1000 / 100;
+  return pids.reduce((total, pid) => {
+    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+    const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+    return total + [11, 12, 13, 14].reduce((t, i) => t + Number(fields[i]), 0) * tickMs;
+  }, 0);
+}
+
+/** The engine's processes: dockerd and containerd, by name. */
+function enginePids(): number[] {
+  const pids: number[] = [];
+  for (const entry of readdirSync('/proc')) {
+    if (!/^\d+$/.test(entry)) continue;
+    const comm = (() => {
+      try {
+        return readFileSync(`/proc/${entry}/comm`, 'utf8').trim();
+      } catch {
+        return '';
+      }
+    })();
+    if (comm === 'dockerd' || comm === 'containerd') pids.push(Number(entry));
+  }
+  return pids;
 }
 
 /** What the ablation makes on the engine besides containers and volumes: the network, the cgroup parent, host directories. */
@@ -214,28 +253,43 @@ async function main(): Promise<void> {
     const plain = berth.map((b) => runningTrue({ name: b.task.name!, Image: SANDBOX_IMAGE, HostConfig: {} }));
     const specs = VARIANTS.map((v) => plain.map((p, i) => v.spec(p, berth[i]!)));
     const load = [loadavg()[0]!];
-    process.stderr.write(`${tasks} at once, ${cycles} cycles of ${VARIANTS.length} variants; load ${load[0]!.toFixed(2)}\n`);
-    const p50s: number[][] = [];
+    process.stderr.write(`${tasks} at once, ${cycles} cycles of ${VARIANTS.length - 1} pairs; load ${load[0]!.toFixed(2)}\n`);
+    const engine = enginePids();
+    const p50s: number[][] = VARIANTS.map(() => []);
+    const cpus: number[][] = VARIANTS.map(() => []);
+    const ratios: number[][] = VARIANTS.map(() => []);
+    const cpuRatios: number[][] = VARIANTS.map(() => []);
     const steps: EngineSteps[][] = VARIANTS.map(() => []);
     const errors = VARIANTS.map(() => 0);
+    const round = async (v: number): Promise<{ p50: number; cpu: number }> => {
+      const cpu0 = cpuMsOf(engine);
+      const r = await engineRound(docker, specs[v]!, steps[v]);
+      const cpu = (cpuMsOf(engine) - cpu0) / tasks;
+      errors[v]! += r.errors;
+      if (r.firstError) process.stderr.write(`${VARIANTS[v]!.name}: ${r.firstError}\n`);
+      const p50 = r.errors === 0 ? median(r.latenciesMs) : NaN;
+      p50s[v]!.push(p50);
+      cpus[v]!.push(cpu);
+      return { p50, cpu };
+    };
     for (let c = 0; c < cycles; c++) {
-      const cycle: number[] = VARIANTS.map(() => NaN);
-      for (const v of cycleOrder(VARIANTS.length, c)) {
-        const round = await engineRound(docker, specs[v]!, steps[v]);
-        errors[v]! += round.errors;
-        if (round.firstError) process.stderr.write(`${VARIANTS[v]!.name}: ${round.firstError}\n`);
-        cycle[v] = round.errors === 0 ? median(round.latenciesMs) : NaN;
-        process.stderr.write(`cycle ${c + 1}: ${VARIANTS[v]!.name}: p50 ${Math.round(cycle[v]!)} ms\n`);
+      for (const pair of cyclePairs(VARIANTS.length, c)) {
+        const [first, second] = [await round(pair[0]), await round(pair[1])];
+        const [plain, other, v] = pair[0] === 0 ? [first, second, pair[1]] : [second, first, pair[0]];
+        ratios[v]!.push(other.p50 / plain.p50);
+        cpuRatios[v]!.push(other.cpu / plain.cpu);
+        process.stderr.write(`cycle ${c + 1}: ${VARIANTS[v]!.name}: p50 ${Math.round(other.p50)} vs ${Math.round(plain.p50)} ms\n`);
       }
-      p50s.push(cycle);
       load.push(loadavg()[0]!);
     }
-    const summary = summarizeCycles(p50s);
     const results = VARIANTS.map((v, i): VariantResult => ({
       name: v.name,
-      ...summary[i]!,
-      createMs: steps[i]!.length > 0 ? median(steps[i]!.map((s) => s.createMs)) : NaN,
-      startMs: steps[i]!.length > 0 ? median(steps[i]!.map((s) => s.startMs)) : NaN,
+      p50Ms: medianOf(p50s[i]!),
+      ratio: i === 0 ? 1 : medianOf(ratios[i]!),
+      cpuMs: medianOf(cpus[i]!),
+      cpuRatio: i === 0 ? 1 : medianOf(cpuRatios[i]!),
+      createMs: medianOf(steps[i]!.map((s) => s.createMs)),
+      startMs: medianOf(steps[i]!.map((s) => s.startMs)),
       errors: errors[i]!,
     }));
     process.stdout.write(`${ablationTable(results)}\n\n`);
