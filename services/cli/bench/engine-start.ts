@@ -113,6 +113,28 @@ export async function engineRound(docker: Docker, specs: readonly Docker.Contain
   }
 }
 
+/** How long a network holder lives at most, seconds: it removes itself if the bench never gets to. */
+const HOLDER_S = 7200;
+
+/**
+ * Starts a container that only sleeps on `network`, so that the network
+ * stays while the rounds run: an executor that closes removes every Berth
+ * network without a container on it (network-isolation.ts), and between
+ * rounds the bench's network may have none. Berth's own starts make it
+ * again then; this baseline cannot (the rules are Berth's), so it keeps it.
+ */
+export async function holdNetwork(docker: Docker, network: string, image: string): Promise<void> {
+  const container = await docker.createContainer({
+    name: `bench-engine-${process.pid}-holder`,
+    Image: image,
+    Entrypoint: ['sleep', String(HOLDER_S)],
+    Cmd: [],
+    Labels: benchLabels({}),
+    HostConfig: { NetworkMode: network, Init: true, AutoRemove: true },
+  });
+  await container.start();
+}
+
 /** A task's host directory as the engine sees it: the account files and resolv.conf a start binds (their content does not matter to `true`). */
 export interface BenchHostDir {
   readonly path: string;

@@ -20,7 +20,9 @@
  * config, its tenant's network and cgroup parent, learnt from the first
  * task's container; a host directory with the account files bound in), but
  * running `true` in place of the agent; each waited for and removed
- * (engine-start.ts). What Berth's burst costs beyond it is Berth's; what it
+ * (engine-start.ts). A container that only sleeps holds the network for the
+ * case's length, since another executor's close would remove it between
+ * rounds. What Berth's burst costs beyond it is Berth's; what it
  * costs beyond `docker run` is the spec's.
  *
  * A third case splits the cold burst's first calls into stages from tracing
@@ -42,6 +44,7 @@ import { BENCH_LABEL, DOCKER_SERVER, SANDBOX_IMAGE, dockerClient, servedFromPool
 import {
   benchHostDir,
   engineRound,
+  holdNetwork,
   placementOf,
   removeEngineLeftovers,
   taskSpecRunningTrue,
@@ -107,6 +110,7 @@ class EngineBaseline {
     if (!found) throw new Error(`the container of task ${task} was not found`);
     const placement = placementOf(await docker.getContainer(found.Id).inspect());
     const parsed = parseConfig(config);
+    if (placement.network.startsWith('berth-isolated-')) await holdNetwork(docker, placement.network, parsed.terminal.docker_image);
     for (let i = 0; i < this.#tasks; i++) this.#dirs.push(await benchHostDir());
     this.#specs = this.#dirs.map((d, i) => taskSpecRunningTrue(parsed, placement, `bench-engine-${process.pid}-${i}`, d.path));
   }
