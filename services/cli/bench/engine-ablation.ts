@@ -216,9 +216,10 @@ class Fixture {
     await removeEngineLeftovers(this.docker);
     for (const n of [this.network, this.plainNetwork]) await this.docker.getNetwork(n).remove().catch(() => undefined);
     await Promise.all(this.dirs.map((d) => d.remove()));
-    // cgroupfs leaves the parents Docker made for CgroupParent: every controller's, deepest first.
-    for (const controller of readdirSync('/sys/fs/cgroup', { withFileTypes: true }).filter((d) => d.isDirectory())) {
-      const top = `/sys/fs/cgroup/${controller.name}/${this.cgroupTop}`;
+    // cgroupfs leaves the parents Docker made for CgroupParent: every controller's (v1) or the one tree's (v2), deepest first.
+    const controllers = readdirSync('/sys/fs/cgroup', { withFileTypes: true }).filter((d) => d.isDirectory()).map((d) => `${d.name}/`);
+    for (const controller of ['', ...controllers]) {
+      const top = `/sys/fs/cgroup/${controller}${this.cgroupTop}`;
       await rmdir(`${top}/t0`).catch(() => undefined);
       await rmdir(top).catch(() => undefined);
     }
@@ -240,7 +241,10 @@ async function main(): Promise<void> {
     // The bench server's config (new-docker-tasks.ts), and where a task of its would be placed.
     const config = (persistent: boolean, readOnly: boolean) =>
       parseConfig({ terminal: { container_persistent: persistent, container_memory: 256 }, docker: { read_only_root: readOnly } });
-    const placement: TaskPlacement = { network: fixture.network, cgroupParent: `/${fixture.cgroupTop}/t0`, uid: 10_000 };
+    // As TaskNames.cgroupParent: a slice under systemd's driver, a path under cgroupfs.
+    const driver = ((await docker.info()) as { CgroupDriver?: string }).CgroupDriver;
+    const cgroupParent = driver === 'systemd' ? `benchablation${process.pid}.slice` : `/${fixture.cgroupTop}/t0`;
+    const placement: TaskPlacement = { network: fixture.network, cgroupParent, uid: 10_000 };
     const berth = fixture.dirs.map((d, i): BerthSpecs => {
       const name = `bench-ablation-${process.pid}-${i}`;
       return {
