@@ -13,6 +13,18 @@
  * Between rounds nothing is timed while the ended tasks' containers go and
  * the pool refills, so each side meets a quiet Docker daemon.
  *
+ * The cold case has a second baseline, run after each `docker run` round
+ * and reported as a note: the engine's own start of Berth's container. As
+ * many containers at once through the Engine API, each with the create
+ * options container-spec.ts builds for a task of the bench server (its
+ * config, its tenant's network and cgroup parent, learnt from the first
+ * task's container; a host directory with the account files bound in), but
+ * running `true` in place of the agent; each waited for and removed
+ * (engine-start.ts). A container that only sleeps holds the network for the
+ * case's length, since another executor's close would remove it between
+ * rounds. What Berth's burst costs beyond it is Berth's; what it
+ * costs beyond `docker run` is the spec's.
+ *
  * A third case splits the cold burst's first calls into stages from tracing
  * spans, as call-breakdown does for a warm call: the server exports every
  * span to an OTLP receiver this process runs, and each task's first call is
@@ -22,13 +34,25 @@
  * baseline beside it (a note, since a breakdown has no baseline column).
  */
 import { performance } from 'node:perf_hooks';
+import type Docker from 'dockerode';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { BenchCase, BenchContext, BenchMode, BreakdownCase, LoadCase, LoadRound, RunPlan, StagedCall } from '../bench-case.js';
 import type { BenchServer, BenchServerOptions } from '../bench-server-process.js';
 import { concurrentRound, runProcess, runTerminal, unmeasured } from '../case-helpers.js';
-import { BENCH_LABEL, DOCKER_SERVER, SANDBOX_IMAGE, servedFromPool, waitForPool, waitForTaskContainersGone } from '../docker-helpers.js';
+import { parseConfig } from '../../../common/config-load.js';
+import { BENCH_LABEL, DOCKER_SERVER, SANDBOX_IMAGE, dockerClient, servedFromPool, waitForPool, waitForTaskContainersGone } from '../docker-helpers.js';
+import {
+  benchHostDir,
+  engineRound,
+  holdNetwork,
+  placementOf,
+  removeEngineLeftovers,
+  taskSpecRunningTrue,
+  type BenchHostDir,
+  type EngineSteps,
+} from '../engine-start.js';
 import { SPAN_KIND, startOtlpReceiver, type OtlpReceiver, type ReceivedSpan } from '../otlp-receiver.js';
-import { median } from '../stats.js';
+import { formatMs, formatRatio, median, ratio } from '../stats.js';
 import { ms, spanChildren, tracedServer } from './call-breakdown.js';
 
 const TASKS: Readonly<Record<BenchMode, number>> = { smoke: 2, quick: 8, full: 20 };
@@ -39,6 +63,12 @@ const TARGET_RATIO = 1;
  * a small host; the limit does not change what a start costs.
  */
 const CONTAINER_MEMORY_MIB = 256;
+/** The bursts' plan; the warm-up pairs are named, since the second baseline's note leaves them out too. */
+const PLAN: Readonly<Record<BenchMode, Partial<RunPlan>>> = {
+  smoke: { warmupPairs: 0, pairs: 1 },
+  quick: { warmupPairs: 0, pairs: 3, minPairs: 2, budgetMs: 45_000 },
+  full: { warmupPairs: 1, pairs: 10, minPairs: 5 },
+};
 /** Long enough that no burst ages out of the adaptive pool's window while the case runs. */
 const POOL_WINDOW_S = 3600;
 /** The pool starts its containers one at a time, each with its login shell's snapshot. */
@@ -58,12 +88,73 @@ function serverOptions(tasks: number, pooled: boolean): BenchServerOptions {
   return { backend: 'docker', config: { terminal, docker } };
 }
 
+/** The second baseline of the cold burst: the engine's own start of Berth's container, `tasks` at once (engine-start.ts). */
+class EngineBaseline {
+  readonly #tasks: number;
+  #docker: Docker | undefined;
+  #dirs: BenchHostDir[] = [];
+  #specs: Docker.ContainerCreateOptions[] = [];
+  /** Each round's latencies and its containers' steps. */
+  readonly rounds: { readonly round: LoadRound; readonly steps: EngineSteps[] }[] = [];
+
+  constructor(tasks: number) {
+    this.#tasks = tasks;
+  }
+
+  /** Builds the specs from the server's config and the container of its task `task`, while that runs. */
+  async prepare(server: BenchServer, config: Readonly<Record<string, unknown>>, task: string): Promise<void> {
+    const docker = await dockerClient();
+    this.#docker = docker;
+    const label = [`berth.executor.pid=${server.pid}`, `berth.task=${task}`];
+    const [found] = await docker.listContainers({ all: true, filters: { label } });
+    if (!found) throw new Error(`the container of task ${task} was not found`);
+    const placement = placementOf(await docker.getContainer(found.Id).inspect());
+    const parsed = parseConfig(config);
+    if (placement.network.startsWith('berth-isolated-')) await holdNetwork(docker, placement.network, parsed.terminal.docker_image);
+    for (let i = 0; i < this.#tasks; i++) this.#dirs.push(await benchHostDir());
+    this.#specs = this.#dirs.map((d, i) => taskSpecRunningTrue(parsed, placement, `bench-engine-${process.pid}-${i}`, d.path));
+  }
+
+  async round(): Promise<void> {
+    const steps: EngineSteps[] = [];
+    this.rounds.push({ round: await engineRound(this.#docker!, this.#specs, steps), steps });
+  }
+
+  /** The note comparing `berth`'s rounds with this baseline's (the first `warmup` of each left out). */
+  summary(name: string, berth: readonly LoadRound[], warmup: number): string | undefined {
+    const ours = this.rounds.slice(warmup);
+    const a = berth.slice(warmup).flatMap((r) => r.latenciesMs);
+    const b = ours.flatMap((r) => r.round.latenciesMs);
+    if (a.length === 0 || b.length === 0) return undefined;
+    const steps = ours.flatMap((r) => r.steps);
+    const step = (key: keyof EngineSteps) => formatMs(median(steps.map((s) => s[key])));
+    const errors = ours.reduce((t, r) => t + r.round.errors, 0);
+    const failed = ours.find((r) => r.round.firstError)?.round.firstError;
+    return (
+      `${name} against the engine's own start of Berth's container (${this.#tasks} created and started at once through the Engine API ` +
+      `with the spec container-spec.ts builds for a task, running \`true\`, waited for and removed): p50 ${formatMs(median(a))} vs ` +
+      `${formatMs(median(b))} (${formatRatio(ratio(median(a), median(b)))}) over ${b.length} containers; the engine's steps, p50: ` +
+      `create ${step('createMs')}, start ${step('startMs')}, until exit ${step('waitMs')}, remove ${step('removeMs')}` +
+      (errors > 0 ? `; ${errors} failed, first: ${failed}` : '')
+    );
+  }
+
+  async close(): Promise<void> {
+    if (this.#docker) await removeEngineLeftovers(this.#docker);
+    await Promise.all(this.#dirs.map((d) => d.remove()));
+    this.#dirs = [];
+  }
+}
+
 function burstCase(tasks: number, pooled: boolean): LoadCase {
   let server: BenchServer | undefined;
   let ctx: BenchContext | undefined;
   let round = 0;
   let calls = 0;
   let misses = 0;
+  const options = serverOptions(tasks, pooled);
+  const engine = pooled ? undefined : new EngineBaseline(tasks);
+  const rounds: LoadRound[] = [];
   const name = pooled
     ? `${tasks} new tasks at once, first \`true\`, docker adaptive warm pool (${tasks})`
     : `${tasks} new tasks at once, first \`true\`, docker cold`;
@@ -84,6 +175,7 @@ function burstCase(tasks: number, pooled: boolean): LoadCase {
     }
     await Promise.all(ids.map((id) => server!.endTask(id).catch(() => undefined)));
     await settle();
+    rounds.push(result);
     return result;
   };
   return {
@@ -97,16 +189,17 @@ function burstCase(tasks: number, pooled: boolean): LoadCase {
         judge: (r) => ({ measured: `${r.load!.ratioP50.toFixed(2)}×`, met: r.load!.ratioP50 <= TARGET_RATIO }),
       },
     ],
-    plan: { smoke: { pairs: 1 }, quick: { pairs: 3, minPairs: 2, budgetMs: 45_000 }, full: { pairs: 10, minPairs: 5 } },
+    plan: PLAN,
     async setup(context) {
       ctx = context;
       const missing = await context.backendMissing('docker');
       if (missing !== undefined) return { skip: missing };
-      const s = await context.server(serverOptions(tasks, pooled));
+      const s = await context.server(options);
       server = s;
       // A first task makes what every later one finds (the image checked, the network); not measured.
       await unmeasured(context, 'a first docker task', async () => {
         await runTerminal(s, `bench-docker-burst-${process.pid}-first`, 'true');
+        await engine?.prepare(s, options.config ?? {}, `bench-docker-burst-${process.pid}-first`);
         await s.endTask(`bench-docker-burst-${process.pid}-first`);
       });
       if (pooled) {
@@ -120,10 +213,15 @@ function burstCase(tasks: number, pooled: boolean): LoadCase {
     },
     runA: burst,
     async runB(): Promise<LoadRound> {
-      return concurrentRound(tasks, 1, () => runProcess('docker', ['run', '--rm', '--label', BENCH_LABEL, SANDBOX_IMAGE, 'true']));
+      const round = await concurrentRound(tasks, 1, () => runProcess('docker', ['run', '--rm', '--label', BENCH_LABEL, SANDBOX_IMAGE, 'true']));
+      await engine?.round();
+      return round;
     },
     async teardown() {
       if (misses > 0) ctx?.note(`${name}: ${misses} of ${calls} first calls found the pool empty and started cold`);
+      const summary = ctx && engine?.summary(name, rounds, PLAN[ctx.mode].warmupPairs ?? 0);
+      if (summary) ctx?.note(summary);
+      await engine?.close();
       server = undefined;
     },
   };
