@@ -17,6 +17,7 @@ import { StreamApprovals } from './approval/flow/stream-approvals.js';
 import type { Dispatcher } from './dispatcher.js';
 import { SessionEvents } from './session-events.js';
 import { toServerError } from '../common/grpc-errors.js';
+import { linkSignals } from '../common/linked-signal.js';
 import type { TenantContext } from './tenants.js';
 
 /** Most tool calls one Session may run at once; more are refused with an error result. */
@@ -47,18 +48,24 @@ export function createDispatcherService(
     },
 
     async callTool(request, context) {
-      const resultJson = await dispatcher.callTool(
-        context.tenant,
-        {
-          name: request.name,
-          argumentsJson: request.argumentsJson,
-          taskId: request.taskId,
-          sessionId: request.sessionId,
-        },
-        // Nobody can be asked during a unary call: park it for Approve (or follow non_interactive).
-        { signal: callSignal(context), approvalSurface: { kind: interactive(context) ? 'defer' : 'none' } },
-      );
-      return { resultJson };
+      // The busiest RPC: its signal is linked by hand, not with AbortSignal.any (see linked-signal.ts).
+      const signal = linkSignals(context.signal, shutdownSignal);
+      try {
+        const resultJson = await dispatcher.callTool(
+          context.tenant,
+          {
+            name: request.name,
+            argumentsJson: request.argumentsJson,
+            taskId: request.taskId,
+            sessionId: request.sessionId,
+          },
+          // Nobody can be asked during a unary call: park it for Approve (or follow non_interactive).
+          { signal: signal.signal, approvalSurface: { kind: interactive(context) ? 'defer' : 'none' } },
+        );
+        return { resultJson };
+      } finally {
+        signal.done();
+      }
     },
 
     async *session(requests: AsyncIterable<SessionClientMessage>, context) {

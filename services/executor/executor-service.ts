@@ -7,6 +7,7 @@ import { AsyncQueue } from '../common/async-queue.js';
 import { NO_CONTAINERS, type TaskContainerLimits } from '../common/container-limits.js';
 import { InvalidArgumentError } from '../common/errors.js';
 import { CALL_ID_HEADER } from '../common/interrupts.js';
+import { linkSignals } from '../common/linked-signal.js';
 import type {
   ExecEvent,
   ExecutorServiceImplementation,
@@ -84,9 +85,12 @@ export function createExecutorService(
     const key = keyOf(task);
     const header = context.metadata.get(CALL_ID_HEADER);
     const call = calls.begin(key, typeof header === 'string' ? header : '');
+    // Linked by hand, not with AbortSignal.any: this is every call's path (see linked-signal.ts).
+    const signal = linkSignals(context.signal, shutdownSignal, call.signal);
     try {
-      return await fn(key, AbortSignal.any([callSignal(context), call.signal]));
+      return await fn(key, signal.signal);
     } finally {
+      signal.done();
       call.end();
     }
   }

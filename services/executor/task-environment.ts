@@ -12,6 +12,7 @@
  */
 import { posix } from 'node:path';
 import { InterruptedBeforeStartError } from '../common/interrupts.js';
+import { linkSignals } from '../common/linked-signal.js';
 import type {
   TaskBackgroundRequest,
   TaskExecRequest,
@@ -121,7 +122,7 @@ export class TaskEnvironments {
     return this.#tasks.withTask(key, request.signal, 'the command', async (state) => {
       const controller = new AbortController();
       state.foreground.add(controller);
-      const signal = request.signal ? AbortSignal.any([request.signal, controller.signal]) : controller.signal;
+      const linked = linkSignals(request.signal, controller.signal);
       const output = new CommandOutput(request.maxOutputChars ?? this.#defaultMaxOutputChars, request.onOutput);
       notices.push(...state.pendingNotices.splice(0));
       let recreated = state.pendingRecreated;
@@ -134,7 +135,7 @@ export class TaskEnvironments {
           ...(request.stdin !== undefined ? { stdin: request.stdin } : {}),
           ...(request.pty ? { pty: true } : {}),
           ...(request.stateless ? { stateless: true } : {}),
-          signal,
+          signal: linked.signal,
           onOutput: (chunk) => output.push(chunk),
         });
         output.end();
@@ -153,6 +154,7 @@ export class TaskEnvironments {
           ...(recreated ? { environmentRecreated: true } : {}),
         };
       } finally {
+        linked.done();
         state.foreground.delete(controller);
       }
     });

@@ -10,10 +10,9 @@
  * state dir, for the call-breakdown case; see ShellStateRunnerOptions.timing.)
  * Prints "bench server serving on ADDR" when ready; SIGTERM stops it.
  */
-import { createWriteStream } from 'node:fs';
 import { parseArgs } from 'node:util';
 import { loadConfig } from '../../common/config-load.js';
-import { createLogger } from '../../common/logging.js';
+import { createLogger, logFileDestination } from '../../common/logging.js';
 import { startServe } from '../serve.js';
 import { NOOP_RESULT, NOOP_TOOL } from './noop-tool.js';
 
@@ -29,9 +28,9 @@ async function main(): Promise<void> {
   });
   const env = { ...process.env, TERMINAL_ENV: values.backend ?? 'local' };
   const config = loadConfig(values.config, env);
-  // Info level like a default `berth serve`, so per-call logging is part of what is measured;
-  // into a file so that no reader of a pipe competes for the CPU.
-  const logger = createLogger(config.log_level, createWriteStream(values.log ?? '/dev/null', { flags: 'a' }));
+  // Info level like a default `berth serve`, so per-call logging is part of what is measured,
+  // written the way `berth serve` writes stderr; into a file so that no reader of a pipe competes for the CPU.
+  const logger = createLogger(config.log_level, logFileDestination(values.log ?? '/dev/null'));
   const runner = values['shell-timing'] === true ? { runner: { timing: true } } : {};
   const serve = await startServe({ config, logger, host: '127.0.0.1', port: 0, ...runner });
   const { dispatcher } = serve;

@@ -8,6 +8,7 @@
 import { performance } from 'node:perf_hooks';
 import { BerthError, InvalidArgumentError } from '../../common/errors.js';
 import { InterruptedBeforeStartError, unlessAborted } from '../../common/interrupts.js';
+import { linkSignals, type LinkedSignal } from '../../common/linked-signal.js';
 import type { Logger } from '../../common/logging.js';
 import type { TaskClient } from '../../common/task-client.js';
 import { SPAN_ATTRIBUTES } from '../../common/tracing/tracing.js';
@@ -245,6 +246,7 @@ export class ToolCalls {
       return JSON.stringify({ error: lostEnvironmentMessage(taskId, lost.executorId, lost.reason) });
     }
     let outcome = 'ok';
+    let executorSignal: LinkedSignal | undefined;
     try {
       const parsed = parseArguments(input.argumentsJson);
       if ('error' in parsed) {
@@ -252,8 +254,8 @@ export class ToolCalls {
         return JSON.stringify({ error: parsed.error });
       }
       // Its executor calls also end when the executor leaves rotation unanswered (not an Interrupt, not the client leaving).
-      const executorSignal = unreachable ? AbortSignal.any([options.signal, unreachable]) : options.signal;
-      let task: TaskClient = new ExecutorTaskClient(client, { tenant, taskId }, executorSignal, interrupt);
+      executorSignal = linkSignals(options.signal, unreachable);
+      let task: TaskClient = new ExecutorTaskClient(client, { tenant, taskId }, executorSignal.signal, interrupt);
       const quotas = this.#o.quotas;
       if (quotas) {
         let admitted: Promise<void> | undefined;
@@ -307,6 +309,7 @@ export class ToolCalls {
       outcome = 'failed';
       throw err;
     } finally {
+      executorSignal?.done();
       log.info({ durationMs: Math.round((performance.now() - started) * 100) / 100, outcome }, 'tool call');
     }
   }

@@ -87,6 +87,8 @@ function weight(endpointId: string, key: string): bigint {
 
 /** Pure rendezvous choice; exported for tests. */
 export function rendezvousPick<T extends { id: string }>(candidates: readonly T[], key: string): T | undefined {
+  // One candidate (`berth serve`, a single executor) wins without hashing: a SHA-256 per call for nothing.
+  if (candidates.length === 1) return candidates[0];
   let best: T | undefined;
   let bestWeight = -1n;
   for (const c of candidates) {

@@ -12,6 +12,7 @@ import { Metadata, type CallOptions } from 'nice-grpc';
 import { AsyncQueue } from '../../common/async-queue.js';
 import { fromClientError } from '../../common/grpc-errors.js';
 import { CALL_ID_HEADER, InterruptedBeforeStartError } from '../../common/interrupts.js';
+import { linkSignals } from '../../common/linked-signal.js';
 import type {
   TaskBackgroundRequest,
   TaskClient,
@@ -69,9 +70,8 @@ export class ExecutorTaskClient implements TaskClient {
     return this.#call?.signal.aborted === true;
   }
 
-  #options(extra?: AbortSignal): CallOptions {
-    const signals = [this.#signal, extra].filter((s): s is AbortSignal => s !== undefined);
-    const signal = signals.length <= 1 ? signals[0] : AbortSignal.any(signals);
+  /** `signal`: this client's, or one linked from it and the request's (see {@link linkSignals}). */
+  #options(signal: AbortSignal | undefined = this.#signal): CallOptions {
     return {
       ...(signal ? { signal } : {}),
       ...(this.#call ? { metadata: Metadata({ [CALL_ID_HEADER]: this.#call.callId }) } : {}),
@@ -86,41 +86,46 @@ export class ExecutorTaskClient implements TaskClient {
   exec(request: TaskExecRequest): Promise<TaskExecResult> {
     if (this.#interrupted) return Promise.resolve(INTERRUPTED_EXEC);
     return mapErrors(async () => {
-      const stream = this.#client.exec(
-        {
-          task: this.#task,
-          command: request.command,
-          timeoutMs: request.timeoutMs,
-          workdir: request.workdir ?? '',
-          stdin: request.stdin === undefined ? Buffer.alloc(0) : Buffer.from(request.stdin, 'utf8'),
-          pty: request.pty ?? false,
-          stateless: request.stateless ?? false,
-          maxOutputChars: request.maxOutputChars ?? 0,
-          streamOutput: request.onOutput !== undefined,
-        },
-        this.#options(request.signal),
-      );
-      const decoder = new TextDecoder('utf-8');
-      for await (const event of stream) {
-        const e = event.event;
-        if (e?.$case === 'output') {
-          request.onOutput?.(decoder.decode(e.value.data, { stream: true }));
-        } else if (e?.$case === 'exit') {
-          return {
-            output: e.value.output,
-            exitCode: e.value.exitCode,
-            timedOut: e.value.timedOut,
-            interrupted: e.value.interrupted,
-            notices: e.value.notices,
-            // Both or neither: an executor that predates the fields sends two empty strings.
-            ...(e.value.startCwd !== '' && e.value.endCwd !== ''
-              ? { startCwd: e.value.startCwd, endCwd: e.value.endCwd }
-              : {}),
-            ...(e.value.environmentRecreated ? { environmentRecreated: true } : {}),
-          };
+      const signal = linkSignals(this.#signal, request.signal);
+      try {
+        const stream = this.#client.exec(
+          {
+            task: this.#task,
+            command: request.command,
+            timeoutMs: request.timeoutMs,
+            workdir: request.workdir ?? '',
+            stdin: request.stdin === undefined ? Buffer.alloc(0) : Buffer.from(request.stdin, 'utf8'),
+            pty: request.pty ?? false,
+            stateless: request.stateless ?? false,
+            maxOutputChars: request.maxOutputChars ?? 0,
+            streamOutput: request.onOutput !== undefined,
+          },
+          this.#options(signal.signal),
+        );
+        const decoder = new TextDecoder('utf-8');
+        for await (const event of stream) {
+          const e = event.event;
+          if (e?.$case === 'output') {
+            request.onOutput?.(decoder.decode(e.value.data, { stream: true }));
+          } else if (e?.$case === 'exit') {
+            return {
+              output: e.value.output,
+              exitCode: e.value.exitCode,
+              timedOut: e.value.timedOut,
+              interrupted: e.value.interrupted,
+              notices: e.value.notices,
+              // Both or neither: an executor that predates the fields sends two empty strings.
+              ...(e.value.startCwd !== '' && e.value.endCwd !== ''
+                ? { startCwd: e.value.startCwd, endCwd: e.value.endCwd }
+                : {}),
+              ...(e.value.environmentRecreated ? { environmentRecreated: true } : {}),
+            };
+          }
         }
+        throw new Error('executor closed the Exec stream without an exit event');
+      } finally {
+        signal.done();
       }
-      throw new Error('executor closed the Exec stream without an exit event');
     });
   }
 
@@ -202,8 +207,9 @@ export class ExecutorTaskClient implements TaskClient {
           },
         },
       });
+      const signal = linkSignals(this.#signal, request.signal);
       try {
-        const responses = this.#client.runCode(outgoing, this.#options(request.signal));
+        const responses = this.#client.runCode(outgoing, this.#options(signal.signal));
         for await (const message of responses) {
           const m = message.message;
           if (m?.$case === 'toolCall') {
@@ -230,6 +236,7 @@ export class ExecutorTaskClient implements TaskClient {
         }
         throw new Error('executor closed the RunCode stream without a result');
       } finally {
+        signal.done();
         outgoing.close();
       }
     });

@@ -113,13 +113,17 @@ export function encodeFrame(
   body: Uint8Array = Buffer.alloc(0),
   maxFrameBytes = MAX_OUTBOUND_FRAME_BYTES,
 ): Buffer {
-  const head = Buffer.from(JSON.stringify(header), 'utf8');
-  const total = 4 + head.length + body.length;
+  // One buffer, the header written straight into it: a spawn's header holds the whole script.
+  const json = JSON.stringify(header);
+  const headLength = Buffer.byteLength(json, 'utf8');
+  const total = 4 + headLength + body.length;
   if (total > maxFrameBytes) throw new RangeError(`frame of ${total} bytes exceeds ${maxFrameBytes}`);
-  const prefix = Buffer.allocUnsafe(8);
-  prefix.writeUInt32BE(total, 0);
-  prefix.writeUInt32BE(head.length, 4);
-  return Buffer.concat([prefix, head, body]);
+  const frame = Buffer.allocUnsafe(4 + total);
+  frame.writeUInt32BE(total, 0);
+  frame.writeUInt32BE(headLength, 4);
+  frame.write(json, 8, 'utf8');
+  frame.set(body, 8 + headLength);
+  return frame;
 }
 
 export class FrameError extends Error {}
