@@ -26,7 +26,8 @@ export interface EndedSpan {
   /** Milliseconds since the epoch, sub-microsecond steps. */
   readonly startMs: number;
   readonly endMs: number;
-  readonly attributes: Readonly<Record<string, AttributeValue>>;
+  /** Key, value, key, value, ...; a key set again later wins. */
+  readonly attributes: readonly (string | AttributeValue)[];
   readonly statusCode: number;
   readonly statusMessage: string;
 }
@@ -63,7 +64,13 @@ function span(w: BinaryWriter, s: EndedSpan): void {
   w.tag(6, WireType.Varint).int32(s.kind);
   w.tag(7, WireType.Bit64).fixed64(nanos(s.startMs));
   w.tag(8, WireType.Bit64).fixed64(nanos(s.endMs));
-  for (const key in s.attributes) keyValue(w, 9, key, s.attributes[key]!);
+  const list = s.attributes;
+  for (let i = 0; i < list.length; i += 2) {
+    const key = list[i] as string;
+    let later = false;
+    for (let j = i + 2; j < list.length && !later; j += 2) later = list[j] === key;
+    if (!later) keyValue(w, 9, key, list[i + 1]!);
+  }
   w.tag(15, WireType.LengthDelimited).fork();
   if (s.statusMessage !== '') w.tag(2, WireType.LengthDelimited).string(s.statusMessage);
   if (s.statusCode !== OTLP_STATUS.unset) w.tag(3, WireType.Varint).int32(s.statusCode);

@@ -61,8 +61,8 @@ export class SpanBatcher<T> {
   readonly #o: SpanBatcherOptions<T>;
   #queue: T[] = [];
   #timer: NodeJS.Timeout | undefined;
-  /** The pending timer starts an export at once (a batch is full). */
-  #timerImmediate = false;
+  /** An export about to start because a batch is full. */
+  #immediate: NodeJS.Immediate | undefined;
   #exporting: Promise<void> | undefined;
   #dropped = 0;
   #closed = false;
@@ -106,12 +106,12 @@ export class SpanBatcher<T> {
   #schedule(): void {
     if (this.#exporting !== undefined) return;
     const full = this.#queue.length >= this.#o.settings.maxExportBatchSize;
-    if (this.#timer !== undefined && (this.#timerImmediate || !full)) return;
+    if (this.#immediate !== undefined || (this.#timer !== undefined && !full)) return;
     this.#clearTimer();
     const start = () => {
-      this.#timer = setTimeout(() => void this.#exportOne(), full ? 0 : this.#o.settings.scheduleDelayMs);
-      this.#timer.unref();
-      this.#timerImmediate = full;
+      // A full batch leaves once the current call's work is done; otherwise after the delay (a timer that keeps no process alive).
+      if (full) this.#immediate = setImmediate(() => void this.#exportOne());
+      else this.#timer = setTimeout(() => void this.#exportOne(), this.#o.settings.scheduleDelayMs).unref();
     };
     if (this.#o.detached) this.#o.detached(start);
     else start();
@@ -119,8 +119,9 @@ export class SpanBatcher<T> {
 
   #clearTimer(): void {
     if (this.#timer !== undefined) clearTimeout(this.#timer);
+    if (this.#immediate !== undefined) clearImmediate(this.#immediate);
     this.#timer = undefined;
-    this.#timerImmediate = false;
+    this.#immediate = undefined;
   }
 
   /** Exports one batch; another is scheduled after it if spans remain. */
@@ -135,7 +136,6 @@ export class SpanBatcher<T> {
     const timedOut = new Promise<void>((resolve) => {
       // Not waited for any longer: the next batch may start.
       timeout = setTimeout(resolve, this.#o.settings.exportTimeoutMs);
-      timeout.unref();
     });
     const sent = this.#o.exportBatch(batch).catch(() => undefined);
     this.#exporting = Promise.race([sent, timedOut]).then(() => {

@@ -142,7 +142,9 @@ export function buildSampler(config: Pick<TracingConfig, 'sampler' | 'sampler_ar
   }
 }
 
+const TIME_ORIGIN_MS = performance.timeOrigin;
+
 /** Milliseconds since the epoch with sub-microsecond steps: the monotonic clock from the process's time origin. */
 export function nowMs(): number {
-  return performance.timeOrigin + performance.now();
+  return TIME_ORIGIN_MS + performance.now();
 }
