@@ -75,11 +75,13 @@ class LiveSpan implements SpanContext, EndedSpan, SpanScope {
     readonly sampled: boolean,
     readonly name: string,
     readonly kind: number,
-    readonly attributes: Record<string, AttributeValue>,
+    /** Key, value, ...: appending is cheaper than adding properties to an object, and spans set few. */
+    readonly attributes: (string | AttributeValue)[],
   ) {}
 
   setAttributes(attributes: SpanAttributes): void {
-    if (this.sampled) Object.assign(this.attributes, attributes);
+    if (!this.sampled) return;
+    for (const key in attributes) this.attributes.push(key, attributes[key]!);
   }
 
   /** Marks the span failed with the gRPC status name. */
@@ -115,9 +117,15 @@ function extract(metadata: Metadata, owner: object): SpanContext | undefined {
   return parent && { owner, ...parent, remote: true };
 }
 
-function rpcAttributes(path: string): Record<string, AttributeValue> {
+function rpcAttributes(path: string, more: SpanAttributes = {}): (string | AttributeValue)[] {
   const slash = path.lastIndexOf('/');
-  return { [A.rpcSystem]: 'grpc', [A.rpcService]: path.slice(1, slash), [A.rpcMethod]: path.slice(slash + 1) };
+  return [A.rpcSystem, 'grpc', A.rpcService, path.slice(1, slash), A.rpcMethod, path.slice(slash + 1), ...attributeList(more)];
+}
+
+function attributeList(attributes: SpanAttributes): (string | AttributeValue)[] {
+  const list: (string | AttributeValue)[] = [];
+  for (const key in attributes) list.push(key, attributes[key]!);
+  return list;
 }
 
 /** Sends batches of spans as OTLP/protobuf over HTTP; failures are logged (the first, then one in a hundred). */
@@ -178,7 +186,7 @@ export function createOtelTracing(config: TracingConfig, role: TracingRole, logg
     return span?.owner === owner ? span : undefined;
   };
 
-  function start(name: string, kind: number, attributes: Record<string, AttributeValue>, parent: SpanContext | undefined): LiveSpan {
+  function start(name: string, kind: number, attributes: (string | AttributeValue)[], parent: SpanContext | undefined): LiveSpan {
     const traceId = parent?.traceId ?? ids.traceId();
     const sampled = sampler(parent, traceId);
     return new LiveSpan(owner, traceId, ids.spanId(), parent?.spanId ?? '', parent?.remote ?? false, parent?.traceState ?? '', sampled, name, kind, attributes);
@@ -265,7 +273,7 @@ export function createOtelTracing(config: TracingConfig, role: TracingRole, logg
         // Over the network the caller's context comes only from the metadata; in process it is also the current one.
         const parent = extract(context.metadata, owner) ?? (inProcess ? current() : undefined);
         if (parent === undefined) return yield* call.next(call.request, context);
-        const span = start(call.method.path.slice(1), OTLP_SPAN_KIND.server, { ...rpcAttributes(call.method.path), ...attributes }, parent);
+        const span = start(call.method.path.slice(1), OTLP_SPAN_KIND.server, rpcAttributes(call.method.path, attributes), parent);
         // In process the call's signal is aborted at every end (in-process-client.ts), so it tells nothing there.
         const cancelled = () => !inProcess && context.signal.aborted;
         return yield* spanOver(span, call.next(call.request, context), cancelled);
@@ -276,7 +284,7 @@ export function createOtelTracing(config: TracingConfig, role: TracingRole, logg
       const parent = current();
       if (options.childOnly === true && parent === undefined) return fn(NO_SCOPE);
       const kind = options.kind === 'server' ? OTLP_SPAN_KIND.server : OTLP_SPAN_KIND.internal;
-      const span = start(name, kind, { ...options.attributes }, parent);
+      const span = start(name, kind, attributeList(options.attributes), parent);
       return traceScopes.run(scopeOf(span), async () => {
         try {
           return await fn(span);
