@@ -80,6 +80,7 @@ describe('tracing through berth serve', () => {
     });
     const tool = spans.find((s) => s.traceId === client.traceId && s.name === 'execute_tool terminal')!;
     assert.equal(tool.parentSpanId, client.spanId, "the tool span's parent is the client's span");
+    assert.equal(tool.traceState, 'vendor=client', "the client's tracestate is kept");
     assert.equal(tool.kind, SPAN_KIND.server);
     assert.equal(tool.resource['service.name'], 'berth');
     assert.deepEqual(tool.attributes, {
@@ -154,6 +155,21 @@ describe('tracing through berth serve', () => {
     assert.equal(failed!.parentSpanId, '');
     assert.equal(failed!.status.code, STATUS_CODE.error);
     assert.equal(failed!.attributes['error.type'], 'INVALID_ARGUMENT');
+  });
+
+  test('a malformed traceparent is ignored: the call starts a trace of its own', async () => {
+    const traceId = randomBytes(16).toString('hex');
+    const metadata = Metadata();
+    // Version ff is invalid whatever follows.
+    metadata.set('traceparent', `ff-${traceId}-${randomBytes(8).toString('hex')}-01`);
+    await serve.client.callTool(
+      { name: 'process', argumentsJson: '{"action":"list"}', taskId: 'trace-malformed', sessionId: '' },
+      { metadata },
+    );
+    const spans = await receiver.waitFor('the call with a malformed traceparent', (all) =>
+      all.some((s) => s.name === 'execute_tool process_manage' && s.parentSpanId === '' && s.traceId !== traceId),
+    );
+    assert.ok(!spans.some((s) => s.traceId === traceId), 'no span joined the malformed trace');
   });
 
   test("an execute_code script's tool calls are child spans of the execute_code call", async () => {
