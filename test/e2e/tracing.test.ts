@@ -3,8 +3,8 @@
  * dispatcher + executor) exporting OTLP/protobuf over HTTP to a receiver the
  * test runs on loopback. A client's W3C trace context continues into Berth;
  * tool calls, executor calls, backend operations and execute_code's script
- * calls are spans of one trace; with tracing off nothing is sent and the
- * OpenTelemetry SDK is never loaded.
+ * calls are spans of one trace; with tracing off nothing is sent and no
+ * OpenTelemetry package (the OTLP exporter included) is loaded.
  */
 import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
@@ -80,6 +80,7 @@ describe('tracing through berth serve', () => {
     });
     const tool = spans.find((s) => s.traceId === client.traceId && s.name === 'execute_tool terminal')!;
     assert.equal(tool.parentSpanId, client.spanId, "the tool span's parent is the client's span");
+    assert.equal(tool.traceState, 'vendor=client', "the client's tracestate is kept");
     assert.equal(tool.kind, SPAN_KIND.server);
     assert.equal(tool.resource['service.name'], 'berth');
     assert.deepEqual(tool.attributes, {
@@ -154,6 +155,21 @@ describe('tracing through berth serve', () => {
     assert.equal(failed!.parentSpanId, '');
     assert.equal(failed!.status.code, STATUS_CODE.error);
     assert.equal(failed!.attributes['error.type'], 'INVALID_ARGUMENT');
+  });
+
+  test('a malformed traceparent is ignored: the call starts a trace of its own', async () => {
+    const traceId = randomBytes(16).toString('hex');
+    const metadata = Metadata();
+    // Version ff is invalid whatever follows.
+    metadata.set('traceparent', `ff-${traceId}-${randomBytes(8).toString('hex')}-01`);
+    await serve.client.callTool(
+      { name: 'process', argumentsJson: '{"action":"list"}', taskId: 'trace-malformed', sessionId: '' },
+      { metadata },
+    );
+    const spans = await receiver.waitFor('the call with a malformed traceparent', (all) =>
+      all.some((s) => s.name === 'execute_tool process_manage' && s.parentSpanId === '' && s.traceId !== traceId),
+    );
+    assert.ok(!spans.some((s) => s.traceId === traceId), 'no span joined the malformed trace');
   });
 
   test("an execute_code script's tool calls are child spans of the execute_code call", async () => {
@@ -272,11 +288,11 @@ describe('tracing off', () => {
     assert.equal(receiver.requests(), 0);
   });
 
-  test('the same run with tracing on loads the SDK and flushes its spans on shutdown', async () => {
+  test('the same run with tracing on loads the OTLP exporter and flushes its spans on shutdown', async () => {
     await using receiver = await startOtlpReceiver();
     // The default batch delay (5 s) is longer than the run: the spans arrive by the shutdown's flush.
     const loaded = await serveOnce(receiver, { OTEL_TRACES_EXPORTER: 'otlp', OTEL_EXPORTER_OTLP_ENDPOINT: receiver.endpoint });
-    assert.ok(loaded.some((path) => path.includes(`${sep}sdk-trace-base${sep}`)), `the SDK was loaded: ${loaded.length} modules`);
+    assert.ok(loaded.some((path) => path.includes(`${sep}otlp-exporter-base${sep}`)), `the OTLP exporter was loaded: ${loaded.length} modules`);
     assert.ok(receiver.spans().some((s) => s.name === 'execute_tool terminal'), 'the spans were flushed before exit');
   });
 });

@@ -26,7 +26,7 @@ const HEAVY = {
   backends: ['dockerode', 'ssh2', '@kubernetes/client-node', '@daytonaio/sdk', 'testcontainers'],
   servers: ['prom-client', 'pino', 'nice-grpc-server-health', 'nice-grpc-server-reflection', 'hono'],
   mcp: ['@modelcontextprotocol/sdk'],
-  tracing: ['@opentelemetry/api', '@opentelemetry/sdk-trace-base'],
+  tracing: ['@opentelemetry/api', '@opentelemetry/otlp-exporter-base'],
 };
 
 interface Run {

@@ -1,45 +1,35 @@
 /**
- * The OpenTelemetry side of {@link Tracing}: loaded only by `startTracing`
- * when tracing is on (a dynamic import), so a process with tracing off never
- * loads the SDK.
+ * The implementation of {@link Tracing}: loaded only by `startTracing` when
+ * tracing is on (a dynamic import), so a process with tracing off loads none
+ * of it.
  *
- * Nothing here touches OpenTelemetry's globals (tracer provider, context
- * manager, propagator): each tracer keeps its own, so several servers in one
- * process (tests, an embedding program) do not see each other's spans, and
- * Berth never changes what another library in the process records. In
- * `berth serve` the dispatcher and the executor share one tracer, so the
- * executor's spans find the dispatcher's as their parent in the same
- * asynchronous context.
+ * Berth records its spans itself rather than through OpenTelemetry's SDK,
+ * whose cost per span was most of tracing's cost per call
+ * (docs/performance.md): a span is a small object, its ids come from a pooled
+ * random buffer, its times from the monotonic clock, the current span lives
+ * in tracing's one AsyncLocalStorage (trace-scope.ts), and W3C trace context
+ * is read and written by hand (trace-context.ts). Ended spans wait in a
+ * bounded queue (span-batcher.ts) and leave in batches, encoded as OTLP
+ * protobuf (otlp-encoding.ts) and sent by OpenTelemetry's OTLP/HTTP
+ * transport, which reads the exporter's own variables (headers, TLS,
+ * timeout, compression) and retries as the specification says.
+ *
+ * Nothing here touches OpenTelemetry's globals: each tracer ignores spans it
+ * did not make, so several servers in one process (tests, an embedding
+ * program) do not see each other's spans. In `berth serve` the dispatcher and
+ * the executor share one tracer, so the executor's spans find the
+ * dispatcher's as their parent in the same asynchronous context.
  */
-import {
-  ROOT_CONTEXT,
-  SpanKind,
-  SpanStatusCode,
-  trace,
-  type Context,
-  type Span,
-  type TextMapGetter,
-  type TextMapSetter,
-} from '@opentelemetry/api';
-import { AsyncLocalStorageContextManager } from '@opentelemetry/context-async-hooks';
-import { ExportResultCode, W3CTraceContextPropagator } from '@opentelemetry/core';
-import { OTLPTraceExporter } from '@opentelemetry/exporter-trace-otlp-proto';
-import { resourceFromAttributes } from '@opentelemetry/resources';
-import {
-  AlwaysOffSampler,
-  AlwaysOnSampler,
-  BasicTracerProvider,
-  BatchSpanProcessor,
-  ParentBasedSampler,
-  TraceIdRatioBasedSampler,
-  type Sampler,
-  type SpanExporter,
-} from '@opentelemetry/sdk-trace-base';
-import { ATTR_SERVICE_NAME } from '@opentelemetry/semantic-conventions';
+import { OTLPExporterBase } from '@opentelemetry/otlp-exporter-base';
+import { convertLegacyHttpOptions, createOtlpHttpExportDelegate } from '@opentelemetry/otlp-exporter-base/node-http';
 import { Metadata, Status, type ClientMiddleware, type ServerMiddleware } from 'nice-grpc';
 import type { TracingConfig } from '../config.js';
 import { statusOf } from '../grpc-errors.js';
 import type { Logger } from '../logging.js';
+import { OTLP_SPAN_KIND, OTLP_STATUS, encodeTraceRequest, type AttributeValue, type EndedSpan } from './otlp-encoding.js';
+import { SpanBatcher, batchSettingsFromEnv } from './span-batcher.js';
+import { IdSource, buildSampler, formatTraceparent, nowMs, parseTraceparent } from './trace-context.js';
+import { traceScopes, type ScopedSpan, type TraceScope } from './trace-scope.js';
 import { SPAN_ATTRIBUTES as A, type SpanAttributes, type SpanOptions, type SpanScope, type Tracing, type TracingRole } from './tracing.js';
 
 /** A gRPC call as middleware sees it: a unary call returns its response, a stream yields them. */
@@ -51,36 +41,54 @@ const DEFAULT_SERVICE_NAMES: Readonly<Record<TracingRole, string>> = {
   executor: 'berth-executor',
 };
 
+const SERVICE_NAME = 'service.name';
+/** The instrumentation scope every span is recorded under. */
+const SCOPE = 'berth';
+
 /** Longest a shutdown waits for the last spans to be exported. */
 const SHUTDOWN_FLUSH_MS = 5000;
 
-const metadataGetter: TextMapGetter<Metadata> = {
-  keys: (carrier) => Array.from(carrier, ([key]) => key),
-  get: (carrier, key) => {
-    const value = carrier.get(key);
-    return typeof value === 'string' ? value : undefined;
-  },
-};
+/** A span context: one of ours, or a caller's (`remote`), which is never recorded. */
+interface SpanContext extends ScopedSpan {
+  readonly traceId: string;
+  readonly spanId: string;
+  readonly sampled: boolean;
+  readonly traceState: string;
+  readonly remote: boolean;
+}
 
-const metadataSetter: TextMapSetter<Metadata> = {
-  set: (carrier, key, value) => carrier.set(key, value),
-};
+/** A span of ours while it runs; ended, it is what the exporter encodes. */
+class LiveSpan implements SpanContext, EndedSpan, SpanScope {
+  readonly remote = false;
+  endMs = 0;
+  statusCode: number = OTLP_STATUS.unset;
+  statusMessage = '';
+  readonly startMs = nowMs();
 
-function buildSampler(config: TracingConfig): Sampler {
-  const ratio = () => new TraceIdRatioBasedSampler(config.sampler_arg);
-  switch (config.sampler) {
-    case 'always_on':
-      return new AlwaysOnSampler();
-    case 'always_off':
-      return new AlwaysOffSampler();
-    case 'traceidratio':
-      return ratio();
-    case 'parentbased_always_off':
-      return new ParentBasedSampler({ root: new AlwaysOffSampler() });
-    case 'parentbased_traceidratio':
-      return new ParentBasedSampler({ root: ratio() });
-    case 'parentbased_always_on':
-      return new ParentBasedSampler({ root: new AlwaysOnSampler() });
+  constructor(
+    readonly owner: object,
+    readonly traceId: string,
+    readonly spanId: string,
+    readonly parentSpanId: string,
+    readonly parentRemote: boolean,
+    readonly traceState: string,
+    readonly sampled: boolean,
+    readonly name: string,
+    readonly kind: number,
+    /** Key, value, ...: appending is cheaper than adding properties to an object, and spans set few. */
+    readonly attributes: (string | AttributeValue)[],
+  ) {}
+
+  setAttributes(attributes: SpanAttributes): void {
+    if (!this.sampled) return;
+    for (const key in attributes) this.attributes.push(key, attributes[key]!);
+  }
+
+  /** Marks the span failed with the gRPC status name. */
+  fail(name: string): void {
+    this.setAttributes({ [A.errorType]: name });
+    this.statusCode = OTLP_STATUS.error;
+    this.statusMessage = name;
   }
 }
 
@@ -100,70 +108,107 @@ export function parseResourceAttributes(text: string): Record<string, string> {
   return out;
 }
 
-/**
- * Logs export failures (a wrong endpoint, a collector down) instead of the
- * exporter's silence: the first one, then one in a hundred.
- */
-function loggingExporter(inner: SpanExporter, endpoint: string, logger: Logger): SpanExporter {
+/** The caller's span context in gRPC metadata (W3C `traceparent`, `tracestate`), if well formed. */
+function extract(metadata: Metadata, owner: object): SpanContext | undefined {
+  const header = metadata.get('traceparent');
+  if (typeof header !== 'string') return undefined;
+  const state = metadata.get('tracestate');
+  const parent = parseTraceparent(header, typeof state === 'string' ? state : undefined);
+  return parent && { owner, ...parent, remote: true };
+}
+
+function rpcAttributes(path: string, more: SpanAttributes = {}): (string | AttributeValue)[] {
+  const slash = path.lastIndexOf('/');
+  return [A.rpcSystem, 'grpc', A.rpcService, path.slice(1, slash), A.rpcMethod, path.slice(slash + 1), ...attributeList(more)];
+}
+
+function attributeList(attributes: SpanAttributes): (string | AttributeValue)[] {
+  const list: (string | AttributeValue)[] = [];
+  for (const key in attributes) list.push(key, attributes[key]!);
+  return list;
+}
+
+/** Sends batches of spans as OTLP/protobuf over HTTP; failures are logged (the first, then one in a hundred). */
+function otlpSender(endpoint: string, resource: Record<string, AttributeValue>, logger: Logger): { send(spans: EndedSpan[]): Promise<void>; shutdown(): Promise<void> } {
+  const serializer = {
+    serializeRequest: (spans: EndedSpan[]) => encodeTraceRequest(resource, SCOPE, spans),
+    deserializeResponse: () => ({}),
+  };
+  const options = convertLegacyHttpOptions({ url: endpoint }, 'TRACES', 'v1/traces', { 'Content-Type': 'application/x-protobuf' });
+  const exporter = new OTLPExporterBase<EndedSpan[]>(
+    createOtlpHttpExportDelegate(options, serializer, 'berth_otlp_http_span_exporter', { name: 'span', countItems: (spans) => spans.length }, undefined),
+  );
   let failures = 0;
   return {
-    export(spans, done) {
-      inner.export(spans, (result) => {
-        if (result.code !== ExportResultCode.SUCCESS) {
-          if (failures % 100 === 0) {
-            logger.warn(
-              { err: result.error, endpoint, failures: failures + 1 },
-              'exporting trace spans failed; check OTEL_EXPORTER_OTLP_ENDPOINT and that the collector runs',
-            );
+    send: (spans) =>
+      new Promise((resolve) => {
+        exporter.export(spans, (result) => {
+          if (result.code !== 0) {
+            if (failures % 100 === 0) {
+              logger.warn(
+                { err: result.error, endpoint, failures: failures + 1 },
+                'exporting trace spans failed; check OTEL_EXPORTER_OTLP_ENDPOINT and that the collector runs',
+              );
+            }
+            failures += 1;
           }
-          failures += 1;
-        }
-        done(result);
-      });
-    },
-    shutdown: () => inner.shutdown(),
-    ...(inner.forceFlush ? { forceFlush: () => inner.forceFlush!() } : {}),
+          resolve();
+        });
+      }),
+    shutdown: () => exporter.shutdown(),
   };
-}
-
-function rpcAttributes(path: string): SpanAttributes {
-  const slash = path.lastIndexOf('/');
-  return { [A.rpcSystem]: 'grpc', [A.rpcService]: path.slice(1, slash), [A.rpcMethod]: path.slice(slash + 1) };
-}
-
-function fail(span: Span, err: unknown): void {
-  const status = statusOf(err);
-  const name = Status[status] ?? 'UNKNOWN';
-  span.setAttribute(A.errorType, name);
-  span.setStatus({ code: SpanStatusCode.ERROR, message: name });
 }
 
 /** A tracer exporting OTLP/protobuf as `config` says; `role` names the default service. */
 export function createOtelTracing(config: TracingConfig, role: TracingRole, logger: Logger): Tracing {
   const resourceAttributes = parseResourceAttributes(config.resource_attributes);
-  const serviceName = config.service_name || resourceAttributes[ATTR_SERVICE_NAME] || DEFAULT_SERVICE_NAMES[role];
+  const serviceName = config.service_name || resourceAttributes[SERVICE_NAME] || DEFAULT_SERVICE_NAMES[role];
   const endpoint = config.endpoint || 'http://localhost:4318/v1/traces';
-  const exporter = loggingExporter(new OTLPTraceExporter({ url: endpoint }), endpoint, logger);
-  const provider = new BasicTracerProvider({
-    resource: resourceFromAttributes({ ...resourceAttributes, [ATTR_SERVICE_NAME]: serviceName }),
-    sampler: buildSampler(config),
-    // Batching settings (OTEL_BSP_*) are read by the SDK itself.
-    spanProcessors: [new BatchSpanProcessor(exporter)],
+  const sender = otlpSender(endpoint, { ...resourceAttributes, [SERVICE_NAME]: serviceName }, logger);
+  const settings = batchSettingsFromEnv(process.env, (message) => logger.warn(message));
+  const batcher = new SpanBatcher<EndedSpan>({
+    settings,
+    exportBatch: (spans) => sender.send(spans),
+    onFirstDrop: () =>
+      logger.warn(
+        { maxQueueSize: settings.maxQueueSize },
+        'trace spans are dropped: more ended than the exporter keeps up with (OTEL_BSP_MAX_QUEUE_SIZE); the count is logged at shutdown',
+      ),
+    detached: (fn) => traceScopes.exit(fn),
   });
-  const tracer = provider.getTracer('berth');
-  const contexts = new AsyncLocalStorageContextManager().enable();
-  const propagator = new W3CTraceContextPropagator();
+  const sampler = buildSampler(config);
+  const ids = new IdSource();
+  /** Tells this tracer's spans (and the remote parents it read) from another tracer's in the same store. */
+  const owner = {};
+
+  const current = (): SpanContext | undefined => {
+    const span = traceScopes.getStore()?.span as SpanContext | undefined;
+    return span?.owner === owner ? span : undefined;
+  };
+
+  function start(name: string, kind: number, attributes: (string | AttributeValue)[], parent: SpanContext | undefined): LiveSpan {
+    const traceId = parent?.traceId ?? ids.traceId();
+    const sampled = sampler(parent, traceId);
+    return new LiveSpan(owner, traceId, ids.spanId(), parent?.spanId ?? '', parent?.remote ?? false, parent?.traceState ?? '', sampled, name, kind, attributes);
+  }
+
+  function end(span: LiveSpan): void {
+    span.endMs = nowMs();
+    if (span.sampled) batcher.add(span);
+  }
+
+  const scopeOf = (span: SpanContext): TraceScope => ({ span, stage: traceScopes.getStore()?.stage });
 
   /**
-   * Runs every step of a handler's generator in `ctx`; what a step starts
-   * (awaits, promises, callbacks) keeps that context, so spans made deep in
-   * the call find their parent.
+   * Runs every step of a handler's generator in `scope`; what a step starts
+   * (awaits, promises, callbacks) keeps it, so spans made deep in the call
+   * find their parent.
    */
-  async function* runIn<T>(ctx: Context, gen: CallGenerator<T>): CallGenerator<T> {
+  async function* runIn<T>(scope: TraceScope, gen: CallGenerator<T>): CallGenerator<T> {
     let finished = false;
     try {
       for (;;) {
-        const step = await contexts.with(ctx, () => gen.next());
+        const step = await traceScopes.run(scope, () => gen.next());
         if (step.done === true) {
           finished = true;
           return step.value;
@@ -172,7 +217,7 @@ export function createOtelTracing(config: TracingConfig, role: TracingRole, logg
       }
     } finally {
       // The caller stopped early (a cancelled stream): let the handler's own clean-up run.
-      if (!finished) await contexts.with(ctx, () => gen.return(undefined)).catch(() => undefined);
+      if (!finished) await traceScopes.run(scope, () => gen.return(undefined)).catch(() => undefined);
     }
   }
 
@@ -181,39 +226,40 @@ export function createOtelTracing(config: TracingConfig, role: TracingRole, logg
    * that stops reading a stream once it has what it needs (Exec's exit event)
    * ends the call normally; `cancelled` tells a real cancellation apart.
    */
-  async function* spanOver<T>(span: Span, ctx: Context, gen: CallGenerator<T>, cancelled: () => boolean): CallGenerator<T> {
+  async function* spanOver<T>(span: LiveSpan, gen: CallGenerator<T>, cancelled: () => boolean): CallGenerator<T> {
     let status: Status = Status.OK;
     try {
-      return yield* runIn(ctx, gen);
+      return yield* runIn(scopeOf(span), gen);
     } catch (err) {
       status = statusOf(err);
-      fail(span, err);
+      span.fail(Status[status] ?? 'UNKNOWN');
       throw err;
     } finally {
       if (status === Status.OK && cancelled()) {
         status = Status.CANCELLED;
-        span.setAttribute(A.errorType, 'CANCELLED');
-        span.setStatus({ code: SpanStatusCode.ERROR, message: 'CANCELLED' });
+        span.fail('CANCELLED');
       }
-      span.setAttribute(A.rpcStatusCode, status);
-      span.end();
+      span.setAttributes({ [A.rpcStatusCode]: status });
+      end(span);
     }
   }
 
   const continueTrace: ServerMiddleware = async function* continueTraceMiddleware(call, context) {
-    const parent = propagator.extract(ROOT_CONTEXT, context.metadata, metadataGetter);
-    return yield* runIn(parent, call.next(call.request, context));
+    const parent = extract(context.metadata, owner);
+    // No caller context and none around: the handler already runs outside any trace.
+    if (parent === undefined && traceScopes.getStore() === undefined) return yield* call.next(call.request, context);
+    return yield* runIn({ span: parent }, call.next(call.request, context));
   };
 
   const rpcClientSpans: ClientMiddleware = async function* rpcClientSpansMiddleware(call, options) {
-    const parent = contexts.active();
-    if (trace.getSpan(parent) === undefined) return yield* call.next(call.request, options);
-    const span = tracer.startSpan(call.method.path.slice(1), { kind: SpanKind.CLIENT, attributes: rpcAttributes(call.method.path) }, parent);
-    const ctx = trace.setSpan(parent, span);
+    const parent = current();
+    if (parent === undefined) return yield* call.next(call.request, options);
+    const span = start(call.method.path.slice(1), OTLP_SPAN_KIND.client, rpcAttributes(call.method.path), parent);
     const metadata = Metadata(options.metadata);
-    propagator.inject(ctx, metadata, metadataSetter);
+    metadata.set('traceparent', formatTraceparent(span.traceId, span.spanId, span.sampled));
+    if (span.traceState !== '') metadata.set('tracestate', span.traceState);
     const signal = options.signal;
-    return yield* spanOver(span, ctx, call.next(call.request, { ...options, metadata }), () => signal?.aborted === true);
+    return yield* spanOver(span, call.next(call.request, { ...options, metadata }), () => signal?.aborted === true);
   };
 
   return {
@@ -225,47 +271,45 @@ export function createOtelTracing(config: TracingConfig, role: TracingRole, logg
     rpcServerSpans({ inProcess, attributes }) {
       return async function* rpcServerSpansMiddleware(call, context) {
         // Over the network the caller's context comes only from the metadata; in process it is also the current one.
-        const parent = propagator.extract(inProcess ? contexts.active() : ROOT_CONTEXT, context.metadata, metadataGetter);
-        if (trace.getSpan(parent) === undefined) return yield* call.next(call.request, context);
-        const span = tracer.startSpan(
-          call.method.path.slice(1),
-          { kind: SpanKind.SERVER, attributes: { ...rpcAttributes(call.method.path), ...attributes } },
-          parent,
-        );
+        const parent = extract(context.metadata, owner) ?? (inProcess ? current() : undefined);
+        if (parent === undefined) return yield* call.next(call.request, context);
+        const span = start(call.method.path.slice(1), OTLP_SPAN_KIND.server, rpcAttributes(call.method.path, attributes), parent);
         // In process the call's signal is aborted at every end (in-process-client.ts), so it tells nothing there.
         const cancelled = () => !inProcess && context.signal.aborted;
-        return yield* spanOver(span, trace.setSpan(parent, span), call.next(call.request, context), cancelled);
+        return yield* spanOver(span, call.next(call.request, context), cancelled);
       };
     },
 
     span<T>(name: string, options: SpanOptions, fn: (scope: SpanScope) => Promise<T>): Promise<T> {
-      const parent = contexts.active();
-      if (options.childOnly === true && trace.getSpan(parent) === undefined) return fn(NO_SCOPE);
-      const span = tracer.startSpan(
-        name,
-        { kind: options.kind === 'server' ? SpanKind.SERVER : SpanKind.INTERNAL, attributes: options.attributes },
-        parent,
-      );
-      return contexts.with(trace.setSpan(parent, span), async () => {
+      const parent = current();
+      if (options.childOnly === true && parent === undefined) return fn(NO_SCOPE);
+      const kind = options.kind === 'server' ? OTLP_SPAN_KIND.server : OTLP_SPAN_KIND.internal;
+      const span = start(name, kind, attributeList(options.attributes), parent);
+      return traceScopes.run(scopeOf(span), async () => {
         try {
           return await fn(span);
         } catch (err) {
-          fail(span, err);
+          span.fail(Status[statusOf(err)] ?? 'UNKNOWN');
           throw err;
         } finally {
-          span.end();
+          end(span);
         }
       });
     },
 
     annotate(attributes) {
-      trace.getSpan(contexts.active())?.setAttributes(attributes);
+      const span = current();
+      if (span instanceof LiveSpan) span.setAttributes(attributes);
     },
 
     async shutdown() {
       const timer = new Promise<void>((resolve) => setTimeout(resolve, SHUTDOWN_FLUSH_MS).unref());
-      await Promise.race([provider.shutdown().catch((err: unknown) => logger.warn({ err }, 'flushing trace spans failed')), timer]);
-      contexts.disable();
+      const flushed = batcher
+        .close()
+        .then(() => sender.shutdown())
+        .catch((err: unknown) => logger.warn({ err }, 'flushing trace spans failed'));
+      await Promise.race([flushed, timer]);
+      if (batcher.dropped > 0) logger.warn({ dropped: batcher.dropped }, 'trace spans dropped because the queue was full (OTEL_BSP_MAX_QUEUE_SIZE)');
     },
   };
 }

@@ -35,24 +35,22 @@ const COMMAND = 'true';
 /**
  * The stages of one call, in order; their sum is the client-side total.
  * `roundTrip` names what the backend operation does besides the script.
- * The before/after splits subtract span start times, which the OpenTelemetry
- * SDK takes from Date.now(): whole milliseconds, so each call's split is off
- * by up to 1 ms either way (the mean is right; the median is not to be
- * trusted below 1 ms). Each pair's sum is a difference of span durations,
- * which are exact.
+ * The before/after splits subtract span start times, which Berth's tracer
+ * takes from the monotonic clock with sub-microsecond steps, so each call's
+ * split is exact (the OpenTelemetry SDK it replaced took them from
+ * Date.now(), whole milliseconds, and each split was off by up to 1 ms).
  */
 export function stagesFor(roundTrip: string): string[] {
-  const split = '(±1 ms a call: span starts are whole ms)';
   return [
     'client and gRPC: the client total less the dispatcher span',
-    `dispatcher, before the executor call ${split}`,
-    `executor, before the backend operation ${split}`,
+    'dispatcher, before the executor call',
+    'executor, before the backend operation',
     `${roundTrip}: the backend operation less the script`,
     'shell state: restore the snapshot and cwd',
     `the command (\`${COMMAND}\`)`,
     'shell state: capture it and print the cwd marker',
-    `executor, after the backend operation: result shaping ${split}`,
-    `dispatcher, after the executor call: result shaping ${split}`,
+    'executor, after the backend operation: result shaping',
+    'dispatcher, after the executor call: result shaping',
   ];
 }
 
