@@ -131,9 +131,10 @@ function tracingCase(): BenchCase {
           config: { tracing: { exporter: 'otlp', endpoint: `${receiver.endpoint}/v1/traces`, sampler: 'always_on' } },
         }),
       );
-      plain = new CpuPerCall(await ctx.server());
-      // The plain server is the first case's, already warm; the traced one is new. Both get the same
-      // warm-up here, or the traced side's CPU per call counts its JIT compiling the whole call path.
+      // A plain server of its own (tracing off said explicitly: the shared default server has served the
+      // first case's calls), so both sides start alike and get the same warm-up here. With the shared one,
+      // two plain servers measured ~200 µs apart per call: the newer one's JIT and heap were still settling.
+      plain = new CpuPerCall(await ctx.server({ config: { tracing: { exporter: 'none' } } }));
       for (let i = 0; i < (ctx.mode === 'smoke' ? 1 : CPU_WARMUP_CALLS); i++) {
         await callNoop(traced);
         await callNoop(plain);
