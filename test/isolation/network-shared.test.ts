@@ -26,14 +26,17 @@ async function unavailableReason(): Promise<string | undefined> {
 const unavailable = await unavailableReason();
 
 describe('executors on one Docker host make a tenant network at the same moment', { skip: unavailable, timeout: 120_000 }, () => {
-  // A policy of this run alone (an allowed documentation-range address no other test uses), so its network is new.
-  const allow = `198.51.100.${randomInt(1, 255)}/32`;
+  // Policies of this run alone (allowed documentation-range addresses no other test uses), so their networks are new.
+  // Three tenants race at once: the daemon's refusal comes in more than one form depending on timing.
+  const tenants = ['acme', 'beta', 'gamma'] as const;
+  const first = randomInt(1, 250);
+  const policies = Object.fromEntries(tenants.map((t, i) => [t, { egress: 'none' as const, egress_allow: [`198.51.100.${first + i}/32`] }]));
   const install = () =>
     NetworkIsolation.install({
       docker,
       daemon: 'the Docker daemon',
       operator: { egress: 'public-only', egressAllow: [] },
-      tenants: { acme: { egress: 'none', egress_allow: [allow] } },
+      tenants: policies,
       extraDns: [],
       logger: silentLogger(),
     });
@@ -44,17 +47,21 @@ describe('executors on one Docker host make a tenant network at the same moment'
 
   it('both get the one network, whichever created it', async () => {
     executors.push(await install(), await install());
-    const [first, second] = executors as [NetworkIsolation, NetworkIsolation];
-    const results = await Promise.allSettled([first.networkFor('acme'), second.networkFor('acme')]);
+    const [one, two] = executors as [NetworkIsolation, NetworkIsolation];
+    const results = await Promise.allSettled(tenants.flatMap((t) => [one.networkFor(t), two.networkFor(t)]));
     assert.deepEqual(
       results.map((r) => r.status),
-      ['fulfilled', 'fulfilled'],
+      results.map(() => 'fulfilled'),
       JSON.stringify(results.map((r) => (r.status === 'rejected' ? String(r.reason) : r.value))),
     );
     const names = results.map((r) => (r as PromiseFulfilledResult<string>).value);
-    assert.equal(names[0], names[1]);
-    assert.match(names[0]!, /^berth-isolated-[0-9a-f]{10}$/);
-    const found = await docker.listNetworks({ filters: { name: [names[0]!] } });
-    assert.equal(found.filter((n) => n.Name === names[0]).length, 1, 'one network of that name');
+    for (let i = 0; i < tenants.length; i++) {
+      const [a, b] = [names[2 * i]!, names[2 * i + 1]!];
+      assert.equal(a, b, `tenant ${tenants[i]}: both executors name one network`);
+      assert.match(a, /^berth-isolated-[0-9a-f]{10}$/);
+      const found = await docker.listNetworks({ filters: { name: [a] } });
+      assert.equal(found.filter((n) => n.Name === a).length, 1, `one network named ${a}`);
+    }
+    assert.equal(new Set(names).size, tenants.length, 'each policy has a network of its own');
   });
 });

@@ -15,6 +15,7 @@ import { execFile, spawn } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import { readFile } from 'node:fs/promises';
 import { networkInterfaces } from 'node:os';
+import { setTimeout as delay } from 'node:timers/promises';
 import { promisify } from 'node:util';
 import type Dockerode from 'dockerode';
 import type { IpFamily } from '../../../common/cidr.js';
@@ -45,6 +46,9 @@ import {
 const run = promisify(execFile);
 /** Docker's embedded DNS, inside each container on a user-defined network. */
 const EMBEDDED_DNS = '127.0.0.11/32';
+/** How long a create that lost a race waits for the winner's network to be found by name: 50 × 100 ms. */
+const RACE_LOOKUPS = 50;
+const RACE_LOOKUP_MS = 100;
 
 export interface NetworkIsolationOptions {
   readonly docker: Dockerode;
@@ -352,6 +356,24 @@ export class NetworkIsolation {
     }
   }
 
+  /**
+   * The network another executor made while this one's create failed with
+   * `err`, or undefined when none did. On "same bridge name" the daemon has
+   * the other network's bridge before its name can be looked up, so that
+   * case waits for the name (bounded) instead of giving up at once.
+   */
+  async #raceWinner(name: string, err: unknown): Promise<Dockerode.NetworkInspectInfo | undefined> {
+    const lookup = () =>
+      this.#o.docker.getNetwork(name).inspect().then((i) => i as Dockerode.NetworkInspectInfo, () => undefined);
+    const tries = /same bridge name/i.test(dockerMessage(err)) || isConflict(err) ? RACE_LOOKUPS : 1;
+    for (let i = 0; i < tries; i++) {
+      if (i > 0) await delay(RACE_LOOKUP_MS);
+      const info = await lookup();
+      if (info) return info;
+    }
+    return undefined;
+  }
+
   async #ensureNetwork(id: string): Promise<string> {
     const { docker, daemon } = this.#o;
     const name = networkName(id);
@@ -367,10 +389,10 @@ export class NetworkIsolation {
         await docker.createNetwork(networkCreateOptions(id, rules));
       } catch (err) {
         // Another executor on this daemon created it meanwhile: Docker answers 409, or (same bridge name) 403/500.
-        const raced = isConflict(err) || (await docker.getNetwork(name).inspect().then(() => true, () => false));
-        if (!raced) throw dockerError(err, `creating network ${name}`, daemon);
+        info = await this.#raceWinner(name, err);
+        if (!info) throw dockerError(err, `creating network ${name}`, daemon);
       }
-      info = (await docker.getNetwork(name).inspect()) as Dockerode.NetworkInspectInfo;
+      info ??= (await docker.getNetwork(name).inspect()) as Dockerode.NetworkInspectInfo;
     }
     const options = info.Options ?? {};
     if (options['com.docker.network.bridge.enable_icc'] !== 'false' || options['com.docker.network.bridge.name'] !== bridgeName(id)) {
