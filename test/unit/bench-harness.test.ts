@@ -2,6 +2,7 @@
  * The bench harness's pure parts and its run order. No timing is asserted:
  * benchmarks are not tests.
  */
+import { spawnSync } from 'node:child_process';
 import { describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import type { BenchContext, BenchMode, LatencyCase, LoadCase } from '../../services/cli/bench/bench-case.js';
@@ -10,7 +11,7 @@ import { logTicks, renderChart } from '../../services/cli/bench/report-chart.js'
 import { renderMarkdown } from '../../services/cli/bench/report-markdown.js';
 import { reportToJson, type BenchReport } from '../../services/cli/bench/report.js';
 import type { CaseResult } from '../../services/cli/bench/bench-result.js';
-import { processCpuMs } from '../../services/cli/bench/cases/dispatch-overhead.js';
+import { processCpuMs } from '../../services/cli/bench/listening-child.js';
 import { planFor, runCase } from '../../services/cli/bench/runner.js';
 import { selectCases } from '../../services/cli/bench/run-bench.js';
 import { formatMs, formatRatio, pairedMedianDelta, quantile, summarize } from '../../services/cli/bench/stats.js';
@@ -335,5 +336,15 @@ describe("the tracing case's CPU time per call", () => {
     while (process.cpuUsage().user < until) Math.sqrt(Math.random());
     assert.ok(processCpuMs(process.pid)! > before!, 'more CPU time after 100 ms of work');
     assert.equal(processCpuMs(2 ** 22 + 1), undefined, 'no such process');
+  });
+
+  test('with reaped, counts the CPU time of the children a process has waited for', () => {
+    const own = processCpuMs(process.pid)!;
+    const withChildren = processCpuMs(process.pid, { reaped: true })!;
+    const busy = spawnSync(process.execPath, ['-e', 'const t = process.cpuUsage().user + 200000; while (process.cpuUsage().user < t);']);
+    assert.equal(busy.status, 0);
+    const grown = processCpuMs(process.pid, { reaped: true })! - withChildren;
+    const ownGrown = processCpuMs(process.pid)! - own;
+    assert.ok(grown >= ownGrown + 150, `the child's 200 ms of CPU counted: ${grown} ms with reaped children, ${ownGrown} ms own`);
   });
 });

@@ -36,6 +36,7 @@ import {
   type EngineSteps,
   type TaskPlacement,
 } from './engine-start.js';
+import { processCpuMs } from './listening-child.js';
 import { median } from './stats.js';
 
 type Spec = Docker.ContainerCreateOptions;
@@ -160,14 +161,9 @@ export function ablationTable(results: readonly VariantResult[]): string {
   return lines.join('\n');
 }
 
-/** CPU time, ms, of the processes `pids` and the children they reaped (utime, stime, cutime, cstime of /proc/PID/stat). */
+/** CPU time, ms, of the processes `pids` and the children they reaped (0 for one that is gone). */
 function cpuMsOf(pids: readonly number[]): number {
-  const tickMs = 1000 / 100;
-  return pids.reduce((total, pid) => {
-    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
-    const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
-    return total + [11, 12, 13, 14].reduce((t, i) => t + Number(fields[i]), 0) * tickMs;
-  }, 0);
+  return pids.reduce((total, pid) => total + (processCpuMs(pid, { reaped: true }) ?? 0), 0);
 }
 
 /** The engine's processes: dockerd and containerd, by name. */

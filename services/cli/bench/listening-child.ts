@@ -103,6 +103,27 @@ export async function startListeningChild(options: ListeningChildOptions): Promi
 }
 
 /** Resident set size of a process in KiB (VmRSS from /proc/PID/status). */
+/**
+ * CPU time (user + system) a process has used, in ms, from /proc/PID/stat
+ * (clock ticks of 10 ms); with `reaped`, also that of the children it has
+ * waited for. Undefined when there is no such process (or no /proc).
+ */
+export function processCpuMs(pid: number, { reaped = false }: { reaped?: boolean } = {}): number | undefined {
+  let stat: string;
+  try {
+    stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+  } catch {
+    return undefined;
+  }
+  // After the command name (which may hold spaces, in parentheses) come fields 3...: utime, stime, cutime, cstime are 14-17.
+  const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+  const ticks = (reaped ? [11, 12, 13, 14] : [11, 12]).reduce((t, i) => t + Number(fields[i]), 0);
+  return ticks * (1000 / CLOCK_TICKS_PER_S);
+}
+
+/** USER_HZ, 100 on every Linux architecture Node runs on. */
+const CLOCK_TICKS_PER_S = 100;
+
 export function rssKiB(pid: number): number {
   const status = readFileSync(`/proc/${pid}/status`, 'utf8');
   const m = /^VmRSS:\s+(\d+)\s+kB/m.exec(status);

@@ -8,9 +8,9 @@
  * (every call sampled, spans exported over OTLP/protobuf to a receiver this
  * process runs on loopback) against a server with tracing off.
  */
-import { readFileSync } from 'node:fs';
 import type { BenchCase } from '../bench-case.js';
 import type { BenchServer } from '../bench-server-process.js';
+import { processCpuMs } from '../listening-child.js';
 import { NOOP_RESULT, NOOP_TOOL } from '../noop-tool.js';
 import { formatMs } from '../stats.js';
 import { startOtlpReceiver, type OtlpReceiver } from '../otlp-receiver.js';
@@ -50,23 +50,8 @@ export default function cases(): BenchCase[] {
   ];
 }
 
-/** CPU time (user + system) a process has used, in ms, from /proc (clock ticks of 10 ms); undefined off Linux. */
-export function processCpuMs(pid: number): number | undefined {
-  try {
-    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
-    // After the command name (which may hold spaces, in parentheses) come fields 3...: utime and stime are 14 and 15.
-    const rest = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
-    return (Number(rest[11]) + Number(rest[12])) * (1000 / CLOCK_TICKS_PER_S);
-  } catch {
-    return undefined;
-  }
-}
-
 /** Calls each server of the tracing case makes before its CPU time is read (not counted). */
 const CPU_WARMUP_CALLS = 1000;
-
-/** USER_HZ, 100 on every Linux architecture Node runs on. */
-const CLOCK_TICKS_PER_S = 100;
 
 /** One side's server: its calls counted and its CPU time read around them. */
 class CpuPerCall {
