@@ -379,6 +379,9 @@ export const configSchema = z
         memory_scope: z.enum(['engine', 'executor']).default('executor').describe(
           'Whose sandboxes count against `docker.memory_overcommit`: `executor` (the default), only this executor\'s; `engine`, every Berth sandbox on the Docker engine, so that executors sharing one engine (the compose stack\'s three) share one budget instead of each admitting the host\'s memory times the factor. Set `engine` where executors of one deployment share an engine and nothing else runs Berth sandboxes there.',
         ),
+        start_concurrency: int(0).default(0).describe(
+          'How many containers the executor has the Docker engine create and start at once; more wait their turn, tasks before the warm pool. A burst then gets most of its first calls back sooner: twenty started at once on two cores all come up near the end, two at a time one after another (docs/performance.md, A start gate). 0: as many as the Docker host has CPUs.',
+        ),
         executor_stale_ms: int(1000).default(15_000).describe(
           'How long another executor\'s heartbeat (under the shared state root) may go untouched before that executor counts as gone, stopped (SIGSTOP, a frozen cgroup) or hung as much as killed, and its tasks\' containers are removed for the executor that takes them over. Each executor touches its own every fifth of this; give every executor sharing a state root the same value. Bounds how soon a task of a stopped executor runs elsewhere (docs/deploying.md, Failover and fencing).',
         ),

@@ -237,6 +237,7 @@ const CREATE_STEPS: readonly (readonly [span: string, stage: string])[] = [
   ['docker uid_pick', 'uid pick (list containers and volumes carrying a free uid)'],
   ['docker network_setup', "network setup (the tenant's isolated network, made once; closing the embedded DNS in the container)"],
   ['docker host_dir', "host dir (the task's directory, account files from the image)"],
+  ['docker start_queue', 'start queue (waiting for a turn under `docker.start_concurrency`)'],
   ['docker container_create', 'container create (`POST /containers/create`)'],
   ['docker container_start', 'container start (`POST /containers/ID/start`)'],
   ['docker agent_connect', "agent connected (the agent's hello, after the start returned)"],

@@ -31,6 +31,7 @@ import { DockerStreamDemuxer } from './docker-stream-demuxer.js';
 import { agentUnavailableReason, prepareHostDir as prepareDir, writeTokenFile } from './host-dir.js';
 import type { ImageAccounts } from './image-accounts.js';
 import { SandboxContainer, removeContainer, runningProbe, type SandboxEngine } from './sandbox-container.js';
+import type { StartGate, StartPriority } from './start-gate.js';
 import { taskAccounts, type TaskIdentity } from './task-identity.js';
 import type { SandboxChannel } from '../shared/sandbox-channel.js';
 
@@ -74,6 +75,8 @@ export interface ContainerFactoryOptions extends SandboxEngine {
   readonly embeddedDns?: { readonly resolvers: () => readonly string[]; readonly close: (pid: number) => Promise<void> };
   /** The cgroup parent of a tenant's containers under the daemon's cgroup driver (TaskNames.cgroupParent). */
   readonly cgroupParent: (tenant: string, driver: string | undefined) => string | undefined;
+  /** How many containers are created and started at once (docker.start_concurrency). */
+  readonly startGate: StartGate;
 }
 
 export interface StartParams {
@@ -88,6 +91,8 @@ export interface StartParams {
   readonly image?: string;
   /** Whose container this is (picks its network policy); undefined for a warm pool container. */
   readonly tenant?: string;
+  /** Whose start goes first when starts queue (a task's, by default). */
+  readonly priority?: StartPriority;
   readonly signal?: AbortSignal;
 }
 
@@ -185,15 +190,18 @@ export class ContainerFactory {
       },
       ...(resolvConf ? { resolvConf } : {}),
     };
-    // Expect the agent before the container starts: a busy daemon may answer the start request only after
-    // the agent has dialled in, and a hello nobody waits for is refused (the agent then exits, and so does
-    // the container).
     const stop = new AbortController();
     const signal = params.signal ? AbortSignal.any([params.signal, stop.signal]) : stop.signal;
-    const agent = listener.expect(token, o.agentConnectTimeoutMs, signal);
-    agent.catch(() => undefined);
     let container: Dockerode.Container | undefined;
+    let release: (() => void) | undefined;
     try {
+      // A few containers at a time (docker.start_concurrency): in a burst, each then starts sooner.
+      release = await stageSpan('start_queue', () => o.startGate.acquire(params.priority ?? 'task', signal));
+      // Expect the agent before the container starts: a busy daemon may answer the start request only after
+      // the agent has dialled in, and a hello nobody waits for is refused (the agent then exits, and so does
+      // the container). Its time runs from here, not from the queue.
+      const agent = listener.expect(token, o.agentConnectTimeoutMs, signal);
+      agent.catch(() => undefined);
       for (let renewals = 0; ; renewals++) {
         container = await stageSpan('container_create', () => this.#create(spec, params.tenant));
         const created = container;
@@ -209,6 +217,7 @@ export class ContainerFactory {
           await o.networkFor(params.tenant, true);
         }
       }
+      release();
       const started = container;
       // Before any command can run: the executor sends none until the agent's hello, awaited below.
       const dns = o.embeddedDns;
@@ -225,6 +234,7 @@ export class ContainerFactory {
       if (container) await removeContainer(container, o.daemon).catch(() => undefined);
       throw err;
     } finally {
+      release?.();
       stop.abort();
     }
   }

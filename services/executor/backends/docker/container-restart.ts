@@ -28,8 +28,10 @@ export async function restartContainer(factory: ContainerFactory, stopped: Sandb
   const token = randomBytes(16).toString('hex');
   const tokenFile = path.join(stopped.hostDir, AGENT_TOKEN_FILE);
   const stop = new AbortController();
+  let release: (() => void) | undefined;
   try {
     await writeTokenFile(tokenFile, token);
+    release = await o.startGate.acquire('task');
     const agent = listener.expect(token, o.agentConnectTimeoutMs, stop.signal);
     agent.catch(() => undefined);
     try {
@@ -39,6 +41,7 @@ export async function restartContainer(factory: ContainerFactory, stopped: Sandb
       if ((err as { statusCode?: number }).statusCode !== 304) throw dockerError(err, `starting ${stopped.name} again`, o.daemon);
       await container.restart({ t: 0 });
     }
+    release();
     if (o.embeddedDns) await o.embeddedDns.close((await container.inspect()).State.Pid);
     listener.isAlive = runningProbe(container);
     const params = { name: stopped.name, hostDir: stopped.hostDir, identity: stopped.identity, labels: {} };
@@ -48,6 +51,7 @@ export async function restartContainer(factory: ContainerFactory, stopped: Sandb
     await listener.close();
     throw err;
   } finally {
+    release?.();
     stop.abort();
     await rm(tokenFile, { force: true }).catch(() => undefined);
   }

@@ -64,8 +64,10 @@ export interface DockerBackendOptions {
   readonly homeDir?: string;
   /** Between SIGTERM and SIGKILL of a command's process group; default 1000 ms. */
   readonly killGraceMs?: number;
-  /** How long a new container's agent has to connect; default 30 s. */
+  /** How long a new container's agent has to connect, from its start; default 30 s. */
   readonly agentConnectTimeoutMs?: number;
+  /** docker.start_concurrency: containers created and started at once; 0 or unset, as many as the Docker host has CPUs. */
+  readonly startConcurrency?: number;
   /** The agent's archive; default: this installation's (findAgentScript). */
   readonly agentScriptPath?: string;
   /**

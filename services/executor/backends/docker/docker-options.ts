@@ -39,6 +39,7 @@ export function dockerOptionsFromConfig(
     memoryOvercommit: config.docker.memory_overcommit,
     memoryScope: config.docker.memory_scope,
     executorStaleMs: config.docker.executor_stale_ms,
+    startConcurrency: config.docker.start_concurrency,
     cpus: config.terminal.container_cpu,
     persistent: config.terminal.container_persistent,
     dockerEnv: config.terminal.docker_env,

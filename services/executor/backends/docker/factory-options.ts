@@ -16,6 +16,7 @@ import type { DockerBackendOptions } from './docker-backend-options.js';
 import { parseDockerExtraArgs } from './docker-extra-args.js';
 import { ImageAccounts } from './image-accounts.js';
 import { NetworkIsolation } from './network-isolation.js';
+import { StartGate } from './start-gate.js';
 import type { TaskNames } from './task-names.js';
 
 /** What of the backend the settings refer to. */
@@ -88,6 +89,8 @@ export function containerFactoryOptions(options: DockerBackendOptions, ctx: Fact
       labels: () => ({ ...ctx.labels(), [LABEL.created]: new Date().toISOString() }),
     }),
     agentConnectTimeoutMs: options.agentConnectTimeoutMs ?? 30_000,
+    // Unset: as many as the Docker host has CPUs (the engine's, which may not be the executor's).
+    startGate: new StartGate(async () => options.startConcurrency || Math.max(1, (await ctx.docker.info()).NCPU ?? 1)),
     logger: ctx.logger,
     resolveNameConflict: ctx.resolveNameConflict,
     cgroupParent: (tenant, driver) => ctx.names.cgroupParent(tenant, driver),

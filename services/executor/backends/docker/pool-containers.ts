@@ -63,7 +63,7 @@ export class PoolContainers {
     const name = `berth-pool-${poolId}`;
     // The claiming task takes the container's uid with it (pool containers are never persistent).
     const container = await this.#o.uids.startWith({ containerName: name }, undefined, (identity) =>
-      this.#o.factory.start({ name, hostDir, identity, labels: poolLabels(this.#o.labels(), hostDir, new Date()) }),
+      this.#o.factory.start({ name, hostDir, identity, labels: poolLabels(this.#o.labels(), hostDir, new Date()), priority: 'pool' }),
     );
     // The login shell's snapshot depends only on the image and the container's
     // environment, which every task of this executor shares: write it now, not
